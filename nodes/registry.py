@@ -1,0 +1,87 @@
+"""The node registry: which node types exist in this process.
+
+Lives here: `NodeRegistry`, `default_registry`. Imports `nodes.spec` and the built-in node modules.
+A registry is an object handed to the executor and the editor, never a global. Third-party packs
+register through the `nodeloom.nodes` entry-point group; the entry point names either an iterable of
+`NodeSpec` or a callable taking the registry.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator
+from importlib.metadata import entry_points
+
+from nodes.spec import NodeSpec
+
+ENTRY_POINT_GROUP = "nodeloom.nodes"
+
+log = logging.getLogger(__name__)
+
+
+class NodeRegistry:
+    def __init__(self) -> None:
+        self._specs: dict[str, NodeSpec] = {}
+        # Entry points that failed to load: (name, reason); shown by the editor and `app nodes`.
+        self.load_errors: list[tuple[str, str]] = []
+
+    def register(self, spec: NodeSpec, *, replace: bool = False) -> None:
+        if spec.type in self._specs and not replace:
+            raise ValueError(f"node type {spec.type!r} is already registered")
+        self._specs[spec.type] = spec
+
+    def register_all(self, specs: Iterable[NodeSpec]) -> None:
+        for spec in specs:
+            self.register(spec)
+
+    def get(self, type_name: str) -> NodeSpec | None:
+        return self._specs.get(type_name)
+
+    def __getitem__(self, type_name: str) -> NodeSpec:
+        return self._specs[type_name]
+
+    def __contains__(self, type_name: object) -> bool:
+        return type_name in self._specs
+
+    def __iter__(self) -> Iterator[NodeSpec]:
+        return iter(self._specs.values())
+
+    def __len__(self) -> int:
+        return len(self._specs)
+
+    def categories(self) -> dict[str, list[NodeSpec]]:
+        out: dict[str, list[NodeSpec]] = {}
+        for spec in sorted(self._specs.values(), key=lambda s: (s.category, s.title)):
+            out.setdefault(spec.category, []).append(spec)
+        return out
+
+    def load_entry_points(self, group: str = ENTRY_POINT_GROUP) -> list[str]:
+        """Load third-party node packs; returns the names that loaded. A broken pack is reported, not fatal."""
+        loaded = []
+        for ep in entry_points(group=group):
+            try:
+                obj = ep.load()
+                if callable(obj) and not isinstance(obj, NodeSpec):
+                    result = obj(self)
+                    if result is not None:
+                        self.register_all(result)
+                else:
+                    self.register_all([obj] if isinstance(obj, NodeSpec) else obj)
+                loaded.append(ep.name)
+            except Exception as exc:  # a third-party pack may raise anything; keep the app usable
+                reason = f"{type(exc).__name__}: {exc}"
+                log.warning("node pack %r failed to load: %s", ep.name, reason)
+                self.load_errors.append((ep.name, reason))
+        return loaded
+
+
+def default_registry(*, entry_point_packs: bool = True) -> NodeRegistry:
+    """A fresh registry with Nodeloom's own nodes and, unless disabled, installed node packs."""
+    from nodes import basic, diffusion, llm
+
+    registry = NodeRegistry()
+    for module in (basic, diffusion, llm):
+        registry.register_all(module.NODES)
+    if entry_point_packs:
+        registry.load_entry_points()
+    return registry

@@ -1,0 +1,139 @@
+"""Node types declared as data: ports, parameters and one `run` function.
+
+Lives here: `Param`, `Input`, `Output`, `NodeSpec`. Imports only `nodes.types`.
+
+A node's `run(ctx, **values)` receives every connected input and every parameter by name and
+returns a dict of outputs by name. Example:
+
+    def run_concat(ctx: NodeContext, a: str, b: str, separator: str) -> dict[str, Any]:
+        return {"text": a + separator + b}
+
+    CONCAT = NodeSpec(
+        type="Concatenate", title="Concatenate", category="text",
+        inputs=[Input("a", TEXT), Input("b", TEXT)],
+        params=[Param("separator", "string", default=" ")],
+        outputs=[Output("text", TEXT)],
+        run=run_concat,
+    )
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from nodes.types import PortType
+
+ParamKind = Literal["int", "float", "string", "text", "bool", "choice", "path", "seed"]
+
+# Python types each parameter kind accepts when a workflow file is validated.
+_PYTHON_TYPES: dict[str, tuple[type, ...]] = {
+    "int": (int,),
+    "seed": (int,),
+    "float": (int, float),
+    "string": (str,),
+    "text": (str,),
+    "path": (str,),
+    "choice": (str, int, float),
+    "bool": (bool,),
+}
+
+
+@dataclass(frozen=True)
+class Param:
+    """A value set on the node itself (a widget in the editor), not fed by a wire."""
+
+    name: str
+    kind: ParamKind
+    default: Any = None
+    help: str = ""
+    min: float | None = None
+    max: float | None = None
+    step: float | None = None
+    choices: tuple[Any, ...] = ()
+    # For kind="path": a file-dialog filter such as "Models (*.safetensors *.gguf)"; "dir" picks folders.
+    file_filter: str = ""
+    optional: bool = False  # None is allowed
+
+    def check(self, value: Any) -> str | None:
+        """Why `value` is not acceptable for this parameter, or None when it is."""
+        if value is None:
+            return None if self.optional else "a value is required"
+        # bool is an int in Python; refuse it where a number is meant and vice versa.
+        if self.kind in ("int", "seed", "float") and isinstance(value, bool):
+            return f"expected a number, got {value!r}"
+        if not isinstance(value, _PYTHON_TYPES[self.kind]):
+            return f"expected {self.kind}, got {type(value).__name__} {value!r}"
+        if self.kind == "int" or self.kind == "seed":
+            if isinstance(value, float):
+                return f"expected an integer, got {value!r}"
+        if self.kind == "float" and not math.isfinite(float(value)):
+            return f"expected a finite number, got {value!r}"
+        if self.kind == "choice" and value not in self.choices:
+            listed = ", ".join(repr(c) for c in self.choices)
+            return f"{value!r} is not one of {listed}"
+        if self.kind in ("int", "seed", "float"):
+            if self.min is not None and value < self.min:
+                return f"{value!r} is below the minimum {self.min:g}"
+            if self.max is not None and value > self.max:
+                return f"{value!r} is above the maximum {self.max:g}"
+        return None
+
+
+@dataclass(frozen=True)
+class Input:
+    """A port fed by a wire from another node's output."""
+
+    name: str
+    type: PortType
+    help: str = ""
+    optional: bool = False
+
+
+@dataclass(frozen=True)
+class Output:
+    name: str
+    type: PortType
+    help: str = ""
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """Everything the registry, the editor and the executor need to know about a node type."""
+
+    type: str  # stable identifier saved in workflow files, e.g. "SaveImage"
+    title: str
+    category: str
+    run: Callable[..., dict[str, Any]]
+    inputs: tuple[Input, ...] | list[Input] = ()
+    outputs: tuple[Output, ...] | list[Output] = ()
+    params: tuple[Param, ...] | list[Param] = ()
+    description: str = ""
+    version: int = 1  # bump when saved params change meaning; workflow files record it
+    # A sink writes something the user asked for (a file, a preview): the executor runs the graph
+    # for its sinks when no outputs are named.
+    is_output: bool = False
+    tags: tuple[str, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        # Frozen dataclass: normalise lists to tuples so specs are hashable and immutable.
+        object.__setattr__(self, "inputs", tuple(self.inputs))
+        object.__setattr__(self, "outputs", tuple(self.outputs))
+        object.__setattr__(self, "params", tuple(self.params))
+        names = [p.name for p in self.inputs] + [p.name for p in self.params]
+        if len(names) != len(set(names)):
+            raise ValueError(f"node type {self.type!r}: input and parameter names must be unique: {names}")
+
+    def input(self, name: str) -> Input | None:
+        return next((p for p in self.inputs if p.name == name), None)
+
+    def output(self, name: str) -> Output | None:
+        return next((p for p in self.outputs if p.name == name), None)
+
+    def param(self, name: str) -> Param | None:
+        return next((p for p in self.params if p.name == name), None)
+
+    def default_params(self) -> dict[str, Any]:
+        return {p.name: p.default for p in self.params}

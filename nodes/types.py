@@ -1,0 +1,55 @@
+"""Port data types and the rule for which output may feed which input.
+
+Lives here: `PortType`, the built-in types, `can_connect`. Imports nothing from Nodeloom.
+A type is a name plus a display colour; third-party packs make their own with `PortType(...)`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class PortType:
+    """A kind of value that travels along a wire."""
+
+    name: str
+    color: str = "#9e9e9e"  # hex, used by the editor for ports and wires
+    # Other type names this type may also feed (e.g. STRING -> TEXT).
+    feeds: frozenset[str] = frozenset()
+
+    def __str__(self) -> str:
+        return self.name
+
+
+# Model handles: lazy references registered with the memory manager, never raw tensors.
+DENOISER = PortType("DENOISER", "#b39ddb")
+TEXT_ENCODER = PortType("TEXT_ENCODER", "#ffd54f")
+VAE = PortType("VAE", "#ef5350")
+LLM = PortType("LLM", "#4db6ac")
+
+# Data.
+CONDITIONING = PortType("CONDITIONING", "#ffa726")
+LATENT = PortType("LATENT", "#f48fb1")
+IMAGE = PortType("IMAGE", "#64b5f6")
+TEXT = PortType("TEXT", "#aed581")
+STRING = PortType("STRING", "#c5e1a5", feeds=frozenset({"TEXT"}))
+INT = PortType("INT", "#80deea", feeds=frozenset({"FLOAT"}))
+FLOAT = PortType("FLOAT", "#4dd0e1")
+BOOL = PortType("BOOL", "#ce93d8")
+# Accepts anything: for generic sinks such as a preview of any value.
+ANY = PortType("ANY", "#e0e0e0")
+
+BUILTIN_TYPES: tuple[PortType, ...] = (
+    DENOISER, TEXT_ENCODER, VAE, LLM, CONDITIONING, LATENT, IMAGE, TEXT, STRING, INT, FLOAT, BOOL, ANY,
+)
+
+
+def can_connect(source: PortType, target: PortType) -> bool:
+    """True when a value of type `source` may be wired into an input of type `target`."""
+    if target.name == ANY.name or source.name == target.name:
+        return True
+    # TEXT and STRING are the same value to a node: a multiline prompt vs a one-line field.
+    if {source.name, target.name} == {TEXT.name, STRING.name}:
+        return True
+    return target.name in source.feeds
