@@ -1,0 +1,240 @@
+"""Headless runs: `app --run WORKFLOW.json`, with rich progress, `--set` overrides and a JSON report.
+
+Lives here: `run_headless`, `parse_set`, `apply_overrides`, `HeadlessPrinter`. Imports `nodes`, `memory`,
+rich. No Qt: the GUI is never imported on this path.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+
+from memory import MemoryConfig, MemoryManager
+from nodes.context import CancelToken
+from nodes.events import (
+    NodeCached,
+    NodeFailed,
+    NodeFinished,
+    NodeLog,
+    NodeProgress,
+    NodeStarted,
+    NodeText,
+    RunEvent,
+    RunFinished,
+    RunStarted,
+)
+from nodes.executor import Executor, RunResult
+from nodes.registry import NodeRegistry
+from nodes.workflow import Problem, Workflow, WorkflowError, atomic_write_text, load_workflow, validate
+
+EXIT_OK, EXIT_FAILED, EXIT_INVALID, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+@dataclass(frozen=True)
+class Override:
+    node: str
+    param: str
+    raw: str
+
+
+def parse_set(items: list[str]) -> tuple[list[Override], list[str]]:
+    """`NODE.PARAM=VALUE` strings -> overrides, plus messages for the malformed ones."""
+    overrides, errors = [], []
+    for item in items:
+        target, sep, raw = item.partition("=")
+        node, dot, param = target.partition(".")
+        if not sep or not dot or not node or not param:
+            errors.append(f"--set {item!r}: expected NODE.PARAM=VALUE, e.g. --set sampler.steps=30")
+            continue
+        overrides.append(Override(node, param, raw))
+    return overrides, errors
+
+
+def _coerce(raw: str, kind: str) -> Any:
+    """Text from the command line -> the parameter's type; leaves it as text when it does not parse."""
+    if kind in ("int", "seed"):
+        try:
+            return int(raw)
+        except ValueError:
+            return raw
+    if kind == "float":
+        try:
+            return float(raw)
+        except ValueError:
+            return raw
+    if kind == "bool":
+        lowered = raw.lower()
+        if lowered in ("1", "true", "yes", "on"):
+            return True
+        if lowered in ("0", "false", "no", "off"):
+            return False
+        return raw
+    if kind == "choice":
+        try:
+            return json.loads(raw) if not raw.isalpha() else raw
+        except json.JSONDecodeError:
+            return raw
+    return raw
+
+
+def apply_overrides(wf: Workflow, overrides: list[Override], registry: NodeRegistry) -> list[Problem]:
+    problems = []
+    for o in overrides:
+        node = wf.nodes.get(o.node)
+        if node is None:
+            problems.append(Problem("--set", o.node, o.param, f"no node {o.node!r} in {wf.source}"))
+            continue
+        spec = registry.get(node.type)
+        param = spec.param(o.param) if spec else None
+        if param is None:
+            problems.append(Problem("--set", o.node, o.param, f"{node.type} has no parameter {o.param!r}"))
+            continue
+        node.params[o.param] = _coerce(o.raw, param.kind)
+    return problems
+
+
+class HeadlessPrinter:
+    """Turns executor events into a rich progress display on stderr and streamed text on stdout."""
+
+    def __init__(self, console: Console, quiet: bool) -> None:
+        self.console = console
+        self.quiet = quiet
+        self.progress = Progress(
+            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+            TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), console=console, transient=False,
+            disable=quiet,
+        )
+        self.tasks: dict[str, TaskID] = {}
+        self.streaming: str | None = None
+
+    def __enter__(self) -> HeadlessPrinter:
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.__exit__(None, None, None)
+
+    def _say(self, message: str) -> None:
+        if not self.quiet:
+            self.progress.console.print(message, highlight=False)
+
+    def __call__(self, event: RunEvent) -> None:
+        if isinstance(event, RunStarted):
+            self._say(f"[bold]run {event.run_index + 1}[/]: {len(event.node_ids)} nodes")
+        elif isinstance(event, NodeStarted):
+            self._say(f"  [cyan]{event.node_id}[/] ({event.node_type}) started")
+        elif isinstance(event, NodeProgress):
+            unit = "tok/s" if "token" in event.kind else "it/s"
+            task = self.tasks.get(event.node_id)
+            if task is None:
+                task = self.progress.add_task(f"  {event.node_id}", total=event.total, rate="")
+                self.tasks[event.node_id] = task
+            self.progress.update(task, completed=event.step, total=event.total, rate=f"{event.rate:.1f} {unit}")
+        elif isinstance(event, NodeText):
+            if self.quiet:
+                return
+            if self.streaming != event.node_id:
+                self.streaming = event.node_id
+                sys.stdout.write(f"\n[{event.node_id}] ")
+            sys.stdout.write(event.delta)
+            if event.final:
+                sys.stdout.write("\n")
+                self.streaming = None
+            sys.stdout.flush()
+        elif isinstance(event, NodeLog):
+            self._say(f"  [dim]{event.node_id}: {event.message}[/]")
+        elif isinstance(event, NodeCached):
+            self._say(f"  [green]{event.node_id}[/] cached")
+        elif isinstance(event, NodeFinished):
+            if self.streaming == event.node_id:
+                sys.stdout.write("\n")
+                sys.stdout.flush()
+                self.streaming = None
+            files = "".join(f"\n      -> {f}" for f in event.files)
+            self._say(f"  [green]{event.node_id}[/] done in {event.seconds:.2f} s{files}")
+        elif isinstance(event, NodeFailed):
+            # Errors are shown even when quiet.
+            self.progress.console.print(f"  [red]{event.node_id} ({event.node_type}) failed[/]: "
+                                        f"{event.error_type}: {event.message}", highlight=False)
+        elif isinstance(event, RunFinished):
+            status = "ok" if event.ok else ("cancelled" if event.cancelled else "failed")
+            self._say(f"[bold]run {event.run_index + 1} {status}[/] in {event.seconds:.2f} s")
+
+
+def build_report(wf: Workflow, results: list[RunResult], memory: MemoryManager) -> dict[str, Any]:
+    return {
+        "ok": bool(results) and all(r.ok for r in results),
+        "workflow": wf.source,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "runs": [r.to_json() for r in results],
+        "memory": memory.report(),
+    }
+
+
+def run_headless(args: Any, registry: NodeRegistry) -> int:
+    err = Console(stderr=True)
+    overrides, set_errors = parse_set(args.set or [])
+    for message in set_errors:
+        err.print(f"[red]error[/]: {message}", highlight=False)
+    if set_errors:
+        return EXIT_INVALID
+    try:
+        wf = load_workflow(args.run, registry)
+    except WorkflowError as exc:
+        err.print(f"[red]error[/]: {exc}", highlight=False)
+        return EXIT_INVALID
+    problems = apply_overrides(wf, overrides, registry) + validate(wf, registry)
+    if problems:
+        err.print(f"[red]error[/]: {WorkflowError(problems)}", highlight=False)
+        return EXIT_INVALID
+    try:
+        memory = MemoryManager(MemoryConfig(device=args.device, policy=args.offload,
+                                            vram_budget=args.vram_budget, ram_budget=args.ram_budget))
+    except ValueError as exc:
+        err.print(f"[red]error[/]: {exc}", highlight=False)
+        return EXIT_INVALID
+
+    executor = Executor(registry, memory, allow_pickle=args.allow_pickle)
+    cancel = CancelToken()
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        if cancel.cancelled:
+            raise KeyboardInterrupt  # a second Ctrl+C: stop now
+        err.print("\n[yellow]cancelling at the next step (Ctrl+C again to abort)[/]")
+        cancel.cancel()
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    results: list[RunResult] = []
+    out_dir = Path(args.out)
+    try:
+        with HeadlessPrinter(err, args.quiet) as printer:
+            for _ in range(max(1, args.repeat)):
+                result = executor.run(wf, out_dir=out_dir, on_event=printer, cancel=cancel)
+                results.append(result)
+                if not result.ok:
+                    break
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        report = build_report(wf, results, memory)
+        if args.report:
+            atomic_write_text(Path(args.report), json.dumps(report, indent=2, default=str) + "\n")
+        memory.close()
+    if cancel.cancelled:
+        return EXIT_INTERRUPTED
+    if not report["ok"]:
+        failed = results[-1]
+        err.print(f"[red]run failed[/] at node {failed.failed_node!r}: {failed.error}", highlight=False)
+        return EXIT_FAILED
+    if not args.quiet:
+        written = [f for r in results for n in r.nodes.values() for f in n.files]
+        err.print(f"[bold green]done[/]: {len(written)} file(s) under {out_dir}"
+                  + (f"; report {args.report}" if args.report else ""))
+    return EXIT_OK

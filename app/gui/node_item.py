@@ -1,0 +1,228 @@
+"""A node on the canvas: header with title and category colour, typed ports, compact parameter values and
+the run state (queued, running with a progress bar in the header, cached, done with seconds, error).
+
+Lives here: `NodeItem`, `NodeRunState`. Imports Qt, `app.gui.port_item`, `app.gui.theme`, `nodes`.
+Values are edited in the inspector dock; the node only displays them (cheap for big graphs, see FINDINGS).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from PySide6.QtCore import QPointF, QRectF, Qt
+from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter, QPainterPath, QPen
+from PySide6.QtWidgets import QGraphicsItem, QStyleOptionGraphicsItem, QWidget
+
+from app.gui import theme
+from app.gui.port_item import PortItem
+from nodes.spec import NodeSpec, Param
+from nodes.workflow import PARAM_PORT_TYPES
+
+if TYPE_CHECKING:
+    from nodes.graph_model import GraphModel
+
+WIDTH = 230.0
+HEADER = 28.0
+ROW = 22.0
+PAD = 8.0
+
+
+@dataclass
+class NodeRunState:
+    status: str = ""  # "" | queued | running | cached | done | error | cancelled
+    step: int = 0
+    total: int = 0
+    seconds: float = 0.0
+    message: str = ""
+
+
+def format_value(param: Param, value: Any) -> str:
+    if param.kind == "bool":
+        return "on" if value else "off"
+    if param.kind == "float" and isinstance(value, (int, float)):
+        return f"{value:g}"
+    if param.kind in ("text", "string", "path"):
+        text = str(value or "").replace("\n", " ")
+        if param.kind == "path" and "/" in text:
+            text = "…/" + text.rsplit("/", 1)[-1]
+        return f"“{text}”" if param.kind == "text" else (text or "—")
+    return str(value)
+
+
+class NodeItem(QGraphicsItem):
+    def __init__(self, model: GraphModel, node_id: str) -> None:
+        super().__init__()
+        self.model, self.node_id = model, node_id
+        self.spec: NodeSpec | None = model.spec(node_id)
+        self.state = NodeRunState()
+        self.inputs: dict[str, PortItem] = {}
+        self.outputs: dict[str, PortItem] = {}
+        self.setFlags(QGraphicsItem.GraphicsItemFlag.ItemIsMovable | QGraphicsItem.GraphicsItemFlag.ItemIsSelectable
+                      | QGraphicsItem.GraphicsItemFlag.ItemSendsGeometryChanges)
+        self.setZValue(1)
+        self._title_font = QFont()
+        self._title_font.setBold(True)
+        self._title_font.setPointSizeF(10)
+        self._small = QFont()
+        self._small.setPointSizeF(8.5)
+        self._build_ports()
+        self.setPos(QPointF(*model.pos(node_id)))
+        self.refresh_tooltip()
+
+    # -- layout -----------------------------------------------------------------------------------
+
+    def _build_ports(self) -> None:
+        spec = self.spec
+        if spec is None:
+            self.height = HEADER + ROW + PAD
+            return
+        rows = max(len(spec.inputs), len(spec.outputs))
+        for i, inp in enumerate(spec.inputs):
+            self.inputs[inp.name] = PortItem(self, self.node_id, inp.name, "in", inp.type)
+            self.inputs[inp.name].setPos(0, HEADER + ROW * (i + 0.5) + 4)
+        for i, out in enumerate(spec.outputs):
+            self.outputs[out.name] = PortItem(self, self.node_id, out.name, "out", out.type)
+            self.outputs[out.name].setPos(WIDTH, HEADER + ROW * (i + 0.5) + 4)
+        top = HEADER + ROW * rows + 4 + (4 if rows else 0)
+        self.param_top = top
+        for i, param in enumerate(spec.params):
+            port = PortItem(self, self.node_id, param.name, "in", PARAM_PORT_TYPES[param.kind], is_param=True)
+            port.setPos(0, top + ROW * (i + 0.5))
+            self.inputs[param.name] = port
+        self.height = top + ROW * len(spec.params) + PAD
+
+    def boundingRect(self) -> QRectF:
+        return QRectF(-2, -2, WIDTH + 4, self.height + 4)
+
+    def rect(self) -> QRectF:
+        return QRectF(0, 0, WIDTH, self.height)
+
+    def port(self, name: str, direction: str) -> PortItem | None:
+        return (self.inputs if direction == "in" else self.outputs).get(name)
+
+    # -- state ------------------------------------------------------------------------------------
+
+    def set_state(self, state: NodeRunState) -> None:
+        self.state = state
+        self.refresh_tooltip()
+        self.update()
+
+    def refresh_tooltip(self) -> None:
+        title = self.spec.title if self.spec else "unknown node type"
+        lines = [f"<b>{title}</b> <i>({self.node_id})</i>"]
+        if self.spec is not None and self.spec.description:
+            lines.append(self.spec.description)
+        if self.state.status == "error":
+            lines.append(f"<span style='color:{theme.ERROR}'>Error: {self.state.message}</span>")
+        elif self.state.status == "done":
+            lines.append(f"Ran in {self.state.seconds:.2f} s")
+        elif self.state.status == "cached":
+            lines.append("Result reused from the cache")
+        self.setToolTip("<br>".join(lines))
+
+    def _badge(self) -> tuple[str, QColor]:
+        s = self.state
+        if s.status == "running":
+            return (f"{s.step}/{s.total}" if s.total else "running…"), QColor(theme.RUNNING)
+        if s.status == "done":
+            return f"✓ {s.seconds:.2f} s", QColor(theme.DONE)
+        if s.status == "cached":
+            return "cached", QColor(theme.CACHED)
+        if s.status == "queued":
+            return "queued", QColor(theme.QUEUED)
+        if s.status == "error":
+            return "✕ error", QColor(theme.ERROR)
+        if s.status == "cancelled":
+            return "cancelled", QColor(theme.TEXT_DIM)
+        return "", QColor(theme.TEXT_DIM)
+
+    # -- painting ---------------------------------------------------------------------------------
+
+    def paint(self, painter: QPainter, option: QStyleOptionGraphicsItem, widget: QWidget | None = None) -> None:
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+        rect = self.rect()
+        body = QPainterPath()
+        body.addRoundedRect(rect, 7, 7)
+        painter.fillPath(body, QColor(theme.NODE_BODY))
+        header = QPainterPath()
+        header.addRoundedRect(QRectF(0, 0, WIDTH, HEADER), 7, 7)
+        header.addRect(QRectF(0, HEADER - 8, WIDTH, 8))
+        color = theme.category_color(self.spec.category) if self.spec else QColor(theme.ERROR)
+        painter.fillPath(header.simplified(), color)
+        s = self.state
+        if s.status == "running" and s.total:
+            frac = min(1.0, s.step / s.total)
+            painter.fillRect(QRectF(0, HEADER - 4, WIDTH * frac, 4), QColor(theme.RUNNING))
+        elif s.status == "running":
+            painter.fillRect(QRectF(0, HEADER - 4, WIDTH, 4), QColor(theme.RUNNING).darker(150))
+        # Title and badge.
+        badge, badge_color = self._badge()
+        painter.setFont(self._small)
+        badge_w = QFontMetrics(self._small).horizontalAdvance(badge) + 10 if badge else 0
+        if badge:
+            painter.setPen(badge_color.lighter(130))
+            painter.drawText(QRectF(WIDTH - badge_w - 6, 0, badge_w, HEADER - 2),
+                             Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter, badge)
+        painter.setFont(self._title_font)
+        painter.setPen(QColor(theme.TEXT))
+        title = self.spec.title if self.spec else self.model.node(self.node_id).type
+        fm = QFontMetrics(self._title_font)
+        title = fm.elidedText(title, Qt.TextElideMode.ElideRight, int(WIDTH - badge_w - 20))
+        painter.drawText(QRectF(10, 0, WIDTH, HEADER - 2), Qt.AlignmentFlag.AlignVCenter, title)
+        self._paint_rows(painter)
+        # Border: selection, error, running.
+        if s.status == "error":
+            pen = QPen(QColor(theme.ERROR), 2.5)
+        elif self.isSelected():
+            pen = QPen(QColor(theme.SELECTED), 2)
+        elif s.status == "running":
+            pen = QPen(QColor(theme.RUNNING), 2)
+        else:
+            pen = QPen(QColor(theme.NODE_BORDER), 1)
+        painter.setPen(pen)
+        painter.setBrush(Qt.BrushStyle.NoBrush)
+        painter.drawPath(body)
+
+    def _paint_rows(self, painter: QPainter) -> None:
+        spec = self.spec
+        if spec is None:
+            painter.setPen(QColor(theme.ERROR))
+            painter.drawText(QRectF(PAD, HEADER, WIDTH - 2 * PAD, ROW), Qt.AlignmentFlag.AlignVCenter,
+                             "unknown node type")
+            return
+        painter.setFont(self._small)
+        fm = QFontMetrics(self._small)
+        node = self.model.node(self.node_id)
+        for name, port in self.inputs.items():
+            if port.is_param:
+                continue
+            painter.setPen(QColor(theme.TEXT))
+            painter.drawText(QRectF(14, port.y() - ROW / 2, WIDTH / 2 - 14, ROW), Qt.AlignmentFlag.AlignVCenter, name)
+        for name, port in self.outputs.items():
+            painter.setPen(QColor(theme.TEXT))
+            painter.drawText(QRectF(WIDTH / 2, port.y() - ROW / 2, WIDTH / 2 - 14, ROW),
+                             Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignRight, name)
+        for param in spec.params:
+            port = self.inputs[param.name]
+            y = port.y() - ROW / 2 + 2
+            row = QRectF(10, y, WIDTH - 20, ROW - 4)
+            painter.setPen(Qt.PenStyle.NoPen)
+            painter.setBrush(QColor("#2a2c31"))
+            painter.drawRoundedRect(row, 4, 4)
+            painter.setPen(QColor(theme.TEXT_DIM))
+            label_w = min(fm.horizontalAdvance(param.name) + 8, 100)
+            painter.drawText(row.adjusted(6, 0, 0, 0), Qt.AlignmentFlag.AlignVCenter, param.name)
+            wired = param.name in node.inputs
+            value = "← wired" if wired else format_value(param, node.params.get(param.name))
+            painter.setPen(QColor(theme.TEXT_DIM if wired else theme.TEXT))
+            value = fm.elidedText(value, Qt.TextElideMode.ElideRight, int(row.width() - label_w - 14))
+            painter.drawText(row.adjusted(0, 0, -6, 0), Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignRight,
+                             value)
+
+    # -- movement ---------------------------------------------------------------------------------
+
+    def itemChange(self, change: QGraphicsItem.GraphicsItemChange, value: Any) -> Any:
+        if change == QGraphicsItem.GraphicsItemChange.ItemPositionHasChanged and self.scene() is not None:
+            self.scene().node_item_moved(self)  # type: ignore[attr-defined]
+        return super().itemChange(change, value)

@@ -1,0 +1,93 @@
+"""`app` / `nodeloom`: the one entry point for the GUI, headless runs and small utilities.
+
+Lives here: argument parsing and dispatch (`main`). Imports `app.cli`, `nodes`, `pipelines`; the GUI
+(`app.gui`, Qt) is imported only when a window is asked for, so headless runs never load Qt.
+
+    app                              open the editor
+    app WORKFLOW.json                open the editor on a workflow (or a PNG with one embedded)
+    app --run WORKFLOW.json [...]    run it without a window
+    app models make-demo             build the tiny demo models offline
+    app nodes                        list the node types (including installed node packs)
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from app.cli import EXIT_INVALID, run_headless
+from nodes.registry import default_registry
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="app", description="Nodeloom: node graphs for diffusion and LLM pipelines "
+                                "that fit the device you have.")
+    p.add_argument("workflow", nargs="?", type=Path, help="workflow to open in the editor")
+    p.add_argument("--run", type=Path, metavar="WORKFLOW", help="run a workflow without a window")
+    p.add_argument("--out", default="outputs", help="output folder (default ./outputs)")
+    p.add_argument("--set", action="append", metavar="NODE.PARAM=VALUE", help="override a parameter; repeatable")
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda:N | mps (default auto)")
+    p.add_argument("--offload", default="auto", choices=["none", "sequential", "auto", "stream"],
+                   help="how models share the device (default auto)")
+    p.add_argument("--vram-budget", help="device memory budget: bytes (6GiB) or a fraction of free memory (0.5)")
+    p.add_argument("--ram-budget", help="host memory budget for CPU runs: bytes (8GiB) or a fraction (0.5)")
+    p.add_argument("--repeat", type=int, default=1, help="run N times in one process (later runs use the cache)")
+    p.add_argument("--report", type=Path, help="write a JSON report of the run(s) here")
+    p.add_argument("--quiet", action="store_true", help="print only errors")
+    p.add_argument("--allow-pickle", action="store_true",
+                   help="allow .ckpt/.pt/.bin checkpoints (they can run code: only for files you trust)")
+    return p
+
+
+def _models_command(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="app models")
+    sub = p.add_subparsers(dest="action", required=True)
+    sub.add_parser("make-demo", help="build the tiny random demo models into the user data dir (offline)")
+    args = p.parse_args(argv)
+    if args.action == "make-demo":
+        from pipelines.diffusion.demo_models import make_all_demo_models
+
+        for path in make_all_demo_models():
+            print(path)
+    return 0
+
+
+def _nodes_command(argv: list[str]) -> int:
+    registry = default_registry()
+    for category, specs in registry.categories().items():
+        print(category)
+        for spec in specs:
+            print(f"  {spec.type:<22} {spec.description}")
+    for name, reason in registry.load_errors:
+        print(f"node pack {name!r} failed to load: {reason}", file=sys.stderr)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["models"]:
+        return _models_command(argv[1:])
+    if argv[:1] == ["nodes"]:
+        return _nodes_command(argv[1:])
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse exits 2 on bad arguments, 0 on --help
+        return int(exc.code or 0)
+    registry = default_registry()
+    if args.run is not None:
+        if args.repeat < 1:
+            print("error: --repeat must be at least 1", file=sys.stderr)
+            return EXIT_INVALID
+        return run_headless(args, registry)
+    try:
+        from app.gui import launch
+    except ImportError as exc:
+        print(f"the desktop GUI is not available ({exc}); use --run for headless runs", file=sys.stderr)
+        return EXIT_INVALID
+    return launch(args.workflow, registry)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,112 @@
+"""The context a node's `run` receives: the services it may use for this one call.
+
+Lives here: `NodeContext`, `Cancelled`, `CancelToken`. Imports `memory` and `nodes.events`.
+A fresh context is built for every node run (as InvokeAI does), so a node never touches the executor,
+the registry or any global. Progress calls are also the cancellation points: `ctx.progress(...)`
+raises `Cancelled` once the user has asked to stop.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from memory import MemoryManager
+from nodes.events import NodeLog, NodePreview, NodeProgress, NodeText, RunEvent
+
+
+class Cancelled(Exception):
+    """Raised inside a node when the run was cancelled; the executor stops cleanly."""
+
+
+class CancelToken:
+    """A thread-safe flag: the GUI or a Ctrl+C handler sets it, nodes check it between steps."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+
+    def cancel(self) -> None:
+        self._event.set()
+
+    def reset(self) -> None:
+        self._event.clear()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._event.is_set()
+
+
+class NodeContext:
+    def __init__(
+        self,
+        *,
+        node_id: str,
+        node_type: str,
+        memory: MemoryManager,
+        out_dir: Path,
+        workflow_json: dict[str, Any],
+        emit: Callable[[RunEvent], None],
+        cancel: CancelToken,
+        allow_pickle: bool = False,
+    ) -> None:
+        self.node_id = node_id
+        self.node_type = node_type
+        self.memory = memory
+        self.out_dir = out_dir
+        # The whole workflow as saved, for embedding in output files (PNG text chunk).
+        self.workflow_json = workflow_json
+        # Pickle checkpoints (.ckpt/.pt/.bin) can run code when loaded: only with explicit opt-in.
+        self.allow_pickle = allow_pickle
+        self.files: list[str] = []
+        self.metrics: dict[str, float] = {}
+        self._emit = emit
+        self._cancel = cancel
+        self._started = time.perf_counter()
+        self._last_step = self._started
+
+    @property
+    def device(self) -> Any:
+        return self.memory.device
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancel.cancelled
+
+    def check_cancelled(self) -> None:
+        if self._cancel.cancelled:
+            raise Cancelled(f"cancelled in node {self.node_id!r}")
+
+    def progress(self, step: int, total: int, *, kind: str = "step", preview: Any = None) -> None:
+        """Report that step `step` (1-based) of `total` is done; raises `Cancelled` when asked to stop."""
+        now = time.perf_counter()
+        seconds = now - self._last_step
+        self._last_step = now
+        elapsed = now - self._started
+        rate = step / elapsed if elapsed > 0 else 0.0
+        self.memory.record_step(self.node_id, kind, step, total, seconds)
+        self._emit(NodeProgress(self.node_id, step, total, rate, kind))
+        if preview is not None:
+            self._emit(NodePreview(self.node_id, preview, final=False))
+        self.check_cancelled()
+
+    def text(self, delta: str, *, final: bool = False) -> None:
+        """Stream text out (LLM tokens); also a cancellation point."""
+        self._emit(NodeText(self.node_id, delta, final))
+        self.check_cancelled()
+
+    def preview(self, image: Any, *, final: bool = True) -> None:
+        self._emit(NodePreview(self.node_id, image, final))
+
+    def log(self, message: str) -> None:
+        self._emit(NodeLog(self.node_id, message))
+
+    def wrote_file(self, path: Path) -> None:
+        """Record a file this node wrote; it appears in the event and the run report."""
+        self.files.append(str(path))
+
+    def metric(self, name: str, value: float) -> None:
+        """A figure for the report (e.g. "ttft_s", "decode_tokens_per_s", "kv_bytes")."""
+        self.metrics[name] = float(value)

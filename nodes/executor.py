@@ -1,0 +1,267 @@
+"""The executor: runs what the requested outputs need, in topological order, with a cache.
+
+Lives here: `Executor`, `RunResult`, `NodeResult`, `NodeRunError`. Imports `memory`, `nodes.*`.
+
+Each node's cache key (its signature) hashes its type, version and parameters together with the
+signatures of the nodes feeding it, so after an edit only that node and its descendants re-run
+(ComfyUI's input-signature cache, without its globals). The executor keeps one cached entry per
+node id, so memory held by the cache is bounded by the graph. A failing node stops the run with the
+error attached to it; a device out-of-memory gets one retry under a stricter offload policy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+import traceback
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from memory import MemoryConfig, MemoryManager
+from nodes.context import Cancelled, CancelToken, NodeContext
+from nodes.events import (
+    NodeCached,
+    NodeFailed,
+    NodeFinished,
+    NodeStarted,
+    RunEvent,
+    RunFinished,
+    RunStarted,
+)
+from nodes.registry import NodeRegistry
+from nodes.spec import NodeSpec
+from nodes.workflow import Workflow, WorkflowError, validate
+
+log = logging.getLogger(__name__)
+
+
+class NodeRunError(Exception):
+    """What a node raised, with the node it happened in."""
+
+    def __init__(self, node_id: str, node_type: str, error_type: str, message: str) -> None:
+        self.node_id, self.node_type, self.error_type = node_id, node_type, error_type
+        super().__init__(f"node {node_id!r} ({node_type}) failed: {error_type}: {message}")
+
+
+@dataclass
+class NodeResult:
+    status: str  # "ran" | "cached" | "error" | "cancelled" | "pending"
+    node_type: str
+    seconds: float = 0.0
+    files: list[str] = field(default_factory=list)
+    metrics: dict[str, float] = field(default_factory=dict)
+    error: dict[str, str] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"type": self.node_type, "status": self.status, "seconds": round(self.seconds, 4),
+                               "outputs": list(self.files)}
+        if self.metrics:
+            out["metrics"] = dict(self.metrics)
+        if self.error is not None:
+            out["error"] = dict(self.error)
+        return out
+
+
+@dataclass
+class RunResult:
+    run_index: int
+    ok: bool = False
+    cancelled: bool = False
+    seconds: float = 0.0
+    nodes: dict[str, NodeResult] = field(default_factory=dict)
+    outputs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    error: str | None = None
+    failed_node: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"index": self.run_index, "ok": self.ok, "cancelled": self.cancelled,
+                "seconds": round(self.seconds, 4), "error": self.error, "failed_node": self.failed_node,
+                "nodes": {nid: r.to_json() for nid, r in self.nodes.items()}}
+
+
+def _canonical(value: Any) -> Any:
+    """A JSON-able stand-in for a parameter value, for hashing."""
+    if isinstance(value, float) and value.is_integer():
+        return value  # json keeps 1.0 and 1 apart; so do we
+    return value
+
+
+class Executor:
+    def __init__(self, registry: NodeRegistry, memory: MemoryManager | None = None, *,
+                 allow_pickle: bool = False) -> None:
+        self.registry = registry
+        self.memory = memory if memory is not None else MemoryManager(MemoryConfig(device="cpu", policy="auto"))
+        self.allow_pickle = allow_pickle
+        # node id -> (signature, outputs): one entry per node, replaced when its signature changes.
+        self._cache: dict[str, tuple[str, dict[str, Any]]] = {}
+        self._runs = 0
+
+    # -- planning ---------------------------------------------------------------------------------
+
+    def sinks(self, wf: Workflow) -> list[str]:
+        return [nid for nid, node in wf.nodes.items() if (spec := self.registry.get(node.type)) and spec.is_output]
+
+    def plan(self, wf: Workflow, targets: Iterable[str] | None = None) -> list[str]:
+        """The nodes the targets need (default: every output node), upstream first."""
+        wanted = list(targets) if targets is not None else self.sinks(wf)
+        if targets is None and not wanted:
+            wanted = list(wf.nodes)  # a graph with no sink: run it all rather than nothing
+        order: list[str] = []
+        state: dict[str, int] = {}  # 1 visiting, 2 done
+
+        def visit(nid: str) -> None:
+            if state.get(nid) == 2:
+                return
+            if state.get(nid) == 1:
+                raise ValueError(f"cycle through node {nid!r}")
+            state[nid] = 1
+            # Sorted for a stable order across runs and machines.
+            for port in sorted(wf.nodes[nid].inputs):
+                visit(wf.nodes[nid].inputs[port].node)
+            state[nid] = 2
+            order.append(nid)
+
+        for nid in wanted:
+            if nid not in wf.nodes:
+                raise KeyError(f"no node {nid!r} in the workflow")
+            visit(nid)
+        return order
+
+    def signatures(self, wf: Workflow, order: list[str]) -> dict[str, str]:
+        sigs: dict[str, str] = {}
+        for nid in order:
+            node = wf.nodes[nid]
+            spec = self.registry[node.type]
+            key = {
+                "type": node.type,
+                "version": spec.version,
+                "params": {k: _canonical(v) for k, v in sorted(node.params.items()) if k not in node.inputs},
+                "inputs": {port: [sigs[link.node], link.output] for port, link in sorted(node.inputs.items())},
+            }
+            blob = json.dumps(key, sort_keys=True, default=repr).encode()
+            sigs[nid] = hashlib.sha256(blob).hexdigest()
+        return sigs
+
+    def clear_cache(self) -> None:
+        self._cache.clear()
+
+    def cached_node_ids(self, wf: Workflow) -> set[str]:
+        """Nodes whose cached outputs are still valid for this workflow (the editor shows them as cached)."""
+        order = self.plan(wf, targets=list(wf.nodes))
+        sigs = self.signatures(wf, order)
+        return {nid for nid in order if nid in self._cache and self._cache[nid][0] == sigs[nid]}
+
+    # -- running ----------------------------------------------------------------------------------
+
+    def run(
+        self,
+        wf: Workflow,
+        *,
+        targets: Iterable[str] | None = None,
+        out_dir: Path | str = "outputs",
+        on_event: Callable[[RunEvent], None] | None = None,
+        cancel: CancelToken | None = None,
+    ) -> RunResult:
+        """Run the workflow once. Never raises for a node's failure: the result carries it."""
+        problems = validate(wf, self.registry)
+        if problems:
+            raise WorkflowError(problems)
+        emit = on_event or (lambda event: None)
+        cancel = cancel or CancelToken()
+        out_dir = Path(out_dir)
+        run_index = self._runs
+        self._runs += 1
+        result = RunResult(run_index)
+        order = self.plan(wf, targets)
+        sigs = self.signatures(wf, order)
+        workflow_json = wf.to_dict()
+        values: dict[str, dict[str, Any]] = {}
+        for nid in order:
+            result.nodes[nid] = NodeResult("pending", wf.nodes[nid].type)
+        started = time.perf_counter()
+        emit(RunStarted(run_index, tuple(order)))
+        try:
+            for nid in order:
+                if cancel.cancelled:
+                    raise Cancelled("cancelled before node " + repr(nid))
+                node = wf.nodes[nid]
+                spec = self.registry[node.type]
+                cached = self._cache.get(nid)
+                if cached is not None and cached[0] == sigs[nid]:
+                    values[nid] = cached[1]
+                    result.nodes[nid].status = "cached"
+                    emit(NodeCached(nid, node.type))
+                    continue
+                kwargs = dict(node.params)
+                for port, link in node.inputs.items():
+                    kwargs[port] = values[link.node][link.output]
+                for inp in spec.inputs:
+                    kwargs.setdefault(inp.name, None)  # optional inputs left unconnected
+                outputs = self._run_node(nid, spec, kwargs, result, emit, cancel, out_dir, workflow_json)
+                values[nid] = outputs
+                self._cache[nid] = (sigs[nid], outputs)
+            result.ok = True
+        except Cancelled:
+            result.cancelled = True
+            result.error = "cancelled"
+            for r in result.nodes.values():
+                if r.status == "pending":
+                    r.status = "cancelled"
+        except NodeRunError as exc:
+            result.error = str(exc)
+            result.failed_node = exc.node_id
+        result.seconds = time.perf_counter() - started
+        result.outputs = values
+        emit(RunFinished(run_index, result.ok, result.cancelled, result.seconds, result.error))
+        return result
+
+    def _run_node(
+        self, nid: str, spec: NodeSpec, kwargs: dict[str, Any], result: RunResult,
+        emit: Callable[[RunEvent], None], cancel: CancelToken, out_dir: Path, workflow_json: dict[str, Any],
+    ) -> dict[str, Any]:
+        record = result.nodes[nid]
+        emit(NodeStarted(nid, spec.type))
+        started = time.perf_counter()
+        retried = False
+        while True:
+            ctx = NodeContext(node_id=nid, node_type=spec.type, memory=self.memory, out_dir=out_dir,
+                              workflow_json=workflow_json, emit=emit, cancel=cancel,
+                              allow_pickle=self.allow_pickle)
+            try:
+                with self.memory.node_scope(nid, spec.type):
+                    outputs = spec.run(ctx, **kwargs)
+                break
+            except Cancelled:
+                record.status = "cancelled"
+                record.seconds = time.perf_counter() - started
+                raise
+            except Exception as exc:  # a node may raise anything; it is reported, never swallowed
+                if not retried and self.memory.is_oom(exc) and self.memory.recover_from_oom():
+                    retried = True
+                    log.warning("node %s ran out of memory; retrying under policy %r", nid, self.memory.policy)
+                    continue
+                message = str(exc) or type(exc).__name__
+                if self.memory.is_oom(exc):
+                    message += "\n\nWhat was where:\n" + self.memory.ledger_text()
+                record.status = "error"
+                record.seconds = time.perf_counter() - started
+                record.error = {"type": type(exc).__name__, "message": message,
+                                "traceback": traceback.format_exc()}
+                emit(NodeFailed(nid, spec.type, type(exc).__name__, message, record.seconds))
+                raise NodeRunError(nid, spec.type, type(exc).__name__, message) from exc
+        missing = [o.name for o in spec.outputs if o.name not in (outputs or {})]
+        if missing:
+            message = f"{spec.type}.run returned no value for output(s) {missing}"
+            record.status, record.error = "error", {"type": "NodeContractError", "message": message}
+            emit(NodeFailed(nid, spec.type, "NodeContractError", message, time.perf_counter() - started))
+            raise NodeRunError(nid, spec.type, "NodeContractError", message)
+        record.status = "ran"
+        record.seconds = time.perf_counter() - started
+        record.files = list(ctx.files)
+        record.metrics = dict(ctx.metrics)
+        emit(NodeFinished(nid, spec.type, record.seconds, tuple(ctx.files), dict(ctx.metrics)))
+        return outputs

