@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 DEV_STAMP := $(VENV)/.installed-dev
 DEMO := resources/workflows/txt2img.json
 
-.PHONY: setup setup-dev run demo test lint bench clean
+.PHONY: setup setup-dev run demo test lint bench bench-gpu train-shapes eval-shapes clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,19 @@ lint: setup-dev
 
 bench: setup
 	$(BIN)/python benchmarks/offload_cpu.py
+	$(BIN)/python benchmarks/diffusion_overhead.py
+	$(BIN)/python benchmarks/llm_cpu.py
+
+# One script for a machine with a CUDA GPU (install a CUDA torch through TORCH_SPEC first).
+bench-gpu: setup
+	$(BIN)/python benchmarks/offload_gpu.py
+
+# Retrain the shipped demo model from scratch (~45 min on 2 cores), then evaluate it.
+train-shapes: setup
+	$(BIN)/python -m pipelines.shapes.train --out resources/models/shapes-sd
+
+eval-shapes: setup
+	$(BIN)/python -m pipelines.shapes.evaluate resources/models/shapes-sd
 
 clean:
 	rm -rf $(VENV) outputs build *.egg-info

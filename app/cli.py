@@ -17,7 +17,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
-from memory import MemoryConfig, MemoryManager
+from memory import LoadEvent, MemoryConfig, MemoryManager, TransferEvent, UnloadEvent
 from nodes.context import CancelToken
 from nodes.events import (
     NodeCached,
@@ -101,6 +101,10 @@ def apply_overrides(wf: Workflow, overrides: list[Override], registry: NodeRegis
     return problems
 
 
+def _mib(nbytes: int) -> str:
+    return f"{nbytes / 2**20:,.1f} MiB"
+
+
 class HeadlessPrinter:
     """Turns executor events into a rich progress display on stderr and streamed text on stdout."""
 
@@ -121,6 +125,16 @@ class HeadlessPrinter:
 
     def __exit__(self, *exc: object) -> None:
         self.progress.__exit__(None, None, None)
+
+    def on_memory(self, event: object) -> None:
+        """Model loads and unloads, as the memory manager reports them (called on the compute thread)."""
+        if isinstance(event, LoadEvent):
+            self._say(f"    [magenta]load[/] {event.component} {_mib(event.nbytes)} "
+                      f"({event.source} -> {event.target}) in {event.seconds:.2f} s")
+        elif isinstance(event, UnloadEvent):
+            self._say(f"    [magenta]unload[/] {event.component} {_mib(event.nbytes)} in {event.seconds:.2f} s")
+        elif isinstance(event, TransferEvent):
+            self._say(f"    [magenta]streamed[/] {event.component} {_mib(event.nbytes)} at {event.gbps:.1f} GB/s")
 
     def _say(self, message: str) -> None:
         if not self.quiet:
@@ -216,6 +230,7 @@ def run_headless(args: Any, registry: NodeRegistry) -> int:
     out_dir = Path(args.out)
     try:
         with HeadlessPrinter(err, args.quiet) as printer:
+            memory.telemetry.subscribe(printer.on_memory)
             for _ in range(max(1, args.repeat)):
                 result = executor.run(wf, out_dir=out_dir, on_event=printer, cancel=cancel)
                 results.append(result)

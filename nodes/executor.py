@@ -83,13 +83,6 @@ class RunResult:
                 "nodes": {nid: r.to_json() for nid, r in self.nodes.items()}}
 
 
-def _canonical(value: Any) -> Any:
-    """A JSON-able stand-in for a parameter value, for hashing."""
-    if isinstance(value, float) and value.is_integer():
-        return value  # json keeps 1.0 and 1 apart; so do we
-    return value
-
-
 class Executor:
     def __init__(self, registry: NodeRegistry, memory: MemoryManager | None = None, *,
                  allow_pickle: bool = False) -> None:
@@ -139,7 +132,7 @@ class Executor:
             key = {
                 "type": node.type,
                 "version": spec.version,
-                "params": {k: _canonical(v) for k, v in sorted(node.params.items()) if k not in node.inputs},
+                "params": {k: v for k, v in sorted(node.params.items()) if k not in node.inputs},
                 "inputs": {port: [sigs[link.node], link.output] for port, link in sorted(node.inputs.items())},
             }
             blob = json.dumps(key, sort_keys=True, default=repr).encode()

@@ -12,6 +12,8 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# As in app/main.py: sleeping, not spinning, OpenMP workers (subprocess tests inherit it too).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 REPO = Path(__file__).resolve().parent.parent
 

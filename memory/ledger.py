@@ -1,0 +1,176 @@
+"""The ledger: every registered component, its exact weight bytes, where they live, who holds it.
+
+May import: stdlib, torch.
+The ledger is changed from one thread only (the compute thread, through MemoryManager). Other threads read
+readings, never the ledger.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+LOCATIONS = ("disk", "host", "pinned", "device", "partial")
+
+
+@dataclass(frozen=True)
+class ComponentSpec:
+    """What a pipeline declares about one model component; memory/ reads it and never imports model classes.
+
+    key: stable unique id (e.g. f"{path}#unet"); registering the same key again returns the same handle.
+    name: display name ("unet", "text_encoder_2", "llm"). kind: "denoiser" | "text_encoder" | "vae" | "llm" | ...
+    build: builds a new module on CPU from disk (memory-mapped) on every call; never moves it to a device and
+        never returns a cached instance: an evicted module is stripped of its tensors and rebuilt on next use.
+    files: safetensors files holding exactly this component's weights; weight bytes come from their headers.
+    dtype: the dtype it runs in (cast on load); bytes are accounted at this dtype.
+    blocks: dotted paths of ModuleLists whose items can be streamed block by block.
+    prefixes: when `files` hold more than this component (a single-file checkpoint), the key prefixes that
+        are its weights ("model.diffusion_model."); weight bytes then count only those keys. Key names in
+        such files differ from the module's, so on CPU these components are not streamed from disk.
+    """
+
+    key: str
+    name: str
+    kind: str
+    build: Callable[[], torch.nn.Module]
+    files: tuple[Path, ...] = ()
+    dtype: torch.dtype = torch.float32
+    blocks: tuple[str, ...] = ()
+    prefixes: tuple[str, ...] = ()
+
+
+class ModelHandle:
+    """One ledger entry. Lazy: nothing is built until the manager is asked to `use` it.
+
+    Byte fields say where the weights are right now: `device_bytes` on the execution device (on a CPU-only
+    machine: materialised in RAM), `host_bytes` in pageable host memory, `pinned_bytes` in page-locked host
+    memory. Whatever is counted nowhere is on disk, memory-mapped. `locks` > 0 means in use: never evicted.
+    """
+
+    def __init__(self, spec: ComponentSpec, weight_bytes: int | None) -> None:
+        self.spec = spec
+        self.weight_bytes = weight_bytes
+        self.module: torch.nn.Module | None = None
+        self.device_bytes = 0
+        self.host_bytes = 0
+        self.pinned_bytes = 0
+        self.locks = 0
+        self.last_used = 0
+        self.stream: Any = None  # memory.policies.stream.StreamState while partially resident
+
+    @property
+    def key(self) -> str:
+        return self.spec.key
+
+    @property
+    def is_locked(self) -> bool:
+        return self.locks > 0
+
+    @property
+    def locked(self) -> int:
+        """How many `use` blocks hold it right now."""
+        return self.locks
+
+    @property
+    def location(self) -> str:
+        total = self.weight_bytes or 0
+        if self.device_bytes and self.device_bytes >= total:
+            return "device"
+        if self.device_bytes:
+            return "partial"
+        if self.pinned_bytes:
+            return "pinned"
+        if self.host_bytes:
+            return "host"
+        return "disk"
+
+    def __repr__(self) -> str:
+        return (
+            f"ModelHandle({self.key!r}, {self.location}, weight_bytes={self.weight_bytes}, "
+            f"device_bytes={self.device_bytes}, locks={self.locks})"
+        )
+
+
+def fmt_bytes(n: int | None) -> str:
+    if n is None:
+        return "?"
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(value) < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.2f} {unit}"
+        value /= 1024
+    return f"{n} B"
+
+
+class Ledger:
+    """Handles by key plus working-memory reservations, against a device budget (and a host budget on
+    accelerators, where host copies are a second tier). Invariant kept by the manager:
+    `device_used() <= device_budget` after every change."""
+
+    def __init__(self, device: torch.device, device_budget: int, host_budget: int | None) -> None:
+        self.device = device
+        self.device_budget = device_budget
+        self.host_budget = host_budget
+        self.handles: dict[str, ModelHandle] = {}
+        self.working: dict[str, int] = {}
+        self._tick = 0
+
+    def touch(self, handle: ModelHandle) -> None:
+        # A counter, not a clock: LRU needs an order, and two uses in the same clock tick must still differ.
+        self._tick += 1
+        handle.last_used = self._tick
+
+    def device_weights(self) -> int:
+        return sum(h.device_bytes for h in self.handles.values())
+
+    def device_used(self) -> int:
+        return self.device_weights() + sum(self.working.values())
+
+    def device_free(self) -> int:
+        return self.device_budget - self.device_used()
+
+    def host_used(self) -> int:
+        return sum(h.host_bytes + h.pinned_bytes for h in self.handles.values())
+
+    def rows(self) -> list[dict[str, Any]]:
+        return [
+            {
+                "key": h.key,
+                "name": h.spec.name,
+                "kind": h.spec.kind,
+                "dtype": str(h.spec.dtype).removeprefix("torch."),
+                "weight_bytes": h.weight_bytes,
+                "location": h.location,
+                "device_bytes": h.device_bytes,
+                "host_bytes": h.host_bytes,
+                "pinned_bytes": h.pinned_bytes,
+                "locked": h.locks,
+                "last_used": h.last_used,
+            }
+            for h in self.handles.values()
+        ]
+
+    def text(self) -> str:
+        """A table for humans and error messages: what is where and how big."""
+        dev = "RAM" if self.device.type == "cpu" else str(self.device)
+        lines = [
+            f"{'component':<28} {'kind':<13} {'dtype':<9} {'weights':>11} {'where':<8} {'on ' + dev:>11} lock",
+        ]
+        for r in self.rows():
+            lines.append(
+                f"{r['name'][:28]:<28} {r['kind'][:13]:<13} {r['dtype']:<9} {fmt_bytes(r['weight_bytes']):>11} "
+                f"{r['location']:<8} {fmt_bytes(r['device_bytes']):>11} {r['locked'] or ''}"
+            )
+        for what, n in self.working.items():
+            lines.append(f"{'working: ' + what:<52} {'':>11} {'':<8} {fmt_bytes(n):>11}")
+        lines.append(
+            f"{dev} used {fmt_bytes(self.device_used())} of budget {fmt_bytes(self.device_budget)} "
+            f"(free {fmt_bytes(self.device_free())})"
+        )
+        if self.host_budget is not None:
+            lines.append(f"host copies {fmt_bytes(self.host_used())} of budget {fmt_bytes(self.host_budget)}")
+        return "\n".join(lines)

@@ -1,0 +1,318 @@
+"""Placer: the policy decisions behind `MemoryManager.use`: build, load, stream, evict, make room.
+
+May import: stdlib, torch, memory.* below the manager.
+Runs on the compute thread only; every change ends with `_account`, which re-reads where each tensor of
+the module actually is, so the ledger reports facts rather than intentions.
+"""
+
+from __future__ import annotations
+
+import time
+from itertools import accumulate
+from typing import TYPE_CHECKING
+
+import torch
+
+from memory.ledger import Ledger, ModelHandle
+from memory.policies.lru import plan_eviction
+from memory.policies.resident import ResidentConfig, apply_resident, offload_module
+from memory.policies.stream import StreamConfig, apply_streaming, remove_streaming
+from memory.release import malloc_trim
+from memory.telemetry import LoadEvent, TransferEvent, UnloadEvent
+from memory.weights import block_names, module_bytes, named_tensors
+
+if TYPE_CHECKING:
+    from memory.manager import MemoryManager
+
+
+def _pinned(t: torch.Tensor) -> bool:
+    try:
+        return t.is_pinned()
+    except RuntimeError:
+        return False
+
+
+def _strip(module: torch.nn.Module) -> None:
+    """Replace every weight with an empty tensor, so the memory goes even if a caller still holds the module.
+
+    A node that kept `module` from `with mm.use(h) as module:` in a local would otherwise pin all of its
+    weights after the manager let go (the release that `gc.collect()` + `malloc_trim` rely on never happens).
+    """
+    for sub in module.modules():
+        for p in sub._parameters.values():
+            if p is not None:
+                p.data = torch.empty(0, dtype=p.dtype, device=p.device)
+        for name, b in sub._buffers.items():
+            if b is not None:
+                sub._buffers[name] = torch.empty(0, dtype=b.dtype, device=b.device)
+
+
+class Placer:
+    def __init__(self, manager: MemoryManager) -> None:
+        self.m = manager
+        # Per handle key: bytes of each streamable block at the run dtype, and of the whole module.
+        self._block_bytes: dict[str, list[int]] = {}
+        self._full_bytes: dict[str, int] = {}
+
+    @property
+    def ledger(self) -> Ledger:
+        return self.m.ledger
+
+    @property
+    def accel(self) -> bool:
+        return self.m.device.type != "cpu"
+
+    def _sync(self) -> None:
+        if self.m.device.type == "cuda":
+            torch.cuda.synchronize(self.m.device)
+
+    def can_stream(self, h: ModelHandle) -> bool:
+        if not h.spec.blocks:
+            return False
+        if self.m.device.type == "cuda":
+            return True
+        return self.m.device.type == "cpu" and bool(h.spec.files) and not h.spec.prefixes
+
+    # -- bookkeeping ------------------------------------------------------------------------------------
+
+    def _account(self, h: ModelHandle) -> None:
+        dev = host = pinned = 0
+        if h.module is not None:
+            for _, t in named_tensors(h.module):
+                n = t.numel() * t.element_size()
+                if t.device.type == self.m.device.type:
+                    dev += n
+                elif _pinned(t):
+                    pinned += n
+                else:
+                    host += n
+        if h.stream is not None:
+            pinned += h.stream.pinned_bytes()
+        h.device_bytes, h.host_bytes, h.pinned_bytes = dev, host, pinned
+
+    def _build(self, h: ModelHandle) -> None:
+        module = h.spec.build()
+        h.module = module
+        full = module_bytes(module, h.spec.dtype)  # metadata only: shapes and dtypes, no data touched
+        if h.weight_bytes is None:
+            h.weight_bytes = full
+        # Non-persistent buffers are in the module but not the files: budget for whichever is larger.
+        self._full_bytes[h.key] = max(full, h.weight_bytes)
+        if h.spec.blocks:
+            self._block_bytes[h.key] = [
+                module_bytes(module.get_submodule(n), h.spec.dtype)
+                for n in block_names(module, h.spec.blocks)
+            ]
+
+    def full_bytes(self, h: ModelHandle) -> int:
+        return self._full_bytes.get(h.key, h.weight_bytes or 0)
+
+    # -- placing ----------------------------------------------------------------------------------------
+
+    def place(self, h: ModelHandle, working: int) -> int:
+        """Make `h` runnable on the device per policy, with `working` bytes free beside it.
+
+        Returns the streaming window (extra bytes the caller must reserve while it runs)."""
+        from memory.manager import BudgetExceeded
+
+        policy = self.m.policy
+        before, t0 = h.location, time.perf_counter()
+        if (
+            h.module is None
+            and h.weight_bytes is not None
+            and not (policy == "stream" and self.can_stream(h))
+        ):
+            # Check before building: a model that can't fit shouldn't be read from disk at all.
+            if policy == "none":
+                self.make_room(h.weight_bytes + working, f"loading {h.spec.name}", exclude=h, evict=False)
+        built = h.module is None
+        if built:
+            self._build(h)
+        try:
+            window = self._place_built(h, working, policy)
+        except BudgetExceeded:
+            if built and h.device_bytes == 0:
+                # Nothing of it was placed: don't keep a module the ledger can't see.
+                self.evict(h, to_disk=True)
+            raise
+        self._sync()
+        after = h.location
+        if after != before:
+            self.m.telemetry.emit(
+                LoadEvent(h.spec.name, h.spec.kind, h.device_bytes, time.perf_counter() - t0, before, after)
+            )
+        return window
+
+    def _place_built(self, h: ModelHandle, working: int, policy: str) -> int:
+        from memory.manager import BudgetExceeded
+
+        if policy == "stream" and self.can_stream(h):
+            return self._stream(h, working)
+        if h.stream is None and h.device_bytes >= self.full_bytes(h):
+            self.make_room(working, f"working memory of {h.spec.name}", exclude=h, evict=policy != "none")
+            return 0
+        need = self.full_bytes(h) - h.device_bytes + working
+        try:
+            self.make_room(need, f"loading {h.spec.name}", exclude=h, evict=policy != "none")
+        except BudgetExceeded:
+            if policy == "none" or not self.can_stream(h):
+                raise
+            return self._stream(h, working)
+        self._load_full(h)
+        return 0
+
+    def _load_full(self, h: ModelHandle) -> None:
+        assert h.module is not None
+        if h.stream is not None:
+            remove_streaming(h.module)
+            h.stream = None
+        moving = max(self.full_bytes(h) - h.device_bytes, 0)
+        self._sync()
+        t0 = time.perf_counter()
+        apply_resident(h.module, ResidentConfig(self.m.device, h.spec.dtype))
+        self._sync()
+        seconds = time.perf_counter() - t0
+        self._account(h)
+        if self.accel and moving:
+            gbps = moving / seconds / 1e9 if seconds > 0 else 0.0
+            self.m.telemetry.emit(TransferEvent(h.spec.name, moving, seconds, gbps))
+
+    def _stream(self, h: ModelHandle, working: int) -> int:
+        """Keep as many blocks resident as fit beside the streaming window; stream the rest."""
+        from memory.manager import BudgetExceeded
+
+        assert h.module is not None
+        sizes = self._block_bytes[h.key]
+        fixed = self.full_bytes(h) - sum(sizes)
+        window = max(sizes, default=0) * (2 if self.m.device.type == "cuda" else 1)
+        least = fixed + window + working
+        if least > self.ledger.device_free() + h.device_bytes:
+            self.make_room(least - h.device_bytes, f"streaming {h.spec.name}", exclude=h, evict=True)
+        room = self.ledger.device_free() + h.device_bytes
+        if fixed + sum(sizes) + working <= room:
+            count = len(sizes)  # everything fits: no window needed
+        else:
+            if least > room:
+                raise BudgetExceeded(f"streaming {h.spec.name}", least, room, self.m.ledger_text())
+            count, total = 0, least
+            for size in sizes:
+                if total + size > room:
+                    break
+                total += size
+                count += 1
+        config = StreamConfig(
+            self.m.device,
+            h.spec.blocks,
+            count,
+            h.spec.dtype,
+            h.spec.files,
+            use_stream=self.m.device.type == "cuda",
+        )
+        h.stream = apply_streaming(h.module, config)
+        self._account(h)
+        return h.stream.window_bytes()
+
+    # -- evicting ---------------------------------------------------------------------------------------
+
+    def evict(self, h: ModelHandle, *, to_disk: bool = False) -> None:
+        """Take `h` off the device: to host RAM on an accelerator when the RAM budget allows, else to disk."""
+        if h.module is None or h.is_locked:
+            return
+        # What this frees: device bytes, or for a model already off the device, its host copies.
+        freed = h.device_bytes or (h.host_bytes + h.pinned_bytes)
+        t0 = time.perf_counter()
+        if h.stream is not None:
+            remove_streaming(h.module)
+            h.stream = None
+        budget = self.ledger.host_budget
+        keep = (
+            self.accel
+            and not to_disk
+            and budget is not None
+            and self.ledger.host_used() - h.host_bytes - h.pinned_bytes + self.full_bytes(h) <= budget
+        )
+        if keep:
+            offload_module(h.module)
+        else:
+            # Stripping frees the tensors deterministically, so no `gc.collect()` is needed (it costs ~0.3 s per
+            # call in a process holding torch + diffusers); glibc still needs the trim to return the pages.
+            _strip(h.module)
+            h.module = None
+            malloc_trim()
+        self._sync()
+        self._account(h)
+        self.m.telemetry.emit(UnloadEvent(h.spec.name, freed, time.perf_counter() - t0))
+        if keep:
+            self._trim_host_tier()
+
+    def _trim_host_tier(self) -> None:
+        budget = self.ledger.host_budget
+        if budget is None:
+            return
+        while self.ledger.host_used() > budget:
+            idle = [
+                h
+                for h in self.ledger.handles.values()
+                if not h.is_locked and h.device_bytes == 0 and (h.host_bytes or h.pinned_bytes)
+            ]
+            if not idle:
+                return
+            self.evict(min(idle, key=lambda h: h.last_used), to_disk=True)
+
+    def shrink(self, h: ModelHandle, nbytes: int) -> None:
+        """Partial eviction: give up resident blocks from the end until `nbytes` are freed."""
+        assert h.module is not None
+        sizes = self._block_bytes[h.key]
+        resident = len(sizes) if h.stream is None else sum(b.resident for b in h.stream.blocks)
+        count, freed = resident, 0
+        while count > 0 and freed < nbytes:
+            count -= 1
+            freed += sizes[count]
+        before, t0 = h.device_bytes, time.perf_counter()
+        config = StreamConfig(
+            self.m.device,
+            h.spec.blocks,
+            count,
+            h.spec.dtype,
+            h.spec.files,
+            use_stream=self.m.device.type == "cuda",
+        )
+        h.stream = apply_streaming(h.module, config)
+        malloc_trim()
+        self._sync()
+        self._account(h)
+        name = f"{h.spec.name} ({resident - count} of {len(sizes)} blocks)"
+        self.m.telemetry.emit(UnloadEvent(name, before - h.device_bytes, time.perf_counter() - t0))
+
+    def _partial_steps(self, h: ModelHandle) -> list[int]:
+        if h.module is None or not self.can_stream(h) or h.key not in self._block_bytes:
+            return []
+        sizes = self._block_bytes[h.key]
+        resident = len(sizes) if h.stream is None else sum(b.resident for b in h.stream.blocks)
+        return list(accumulate(reversed(sizes[:resident])))
+
+    def make_room(self, need: int, what: str, exclude: ModelHandle | None, evict: bool = True) -> None:
+        """Ensure `need` bytes are free in the device budget, evicting unlocked models (LRU) if allowed."""
+        from memory.manager import BudgetExceeded
+
+        # A partial eviction's real effect is re-read from the tensors, so re-plan until it's enough.
+        for _ in range(8):
+            free = self.ledger.device_free()
+            if need <= free:
+                return
+            others = [h for h in self.ledger.handles.values() if h is not exclude]
+            evictable = sum(h.device_bytes for h in others if not h.is_locked)
+            if not evict:
+                raise BudgetExceeded(what, need, free, self.m.ledger_text())
+            partial = {h.key: self._partial_steps(h) for h in others}
+            plan = plan_eviction(others, need - free, partial)
+            if not plan:
+                raise BudgetExceeded(what, need, free + evictable, self.m.ledger_text())
+            for e in plan:
+                victim = self.ledger.handles[e.key]
+                if e.partial:
+                    self.shrink(victim, e.nbytes)
+                else:
+                    self.evict(victim)
+        if need > self.ledger.device_free():
+            raise BudgetExceeded(what, need, self.ledger.device_free(), self.m.ledger_text())

@@ -1,0 +1,161 @@
+"""Telemetry: event and sample records (frozen dataclasses), the `Telemetry` hub and its sampler thread.
+
+May import: stdlib, torch (through memory.devices).
+Subscribers are called from whatever thread produced the record (the compute thread for events, the sampler
+thread for samples): keep callbacks cheap; the GUI turns them into queued Qt signals.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+# 10 minutes at the default 10 Hz: enough for a long run's timeline without growing without bound.
+MAX_SAMPLES = 6000
+
+
+@dataclass(frozen=True)
+class Sample:
+    t: float
+    device_allocated: int
+    device_reserved: int
+    device_total: int
+    budget: int
+    host_rss: int
+    host_available: int
+
+
+@dataclass(frozen=True)
+class LoadEvent:
+    component: str
+    kind: str
+    nbytes: int
+    seconds: float
+    source: str
+    target: str
+    t: float = 0.0
+
+
+@dataclass(frozen=True)
+class UnloadEvent:
+    component: str
+    nbytes: int
+    seconds: float
+    t: float = 0.0
+
+
+@dataclass(frozen=True)
+class TransferEvent:
+    component: str
+    nbytes: int
+    seconds: float
+    gbps: float
+    t: float = 0.0
+
+
+@dataclass(frozen=True)
+class StepEvent:
+    node_id: str
+    kind: str
+    index: int
+    total: int
+    seconds: float
+    t: float = 0.0
+
+
+@dataclass(frozen=True)
+class NodePeak:
+    node_id: str
+    node_type: str
+    peak_bytes: int
+    baseline_bytes: int
+    t: float = 0.0
+
+
+Record = Sample | LoadEvent | UnloadEvent | TransferEvent | StepEvent | NodePeak
+
+
+class Telemetry:
+    """Collects records and fans them out to subscribers. Times are seconds since the hub was created.
+
+    `emit` stamps events with `t`; samples carry their own `t`. Lists are guarded by a lock because the
+    sampler thread appends samples while the compute thread appends events.
+    """
+
+    def __init__(self) -> None:
+        self._t0 = time.monotonic()
+        self._lock = threading.Lock()
+        self._subscribers: list[Callable[[Record], None]] = []
+        self._samples: deque[Sample] = deque(maxlen=MAX_SAMPLES)
+        self._events: list[Record] = []
+        self._sampler: threading.Thread | None = None
+        self._stop = threading.Event()
+
+    def now(self) -> float:
+        return time.monotonic() - self._t0
+
+    def subscribe(self, callback: Callable[[Record], None]) -> Callable[[], None]:
+        """Call `callback(record)` for every future event and sample. Returns the unsubscribe function."""
+        with self._lock:
+            self._subscribers.append(callback)
+
+        def unsubscribe() -> None:
+            with self._lock:
+                if callback in self._subscribers:
+                    self._subscribers.remove(callback)
+
+        return unsubscribe
+
+    def emit(self, record: Record) -> Record:
+        if not isinstance(record, Sample):
+            record = dataclasses.replace(record, t=self.now())
+        with self._lock:
+            if isinstance(record, Sample):
+                self._samples.append(record)
+            else:
+                self._events.append(record)
+            subscribers = list(self._subscribers)
+        for callback in subscribers:
+            callback(record)
+        return record
+
+    def samples(self) -> list[Sample]:
+        with self._lock:
+            return list(self._samples)
+
+    def events(self, kind: type | None = None) -> list[Any]:
+        with self._lock:
+            return [e for e in self._events if kind is None or isinstance(e, kind)]
+
+    # -- sampler thread ---------------------------------------------------------------------------------
+
+    def start_sampler(self, read: Callable[[float], Sample], hz: float) -> None:
+        """Start the daemon sampler once: it calls `read(t)` at `hz` and emits the sample."""
+        if self._sampler is not None:
+            return
+        self._stop.clear()
+        period = 1.0 / hz
+
+        def loop() -> None:
+            while not self._stop.is_set():
+                self.emit(read(self.now()))
+                self._stop.wait(period)
+
+        self._sampler = threading.Thread(target=loop, name="nodeloom-memory-sampler", daemon=True)
+        self._sampler.start()
+
+    def stop_sampler(self) -> None:
+        if self._sampler is None:
+            return
+        self._stop.set()
+        self._sampler.join(timeout=5)
+        self._sampler = None
+
+    @property
+    def sampling(self) -> bool:
+        return self._sampler is not None

@@ -1,0 +1,126 @@
+"""Weight facts: exact byte counts from safetensors headers and from modules, block discovery, key mapping.
+
+May import: stdlib, torch, safetensors.
+Headers are read with `safetensors.safe_open`, which parses only the JSON header; no tensor data is touched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from types import MappingProxyType
+
+import torch
+from safetensors import safe_open
+
+from memory.estimates import element_size
+
+# safetensors dtype tags -> element size in bytes (format spec: https://github.com/huggingface/safetensors).
+_TAG_SIZE = MappingProxyType({
+    "F64": 8, "F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1, "F8_E5M2": 1,
+    "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U64": 8, "U32": 4, "U16": 2, "U8": 1, "BOOL": 1,
+})  # fmt: skip
+_FLOAT_TAGS = frozenset({"F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2"})
+
+
+def _numel(shape: Iterable[int]) -> int:
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
+
+
+def header_entries(files: Iterable[Path]) -> Iterator[tuple[Path, str, str, tuple[int, ...]]]:
+    """(file, key, dtype tag, shape) for every tensor in the files, from their headers only."""
+    for path in files:
+        with safe_open(str(path), framework="pt") as f:
+            for key in f.keys():
+                sl = f.get_slice(key)
+                yield Path(path), key, sl.get_dtype(), tuple(sl.get_shape())
+
+
+def header_bytes(
+    files: Iterable[Path], dtype: torch.dtype | None = None, prefixes: tuple[str, ...] = ()
+) -> int:
+    """Exact bytes of the weights in `files` once loaded at `dtype` (floating tensors cast; others as stored).
+
+    With `prefixes`, only keys starting with one of them count (one component of a single-file checkpoint).
+    """
+    target = element_size(dtype) if dtype is not None else None
+    total = 0
+    for _, key, tag, shape in header_entries(files):
+        if prefixes and not key.startswith(prefixes):
+            continue
+        size = target if (target is not None and tag in _FLOAT_TAGS) else _TAG_SIZE[tag]
+        total += _numel(shape) * size
+    return total
+
+
+def named_tensors(module: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+    """Parameters then buffers, each storage once (tied weights are counted once, as they are stored once)."""
+    seen: set[int] = set()
+    for name, t in list(module.named_parameters(remove_duplicate=False)) + list(
+        module.named_buffers(remove_duplicate=False)
+    ):
+        if id(t) in seen:
+            continue
+        seen.add(id(t))
+        yield name, t
+
+
+def tensor_bytes(t: torch.Tensor, dtype: torch.dtype | None = None) -> int:
+    if dtype is not None and t.is_floating_point():
+        return t.numel() * element_size(dtype)
+    return t.numel() * t.element_size()
+
+
+def module_bytes(module: torch.nn.Module, dtype: torch.dtype | None = None) -> int:
+    """Bytes of a module's parameters and buffers at `dtype` (floating tensors) or as they are."""
+    return sum(tensor_bytes(t, dtype) for _, t in named_tensors(module))
+
+
+def block_names(module: torch.nn.Module, paths: Iterable[str]) -> list[str]:
+    """Expand ModuleList paths ("down_blocks", "model.layers") into item paths in declaration order."""
+    names: list[str] = []
+    for path in paths:
+        blocks = module.get_submodule(path)
+        if not isinstance(blocks, torch.nn.ModuleList | torch.nn.Sequential):
+            raise TypeError(f"{path!r} is a {type(blocks).__name__}, not a ModuleList; it cannot be streamed")
+        names.extend(f"{path}.{i}" for i in range(len(blocks)))
+    return names
+
+
+def map_keys(names: Iterable[str], files: Iterable[Path]) -> dict[str, tuple[Path, str]]:
+    """Map module tensor names to (file, key) in the safetensors files.
+
+    Files and modules disagree about prefixes (transformers 5 saves CLIPTextModel without `text_model.`;
+    older files have it), so a name matches a key when one equals the other with leading dotted components
+    stripped. The shortest stripping wins; an ambiguous or missing name raises.
+    """
+    by_key: dict[str, tuple[Path, str]] = {}
+    for path, key, _, _ in header_entries(files):
+        by_key[key] = (path, key)
+    suffixes: dict[str, list[str]] = {}
+    for key in by_key:
+        parts = key.split(".")
+        for i in range(len(parts)):
+            suffixes.setdefault(".".join(parts[i:]), []).append(key)
+    out: dict[str, tuple[Path, str]] = {}
+    for name in names:
+        parts = name.split(".")
+        found = None
+        for i in range(len(parts)):
+            candidates = suffixes.get(".".join(parts[i:]), [])
+            if len(candidates) == 1:
+                found = candidates[0]
+                break
+            if len(candidates) > 1:
+                exact = [c for c in candidates if c == ".".join(parts[i:])]
+                if len(exact) == 1:
+                    found = exact[0]
+                    break
+                raise KeyError(f"{name!r} matches several tensors in the files: {candidates[:3]}")
+        if found is None:
+            raise KeyError(f"{name!r} is not in the component's safetensors files")
+        out[name] = by_key[found]
+    return out

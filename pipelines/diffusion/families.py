@@ -1,0 +1,190 @@
+"""Model families: what differs between SD1.x/2.x, SDXL, PixArt-Sigma, SD3 and Flux, declared as data.
+
+Lives here: `Family`, `FAMILIES`, `family_for_pipeline_class`, `detect_single_file_family`, `resolve_dtype`.
+May import: stdlib, torch, diffusers, transformers.
+
+The rest of pipelines/diffusion reads these facts instead of branching on names: which diffusers class holds
+the denoiser, which text encoders and tokenizers a prompt goes through, the usual half type on CUDA and the
+latent-to-RGB projection used for previews.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import torch
+from diffusers import (
+    AutoencoderKL,
+    FluxTransformer2DModel,
+    PixArtTransformer2DModel,
+    SD3Transformer2DModel,
+    UNet2DConditionModel,
+)
+from transformers import CLIPTextModel, CLIPTextModelWithProjection, T5EncoderModel
+
+
+@dataclass(frozen=True)
+class TextEncoderSlot:
+    """One text encoder of a family and the tokenizer in front of it (subfolders of a diffusers folder)."""
+
+    subfolder: str  # "text_encoder", "text_encoder_2"
+    tokenizer_subfolder: str  # "tokenizer", "tokenizer_2"
+    model_class: type
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str  # "sd", "sdxl", "pixart_sigma", "sd3", "flux"
+    title: str
+    pipeline_classes: tuple[str, ...]  # model_index.json `_class_name` values of this family
+    denoiser_subfolder: str  # "unet" / "transformer"
+    denoiser_class: type
+    text_encoders: tuple[TextEncoderSlot, ...]
+    # The half type the family is published and usually run in on CUDA (CPU always runs float32: FINDINGS).
+    cuda_dtype: torch.dtype
+    # Longest prompt in tokens; None means the tokenizer's own `model_max_length` (77 for CLIP).
+    max_text_tokens: int | None
+    # Latent (C) -> RGB projection for previews, from ComfyUI's latent_formats (fitted on real VAEs).
+    latent_rgb_factors: tuple[tuple[float, float, float], ...]
+    latent_rgb_bias: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    vae_class: type = AutoencoderKL
+    # Blocks the memory manager may stream one at a time (attribute names on the denoiser).
+    denoiser_blocks: tuple[str, ...] = ("down_blocks", "up_blocks")
+    # Flow matching (rectified flow, Flux/SD3): a different loop and only flow-matching schedulers.
+    flow: bool = False
+
+
+_SD_RGB = ((0.3512, 0.2297, 0.3227), (0.3250, 0.4974, 0.2350), (-0.2829, 0.1762, 0.2721),
+           (-0.2120, -0.2616, -0.7177))
+_SDXL_RGB = ((0.3651, 0.4232, 0.4341), (-0.2533, -0.0042, 0.1068), (0.1076, 0.1111, -0.0362),
+             (-0.3165, -0.2492, -0.2188))
+
+SD = Family(
+    name="sd",
+    title="Stable Diffusion 1.x/2.x",
+    pipeline_classes=("StableDiffusionPipeline", "StableDiffusionImg2ImgPipeline"),
+    denoiser_subfolder="unet",
+    denoiser_class=UNet2DConditionModel,
+    text_encoders=(TextEncoderSlot("text_encoder", "tokenizer", CLIPTextModel),),
+    cuda_dtype=torch.float16,
+    max_text_tokens=None,
+    latent_rgb_factors=_SD_RGB,
+)
+
+SDXL = Family(
+    name="sdxl",
+    title="Stable Diffusion XL",
+    pipeline_classes=("StableDiffusionXLPipeline", "StableDiffusionXLImg2ImgPipeline"),
+    denoiser_subfolder="unet",
+    denoiser_class=UNet2DConditionModel,
+    text_encoders=(
+        TextEncoderSlot("text_encoder", "tokenizer", CLIPTextModel),
+        TextEncoderSlot("text_encoder_2", "tokenizer_2", CLIPTextModelWithProjection),
+    ),
+    cuda_dtype=torch.float16,
+    max_text_tokens=None,
+    latent_rgb_factors=_SDXL_RGB,
+    latent_rgb_bias=(0.1084, -0.0175, -0.0011),
+)
+
+PIXART_SIGMA = Family(
+    name="pixart_sigma",
+    title="PixArt-Sigma",
+    pipeline_classes=("PixArtSigmaPipeline",),
+    denoiser_subfolder="transformer",
+    denoiser_class=PixArtTransformer2DModel,
+    text_encoders=(TextEncoderSlot("text_encoder", "tokenizer", T5EncoderModel),),
+    cuda_dtype=torch.float16,
+    max_text_tokens=300,  # PixArtSigmaPipeline's max_sequence_length default
+    latent_rgb_factors=_SDXL_RGB,  # PixArt-Sigma uses the SDXL VAE
+    latent_rgb_bias=(0.1084, -0.0175, -0.0011),
+    denoiser_blocks=("transformer_blocks",),
+)
+
+FLUX = Family(
+    name="flux",
+    title="Flux",
+    pipeline_classes=("FluxPipeline",),
+    denoiser_subfolder="transformer",
+    denoiser_class=FluxTransformer2DModel,
+    text_encoders=(
+        TextEncoderSlot("text_encoder", "tokenizer", CLIPTextModel),  # pooled vector only
+        TextEncoderSlot("text_encoder_2", "tokenizer_2", T5EncoderModel),  # per-token embeddings
+    ),
+    cuda_dtype=torch.bfloat16,
+    max_text_tokens=512,  # FluxPipeline's max_sequence_length default (schnell: 256)
+    latent_rgb_factors=(),  # 16 latent channels: previews show the first three
+    denoiser_blocks=("transformer_blocks", "single_transformer_blocks"),
+    flow=True,
+)
+
+SD3 = Family(
+    name="sd3",
+    title="Stable Diffusion 3",
+    pipeline_classes=("StableDiffusion3Pipeline",),
+    denoiser_subfolder="transformer",
+    denoiser_class=SD3Transformer2DModel,
+    text_encoders=(
+        TextEncoderSlot("text_encoder", "tokenizer", CLIPTextModelWithProjection),  # CLIP-L
+        TextEncoderSlot("text_encoder_2", "tokenizer_2", CLIPTextModelWithProjection),  # OpenCLIP bigG
+        TextEncoderSlot("text_encoder_3", "tokenizer_3", T5EncoderModel),
+    ),
+    cuda_dtype=torch.bfloat16,  # SD3.5 is published in bf16; SD3-medium also runs in it
+    max_text_tokens=256,  # StableDiffusion3Pipeline's max_sequence_length default
+    latent_rgb_factors=(),  # 16 latent channels: previews show the first three
+    denoiser_blocks=("transformer_blocks",),
+    flow=True,
+)
+
+FAMILIES: dict[str, Family] = {f.name: f for f in (SD, SDXL, PIXART_SIGMA, SD3, FLUX)}
+
+
+class UnsupportedModelError(ValueError):
+    """The files are a diffusion model of a family Nodeloom cannot run (yet)."""
+
+
+def family_for_pipeline_class(class_name: str) -> Family:
+    for family in FAMILIES.values():
+        if class_name in family.pipeline_classes:
+            return family
+    known = ", ".join(c for f in FAMILIES.values() for c in f.pipeline_classes)
+    raise UnsupportedModelError(f"pipeline class {class_name!r} is not supported (supported: {known})")
+
+
+def detect_single_file_family(keys: Iterable[str]) -> str:
+    """Which original-format (CompVis/SGM) checkpoint this is, from its tensor names alone.
+
+    Returns "sd1", "sd2" or "sdxl"; raises `UnsupportedModelError` for others. Names, not shapes, so tiny
+    test checkpoints are recognised like real ones. diffusers' `infer_diffusers_model_type` relies on
+    layer-9 keys and widths that tiny models do not have.
+    """
+    keys = set(keys)
+
+    def has_prefix(prefix: str) -> bool:
+        return any(k.startswith(prefix) for k in keys)
+
+    if has_prefix("model.diffusion_model.joint_blocks.") or has_prefix("joint_blocks."):
+        raise UnsupportedModelError("this is a Stable Diffusion 3 checkpoint; single-file SD3 is not supported yet")
+    if has_prefix("double_blocks.") or has_prefix("model.diffusion_model.double_blocks."):
+        raise UnsupportedModelError("this is a Flux checkpoint; single-file Flux is not supported yet")
+    if not has_prefix("model.diffusion_model."):
+        raise UnsupportedModelError("no UNet weights (model.diffusion_model.*): not an SD/SDXL checkpoint")
+    if has_prefix("conditioner.embedders.1.model."):
+        return "sdxl"
+    if has_prefix("conditioner.embedders.0.model."):
+        raise UnsupportedModelError("this is an SDXL refiner checkpoint; refiners are not supported yet")
+    if has_prefix("cond_stage_model.model."):
+        return "sd2"
+    if has_prefix("cond_stage_model.transformer."):
+        return "sd1"
+    raise UnsupportedModelError("no text encoder weights found: not a full SD/SDXL checkpoint")
+
+
+def resolve_dtype(choice: str, family: Family, device: torch.device | str) -> torch.dtype:
+    """"auto" -> float32 on CPU (half is ~55x slower there), the family's usual half type on CUDA."""
+    if choice != "auto":
+        return {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[choice]
+    if torch.device(device).type == "cuda":
+        return family.cuda_dtype
+    return torch.float32

@@ -1,0 +1,228 @@
+"""The flow-matching denoising loops (Flux, SD3), written out like diffusers' FluxPipeline.__call__ and
+StableDiffusion3Pipeline.__call__.
+
+Lives here: `sample_flux`, `sample_sd3`, `calculate_shift`, `pack_latents`, `unpack_latents`,
+`latent_image_ids`.
+May import: stdlib, numpy, torch, diffusers, memory, pipelines.diffusion.*.
+
+Differences from the DDPM-style loop in sampling.py: the scheduler is the model's flow-matching Euler and
+the noise is not scaled by `init_noise_sigma`; image-to-image mixes with `scale_noise`. Flux packs the latents
+as 2x2 patches (tokens), shifts its sigmas by the image size (`mu`), and takes guidance as an input of the
+transformer (distilled, Flux-dev) rather than a second batch: diffusers' default `true_cfg_scale=1`, so the
+negative prompt is not used. SD3 runs classic classifier-free guidance on a doubled batch.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+from diffusers import FlowMatchEulerDiscreteScheduler
+from diffusers.utils.torch_utils import randn_tensor
+
+from memory import MemoryManager
+from pipelines.diffusion.sampling import (
+    SamplerSettings,
+    StepCallback,
+    StepInfo,
+    batched_conditioning,
+    denoiser_working_bytes,
+)
+from pipelines.diffusion.values import Conditioning, DenoiserRef, Latents
+
+FLOW_SCHEDULERS = ("default", "euler")
+
+
+# Copied from diffusers.pipelines.flux.pipeline_flux.calculate_shift
+def calculate_shift(image_seq_len: int, base_seq_len: int = 256, max_seq_len: int = 4096,
+                    base_shift: float = 0.5, max_shift: float = 1.15) -> float:
+    m = (max_shift - base_shift) / (max_seq_len - base_seq_len)
+    b = base_shift - m * base_seq_len
+    return image_seq_len * m + b
+
+
+def pack_latents(latents: torch.Tensor) -> torch.Tensor:
+    """(B, C, H, W) -> (B, H/2 * W/2, C * 4): one token per 2x2 patch."""
+    b, c, h, w = latents.shape
+    latents = latents.view(b, c, h // 2, 2, w // 2, 2)
+    latents = latents.permute(0, 2, 4, 1, 3, 5)  # (B, H/2, W/2, C, 2, 2)
+    return latents.reshape(b, (h // 2) * (w // 2), c * 4)
+
+
+def unpack_latents(latents: torch.Tensor, height: int, width: int) -> torch.Tensor:
+    """(B, H/2 * W/2, C * 4) -> (B, C, H, W), `height`/`width` in latent pixels."""
+    b, _, channels = latents.shape
+    latents = latents.view(b, height // 2, width // 2, channels // 4, 2, 2)
+    latents = latents.permute(0, 3, 1, 4, 2, 5)  # (B, C, H/2, 2, W/2, 2)
+    return latents.reshape(b, channels // 4, height, width)
+
+
+def latent_image_ids(height: int, width: int, dtype: torch.dtype) -> torch.Tensor:
+    """(H/2 * W/2, 3) rotary positions of the patch tokens: (0, row, column)."""
+    ids = torch.zeros(height // 2, width // 2, 3)
+    ids[..., 1] = ids[..., 1] + torch.arange(height // 2)[:, None]
+    ids[..., 2] = ids[..., 2] + torch.arange(width // 2)[None, :]
+    return ids.reshape(-1, 3).to(dtype=dtype)
+
+
+def check_flow_scheduler(denoiser: DenoiserRef, settings: SamplerSettings) -> None:
+    if settings.scheduler not in FLOW_SCHEDULERS:
+        raise ValueError(f"{denoiser.family.title} is a flow-matching model: scheduler must be one of "
+                         f"{', '.join(FLOW_SCHEDULERS)} (flow-matching Euler), not {settings.scheduler!r}")
+
+
+def start_partway(scheduler: FlowMatchEulerDiscreteScheduler, settings: SamplerSettings) -> torch.Tensor:
+    """The timesteps to run: all of them, or the last `denoise` fraction (as the Img2Img pipelines' get_timesteps)."""
+    timesteps = scheduler.timesteps
+    t_start = 0
+    if settings.denoise < 1.0:
+        t_start = int(max(settings.steps - min(settings.steps * settings.denoise, settings.steps), 0))
+        timesteps = timesteps[t_start * scheduler.order:]
+    scheduler.set_begin_index(t_start * scheduler.order)
+    return timesteps
+
+
+@torch.no_grad()
+def sample_flux(
+    mm: MemoryManager,
+    denoiser: DenoiserRef,
+    positive: Conditioning,
+    latents: Latents,
+    settings: SamplerSettings,
+    *,
+    on_step: StepCallback | None = None,
+) -> Latents:
+    # 1. Check inputs
+    check_flow_scheduler(denoiser, settings)
+    device = mm.device
+    batch, _, h, w = latents.samples.shape
+    if h % 2 or w % 2:
+        raise ValueError(f"{denoiser.family.title} packs 2x2 latent patches: the latent size must be even, "
+                         f"got {h}x{w} (image sides must be multiples of {2 * latents.vae_scale_factor})")
+    generator = torch.Generator("cpu").manual_seed(settings.seed)
+    positive = batched_conditioning(positive, batch)
+    dtype = denoiser.dtype
+
+    # 2. Prepare latent variables: noise in the unpacked shape (as diffusers draws it), then packed
+    noise = randn_tensor(tuple(latents.samples.shape), generator=generator, device=torch.device(device),
+                         dtype=positive.embeds.dtype)
+    img_ids = latent_image_ids(h, w, positive.embeds.dtype).to(device)
+    txt_ids = torch.zeros(positive.embeds.shape[1], 3).to(device=device, dtype=positive.embeds.dtype)
+
+    # 3. Prepare timesteps: sigmas 1 -> 1/steps, shifted for the image's token count
+    scheduler = FlowMatchEulerDiscreteScheduler.from_config(denoiser.scheduler_config)
+    sigmas = np.linspace(1.0, 1 / settings.steps, settings.steps)
+    config = scheduler.config
+    mu = calculate_shift((h // 2) * (w // 2), config.get("base_image_seq_len", 256),
+                         config.get("max_image_seq_len", 4096), config.get("base_shift", 0.5),
+                         config.get("max_shift", 1.15))
+    scheduler.set_timesteps(sigmas=sigmas, device=device, mu=mu)
+    timesteps = start_partway(scheduler, settings)
+    if len(timesteps) == 0:
+        return latents
+    if settings.denoise >= 1.0:
+        x = pack_latents(noise)
+    else:
+        init = latents.samples.to(device=device, dtype=noise.dtype)
+        x = pack_latents(scheduler.scale_noise(init, timesteps[:1].repeat(batch), noise))
+
+    # 4. Prepare conditioning; distilled guidance is an input of the transformer
+    embeds = positive.embeds.to(device=device, dtype=dtype)
+    pooled = positive.pooled.to(device=device, dtype=dtype)
+    guidance = None
+    if denoiser.config.get("guidance_embeds", False):
+        guidance = torch.full([1], settings.cfg, device=device, dtype=torch.float32).expand(batch)
+
+    # 5. Denoising loop
+    working = denoiser_working_bytes(denoiser, h * latents.vae_scale_factor, w * latents.vae_scale_factor,
+                                     batch, guidance=False)
+    with mm.use(denoiser.handle, working_bytes=working) as model:
+        for i, t in enumerate(timesteps):
+            started = time.perf_counter()
+            timestep = t.expand(batch).to(x.dtype)
+
+            noise_pred = model(hidden_states=x, timestep=timestep / 1000, guidance=guidance,
+                               pooled_projections=pooled, encoder_hidden_states=embeds, txt_ids=txt_ids,
+                               img_ids=img_ids, return_dict=False)[0]
+
+            x = scheduler.step(noise_pred, t, x, return_dict=False)[0]
+
+            if on_step is not None:
+                on_step(StepInfo(step=i + 1, total=len(timesteps), timestep=float(t),
+                                 latents=unpack_latents(x, h, w), seconds=time.perf_counter() - started))
+
+    return Latents(samples=unpack_latents(x, h, w).cpu(), vae_scale_factor=latents.vae_scale_factor,
+                   source="sampled")
+
+
+@torch.no_grad()
+def sample_sd3(
+    mm: MemoryManager,
+    denoiser: DenoiserRef,
+    positive: Conditioning,
+    negative: Conditioning | None,
+    latents: Latents,
+    settings: SamplerSettings,
+    *,
+    on_step: StepCallback | None = None,
+) -> Latents:
+    # 1. Check inputs
+    check_flow_scheduler(denoiser, settings)
+    device = mm.device
+    batch, _, h, w = latents.samples.shape
+    do_cfg = settings.cfg > 1.0 and negative is not None
+    generator = torch.Generator("cpu").manual_seed(settings.seed)
+    positive = batched_conditioning(positive, batch)
+
+    # 2. Prepare latent variables
+    noise = randn_tensor(tuple(latents.samples.shape), generator=generator, device=torch.device(device),
+                         dtype=positive.embeds.dtype)
+
+    # 3. Prepare timesteps (SD3.5-style configs may shift by the image size)
+    scheduler = FlowMatchEulerDiscreteScheduler.from_config(denoiser.scheduler_config)
+    config = scheduler.config
+    shift_kwargs = {}
+    if config.get("use_dynamic_shifting", None):
+        patch = int(denoiser.config.get("patch_size", 2))
+        shift_kwargs["mu"] = calculate_shift((h // patch) * (w // patch), config.get("base_image_seq_len", 256),
+                                             config.get("max_image_seq_len", 4096), config.get("base_shift", 0.5),
+                                             config.get("max_shift", 1.16))
+    scheduler.set_timesteps(settings.steps, device=device, **shift_kwargs)
+    timesteps = start_partway(scheduler, settings)
+    if len(timesteps) == 0:
+        return latents
+    if settings.denoise >= 1.0:
+        x = noise
+    else:
+        init = latents.samples.to(device=device, dtype=noise.dtype)
+        x = scheduler.scale_noise(init, timesteps[:1].repeat(batch), noise)
+
+    # 4. Prepare conditioning: negative first, then positive, as one doubled batch under CFG
+    conds = [batched_conditioning(negative, batch), positive] if do_cfg else [positive]
+    embeds = torch.cat([c.embeds for c in conds]).to(device=device, dtype=denoiser.dtype)
+    pooled = torch.cat([c.pooled for c in conds]).to(device=device, dtype=denoiser.dtype)
+
+    # 5. Denoising loop
+    working = denoiser_working_bytes(denoiser, h * latents.vae_scale_factor, w * latents.vae_scale_factor,
+                                     batch, guidance=do_cfg)
+    with mm.use(denoiser.handle, working_bytes=working) as model:
+        for i, t in enumerate(timesteps):
+            started = time.perf_counter()
+            model_input = torch.cat([x] * 2) if do_cfg else x
+            timestep = t.expand(model_input.shape[0])
+
+            noise_pred = model(hidden_states=model_input, timestep=timestep, encoder_hidden_states=embeds,
+                               pooled_projections=pooled, return_dict=False)[0]
+
+            if do_cfg:
+                noise_pred_uncond, noise_pred_text = noise_pred.chunk(2)
+                noise_pred = noise_pred_uncond + settings.cfg * (noise_pred_text - noise_pred_uncond)
+
+            x = scheduler.step(noise_pred, t, x, return_dict=False)[0]
+
+            if on_step is not None:
+                on_step(StepInfo(step=i + 1, total=len(timesteps), timestep=float(t), latents=x,
+                                 seconds=time.perf_counter() - started))
+
+    return Latents(samples=x.cpu(), vae_scale_factor=latents.vae_scale_factor, source="sampled")

@@ -1,0 +1,193 @@
+"""Loading a diffusers-format folder or separate component files as lazy handles.
+
+Lives here: `LoadedModel`, `load_model`, `load_diffusers_folder`, `load_component_file`, `component_weight_files`.
+May import: stdlib, torch, diffusers, transformers, memory, pipelines.paths, pipelines.diffusion.*.
+
+Nothing here reads weights. Each component becomes a `memory.ComponentSpec` whose `build` runs
+`from_pretrained` (memory-mapped) only when a node enters `mm.use(handle)`; the memory manager counts its
+bytes from the safetensors headers in the meantime. Configs and scheduler settings (small JSON) are read now,
+so that nodes downstream know channels, scale factors and the family without loading a model.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from memory import ComponentSpec, MemoryManager, ModelHandle
+from pipelines.diffusion.families import Family, family_for_pipeline_class, resolve_dtype
+from pipelines.diffusion.values import DenoiserRef, TextEncoderRef, TokenizerSource, VaeRef
+from pipelines.paths import PICKLE_SUFFIXES, check_weights_format
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """What a checkpoint loader hands out: three wires' worth of lazy references."""
+
+    denoiser: DenoiserRef
+    text_encoder: TextEncoderRef
+    vae: VaeRef
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def component_weight_files(folder: Path, *, allow_pickle: bool) -> tuple[tuple[Path, ...], bool]:
+    """The weight files of one component subfolder and whether they are safetensors.
+
+    Prefers `*.safetensors` (non-variant names first, then e.g. `.fp16.safetensors`). Falls back to pickle
+    files (`.bin`, `.ckpt`) only with `allow_pickle`; `check_weights_format` raises otherwise.
+    """
+    safetensors = sorted(folder.glob("*.safetensors"))
+    plain = [p for p in safetensors if len(p.suffixes) == 1]
+    if plain or safetensors:
+        return tuple(plain or safetensors), True
+    pickles = sorted(p for p in folder.iterdir() if p.suffix.lower() in PICKLE_SUFFIXES)
+    if not pickles:
+        raise FileNotFoundError(f"{folder}: no weight files (*.safetensors)")
+    for p in pickles:
+        check_weights_format(p, allow_pickle=allow_pickle)
+    return tuple(pickles), False
+
+
+def _variant(files: tuple[Path, ...]) -> str | None:
+    # "diffusion_pytorch_model.fp16.safetensors" -> "fp16"
+    # sharded: "diffusion_pytorch_model.fp16-00001-of-00002.safetensors" -> "fp16"
+    suffixes = files[0].suffixes
+    return suffixes[-2].lstrip(".").split("-")[0] if len(suffixes) > 1 else None
+
+
+def _register_pretrained(
+    mm: MemoryManager, root: Path, subfolder: str, model_class: type, *, kind: str, dtype: torch.dtype,
+    allow_pickle: bool, blocks: tuple[str, ...] = (),
+) -> ModelHandle:
+    """Register `model_class.from_pretrained(root, subfolder=...)` with the manager; loads nothing."""
+    files, safe = component_weight_files(root / subfolder, allow_pickle=allow_pickle)
+    variant = _variant(files) if safe else None
+
+    def build() -> torch.nn.Module:
+        return model_class.from_pretrained(
+            str(root), subfolder=subfolder, dtype=dtype, local_files_only=True,
+            use_safetensors=safe, variant=variant,
+        )
+
+    return mm.register(ComponentSpec(
+        key=f"{root}#{subfolder}@{dtype}", name=subfolder, kind=kind, build=build,
+        files=files if safe else (), dtype=dtype, blocks=blocks,
+    ))
+
+
+def vae_dtype(family: Family, vae_config: dict[str, Any], dtype: torch.dtype) -> torch.dtype:
+    """SDXL's VAE overflows in float16 (`force_upcast` in its config): keep it in float32 then."""
+    if dtype == torch.float16 and vae_config.get("force_upcast", False):
+        return torch.float32
+    return dtype
+
+
+def load_diffusers_folder(
+    mm: MemoryManager, root: Path, *, dtype: str = "auto", allow_pickle: bool = False
+) -> LoadedModel:
+    """A folder with `model_index.json` (what `DiffusionPipeline.save_pretrained` writes)."""
+    index = read_json(root / "model_index.json")
+    family = family_for_pipeline_class(index["_class_name"])
+    torch_dtype = resolve_dtype(dtype, family, mm.device)
+
+    denoiser_config = read_json(root / family.denoiser_subfolder / "config.json")
+    vae_config = read_json(root / "vae" / "config.json")
+    scheduler_config = read_json(root / "scheduler" / "scheduler_config.json")
+
+    denoiser = DenoiserRef(
+        handle=_register_pretrained(
+            mm, root, family.denoiser_subfolder, family.denoiser_class, kind="denoiser", dtype=torch_dtype,
+            allow_pickle=allow_pickle, blocks=family.denoiser_blocks,
+        ),
+        family=family, config=denoiser_config, scheduler_config=scheduler_config, dtype=torch_dtype,
+        vae_scale_factor=2 ** (len(vae_config["block_out_channels"]) - 1),
+    )
+    text_encoder = TextEncoderRef(
+        handles=tuple(
+            _register_pretrained(mm, root, slot.subfolder, slot.model_class, kind="text_encoder",
+                                 dtype=torch_dtype, allow_pickle=allow_pickle)
+            for slot in family.text_encoders
+        ),
+        tokenizers=tuple(
+            TokenizerSource(root, slot.tokenizer_subfolder, slot.model_class) for slot in family.text_encoders
+        ),
+        family=family, dtype=torch_dtype,
+    )
+    vdtype = vae_dtype(family, vae_config, torch_dtype)
+    vae = VaeRef(
+        handle=_register_pretrained(mm, root, "vae", family.vae_class, kind="vae", dtype=vdtype,
+                                    allow_pickle=allow_pickle),
+        family=family, config=vae_config, dtype=vdtype,
+    )
+    return LoadedModel(denoiser=denoiser, text_encoder=text_encoder, vae=vae)
+
+
+def load_model(
+    mm: MemoryManager, spec: str | Path, *, kind: str = "auto", dtype: str = "auto", allow_pickle: bool = False,
+    config_dir: Path | None = None,
+) -> LoadedModel:
+    """Resolve a workflow's model reference and load it as a folder or a single-file checkpoint.
+
+    `spec`: "builtin:NAME", "demo:NAME" (built offline on first use) or a path. `kind`: "auto" | "folder" |
+    "single_file". `config_dir`: a config-only diffusers folder for single files (default: the one shipped
+    for the detected family in resources/configs/).
+    """
+    # Imported here: single_file pulls diffusers' conversion utilities, demo_models builds models.
+    from pipelines.diffusion.demo_models import DEMO_MODELS, ensure_demo_model
+    from pipelines.diffusion.single_file import load_single_file
+    from pipelines.paths import resolve_model_path
+
+    spec = str(spec)
+    if spec.startswith("demo:") and spec.removeprefix("demo:") in DEMO_MODELS:
+        path = ensure_demo_model(spec.removeprefix("demo:"))
+    else:
+        path = resolve_model_path(spec)
+    if kind == "auto":
+        kind = "folder" if path.is_dir() else "single_file"
+    if kind == "folder":
+        if not (path / "model_index.json").exists():
+            raise FileNotFoundError(f"{path}: not a diffusers folder (no model_index.json)")
+        return load_diffusers_folder(mm, path, dtype=dtype, allow_pickle=allow_pickle)
+    if kind == "single_file":
+        if path.is_dir():
+            raise IsADirectoryError(f"{path}: a folder was given but kind is single_file")
+        return load_single_file(mm, path, dtype=dtype, allow_pickle=allow_pickle, config_dir=config_dir)
+    raise ValueError(f"unknown loader kind {kind!r} (auto, folder, single_file)")
+
+
+def load_component_file(
+    mm: MemoryManager, path: Path, *, component: str, config_dir: Path, family: Family, dtype: str = "auto",
+    allow_pickle: bool = False,
+) -> ModelHandle:
+    """A separate denoiser or VAE file (a fine-tuned UNet, a standalone VAE) as a lazy handle.
+
+    `component` is "unet", "transformer" or "vae"; the architecture comes from `config_dir/component`.
+    diffusers' `from_single_file` accepts both diffusers-format and original (CompVis) key names, so
+    e.g. `vae-ft-mse-840000-ema-pruned.safetensors` loads as well as a diffusers `save_pretrained` file.
+    """
+    check_weights_format(path, allow_pickle=allow_pickle)
+    torch_dtype = resolve_dtype(dtype, family, mm.device)
+    classes = {family.denoiser_subfolder: (family.denoiser_class, "denoiser"), "vae": (family.vae_class, "vae")}
+    if component not in classes:
+        raise ValueError(f"{family.title}: a separate file can hold {' or '.join(classes)}, not {component!r}")
+    model_class, kind = classes[component]
+    if component == "vae":
+        torch_dtype = vae_dtype(family, read_json(config_dir / "vae" / "config.json"), torch_dtype)
+
+    def build() -> torch.nn.Module:
+        return model_class.from_single_file(
+            str(path), config=str(config_dir), subfolder=component, dtype=torch_dtype, local_files_only=True
+        )
+
+    return mm.register(ComponentSpec(
+        key=f"{path}#{component}@{torch_dtype}", name=component, kind=kind, build=build,
+        files=(path,) if path.suffix == ".safetensors" else (), dtype=torch_dtype,
+        blocks=family.denoiser_blocks if kind == "denoiser" else (),
+    ))

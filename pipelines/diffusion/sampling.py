@@ -1,0 +1,210 @@
+"""The denoising loop: our own, written out like a diffusers pipeline's `__call__`, one step at a time.
+
+Lives here: `SamplerSettings`, `StepInfo`, `sample`, `batched_conditioning`, `denoiser_working_bytes`.
+May import: stdlib, torch, diffusers, memory, pipelines.diffusion.*.
+
+Why our own loop: each step reports to a callback (progress, timing, latent preview, cancellation: the
+callback may raise), and the denoiser is held through `mm.use(...)` with a working-memory estimate, so the
+memory manager loads it per policy and knows what the step needs. The numerics are the diffusers pipelines'
+(same noise draw, same scheduler calls, same CFG), so images match theirs for the same seed.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from diffusers.utils.torch_utils import randn_tensor
+
+from memory import MemoryManager, diffusion_working_bytes
+from pipelines.diffusion.schedulers import make_scheduler
+from pipelines.diffusion.values import Conditioning, DenoiserRef, Latents
+
+
+@dataclass(frozen=True)
+class SamplerSettings:
+    scheduler: str = "dpmpp_2m"
+    steps: int = 20
+    cfg: float = 4.0
+    seed: int = 42
+    # 1.0: start from pure noise (text-to-image; the input latent only gives the shape). Below 1: noise the
+    # input latent to that fraction of the schedule and denoise from there (image-to-image).
+    denoise: float = 1.0
+    eta: float = 0.0  # DDIM's eta, as the pipelines pass it
+
+
+@dataclass(frozen=True)
+class StepInfo:
+    """What a step callback receives: explicit names, no `locals()`."""
+
+    step: int  # 1-based: this many steps are done
+    total: int
+    timestep: float
+    latents: torch.Tensor  # (B, C, h, w) after this step
+    seconds: float  # wall time of this step
+
+
+StepCallback = Callable[[StepInfo], None]
+
+
+def denoiser_working_bytes(ref: DenoiserRef, height: int, width: int, batch: int, guidance: bool) -> int:
+    """Activation estimate for one denoiser call (memory.estimates' UNet formula; a DiT counts as one level
+    of its hidden width). The manager replaces it by the measured peak once the node has run."""
+    config = ref.config
+    if "block_out_channels" in config:  # UNet
+        widths = tuple(config["block_out_channels"])
+        layers = config.get("layers_per_block", 2)
+        layers = max(layers) if isinstance(layers, list) else int(layers)
+    else:  # DiT: hidden = heads x head_dim at every block
+        widths = (int(config.get("num_attention_heads", 16)) * int(config.get("attention_head_dim", 72)),)
+        layers = 2
+    return diffusion_working_bytes(
+        "denoiser", height=height, width=width, batch=batch, dtype=ref.dtype, block_out_channels=widths,
+        layers_per_block=layers, vae_scale=ref.vae_scale_factor, guidance=guidance,
+    )
+
+
+def _extra_step_kwargs(scheduler: Any, generator: torch.Generator, eta: float) -> dict[str, Any]:
+    # As diffusers' prepare_extra_step_kwargs: only DDIM-like schedulers take eta, only stochastic ones a generator.
+    accepted = set(inspect.signature(scheduler.step).parameters)
+    kwargs: dict[str, Any] = {}
+    if "eta" in accepted:
+        kwargs["eta"] = eta
+    if "generator" in accepted:
+        kwargs["generator"] = generator
+    return kwargs
+
+
+def batched_conditioning(cond: Conditioning, batch: int) -> Conditioning:
+    """Repeat a one-prompt conditioning for a batch of latents (num_images_per_prompt)."""
+    if cond.embeds.shape[0] == batch:
+        return cond
+
+    def rep(t: torch.Tensor | None) -> torch.Tensor | None:
+        return None if t is None else t.repeat(batch, *([1] * (t.ndim - 1)))
+
+    return Conditioning(embeds=rep(cond.embeds), pooled=rep(cond.pooled), attention_mask=rep(cond.attention_mask),
+                        family=cond.family, text=cond.text)
+
+
+def _sdxl_time_ids(height: int, width: int, dtype: torch.dtype) -> torch.Tensor:
+    # SDXL's size conditioning: original_size + crops_coords_top_left + target_size (no crop, no resize).
+    return torch.tensor([[height, width, 0, 0, height, width]], dtype=dtype)
+
+
+def _predict_noise(
+    model: torch.nn.Module, ref: DenoiserRef, x: torch.Tensor, t: torch.Tensor, cond: Conditioning,
+    added_cond_kwargs: dict[str, Any] | None,
+) -> torch.Tensor:
+    """One denoiser call on a (possibly CFG-doubled) batch."""
+    if ref.family.name == "pixart_sigma":
+        # PixArt takes the timestep as a batch vector and returns (noise, variance) when it learned sigma.
+        timestep = t[None].to(x.device).expand(x.shape[0]) if t.ndim == 0 else t.expand(x.shape[0])
+        out = model(x, encoder_hidden_states=cond.embeds, encoder_attention_mask=cond.attention_mask,
+                    timestep=timestep, added_cond_kwargs={"resolution": None, "aspect_ratio": None},
+                    return_dict=False)[0]
+        if model.config.out_channels // 2 == x.shape[1]:
+            out = out.chunk(2, dim=1)[0]
+        return out
+    return model(x, t, encoder_hidden_states=cond.embeds, timestep_cond=None,
+                 added_cond_kwargs=added_cond_kwargs, return_dict=False)[0]
+
+
+@torch.no_grad()
+def sample(
+    mm: MemoryManager,
+    denoiser: DenoiserRef,
+    positive: Conditioning,
+    negative: Conditioning | None,
+    latents: Latents,
+    settings: SamplerSettings,
+    *,
+    on_step: StepCallback | None = None,
+) -> Latents:
+    # 1. Check inputs
+    family = denoiser.family.name
+    for name, cond in (("positive", positive), ("negative", negative)):
+        if cond is not None and cond.family != family:
+            raise ValueError(f"{name} conditioning is for {cond.family!r}, the denoiser is {family!r}")
+    if not 0.0 < settings.denoise <= 1.0:
+        raise ValueError(f"denoise must be in (0, 1], got {settings.denoise}")
+    if denoiser.family.flow:
+        # Flow-matching loops live in flow_sampling, which builds on this module: imported late.
+        from pipelines.diffusion.flow_sampling import sample_flux, sample_sd3
+
+        if family == "sd3":
+            return sample_sd3(mm, denoiser, positive, negative, latents, settings, on_step=on_step)
+        return sample_flux(mm, denoiser, positive, latents, settings, on_step=on_step)
+    device = mm.device
+    batch = latents.samples.shape[0]
+    height, width = latents.pixel_size
+    do_cfg = settings.cfg > 1.0 and negative is not None
+    if denoiser.family.denoiser_subfolder == "unet" and denoiser.config.get("time_cond_proj_dim") is not None:
+        do_cfg = False  # guidance-distilled UNets (LCM) take the scale as an embedding instead; not supported
+    generator = torch.Generator("cpu").manual_seed(settings.seed)
+
+    # 2. Prepare timesteps (denoise < 1 starts partway, as StableDiffusionImg2ImgPipeline.get_timesteps does)
+    scheduler = make_scheduler(settings.scheduler, denoiser.scheduler_config)
+    scheduler.set_timesteps(settings.steps, device=device)
+    timesteps = scheduler.timesteps
+    t_start = 0
+    if settings.denoise < 1.0:
+        init_timestep = min(int(settings.steps * settings.denoise), settings.steps)
+        t_start = max(settings.steps - init_timestep, 0)
+        timesteps = timesteps[t_start * scheduler.order:]
+        if len(timesteps) == 0:
+            return latents
+    if hasattr(scheduler, "set_begin_index"):
+        scheduler.set_begin_index(t_start * scheduler.order)
+
+    # 3. Prepare latent variables: the noise comes from a CPU generator, so a seed gives the same image anywhere
+    shape = tuple(latents.samples.shape)
+    noise = randn_tensor(shape, generator=generator, device=torch.device(device), dtype=denoiser.dtype)
+    if settings.denoise >= 1.0:
+        x = noise * scheduler.init_noise_sigma
+    else:
+        init = latents.samples.to(device=device, dtype=denoiser.dtype)
+        x = scheduler.add_noise(init, noise, timesteps[:1].repeat(batch))
+    extra_step_kwargs = _extra_step_kwargs(scheduler, generator, settings.eta)
+
+    # 4. Prepare conditioning: negative first, then positive, as one doubled batch under CFG
+    positive = batched_conditioning(positive, batch)
+    conds = [batched_conditioning(negative, batch), positive] if do_cfg else [positive]
+    embeds = torch.cat([c.embeds for c in conds]).to(device=device, dtype=denoiser.dtype)
+    mask = None
+    if positive.attention_mask is not None:
+        mask = torch.cat([c.attention_mask for c in conds]).to(device)
+    cond = Conditioning(embeds=embeds, attention_mask=mask, family=family)
+    added_cond_kwargs = None
+    if family == "sdxl":
+        time_ids = _sdxl_time_ids(height, width, embeds.dtype).repeat(batch, 1)
+        added_cond_kwargs = {
+            "text_embeds": torch.cat([c.pooled for c in conds]).to(device=device, dtype=denoiser.dtype),
+            "time_ids": torch.cat([time_ids] * len(conds)).to(device),
+        }
+
+    # 5. Denoising loop
+    working = denoiser_working_bytes(denoiser, height, width, batch, do_cfg)
+    with mm.use(denoiser.handle, working_bytes=working) as model:
+        for i, t in enumerate(timesteps):
+            started = time.perf_counter()
+            model_input = torch.cat([x] * 2) if do_cfg else x
+            model_input = scheduler.scale_model_input(model_input, t)
+
+            noise_pred = _predict_noise(model, denoiser, model_input, t, cond, added_cond_kwargs)
+
+            if do_cfg:
+                noise_pred_uncond, noise_pred_text = noise_pred.chunk(2)
+                noise_pred = noise_pred_uncond + settings.cfg * (noise_pred_text - noise_pred_uncond)
+
+            x = scheduler.step(noise_pred, t, x, **extra_step_kwargs, return_dict=False)[0]
+
+            if on_step is not None:
+                on_step(StepInfo(step=i + 1, total=len(timesteps), timestep=float(t), latents=x,
+                                 seconds=time.perf_counter() - started))
+
+    return Latents(samples=x.cpu(), vae_scale_factor=latents.vae_scale_factor, source="sampled")

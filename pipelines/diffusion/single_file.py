@@ -1,0 +1,205 @@
+"""Single-file checkpoints (CompVis/SGM `.safetensors`, as shared on model sites), loaded offline.
+
+Lives here: `load_single_file`, `read_checkpoint_keys`, `read_prefixed`, `CONFIG_DIRS`, `ClipTokenizerSource`.
+May import: stdlib, torch, safetensors, diffusers, transformers, memory, pipelines.paths, pipelines.diffusion.*.
+
+diffusers' `from_single_file` guesses the family and fetches its configs from the Hub unless it is given
+`config=<local diffusers folder>` (FINDINGS). We detect the family from the tensor names, then point every
+component at a config-only folder shipped in `resources/configs/<family>/` (configs and, where we can ship
+it, the tokenizer; no weights). Each component reads only its own tensors (by key prefix) when built.
+"""
+
+from __future__ import annotations
+
+import gzip
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import safe_open
+
+from memory import ComponentSpec, MemoryManager
+from pipelines.diffusion.families import (
+    FAMILIES,
+    UnsupportedModelError,
+    detect_single_file_family,
+    resolve_dtype,
+)
+from pipelines.diffusion.loading import LoadedModel, read_json, vae_dtype
+from pipelines.diffusion.values import DenoiserRef, TextEncoderRef, TokenizerSource, VaeRef
+from pipelines.paths import RESOURCES_DIR, check_weights_format
+
+CONFIG_DIRS: dict[str, Path] = {
+    "sd1": RESOURCES_DIR / "configs" / "sd15",
+    "sdxl": RESOURCES_DIR / "configs" / "sdxl",
+}
+_FAMILY_OF = {"sd1": "sd", "sd2": "sd", "sdxl": "sdxl"}
+
+# Key prefixes of each component inside an original-format checkpoint.
+UNET_PREFIX = "model.diffusion_model."
+VAE_PREFIX = "first_stage_model."
+TEXT_ENCODER_PREFIXES: dict[str, tuple[str, ...]] = {
+    "sd1": ("cond_stage_model.transformer.",),
+    "sd2": ("cond_stage_model.model.",),
+    "sdxl": ("conditioner.embedders.0.transformer.", "conditioner.embedders.1.model."),
+}
+
+
+def _load_pickle_state_dict(path: Path) -> dict[str, torch.Tensor]:
+    # Only reached with allow_pickle: the user trusts this file. Lightning checkpoints nest the weights.
+    data = torch.load(str(path), map_location="cpu", weights_only=False)
+    return data.get("state_dict", data)
+
+
+def read_checkpoint_keys(path: Path, *, allow_pickle: bool) -> list[str]:
+    """Tensor names without reading tensors (safetensors header); pickles must be fully loaded."""
+    check_weights_format(path, allow_pickle=allow_pickle)
+    if path.suffix == ".safetensors":
+        with safe_open(str(path), framework="pt") as f:
+            return list(f.keys())
+    return list(_load_pickle_state_dict(path))
+
+
+def read_prefixed(path: Path, prefixes: tuple[str, ...], *, allow_pickle: bool) -> dict[str, torch.Tensor]:
+    """The tensors whose names start with one of `prefixes`, keeping the original names."""
+    check_weights_format(path, allow_pickle=allow_pickle)
+    if path.suffix == ".safetensors":
+        with safe_open(str(path), framework="pt") as f:
+            return {k: f.get_tensor(k) for k in f.keys() if k.startswith(prefixes)}
+    return {k: v for k, v in _load_pickle_state_dict(path).items() if k.startswith(prefixes)}
+
+
+class ClipTokenizerSource(TokenizerSource):
+    """The CLIP tokenizer for a single-file checkpoint, which carries none.
+
+    Looks in order, never on the network: the config folder's tokenizer subfolder; OpenAI's BPE vocabulary
+    file `bpe_simple_vocab_16e6.txt.gz` in resources/configs/clip/ or inside the `open_clip_torch` package if
+    installed; a copy of `openai/clip-vit-large-patch14` already in the Hugging Face cache. All are the same
+    vocabulary.
+    SDXL's second tokenizer differs only in its pad token ("!").
+    """
+
+    def load(self) -> Any:
+        if self._tokenizer is not None:
+            return self._tokenizer
+        if (self.path / self.subfolder / "tokenizer_config.json").exists():
+            return super().load()
+        pad_token = "!" if self.subfolder == "tokenizer_2" else "<|endoftext|>"
+        bpe = _open_clip_bpe_file()
+        if bpe is not None:
+            self._tokenizer = clip_tokenizer_from_bpe(bpe, pad_token=pad_token)
+            return self._tokenizer
+        from transformers import CLIPTokenizer
+
+        try:
+            self._tokenizer = CLIPTokenizer.from_pretrained(
+                "openai/clip-vit-large-patch14", local_files_only=True, pad_token=pad_token)
+        except OSError as exc:
+            raise FileNotFoundError(
+                f"no CLIP tokenizer for this single-file checkpoint: {self.path / self.subfolder} has none, the "
+                "open_clip_torch package (which ships the CLIP vocabulary) is not installed and "
+                "openai/clip-vit-large-patch14 is not in the Hugging Face cache. Install open_clip_torch, or "
+                f"copy a CLIP tokenizer (vocab.json, merges.txt, tokenizer_config.json) into {self.path / self.subfolder}."
+            ) from exc
+        return self._tokenizer
+
+
+# Where a copy of OpenAI's CLIP BPE file may be shipped with Nodeloom (1.3 MB, MIT licence; not shipped yet).
+SHIPPED_BPE = RESOURCES_DIR / "configs" / "clip" / "bpe_simple_vocab_16e6.txt.gz"
+
+
+def _open_clip_bpe_file() -> Path | None:
+    if SHIPPED_BPE.exists():
+        return SHIPPED_BPE
+    found = importlib.util.find_spec("open_clip")
+    for location in (found.submodule_search_locations or []) if found else []:
+        candidate = Path(location) / "bpe_simple_vocab_16e6.txt.gz"
+        if candidate.exists():
+            return candidate
+    return None
+
+
+def clip_tokenizer_from_bpe(bpe_gz: Path, *, pad_token: str = "<|endoftext|>") -> Any:
+    """Build `CLIPTokenizer` from OpenAI's BPE merges file, as open_clip's SimpleTokenizer builds its vocab.
+
+    Vocabulary order (same ids as the Hub's vocab.json): the 256 byte characters, the same with "</w>",
+    one entry per merge, then <|startoftext|>, <|endoftext|>.
+    """
+    from transformers import CLIPTokenizer
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    lines = gzip.open(bpe_gz).read().decode("utf-8").split("\n")
+    merges = [tuple(line.split()) for line in lines[1 : 49152 - 256 - 2 + 1] if line.strip()]
+    tokens = list(bytes_to_unicode().values())
+    tokens += [t + "</w>" for t in tokens]
+    tokens += ["".join(m) for m in merges]
+    tokens += ["<|startoftext|>", "<|endoftext|>"]
+    vocab = {t: i for i, t in enumerate(tokens)}
+    return CLIPTokenizer(vocab=vocab, merges=merges, model_max_length=77, pad_token=pad_token)
+
+
+def load_single_file(
+    mm: MemoryManager, path: Path, *, dtype: str = "auto", allow_pickle: bool = False,
+    config_dir: Path | None = None,
+) -> LoadedModel:
+    """An SD1.x or SDXL original-format checkpoint as lazy handles, with no network access."""
+    from diffusers import AutoencoderKL, UNet2DConditionModel
+    from diffusers.loaders.single_file_utils import create_diffusers_clip_model_from_ldm
+
+    keys = read_checkpoint_keys(path, allow_pickle=allow_pickle)
+    detected = detect_single_file_family(keys)
+    config_dir = config_dir or CONFIG_DIRS.get(detected)
+    if config_dir is None or not (config_dir / "model_index.json").exists():
+        raise UnsupportedModelError(
+            f"{path.name}: detected a {detected} checkpoint, but no config folder is shipped for it; "
+            "convert it to a diffusers folder, or pass a config folder"
+        )
+    family = FAMILIES[_FAMILY_OF[detected]]
+    torch_dtype = resolve_dtype(dtype, family, mm.device)
+    unet_config = read_json(config_dir / "unet" / "config.json")
+    vae_config = read_json(config_dir / "vae" / "config.json")
+    vdtype = vae_dtype(family, vae_config, torch_dtype)
+
+    def build_unet() -> torch.nn.Module:
+        state = read_prefixed(path, (UNET_PREFIX,), allow_pickle=allow_pickle)
+        return UNet2DConditionModel.from_single_file(
+            state, config=str(config_dir), subfolder="unet", dtype=torch_dtype, local_files_only=True)
+
+    def build_vae() -> torch.nn.Module:
+        state = read_prefixed(path, (VAE_PREFIX,), allow_pickle=allow_pickle)
+        return AutoencoderKL.from_single_file(
+            state, config=str(config_dir), subfolder="vae", dtype=vdtype, local_files_only=True)
+
+    def text_encoder_builder(slot_index: int) -> Any:
+        slot = family.text_encoders[slot_index]
+        prefix = TEXT_ENCODER_PREFIXES[detected][slot_index]
+
+        def build() -> torch.nn.Module:
+            state = read_prefixed(path, (prefix,), allow_pickle=allow_pickle)
+            return create_diffusers_clip_model_from_ldm(
+                slot.model_class, checkpoint=state, config=str(config_dir), subfolder=slot.subfolder,
+                torch_dtype=torch_dtype, local_files_only=True)
+
+        return build
+
+    def register(name: str, kind: str, build: Any, dt: torch.dtype, blocks: tuple[str, ...] = ()) -> Any:
+        # files=(): the checkpoint holds every component; the manager measures bytes once built.
+        return mm.register(ComponentSpec(key=f"{path}#{name}@{dt}", name=name, kind=kind, build=build,
+                                         dtype=dt, blocks=blocks))
+
+    denoiser = DenoiserRef(
+        handle=register("unet", "denoiser", build_unet, torch_dtype, family.denoiser_blocks),
+        family=family, config=unet_config,
+        scheduler_config=read_json(config_dir / "scheduler" / "scheduler_config.json"),
+        dtype=torch_dtype, vae_scale_factor=2 ** (len(vae_config["block_out_channels"]) - 1),
+    )
+    text_encoder = TextEncoderRef(
+        handles=tuple(register(slot.subfolder, "text_encoder", text_encoder_builder(i), torch_dtype)
+                      for i, slot in enumerate(family.text_encoders)),
+        tokenizers=tuple(ClipTokenizerSource(config_dir, slot.tokenizer_subfolder, slot.model_class)
+                         for slot in family.text_encoders),
+        family=family, dtype=torch_dtype,
+    )
+    vae = VaeRef(handle=register("vae", "vae", build_vae, vdtype), family=family, config=vae_config, dtype=vdtype)
+    return LoadedModel(denoiser=denoiser, text_encoder=text_encoder, vae=vae)

@@ -1,0 +1,73 @@
+"""VAE decode (latents -> IMAGE) and encode (IMAGE -> latents), through the memory manager.
+
+Lives here: `decode`, `encode`, `vae_working_bytes`. May import: torch, diffusers, memory, pipelines.diffusion.values.
+
+IMAGE values follow the ComfyUI convention: float32 (B, H, W, C) in [0, 1] on the CPU. Latents are scaled
+(what the denoiser sees): decode undoes the scaling exactly as the diffusers pipelines do before
+`vae.decode`, including SDXL-style `latents_mean`/`latents_std` and SD3/Flux-style `shift_factor`.
+Pixel pre/post-processing is diffusers' `VaeImageProcessor`.
+"""
+
+from __future__ import annotations
+
+import torch
+from diffusers.image_processor import VaeImageProcessor
+
+from memory import MemoryManager, diffusion_working_bytes
+from pipelines.diffusion.values import Latents, VaeRef
+
+
+def vae_working_bytes(ref: VaeRef, height: int, width: int, batch: int, kind: str) -> int:
+    return diffusion_working_bytes(kind, height=height, width=width, batch=batch, dtype=ref.dtype,
+                                   block_out_channels=tuple(ref.config.get("block_out_channels", (128, 256))))
+
+
+def _unscale(ref: VaeRef, latents: torch.Tensor) -> torch.Tensor:
+    config = ref.config
+    scaling = config.get("scaling_factor", 0.18215)
+    if config.get("latents_mean") is not None and config.get("latents_std") is not None:
+        channels = latents.shape[1]
+        mean = torch.tensor(config["latents_mean"]).view(1, channels, 1, 1).to(latents.device, latents.dtype)
+        std = torch.tensor(config["latents_std"]).view(1, channels, 1, 1).to(latents.device, latents.dtype)
+        return latents * std / scaling + mean
+    if config.get("shift_factor") is not None:
+        return latents / scaling + config["shift_factor"]
+    return latents / scaling
+
+
+def _scale(ref: VaeRef, latents: torch.Tensor) -> torch.Tensor:
+    config = ref.config
+    scaling = config.get("scaling_factor", 0.18215)
+    if config.get("latents_mean") is not None and config.get("latents_std") is not None:
+        channels = latents.shape[1]
+        mean = torch.tensor(config["latents_mean"]).view(1, channels, 1, 1).to(latents.device, latents.dtype)
+        std = torch.tensor(config["latents_std"]).view(1, channels, 1, 1).to(latents.device, latents.dtype)
+        return (latents - mean) * scaling / std
+    if config.get("shift_factor") is not None:
+        return (latents - config["shift_factor"]) * scaling
+    return latents * scaling
+
+
+@torch.no_grad()
+def decode(mm: MemoryManager, ref: VaeRef, latents: Latents) -> torch.Tensor:
+    """Latents -> IMAGE (B, H, W, C) float32 in [0, 1], CPU."""
+    samples = latents.samples.to(device=mm.device, dtype=ref.dtype)
+    height, width = latents.pixel_size
+    working = vae_working_bytes(ref, height, width, samples.shape[0], "vae_decode")
+    with mm.use(ref.handle, working_bytes=working) as vae:
+        image = vae.decode(_unscale(ref, samples), return_dict=False)[0]
+    processor = VaeImageProcessor(vae_scale_factor=ref.scale_factor)
+    image = processor.postprocess(image, output_type="pt")  # (B, C, H, W) in [0, 1]
+    return image.permute(0, 2, 3, 1).to(dtype=torch.float32, device="cpu")
+
+
+@torch.no_grad()
+def encode(mm: MemoryManager, ref: VaeRef, image: torch.Tensor) -> Latents:
+    """IMAGE (B, H, W, C) in [0, 1] -> scaled latents (the distribution's mode: deterministic)."""
+    processor = VaeImageProcessor(vae_scale_factor=ref.scale_factor)
+    pixels = processor.preprocess(image.permute(0, 3, 1, 2))  # (B, C, H, W) in [-1, 1], sides multiple of scale
+    pixels = pixels.to(device=mm.device, dtype=ref.dtype)
+    working = vae_working_bytes(ref, pixels.shape[-2], pixels.shape[-1], pixels.shape[0], "vae_encode")
+    with mm.use(ref.handle, working_bytes=working) as vae:
+        latents = vae.encode(pixels).latent_dist.mode()
+    return Latents(samples=_scale(ref, latents).cpu(), vae_scale_factor=ref.scale_factor, source="encoded")

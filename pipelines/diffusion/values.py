@@ -1,0 +1,110 @@
+"""The values that travel on diffusion wires: model references, conditioning and latents.
+
+Lives here: `DenoiserRef`, `TextEncoderRef`, `VaeRef`, `TokenizerSource`, `Conditioning`, `Latents`.
+May import: stdlib, torch, transformers, memory, pipelines.diffusion.families.
+
+Model references hold `memory.ModelHandle`s (lazy: registered with the memory manager, loaded only inside
+`mm.use(...)`), never modules. Data values hold CPU-or-device tensors and the family they belong to, so a
+sampler can refuse an SDXL conditioning fed to an SD1 UNet with a clear message.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from pipelines.diffusion.families import Family
+
+if TYPE_CHECKING:
+    from memory import ModelHandle
+
+
+class TokenizerSource:
+    """Where a tokenizer lives; loads it on first use and keeps it (tokenizers are small, and CPU-only)."""
+
+    def __init__(self, path: Path, subfolder: str, model_class: type) -> None:
+        self.path = path
+        self.subfolder = subfolder
+        self.model_class = model_class
+        self._tokenizer: Any = None
+
+    def load(self) -> Any:
+        if self._tokenizer is None:
+            from transformers import AutoTokenizer
+
+            self._tokenizer = AutoTokenizer.from_pretrained(
+                str(self.path), subfolder=self.subfolder, local_files_only=True
+            )
+        return self._tokenizer
+
+    def __repr__(self) -> str:
+        return f"TokenizerSource({str(self.path)!r}, {self.subfolder!r})"
+
+
+@dataclass(frozen=True)
+class DenoiserRef:
+    """A UNet or DiT, lazily loaded, plus what a sampler needs to know without loading it."""
+
+    handle: ModelHandle
+    family: Family
+    config: dict[str, Any]  # the model's config.json (in_channels, sample_size, block_out_channels, ...)
+    scheduler_config: dict[str, Any]  # the folder's scheduler_config.json: betas, prediction type, ...
+    dtype: torch.dtype
+    vae_scale_factor: int = 8  # pixels per latent (from the VAE config when known)
+
+
+@dataclass(frozen=True)
+class TextEncoderRef:
+    """One or more text encoders that a prompt goes through together (SDXL: two on one wire)."""
+
+    handles: tuple[ModelHandle, ...]
+    tokenizers: tuple[TokenizerSource, ...]
+    family: Family
+    dtype: torch.dtype
+
+
+@dataclass(frozen=True)
+class VaeRef:
+    handle: ModelHandle
+    family: Family
+    config: dict[str, Any]
+    dtype: torch.dtype
+
+    @property
+    def scale_factor(self) -> int:
+        """Pixels per latent: 2 ** (number of VAE blocks - 1), as diffusers pipelines compute it."""
+        return 2 ** (len(self.config.get("block_out_channels", (0, 0, 0, 0))) - 1)
+
+    @property
+    def latent_channels(self) -> int:
+        return int(self.config.get("latent_channels", 4))
+
+
+@dataclass(frozen=True)
+class Conditioning:
+    """An encoded prompt: per-token embeddings (B, S, D), plus the pooled vector (SDXL) or mask (T5)."""
+
+    embeds: torch.Tensor  # (B, S, D)
+    family: str
+    pooled: torch.Tensor | None = None  # (B, P) SDXL: text_encoder_2's projected EOS embedding
+    attention_mask: torch.Tensor | None = None  # (B, S) T5 families: 1 for real tokens
+    text: str = ""
+
+
+@dataclass(frozen=True)
+class Latents:
+    """Latents as the denoiser sees them: VAE output already multiplied by the scaling factor."""
+
+    samples: torch.Tensor  # (B, C, H / scale, W / scale)
+    vae_scale_factor: int = 8
+    # Where the samples came from: "empty" (EmptyLatent: only the shape matters), "encoded" (VAEEncode),
+    # "sampled" (a sampler's output).
+    source: str = "empty"
+
+    @property
+    def pixel_size(self) -> tuple[int, int]:
+        """(height, width) in pixels."""
+        return self.samples.shape[-2] * self.vae_scale_factor, self.samples.shape[-1] * self.vae_scale_factor
