@@ -134,7 +134,7 @@ class HeadlessPrinter:
         elif isinstance(event, UnloadEvent):
             self._say(f"    [magenta]unload[/] {event.component} {_mib(event.nbytes)} in {event.seconds:.2f} s")
         elif isinstance(event, TransferEvent):
-            self._say(f"    [magenta]streamed[/] {event.component} {_mib(event.nbytes)} at {event.gbps:.1f} GB/s")
+            self._say(f"    [magenta]transfer[/] {event.component} {_mib(event.nbytes)} at {event.gbps:.1f} GB/s")
 
     def _say(self, message: str) -> None:
         if not self.quiet:

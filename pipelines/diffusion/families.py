@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from diffusers import (
@@ -179,6 +180,27 @@ def detect_single_file_family(keys: Iterable[str]) -> str:
     if has_prefix("cond_stage_model.transformer."):
         return "sd1"
     raise UnsupportedModelError("no text encoder weights found: not a full SD/SDXL checkpoint")
+
+
+def denoiser_stream_blocks(family: Family, config: dict[str, Any]) -> tuple[str, ...]:
+    """The lists the memory manager may stream, at resnet/attention granularity for UNets.
+
+    Streaming keeps a window of the two largest declared blocks on the device; a whole UNet stage is
+    ~40% of SD's weights, so declaring stages would leave `stream` little to save (memory/README.md).
+    Listed in execution order: down stages, mid block, up stages.
+    """
+    if family.denoiser_class is not UNet2DConditionModel:
+        return family.denoiser_blocks
+
+    def parts(prefix: str, block_type: str | None) -> list[str]:
+        if not block_type:
+            return []
+        return [f"{prefix}.resnets"] + ([f"{prefix}.attentions"] if "CrossAttn" in block_type else [])
+
+    paths = [p for i, t in enumerate(config["down_block_types"]) for p in parts(f"down_blocks.{i}", t)]
+    paths += parts("mid_block", config.get("mid_block_type", "UNetMidBlock2DCrossAttn"))
+    paths += [p for i, t in enumerate(config["up_block_types"]) for p in parts(f"up_blocks.{i}", t)]
+    return tuple(paths)
 
 
 def resolve_dtype(choice: str, family: Family, device: torch.device | str) -> torch.dtype:

@@ -19,7 +19,12 @@ from typing import Any
 import torch
 
 from memory import ComponentSpec, MemoryManager, ModelHandle
-from pipelines.diffusion.families import Family, family_for_pipeline_class, resolve_dtype
+from pipelines.diffusion.families import (
+    Family,
+    denoiser_stream_blocks,
+    family_for_pipeline_class,
+    resolve_dtype,
+)
 from pipelines.diffusion.values import DenoiserRef, TextEncoderRef, TokenizerSource, VaeRef
 from pipelines.paths import PICKLE_SUFFIXES, check_weights_format
 
@@ -104,7 +109,7 @@ def load_diffusers_folder(
     denoiser = DenoiserRef(
         handle=_register_pretrained(
             mm, root, family.denoiser_subfolder, family.denoiser_class, kind="denoiser", dtype=torch_dtype,
-            allow_pickle=allow_pickle, blocks=family.denoiser_blocks,
+            allow_pickle=allow_pickle, blocks=denoiser_stream_blocks(family, denoiser_config),
         ),
         family=family, config=denoiser_config, scheduler_config=scheduler_config, dtype=torch_dtype,
         vae_scale_factor=2 ** (len(vae_config["block_out_channels"]) - 1),
@@ -189,5 +194,6 @@ def load_component_file(
     return mm.register(ComponentSpec(
         key=f"{path}#{component}@{torch_dtype}", name=component, kind=kind, build=build,
         files=(path,) if path.suffix == ".safetensors" else (), dtype=torch_dtype,
-        blocks=family.denoiser_blocks if kind == "denoiser" else (),
+        blocks=denoiser_stream_blocks(family, read_json(config_dir / component / "config.json"))
+        if kind == "denoiser" else (),
     ))

@@ -23,6 +23,7 @@ from memory import ComponentSpec, MemoryManager
 from pipelines.diffusion.families import (
     FAMILIES,
     UnsupportedModelError,
+    denoiser_stream_blocks,
     detect_single_file_family,
     resolve_dtype,
 )
@@ -189,7 +190,8 @@ def load_single_file(
                                          dtype=dt, blocks=blocks))
 
     denoiser = DenoiserRef(
-        handle=register("unet", "denoiser", build_unet, torch_dtype, family.denoiser_blocks),
+        handle=register("unet", "denoiser", build_unet, torch_dtype,
+                        denoiser_stream_blocks(family, unet_config)),
         family=family, config=unet_config,
         scheduler_config=read_json(config_dir / "scheduler" / "scheduler_config.json"),
         dtype=torch_dtype, vae_scale_factor=2 ** (len(vae_config["block_out_channels"]) - 1),
