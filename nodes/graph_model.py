@@ -177,12 +177,15 @@ class GraphModel:
     def remove_node(self, node_id: str) -> None:
         self.remove([node_id])
 
-    def remove(self, node_ids: Iterable[str], group_indices: Iterable[int] = ()) -> None:
-        """Remove nodes (with every wire touching them) and groups."""
+    def remove(self, node_ids: Iterable[str], group_indices: Iterable[int] = (),
+               inputs: Iterable[tuple[str, str]] = ()) -> None:
+        """Remove nodes (with every wire touching them), groups, and the wires into the given inputs."""
         ids = [nid for nid in node_ids if nid in self.workflow.nodes]
         doomed = set(ids)
+        cut = set(inputs)
+        group_indices = list(group_indices)
         for conn in self.connections():
-            if conn.in_node in doomed or conn.out_node in doomed:
+            if conn.in_node in doomed or conn.out_node in doomed or (conn.in_node, conn.in_port) in cut:
                 del self.workflow.nodes[conn.in_node].inputs[conn.in_port]
                 self._notify("connection_removed", conn)
         for nid in ids:
@@ -259,10 +262,15 @@ class GraphModel:
 
     # -- snapshots (delete, copy, paste) ----------------------------------------------------------
 
-    def snapshot(self, node_ids: Iterable[str], group_indices: Iterable[int] = ()) -> dict[str, Any]:
-        """The nodes (with all their inputs), their positions and groups, in the workflow file format."""
+    def snapshot(self, node_ids: Iterable[str], group_indices: Iterable[int] = (),
+                 inputs: Iterable[tuple[str, str]] = ()) -> dict[str, Any]:
+        """The nodes (with all their inputs), their positions and groups, in the workflow file format.
+
+        `inputs` adds wires into other nodes (a deleted wire), kept under "outgoing" for `restore`."""
         ids = [nid for nid in node_ids if nid in self.workflow.nodes]
         chosen = set(ids)
+        extra = [[link.node, link.output, nid, port] for nid, port in inputs
+                 if nid not in chosen and (link := self.input_link(nid, port)) is not None]
         groups = [dict(copy.deepcopy(self.groups()[i]), index=i)
                   for i in sorted(set(group_indices)) if 0 <= i < len(self.groups())]
         return {
@@ -270,7 +278,7 @@ class GraphModel:
             "nodes": {nid: self.workflow.nodes[nid].to_json() for nid in ids},
             "ui": {"nodes": {nid: copy.deepcopy(self.workflow.ui["nodes"][nid]) for nid in ids}, "groups": groups},
             "outgoing": [[c.out_node, c.out_port, c.in_node, c.in_port] for c in self.connections()
-                         if c.out_node in chosen and c.in_node not in chosen],
+                         if c.out_node in chosen and c.in_node not in chosen] + extra,
         }
 
     def restore(self, snapshot: dict[str, Any]) -> None:
@@ -306,8 +314,8 @@ class GraphModel:
                     links[(new, port)] = Link(src, out)
         if keep_outside:
             for src, out, dst, port in snapshot.get("outgoing", []):
-                if dst in self.workflow.nodes and src in mapping:
-                    links[(dst, port)] = Link(mapping[src], out)
+                if dst in self.workflow.nodes and (src in mapping or src in self.workflow.nodes):
+                    links[(dst, port)] = Link(mapping.get(src, src), out)
         self.set_inputs({k: v for k, v in links.items()
                          if v is None or self.connection_possible(v.node, v.output, *k)[0]})
         for group in snapshot.get("ui", {}).get("groups", []):

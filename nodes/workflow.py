@@ -1,7 +1,7 @@
 """Workflow files, version 1: the data classes, loading with full validation, and atomic saving.
 
 Lives here: `Workflow`, `NodeInstance`, `Link`, `Problem`, `WorkflowError`, `load_workflow`,
-`workflow_from_dict`, `validate`, `save_workflow`. Imports `nodes.spec`, `nodes.types`, `nodes.registry`.
+`workflow_from_dict`, `parse_workflow`, `validate`, `save_workflow`. Imports `nodes.spec`, `nodes.types`, `nodes.registry`.
 
 The file is JSON:
 
@@ -258,12 +258,21 @@ def validate(wf: Workflow, registry: NodeRegistry) -> list[Problem]:
     return problems
 
 
-def workflow_from_dict(data: Any, registry: NodeRegistry, *, source: str = "<memory>") -> Workflow:
-    """Parse and validate; raises `WorkflowError` listing every problem."""
+def parse_workflow(data: Any, registry: NodeRegistry, *, source: str = "<memory>") -> tuple[Workflow, list[Problem]]:
+    """Parse and validate without raising: the workflow as far as it could be read, and every problem.
+
+    The editor uses this to open an unfinished graph (say, an input not yet wired) for editing.
+    """
     problems: list[Problem] = []
     wf = _parse(data, source, problems)
     if not any(p.field in ("format", "version", "nodes") and p.node is None for p in problems):
         problems.extend(validate(wf, registry))
+    return wf, problems
+
+
+def workflow_from_dict(data: Any, registry: NodeRegistry, *, source: str = "<memory>") -> Workflow:
+    """Parse and validate; raises `WorkflowError` listing every problem."""
+    wf, problems = parse_workflow(data, registry, source=source)
     if problems:
         raise WorkflowError(problems)
     return wf

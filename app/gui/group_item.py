@@ -10,7 +10,13 @@ from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QPointF, QRectF, Qt
 from PySide6.QtGui import QColor, QFont, QPainter, QPen
-from PySide6.QtWidgets import QGraphicsItem, QGraphicsSceneMouseEvent, QStyleOptionGraphicsItem, QWidget
+from PySide6.QtWidgets import (
+    QGraphicsItem,
+    QGraphicsSceneHoverEvent,
+    QGraphicsSceneMouseEvent,
+    QStyleOptionGraphicsItem,
+    QWidget,
+)
 
 from app.gui import theme
 
@@ -18,6 +24,7 @@ if TYPE_CHECKING:
     from app.gui.node_item import NodeItem
 
 TITLE_H = 30.0
+GRIP = 16.0  # the bottom-right corner that resizes the group
 GROUP_COLORS = ("#3f5e7a", "#5e3f7a", "#3f7a5e", "#7a5e3f", "#7a3f4a", "#555a63")
 
 
@@ -35,6 +42,9 @@ class GroupItem(QGraphicsItem):
                       | QGraphicsItem.GraphicsItemFlag.ItemSendsGeometryChanges)
         self.carried: list[tuple[NodeItem, QPointF]] = []
         self._drag_origin = QPointF()
+        self._resizing = False
+        self._grip_offset = (0.0, 0.0)
+        self.setAcceptHoverEvents(True)
         self._font = QFont()
         self._font.setPointSizeF(12)
         self._font.setBold(True)
@@ -57,11 +67,40 @@ class GroupItem(QGraphicsItem):
         painter.setPen(Qt.PenStyle.NoPen)
         painter.setBrush(bar)
         painter.drawRoundedRect(QRectF(0, 0, self.size[0], TITLE_H), 8, 8)
+        w, h = self.size
+        painter.setPen(QPen(self.color.lighter(150), 1.5))
+        for i in (4.0, 8.0, 12.0):  # resize grip
+            painter.drawLine(QPointF(w - i, h - 3), QPointF(w - 3, h - i))
         painter.setPen(QColor(theme.TEXT))
         painter.setFont(self._font)
         painter.drawText(QRectF(12, 0, self.size[0] - 24, TITLE_H), Qt.AlignmentFlag.AlignVCenter, self.title)
 
+    def _on_grip(self, pos: QPointF) -> bool:
+        return pos.x() >= self.size[0] - GRIP and pos.y() >= self.size[1] - GRIP
+
+    def hoverMoveEvent(self, event: QGraphicsSceneHoverEvent) -> None:
+        self.setCursor(Qt.CursorShape.SizeFDiagCursor if self._on_grip(event.pos()) else Qt.CursorShape.ArrowCursor)
+
+    def mouseMoveEvent(self, event: QGraphicsSceneMouseEvent) -> None:
+        if self._resizing:
+            self.prepareGeometryChange()
+            dx, dy = self._grip_offset
+            self.size = (max(120.0, event.pos().x() + dx), max(TITLE_H + 40, event.pos().y() + dy))
+            self.update()
+            return
+        super().mouseMoveEvent(event)
+
+    def mouseReleaseEvent(self, event: QGraphicsSceneMouseEvent) -> None:
+        self._resizing = False
+        super().mouseReleaseEvent(event)
+
     def mousePressEvent(self, event: QGraphicsSceneMouseEvent) -> None:
+        if event.button() == Qt.MouseButton.LeftButton and self._on_grip(event.pos()):
+            self._resizing = True
+            self._grip_offset = (self.size[0] - event.pos().x(), self.size[1] - event.pos().y())
+            self.carried = []
+            event.accept()
+            return
         scene = self.scene()
         area = self.sceneBoundingRect()
         self.carried = [(item, item.pos()) for item in scene.node_items.values()  # type: ignore[attr-defined]

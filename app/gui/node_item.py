@@ -22,7 +22,7 @@ from nodes.workflow import PARAM_PORT_TYPES
 if TYPE_CHECKING:
     from nodes.graph_model import GraphModel
 
-WIDTH = 230.0
+WIDTH = 220.0
 HEADER = 28.0
 ROW = 22.0
 PAD = 8.0
@@ -63,7 +63,7 @@ class NodeItem(QGraphicsItem):
         self.setZValue(1)
         self._title_font = QFont()
         self._title_font.setBold(True)
-        self._title_font.setPointSizeF(10)
+        self._title_font.setPointSizeF(9.5)
         self._small = QFont()
         self._small.setPointSizeF(8.5)
         self._build_ports()
@@ -145,11 +145,11 @@ class NodeItem(QGraphicsItem):
         body = QPainterPath()
         body.addRoundedRect(rect, 7, 7)
         painter.fillPath(body, QColor(theme.NODE_BODY))
-        header = QPainterPath()
-        header.addRoundedRect(QRectF(0, 0, WIDTH, HEADER), 7, 7)
-        header.addRect(QRectF(0, HEADER - 8, WIDTH, 8))
         color = theme.category_color(self.spec.category) if self.spec else QColor(theme.ERROR)
-        painter.fillPath(header.simplified(), color)
+        painter.save()
+        painter.setClipPath(body)
+        painter.fillRect(QRectF(0, 0, WIDTH, HEADER), color)
+        painter.restore()
         s = self.state
         if s.status == "running" and s.total:
             frac = min(1.0, s.step / s.total)
@@ -164,11 +164,15 @@ class NodeItem(QGraphicsItem):
             painter.setPen(badge_color.lighter(130))
             painter.drawText(QRectF(WIDTH - badge_w - 6, 0, badge_w, HEADER - 2),
                              Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter, badge)
-        painter.setFont(self._title_font)
         painter.setPen(QColor(theme.TEXT))
         title = self.spec.title if self.spec else self.model.node(self.node_id).type
-        fm = QFontMetrics(self._title_font)
-        title = fm.elidedText(title, Qt.TextElideMode.ElideRight, int(WIDTH - badge_w - 20))
+        room = int(WIDTH - badge_w - 16)
+        font = self._title_font
+        if QFontMetrics(font).horizontalAdvance(title) > room:  # a long title: a size smaller before eliding
+            font = QFont(self._title_font)
+            font.setPointSizeF(8.5)
+        painter.setFont(font)
+        title = QFontMetrics(font).elidedText(title, Qt.TextElideMode.ElideRight, room)
         painter.drawText(QRectF(10, 0, WIDTH, HEADER - 2), Qt.AlignmentFlag.AlignVCenter, title)
         self._paint_rows(painter)
         # Border: selection, error, running.

@@ -6,6 +6,8 @@ Lives here: colour constants, `apply_theme(app)`, `category_color`, `state colou
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
+from types import MappingProxyType
 
 from PySide6.QtGui import QColor, QFont, QPalette
 from PySide6.QtWidgets import QApplication
@@ -28,19 +30,21 @@ CACHED = "#8d99ae"
 QUEUED = "#b0a36a"
 
 # Header colour for each built-in category; other categories get a stable colour from their name.
-CATEGORY_COLORS = {
+CATEGORY_COLORS: Mapping[str, str] = MappingProxyType({
     "primitives": "#5c6b7a",
     "text": "#6a7d3f",
     "output": "#7a4a5c",
     "image": "#3f6a8a",
     "diffusion": "#5e4a8a",
+    "diffusion/loaders": "#3d5a8c",
+    "diffusion/latent": "#8a4a6e",
     "loaders": "#4a5e8a",
     "sampling": "#6e4a8a",
     "conditioning": "#8a6a3f",
     "latent": "#8a4a6e",
     "llm": "#2f7a72",
     "test": "#555555",
-}
+})
 
 
 def category_color(category: str) -> QColor:

@@ -1,0 +1,35 @@
+"""The desktop GUI (PySide6): `launch(workflow_path, registry)` opens the editor window.
+
+Lives here: `launch`. Imports Qt and `app.gui.*`; Qt is imported only when this package is.
+Modules: main_window (layout, actions), file_ops, edit_ops, run_ops, scene/view/node_item/edge_item/port_item/
+group_item (the canvas), commands (undo), palette, inspector, output_panel, plots, run_worker,
+settings, autosave, minimap, theme, screenshot.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from nodes.registry import NodeRegistry
+
+
+def launch(workflow_path: Path | None, registry: NodeRegistry) -> int:
+    """Open the main window (optionally on a workflow) and run the event loop; returns the exit code."""
+    from PySide6.QtWidgets import QApplication
+
+    from app.gui.main_window import MainWindow
+    from app.gui.theme import apply_theme
+
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    app.setApplicationName("Nodeloom")
+    app.setOrganizationName("Nodeloom")
+    apply_theme(app)  # type: ignore[arg-type]
+    window = MainWindow(registry)
+    window.show()
+    recovered = window.offer_recovery()
+    if workflow_path is not None and not recovered:
+        window.open_path(Path(workflow_path), confirm=False)
+    elif not recovered:
+        window.view.fit()
+    return app.exec()

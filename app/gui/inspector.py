@@ -1,0 +1,238 @@
+"""The inspector dock: editable parameter widgets for the selected node.
+
+Lives here: `Inspector`, `param_widget`. Imports Qt, `nodes.spec`, `nodes.graph_model`.
+Widgets by kind: multiline prompt box (text), spin boxes with the param's range and step (int, float),
+combos (choice), check boxes (bool), a line edit with a file picker using the param's `file_filter` (path),
+and a seed field with a dice button. Edits go out as `edited(node_id, name, value)`; the window pushes an
+undo command and the model's notification comes back through `show_value`.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from typing import Any
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QRegularExpressionValidator
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QDoubleSpinBox,
+    QFileDialog,
+    QFormLayout,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPlainTextEdit,
+    QPushButton,
+    QScrollArea,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.gui import theme
+from nodes.graph_model import GraphModel
+from nodes.spec import Param
+
+INT32 = 2**31 - 1
+
+
+class ParamEditor(QWidget):
+    """One parameter's widget; `set_value` never re-emits."""
+
+    changed = Signal(object)
+
+    def __init__(self, param: Param, value: Any, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.param = param
+        self._quiet = False
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        self.editor: QWidget
+        self._get: Callable[[], Any]
+        self._set: Callable[[Any], None]
+        kind = param.kind
+        if kind == "text":
+            box = QPlainTextEdit()
+            box.setMinimumHeight(110)
+            box.setPlaceholderText(param.help or "Type here…")
+            box.textChanged.connect(self._emit)
+            self.editor, self._get, self._set = box, box.toPlainText, lambda v: box.setPlainText(str(v or ""))
+        elif kind == "int":
+            spin = QSpinBox()
+            spin.setRange(int(max(param.min if param.min is not None else -INT32, -INT32)),
+                          int(min(param.max if param.max is not None else INT32, INT32)))
+            spin.setSingleStep(int(param.step or 1))
+            spin.setKeyboardTracking(False)
+            spin.valueChanged.connect(self._emit)
+            self.editor, self._get, self._set = spin, spin.value, lambda v: spin.setValue(int(v or 0))
+        elif kind == "float":
+            dspin = QDoubleSpinBox()
+            dspin.setDecimals(4)
+            dspin.setRange(param.min if param.min is not None else -1e9, param.max if param.max is not None else 1e9)
+            dspin.setSingleStep(param.step or 0.1)
+            dspin.setKeyboardTracking(False)
+            dspin.valueChanged.connect(self._emit)
+            self.editor, self._get, self._set = dspin, dspin.value, lambda v: dspin.setValue(float(v or 0.0))
+        elif kind == "bool":
+            check = QCheckBox()
+            check.toggled.connect(self._emit)
+            self.editor, self._get, self._set = check, check.isChecked, lambda v: check.setChecked(bool(v))
+        elif kind == "choice":
+            combo = QComboBox()
+            for choice in param.choices:
+                combo.addItem(str(choice), choice)
+            combo.currentIndexChanged.connect(self._emit)
+            self.editor, self._get = combo, combo.currentData
+            self._set = lambda v: combo.setCurrentIndex(max(0, combo.findData(v)))
+        elif kind == "seed":
+            line = QLineEdit()
+            line.setValidator(QRegularExpressionValidator(r"\d{0,19}"))
+            line.editingFinished.connect(self._emit)
+            dice = QPushButton("🎲")
+            dice.setToolTip("Pick a random seed")
+            dice.setFixedWidth(34)
+            top = int(param.max) if param.max is not None else 2**32 - 1
+            dice.clicked.connect(lambda: (line.setText(str(random.randint(int(param.min or 0), top))), self._emit()))
+            layout.addWidget(line, 1)
+            layout.addWidget(dice)
+            self.editor, self._get = line, lambda: int(line.text() or 0)
+            self._set = lambda v: line.setText(str(v if v is not None else 0))
+        else:  # string, path
+            line = QLineEdit()
+            line.editingFinished.connect(self._emit)
+            self.editor, self._get, self._set = line, line.text, lambda v: line.setText(str(v or ""))
+            if kind == "path":
+                browse = QPushButton("Browse…")
+                browse.clicked.connect(self._browse)
+                layout.addWidget(line, 1)
+                layout.addWidget(browse)
+        if layout.count() == 0:
+            layout.addWidget(self.editor)
+        self.editor.setToolTip(param.help)
+        self.set_value(value)
+
+    def _browse(self) -> None:
+        current = str(self._get())
+        if self.param.file_filter == "dir":
+            path = QFileDialog.getExistingDirectory(self, f"Choose {self.param.name}", current)
+        else:
+            path, _ = QFileDialog.getOpenFileName(self, f"Choose {self.param.name}", current,
+                                                  self.param.file_filter or "All files (*)")
+        if path:
+            self.set_value(path)
+            self._emit()
+
+    def value(self) -> Any:
+        return self._get()
+
+    def set_value(self, value: Any) -> None:
+        if value == self._value_or_none():
+            return
+        self._quiet = True
+        try:
+            self._set(value)
+        finally:
+            self._quiet = False
+
+    def _value_or_none(self) -> Any:
+        try:
+            return self._get()
+        except (ValueError, AttributeError):
+            return None
+
+    def _emit(self, *_args: Any) -> None:
+        if not self._quiet:
+            self.changed.emit(self._get())
+
+
+class Inspector(QScrollArea):
+    edited = Signal(str, str, object)  # node id, param name, value
+
+    def __init__(self, model: GraphModel, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.model = model
+        self.node_id: str | None = None
+        self.editors: dict[str, ParamEditor] = {}
+        self.info_label = QLabel()
+        self.status_label = QLabel()
+        self.setWidgetResizable(True)
+        model.subscribe("param_changed", self.show_value)
+        model.subscribe("connection_created", lambda c: self._refresh_if(c.in_node))
+        model.subscribe("connection_removed", lambda c: self._refresh_if(c.in_node))
+        model.subscribe("node_removed", lambda nid: self.show_node(None) if nid == self.node_id else None)
+        model.subscribe("reset", lambda: self.show_node(None))
+        self.show_node(None)
+
+    def _refresh_if(self, node_id: str) -> None:
+        if node_id == self.node_id:
+            self.show_node(node_id)
+
+    def show_node(self, node_id: str | None, status: str = "", info: str = "") -> None:
+        self.node_id = node_id
+        self.editors = {}
+        page = QWidget()
+        outer = QVBoxLayout(page)
+        outer.setContentsMargins(10, 10, 10, 10)
+        if node_id is None or node_id not in self.model.node_ids():
+            self.node_id = None
+            hint = QLabel("Select a node to edit its settings.\n\nTab or double-click the canvas to add a node; "
+                          "drag from a port to wire it.")
+            hint.setObjectName("hint")
+            hint.setWordWrap(True)
+            outer.addWidget(hint)
+            outer.addStretch(1)
+            self.setWidget(page)
+            return
+        node, spec = self.model.node(node_id), self.model.spec(node_id)
+        title = QLabel(f"<b style='font-size:12pt'>{spec.title if spec else node.type}</b>"
+                       f"  <span style='color:{theme.TEXT_DIM}'>{node_id}</span>")
+        outer.addWidget(title)
+        if spec is not None and spec.description:
+            desc = QLabel(spec.description)
+            desc.setObjectName("hint")
+            desc.setWordWrap(True)
+            outer.addWidget(desc)
+        self.info_label = QLabel()
+        self.info_label.setObjectName("hint")
+        self.info_label.setWordWrap(True)
+        self.status_label = QLabel()
+        self.status_label.setWordWrap(True)
+        self.status_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.status_label.setStyleSheet(f"color: {theme.ERROR};")
+        outer.addWidget(self.info_label)
+        outer.addWidget(self.status_label)
+        self.set_facts(info, status)
+        form = QFormLayout()
+        form.setLabelAlignment(Qt.AlignmentFlag.AlignRight)
+        for param in spec.params if spec else ():
+            link = node.inputs.get(param.name)
+            if link is not None:
+                label = QLabel(f"← from {link.node}.{link.output}")
+                label.setObjectName("hint")
+                form.addRow(param.name, label)
+                continue
+            editor = ParamEditor(param, node.params.get(param.name))
+            editor.changed.connect(lambda value, name=param.name: self.edited.emit(node_id, name, value))
+            self.editors[param.name] = editor
+            if param.kind == "text":
+                form.addRow(QLabel(param.name))
+                form.addRow(editor)
+            else:
+                form.addRow(param.name, editor)
+        outer.addLayout(form)
+        outer.addStretch(1)
+        self.setWidget(page)
+
+    def set_facts(self, info: str, status: str) -> None:
+        """Update the run facts and error line in place (typing in a widget is not interrupted)."""
+        self.info_label.setText(info)
+        self.info_label.setVisible(bool(info))
+        self.status_label.setText(status)
+        self.status_label.setVisible(bool(status))
+
+    def show_value(self, node_id: str, name: str, value: Any) -> None:
+        if node_id == self.node_id and name in self.editors:
+            self.editors[name].set_value(value)

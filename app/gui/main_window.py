@@ -1,0 +1,324 @@
+"""The main window: the canvas in the middle, the inspector and outputs on the right, live plots below,
+menus, toolbar, shortcuts and the status bar.
+
+Lives here: `MainWindow`. Imports Qt and every `app.gui` module; `nodes` for the model and registry.
+File handling is in `file_ops.py`, editing in `edit_ops.py`, running in `run_ops.py`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import shiboken6
+from PySide6.QtCore import QPoint, Qt, QTimer
+from PySide6.QtGui import QAction, QCloseEvent, QKeySequence, QResizeEvent, QUndoStack
+from PySide6.QtWidgets import (
+    QDockWidget,
+    QLabel,
+    QMainWindow,
+    QMenu,
+    QProgressBar,
+    QToolButton,
+    QUndoView,
+    QWidget,
+)
+
+from app.gui.autosave import INTERVAL_MS, Autosave
+from app.gui.edit_ops import EditOpsMixin
+from app.gui.file_ops import FileOpsMixin
+from app.gui.inspector import Inspector
+from app.gui.minimap import Minimap
+from app.gui.output_panel import OutputPanel
+from app.gui.palette import NodePalette
+from app.gui.plots import PlotsPanel
+from app.gui.run_ops import RunOpsMixin
+from app.gui.run_worker import RunController
+from app.gui.scene import GraphScene
+from app.gui.settings import AppSettings, SettingsDialog
+from app.gui.view import GraphView
+from nodes.graph_model import GraphModel
+from nodes.registry import NodeRegistry
+from nodes.workflow import Problem
+
+CLIPBOARD_MIME = "application/x-nodeloom-snapshot"
+
+
+class MainWindow(FileOpsMixin, EditOpsMixin, RunOpsMixin, QMainWindow):
+    def __init__(self, registry: NodeRegistry, settings: AppSettings | None = None,
+                 autosave: Autosave | None = None) -> None:
+        super().__init__()
+        self.registry = registry
+        self.settings = settings or AppSettings()
+        self.autosave = autosave or Autosave()
+        self.path: Path | None = None
+        self._force_dirty = False
+        self.last_problems: list[Problem] = []
+        self.problem_dialog: QWidget | None = None
+        self.last_result: object = None
+        self._planned: list[str] = []
+        self.resize(1500, 950)
+        self.setAcceptDrops(True)
+
+        self.model = GraphModel(registry)
+        self.undo_stack = QUndoStack(self)
+        self.scene = GraphScene(self.model, self.undo_stack, self)
+        self.view = GraphView(self.scene)
+        self.setCentralWidget(self.view)
+        self.minimap = Minimap(self.view)
+        self.palette = NodePalette(registry, self)
+        self.inspector = Inspector(self.model)
+        self.output = OutputPanel()
+        self.plots = PlotsPanel()
+        self.runner = RunController(registry, self)
+        self._build_docks()
+        self._build_actions()
+        self._build_status_bar()
+
+        self.scene.status_message.connect(self.status)
+        self.scene.selectionChanged.connect(self._selection_changed)
+        self.view.palette_requested.connect(self.open_palette)
+        self.view.context_menu_requested.connect(self._fill_context_menu)
+        self.palette.node_chosen.connect(self._palette_chose)
+        self.scene.wire_dropped.connect(self._wire_dropped)
+        self._pending_wire: tuple[str, str, str] | None = None
+        self.inspector.edited.connect(self._param_edited)
+        self.undo_stack.cleanChanged.connect(self._undo_changed)
+        self.undo_stack.indexChanged.connect(self._undo_changed)
+        self.runner.run_event.connect(self.on_run_event)
+        self.runner.telemetry.connect(self.on_telemetry)
+        self.runner.run_finished.connect(self.on_run_finished)
+        self.runner.run_failed.connect(self.on_run_failed)
+        self._stale_timer = QTimer(self)
+        self._stale_timer.setSingleShot(True)
+        self._stale_timer.setInterval(150)
+        self._stale_timer.timeout.connect(self.refresh_stale_states)
+        for event in ("param_changed", "connection_created", "connection_removed"):
+            self.model.subscribe(event, lambda *_args: self._stale_timer.start())
+        self.autosave_timer = QTimer(self)
+        self.autosave_timer.setInterval(INTERVAL_MS)
+        self.autosave_timer.timeout.connect(self.autosave_now)
+        self.autosave_timer.start()
+        self.update_title()
+        geometry, state = self.settings.q.value("window/geometry"), self.settings.q.value("window/state")
+        if geometry is not None:
+            self.restoreGeometry(geometry)
+        if state is not None:
+            self.restoreState(state)
+        for name, reason in registry.load_errors:
+            self.output.add_log(f"Node pack {name!r} failed to load: {reason}")
+
+    # -- layout -----------------------------------------------------------------------------------
+
+    def _dock(self, title: str, widget: QWidget, area: Qt.DockWidgetArea, name: str) -> QDockWidget:
+        dock = QDockWidget(title, self)
+        dock.setObjectName(name)
+        dock.setWidget(widget)
+        dock.setFeatures(QDockWidget.DockWidgetFeature.DockWidgetMovable
+                         | QDockWidget.DockWidgetFeature.DockWidgetClosable
+                         | QDockWidget.DockWidgetFeature.DockWidgetFloatable)
+        self.addDockWidget(area, dock)
+        return dock
+
+    def _build_docks(self) -> None:
+        self.inspector_dock = self._dock("Inspector", self.inspector, Qt.DockWidgetArea.RightDockWidgetArea,
+                                         "inspector")
+        self.output_dock = self._dock("Output", self.output, Qt.DockWidgetArea.RightDockWidgetArea, "output")
+        self.plots_dock = self._dock("Live plots", self.plots, Qt.DockWidgetArea.BottomDockWidgetArea, "plots")
+        self.history = QUndoView(self.undo_stack)
+        self.history.setEmptyLabel("Opened file")
+        self.history_dock = self._dock("History", self.history, Qt.DockWidgetArea.RightDockWidgetArea, "history")
+        self.tabifyDockWidget(self.inspector_dock, self.history_dock)
+        self.inspector_dock.raise_()
+        self.history_dock.hide()  # View > History
+        self.setCorner(Qt.Corner.BottomRightCorner, Qt.DockWidgetArea.RightDockWidgetArea)
+        self.resizeDocks([self.inspector_dock, self.output_dock], [380, 380], Qt.Orientation.Horizontal)
+        self.resizeDocks([self.inspector_dock, self.output_dock], [330, 520], Qt.Orientation.Vertical)
+        self.resizeDocks([self.plots_dock], [270], Qt.Orientation.Vertical)
+
+    def _action(self, text: str, slot: object, shortcut: QKeySequence | str | list | None = None,
+                canvas_only: bool = False, tip: str = "") -> QAction:
+        action = QAction(text, self)
+        if shortcut is not None:
+            keys = shortcut if isinstance(shortcut, list) else [shortcut]
+            action.setShortcuts([QKeySequence(k) for k in keys])
+        if canvas_only:  # keys that text boxes need (Backspace, Ctrl+C...) only act on the canvas
+            action.setShortcutContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
+            self.view.addAction(action)
+        else:
+            self.addAction(action)
+        action.triggered.connect(slot)  # type: ignore[arg-type]
+        hint = f" ({action.shortcut().toString(QKeySequence.SequenceFormat.NativeText)})" if shortcut else ""
+        action.setToolTip((tip or text.replace("&", "").rstrip("…")) + hint)
+        return action
+
+    def _build_actions(self) -> None:
+        S = QKeySequence.StandardKey
+        bar = self.menuBar()
+        file_menu = bar.addMenu("&File")
+        self.new_action = self._action("&New", self.new_file, S.New)
+        self.open_action = self._action("&Open…", self.open_dialog, S.Open)
+        self.save_action = self._action("&Save", self.save, S.Save)
+        self.save_as_action = self._action("Save &As…", self.save_as, S.SaveAs)
+        for action in (self.new_action, self.open_action):
+            file_menu.addAction(action)
+        self.recent_menu = QMenu("Open &Recent", self)
+        self.recent_menu.aboutToShow.connect(self.fill_recent_menu)
+        file_menu.addMenu(self.recent_menu)
+        file_menu.addSeparator()
+        file_menu.addAction(self.save_action)
+        file_menu.addAction(self.save_as_action)
+        file_menu.addSeparator()
+        self.settings_action = self._action("Se&ttings…", self.open_settings, "Ctrl+,",
+                                            tip="Device, memory budget, offload policy, output folder")
+        file_menu.addAction(self.settings_action)
+        file_menu.addSeparator()
+        file_menu.addAction(self._action("&Quit", self.close, S.Quit))
+
+        edit = bar.addMenu("&Edit")
+        self.undo_action = self.undo_stack.createUndoAction(self, "&Undo")
+        self.undo_action.setShortcuts(QKeySequence.keyBindings(S.Undo))
+        self.redo_action = self.undo_stack.createRedoAction(self, "&Redo")
+        self.redo_action.setShortcuts(QKeySequence.keyBindings(S.Redo) + [QKeySequence("Ctrl+Y")])
+        edit.addAction(self.undo_action)
+        edit.addAction(self.redo_action)
+        edit.addSeparator()
+        edit.addAction(self._action("Add &Node…", lambda: self.open_palette(self.view.cursor_scene_pos()),
+                                    "Shift+A", tip="Add a node (also Tab or double-click the canvas)"))
+        edit.addAction(self._action("Cu&t", self.cut, S.Cut, canvas_only=True))
+        edit.addAction(self._action("&Copy", self.copy, S.Copy, canvas_only=True))
+        edit.addAction(self._action("&Paste", self.paste, S.Paste, canvas_only=True))
+        edit.addAction(self._action("&Duplicate", self.duplicate, "Ctrl+D", canvas_only=True))
+        edit.addAction(self._action("&Delete", self.scene.delete_selected, ["Del", "Backspace"], canvas_only=True))
+        edit.addAction(self._action("Select &All", self.select_all, S.SelectAll, canvas_only=True))
+        edit.addSeparator()
+        edit.addAction(self._action("&Group Selection", lambda: self.scene.group_selection(), "Ctrl+G",
+                                    canvas_only=True))
+
+        view = bar.addMenu("&View")
+        self.fit_action = self._action("&Fit Graph", lambda: self.view.fit(), "F", canvas_only=True)
+        view.addAction(self.fit_action)
+        view.addAction(self._action("Zoom &In", lambda: self.view.set_zoom(self.view.zoom() * 1.2), S.ZoomIn))
+        view.addAction(self._action("Zoom &Out", lambda: self.view.set_zoom(self.view.zoom() / 1.2), S.ZoomOut))
+        view.addAction(self._action("&Actual Size", lambda: self.view.set_zoom(1.0), "Ctrl+0"))
+        view.addSeparator()
+        for dock in (self.inspector_dock, self.output_dock, self.plots_dock, self.history_dock):
+            view.addAction(dock.toggleViewAction())
+
+        run = bar.addMenu("&Run")
+        self.run_action = self._action("&Run", self.run_workflow, ["Ctrl+Return", "Ctrl+Enter"],
+                                       tip="Run the graph")
+        self.cancel_action = self._action("&Cancel", self.cancel_run, "Esc", tip="Stop the run at the next step")
+        self.cancel_action.setEnabled(False)
+        run.addAction(self.run_action)
+        run.addAction(self.cancel_action)
+
+        help_menu = bar.addMenu("&Help")
+        help_menu.addAction(self._action("Keyboard &Shortcuts", self.show_shortcuts, "F1"))
+
+        tools = self.addToolBar("Main")
+        tools.setObjectName("main-toolbar")
+        tools.setMovable(False)
+        for action in (self.new_action, self.open_action, self.save_action):
+            tools.addAction(action)
+        tools.addSeparator()
+        tools.addAction(self.undo_action)
+        tools.addAction(self.redo_action)
+        tools.addSeparator()
+        tools.addAction(self.fit_action)
+        tools.addAction(self.settings_action)
+        tools.addSeparator()
+        tools.addAction(self.run_action)
+        tools.addAction(self.cancel_action)
+        tools.widgetForAction(self.run_action).setObjectName("runButton")
+        tools.widgetForAction(self.cancel_action).setObjectName("cancelButton")
+        self.run_action.setText("▶  Run")
+        self.cancel_action.setText("■  Cancel")
+        for action in (self.run_action, self.cancel_action):
+            button = tools.widgetForAction(action)
+            if isinstance(button, QToolButton):
+                button.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextOnly)
+
+    def _build_status_bar(self) -> None:
+        bar = self.statusBar()
+        self.progress = QProgressBar()
+        self.progress.setFixedWidth(180)
+        self.progress.setFormat("%v / %m nodes")
+        self.progress.setVisible(False)
+        self.memory_label = QLabel("")
+        self.memory_label.setObjectName("hint")
+        bar.addPermanentWidget(self.progress)
+        bar.addPermanentWidget(self.memory_label)
+        self.status("Tab or double-click the canvas to add a node · drag from a port to connect · Ctrl+Enter runs")
+
+    def status(self, message: str) -> None:
+        self.statusBar().showMessage(message, 15000)
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self._place_minimap()
+
+    def _place_minimap(self) -> None:
+        area = self.view.viewport().rect()
+        self.minimap.move(QPoint(area.width() - self.minimap.width() - 12, area.height() - self.minimap.height() - 12))
+
+    def showEvent(self, event: object) -> None:
+        super().showEvent(event)  # type: ignore[arg-type]
+        QTimer.singleShot(0, self._place_minimap)
+        if self.runner.executor is None:
+            QTimer.singleShot(100, self.start_memory_manager)
+
+    def start_memory_manager(self) -> bool:
+        """Build (or rebuild, after a settings change) the memory manager and executor."""
+        if self.runner.running:
+            return False
+        try:
+            self.runner.configure(self.settings.memory)
+        except Exception as exc:  # a bad device or budget string from the settings: say so, keep editing
+            self.status(f"Memory manager not started: {exc} (see Settings)")
+            return False
+        return True
+
+    # -- editing ----------------------------------------------------------------------------------
+
+    def _undo_changed(self, *_args: object) -> None:
+        if shiboken6.isValid(self.undo_stack):  # the stack emits while it is destroyed with the window
+            self.update_title()
+
+    def open_settings(self) -> None:
+        if SettingsDialog(self.settings, self).exec():
+            if self.runner.running:
+                self.status("Settings saved; they apply to the next run")
+            elif self.start_memory_manager():
+                self.status(f"Settings saved: device {self.settings.memory.device}, "
+                            f"policy {self.settings.memory.policy}")
+
+    def show_shortcuts(self) -> None:
+        from PySide6.QtWidgets import QMessageBox
+
+        QMessageBox.information(self, "Keyboard shortcuts", SHORTCUTS)
+
+    # -- closing ----------------------------------------------------------------------------------
+
+    def closeEvent(self, event: QCloseEvent) -> None:
+        if not self.confirm_discard():
+            event.ignore()
+            return
+        if self.runner.running:
+            self.runner.cancel()
+            self.runner.wait(10)
+        self.runner.close()
+        self.autosave.clear()
+        self.settings.q.setValue("window/geometry", self.saveGeometry())
+        self.settings.q.setValue("window/state", self.saveState())
+        event.accept()
+
+
+SHORTCUTS = """Tab / Shift+A / double-click canvas — add a node (fuzzy search)
+Drag from a port — connect; drag from a connected input — move or remove the wire
+Del / Backspace — delete selection      Ctrl+C / Ctrl+X / Ctrl+V — copy / cut / paste
+Ctrl+D — duplicate      Ctrl+G — group selection      Ctrl+A — select all
+Ctrl+Z / Ctrl+Shift+Z (Ctrl+Y) — undo / redo
+Wheel — zoom      middle drag or Space+drag — pan      F — fit graph
+Ctrl+Enter — run      Esc — cancel the run
+Ctrl+N / Ctrl+O / Ctrl+S / Ctrl+Shift+S — new / open / save / save as"""
+

@@ -1,0 +1,175 @@
+"""The output dock: images (live previews while sampling, then the saved pictures), streamed LLM text and a
+log of run messages.
+
+Lives here: `OutputPanel`, `pil_to_qimage`. Imports Qt, PIL (through the images it is given).
+Clicking a saved picture shows it; double-clicking it (or "Open folder") opens its folder.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QSize, Qt, QUrl, Signal
+from PySide6.QtGui import QDesktopServices, QIcon, QImage, QMouseEvent, QPixmap, QResizeEvent, QTextCursor
+from PySide6.QtWidgets import (
+    QHBoxLayout,
+    QLabel,
+    QListWidget,
+    QListWidgetItem,
+    QPlainTextEdit,
+    QPushButton,
+    QSizePolicy,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+
+def pil_to_qimage(image: Any) -> QImage:
+    rgba = image.convert("RGBA")
+    data = rgba.tobytes("raw", "RGBA")
+    return QImage(data, rgba.width, rgba.height, rgba.width * 4, QImage.Format.Format_RGBA8888).copy()
+
+
+class ImageView(QLabel):
+    """A picture scaled to fit, keeping its aspect ratio, pixelated when enlarged (tiny demo images)."""
+
+    double_clicked = Signal()
+
+    def mouseDoubleClickEvent(self, event: QMouseEvent) -> None:
+        self.double_clicked.emit()
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.setMinimumSize(120, 120)
+        self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Ignored)
+        self.setStyleSheet("background: #151618; border-radius: 4px; color: #9aa0a6;")
+        self.setText("Images appear here while a run draws them.")
+        self._image: QImage | None = None
+
+    def set_image(self, image: QImage) -> None:
+        self._image = image
+        self._rescale()
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self._rescale()
+
+    def _rescale(self) -> None:
+        if self._image is None:
+            return
+        size = self.size() - QSize(8, 8)
+        pixmap = QPixmap.fromImage(self._image)
+        mode = (Qt.TransformationMode.FastTransformation if size.width() > 2 * self._image.width()
+                else Qt.TransformationMode.SmoothTransformation)
+        self.setPixmap(pixmap.scaled(size, Qt.AspectRatioMode.KeepAspectRatio, mode))
+
+
+class OutputPanel(QTabWidget):
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.previews = 0  # how many live previews arrived in this run (tests check it)
+        self.text_by_node: dict[str, str] = {}
+        # Images tab.
+        images = QWidget()
+        layout = QVBoxLayout(images)
+        layout.setContentsMargins(4, 4, 4, 4)
+        self.caption = QLabel("")
+        self.caption.setObjectName("hint")
+        self.view = ImageView()
+        self.view.setToolTip("Double-click to open the output folder")
+        self.view.double_clicked.connect(lambda: self._open_folder(self.last_folder))
+        self.files = QListWidget()
+        self.files.setViewMode(QListWidget.ViewMode.IconMode)
+        self.files.setIconSize(QSize(56, 56))
+        self.files.setFixedHeight(84)
+        self.files.setFlow(QListWidget.Flow.LeftToRight)
+        self.files.setWrapping(False)
+        self.files.setVisible(False)  # shown once a picture is saved
+        self.files.itemClicked.connect(self._show_file)
+        self.files.itemDoubleClicked.connect(self._open_folder_of)
+        row = QHBoxLayout()
+        row.addWidget(self.caption, 1)
+        self.open_button = QPushButton("Open folder")
+        self.open_button.setEnabled(False)
+        self.open_button.clicked.connect(lambda: self._open_folder(self.last_folder))
+        row.addWidget(self.open_button)
+        layout.addWidget(self.view, 1)
+        layout.addLayout(row)
+        layout.addWidget(self.files)
+        self.last_folder: Path | None = None
+        self.addTab(images, "Images")
+        # Text and log tabs.
+        self.text = QPlainTextEdit()
+        self.text.setReadOnly(True)
+        self.text.setPlaceholderText("Text from LLM and Show Text nodes streams here, token by token.")
+        self.addTab(self.text, "Text")
+        self.log = QPlainTextEdit()
+        self.log.setReadOnly(True)
+        self.log.setMaximumBlockCount(5000)
+        self.addTab(self.log, "Log")
+        self._text_node: str | None = None
+
+    # -- feeding ----------------------------------------------------------------------------------
+
+    def new_run(self) -> None:
+        self.previews = 0
+        self.text_by_node.clear()
+        self._text_node = None
+
+    def show_preview(self, node_id: str, image: Any, final: bool) -> None:
+        self.previews += 0 if final else 1
+        qimage = pil_to_qimage(image)
+        self.view.set_image(qimage)
+        self.caption.setText(f"{node_id}: {'final' if final else 'preview'} {qimage.width()}×{qimage.height()}")
+
+    def add_file(self, node_id: str, path: str) -> None:
+        file = Path(path)
+        self.last_folder = file.parent
+        self.open_button.setEnabled(True)
+        if file.suffix.lower() not in (".png", ".jpg", ".jpeg", ".webp"):
+            self.add_log(f"{node_id} wrote {file}")
+            return
+        image = QImage(str(file))
+        item = QListWidgetItem(QIcon(QPixmap.fromImage(image)), "")
+        item.setToolTip(f"{file}\nclick to view, double-click to open its folder")
+        item.setData(Qt.ItemDataRole.UserRole, str(file))
+        self.files.insertItem(0, item)
+        self.files.setVisible(True)
+        self.view.set_image(image)
+        self.caption.setText(f"{node_id}: {file.name}  ({image.width()}×{image.height()})")
+        self.setCurrentIndex(0)
+
+    def append_text(self, node_id: str, delta: str) -> None:
+        if self._text_node != node_id:
+            if self.text.toPlainText():
+                self.text.appendPlainText("")
+            self.text.appendPlainText(f"── {node_id} ──")
+            self.text.appendPlainText("")
+            self._text_node = node_id
+        self.text_by_node[node_id] = self.text_by_node.get(node_id, "") + delta
+        cursor = self.text.textCursor()
+        cursor.movePosition(QTextCursor.MoveOperation.End)
+        cursor.insertText(delta)
+        self.text.setTextCursor(cursor)
+        self.text.ensureCursorVisible()
+
+    def add_log(self, message: str) -> None:
+        self.log.appendPlainText(f"{time.strftime('%H:%M:%S')}  {message}")
+
+    # -- actions ----------------------------------------------------------------------------------
+
+    def _show_file(self, item: QListWidgetItem) -> None:
+        path = item.data(Qt.ItemDataRole.UserRole)
+        self.view.set_image(QImage(path))
+        self.caption.setText(Path(path).name)
+
+    def _open_folder_of(self, item: QListWidgetItem) -> None:
+        self._open_folder(Path(item.data(Qt.ItemDataRole.UserRole)).parent)
+
+    def _open_folder(self, folder: Path | None) -> None:
+        if folder is not None:
+            QDesktopServices.openUrl(QUrl.fromLocalFile(str(folder.resolve())))

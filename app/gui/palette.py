@@ -1,0 +1,135 @@
+"""The node palette: a popup with fuzzy search over every registered node type.
+
+Lives here: `fuzzy_score`, `NodePalette`. Imports Qt, `nodes.registry`. Tab or a double-click on empty
+canvas opens it; Enter (or a click) inserts the highlighted node at the remembered position.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from PySide6.QtCore import QPoint, QPointF, Qt, Signal
+from PySide6.QtGui import QGuiApplication, QKeyEvent
+from PySide6.QtWidgets import QFrame, QLabel, QLineEdit, QListWidget, QListWidgetItem, QVBoxLayout, QWidget
+
+from nodes.registry import NodeRegistry
+from nodes.spec import NodeSpec
+
+
+def fuzzy_score(query: str, text: str) -> float | None:
+    """None when `query`'s letters do not appear in order in `text`; higher is a better match."""
+    query, text = query.lower().strip(), text.lower()
+    if not query:
+        return 0.0
+    if query in text:
+        return 100.0 - text.index(query) - 0.1 * len(text) + (50 if text.startswith(query) else 0)
+    score, pos, prev = 0.0, 0, -2
+    for ch in query:
+        if ch == " ":
+            continue
+        found = text.find(ch, pos)
+        if found < 0:
+            return None
+        score += 3 if found == prev + 1 else 1
+        if found == 0 or text[found - 1] in " _-.":
+            score += 2
+        prev, pos = found, found + 1
+    return score - 0.05 * len(text)
+
+
+class NodePalette(QFrame):
+    node_chosen = Signal(str, QPointF)
+
+    def __init__(self, registry: NodeRegistry, parent: QWidget | None = None) -> None:
+        super().__init__(parent, Qt.WindowType.Popup)
+        self.registry = registry
+        self.at = QPointF()
+        # Only node types that accept (or give) this wire, when opened from a dropped wire.
+        self.accepts: Callable[[NodeSpec], bool] | None = None
+        self.setFrameShape(QFrame.Shape.StyledPanel)
+        self.setMinimumSize(340, 380)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(6, 6, 6, 6)
+        self.search = QLineEdit()
+        self.search.setPlaceholderText("Search nodes… (type, Enter to add, Esc to close)")
+        self.list = QListWidget()
+        self.hint = QLabel()
+        self.hint.setObjectName("hint")
+        self.hint.setWordWrap(True)
+        layout.addWidget(self.search)
+        layout.addWidget(self.list, 1)
+        layout.addWidget(self.hint)
+        self.search.textChanged.connect(self.set_query)
+        self.list.itemActivated.connect(lambda _item: self.accept_current())
+        self.list.itemClicked.connect(lambda _item: self.accept_current())
+        self.list.currentItemChanged.connect(self._show_hint)
+        self.search.installEventFilter(self)
+        self.set_query("")
+
+    def open_at(self, scene_pos: QPointF, global_pos: object | None = None,
+                accepts: Callable[[NodeSpec], bool] | None = None) -> None:
+        self.at = scene_pos
+        self.accepts = accepts
+        self.search.clear()
+        self.set_query("")
+        if global_pos is not None:
+            pos = QPoint(global_pos)  # type: ignore[call-overload]
+            screen = QGuiApplication.screenAt(pos) or QGuiApplication.primaryScreen()
+            if screen is not None:  # keep the whole popup on the screen
+                area = screen.availableGeometry()
+                pos.setX(max(area.left(), min(pos.x(), area.right() - self.width())))
+                pos.setY(max(area.top(), min(pos.y(), area.bottom() - self.height())))
+            self.move(pos)
+        self.show()
+        self.search.setFocus()
+
+    def matches(self, query: str) -> list[NodeSpec]:
+        scored = []
+        for spec in self.registry:
+            if self.accepts is not None and not self.accepts(spec):
+                continue
+            texts = [spec.title, spec.type, f"{spec.category} {spec.title}", " ".join(spec.tags)]
+            best = max((s for t in texts if (s := fuzzy_score(query, t)) is not None), default=None)
+            if best is not None:
+                scored.append((best, spec))
+        if not query.strip():
+            return sorted((s for _, s in scored), key=lambda s: (s.category, s.title))
+        return [s for _, s in sorted(scored, key=lambda p: (-p[0], p[1].title))]
+
+    def set_query(self, query: str) -> None:
+        self.list.clear()
+        for spec in self.matches(query):
+            item = QListWidgetItem(f"{spec.title}    ·  {spec.category}")
+            item.setData(Qt.ItemDataRole.UserRole, spec.type)
+            item.setToolTip(spec.description)
+            self.list.addItem(item)
+        if self.list.count():
+            self.list.setCurrentRow(0)
+
+    def _show_hint(self, item: QListWidgetItem | None) -> None:
+        spec = self.registry.get(item.data(Qt.ItemDataRole.UserRole)) if item else None
+        self.hint.setText(spec.description if spec else "")
+
+    def accept_current(self) -> str | None:
+        item = self.list.currentItem()
+        if item is None:
+            return None
+        type_name = item.data(Qt.ItemDataRole.UserRole)
+        self.hide()
+        self.node_chosen.emit(type_name, self.at)
+        return type_name
+
+    def eventFilter(self, watched: object, event: object) -> bool:
+        if isinstance(event, QKeyEvent) and event.type() == QKeyEvent.Type.KeyPress:
+            key = event.key()
+            if key in (Qt.Key.Key_Down, Qt.Key.Key_Up):
+                row = self.list.currentRow() + (1 if key == Qt.Key.Key_Down else -1)
+                self.list.setCurrentRow(max(0, min(self.list.count() - 1, row)))
+                return True
+            if key in (Qt.Key.Key_Return, Qt.Key.Key_Enter):
+                self.accept_current()
+                return True
+            if key == Qt.Key.Key_Escape:
+                self.hide()
+                return True
+        return super().eventFilter(watched, event)  # type: ignore[arg-type]

@@ -1,0 +1,287 @@
+"""Live plots (pyqtgraph): device and host memory over time with model load/unload markers and the budget
+line; step timings (seconds per sampler step, ms per decoded token, time to first token); a per-node
+timeline of the last run (load, compute, unload bars).
+
+Lives here: `PlotsPanel`. Imports Qt, pyqtgraph, `memory.telemetry` records, `nodes.events`.
+Records are appended as they are drained from the queue; a 10 Hz timer redraws only what changed, with at
+most `MAX_POINTS` samples per curve (FINDINGS: repaint cost grows with points).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyqtgraph as pg
+from PySide6.QtCore import Qt, QTimer
+from PySide6.QtWidgets import QSplitter, QTabWidget, QWidget
+
+from app.gui import theme
+from app.gui.run_worker import TimedEvent
+from memory.telemetry import LoadEvent, NodePeak, Sample, StepEvent, UnloadEvent
+from nodes.events import NodeCached, NodeFailed, NodeFinished, NodeStarted, RunStarted
+
+MAX_POINTS = 6000
+MAX_MARKERS = 40
+MIB = 1024 * 1024
+REDRAW_MS = 100
+
+
+def fmt_size(nbytes: int) -> str:
+    for unit, size in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if nbytes >= size:
+            return f"{nbytes / size:.1f} {unit}" if nbytes < 10 * size else f"{nbytes / size:.0f} {unit}"
+    return f"{nbytes} B"
+
+
+@dataclass
+class NodeSpan:
+    node_id: str
+    start: float
+    end: float | None = None
+    status: str = "running"
+    loads: list[tuple[float, float, str]] = field(default_factory=list)  # start, end, component
+    unloads: list[tuple[float, float, str]] = field(default_factory=list)
+
+
+def _plot(title: str, left: str, legend_offset: tuple[int, int] = (-8, 6)) -> pg.PlotWidget:
+    widget = pg.PlotWidget(background=theme.CANVAS)
+    widget.setTitle(title, color=theme.TEXT, size="10pt")
+    widget.setLabel("left", left, color=theme.TEXT_DIM)
+    widget.setLabel("bottom", "seconds", color=theme.TEXT_DIM)
+    widget.showGrid(x=True, y=True, alpha=0.15)
+    widget.addLegend(offset=legend_offset, labelTextColor=theme.TEXT, brush=pg.mkBrush(30, 31, 34, 200))
+    widget.setMenuEnabled(False)
+    for side in ("left", "bottom"):
+        widget.getAxis(side).enableAutoSIPrefix(False)
+    return widget
+
+
+class PlotsPanel(QSplitter):
+    """Memory on the left (always visible); step timings and the timeline in tabs on the right."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(Qt.Orientation.Horizontal, parent)
+        pg.setConfigOptions(antialias=True)
+        self.tabs = QTabWidget()
+        self.t: deque[float] = deque(maxlen=MAX_POINTS)
+        self.allocated: deque[float] = deque(maxlen=MAX_POINTS)
+        self.reserved: deque[float] = deque(maxlen=MAX_POINTS)
+        self.rss: deque[float] = deque(maxlen=MAX_POINTS)
+        self.budget: deque[float] = deque(maxlen=MAX_POINTS)
+        self.sample_count = 0
+        self.steps: dict[str, list[tuple[int, float]]] = {}
+        self.ttft: list[tuple[int, float]] = []
+        self.spans: dict[str, NodeSpan] = {}
+        self.run_order: list[str] = []
+        self.peaks: dict[str, tuple[int, int]] = {}  # node id -> (peak, baseline) bytes, last run
+        self._markers: deque[Any] = deque()
+        self._last_marker_t = float("-inf")
+        self._label_slot = 0
+        self._dirty: set[str] = set()
+        self._step_index = 0
+        self._first_step: dict[str, int] = {}  # node id -> index of its first step (TTFT goes there)
+
+        self.memory_plot = _plot("Memory", "MiB")
+        self.memory_plot.setToolTip("Orange bands: a model loading (+name size); grey: unloading (−name size).\n"
+                                    "Dashed red: the memory budget.")
+        self.curve_alloc = self.memory_plot.plot(name="device allocated", pen=pg.mkPen("#4e9bff", width=2))
+        self.curve_reserved = self.memory_plot.plot(name="device reserved",
+                                                    pen=pg.mkPen("#90caf9", width=1, style=pg.QtCore.Qt.PenStyle.DashLine))
+        self.curve_rss = self.memory_plot.plot(name="host RSS", pen=pg.mkPen("#66bb6a", width=2))
+        # The budget line does not drive the y range: a 20 GiB host budget would flatten a 600 MiB curve.
+        self.curve_budget = pg.PlotDataItem(name="budget", pen=pg.mkPen(theme.ERROR, width=1.5,
+                                                                        style=pg.QtCore.Qt.PenStyle.DashLine))
+        self.memory_plot.getPlotItem().addItem(self.curve_budget, ignoreBounds=True)
+        self.addWidget(self.memory_plot)
+        self.addWidget(self.tabs)
+        self.setStretchFactor(0, 3)
+        self.setStretchFactor(1, 2)
+
+        self.steps_plot = _plot("Step timings", "ms", legend_offset=(8, 6))
+        self.steps_plot.setLabel("bottom", "step (this run)", color=theme.TEXT_DIM)
+        self.curve_sampler = self.steps_plot.plot(name="sampler step", pen=pg.mkPen("#b39ddb", width=2),
+                                                  symbol="o", symbolSize=5, symbolBrush="#b39ddb")
+        self.curve_decode = self.steps_plot.plot(name="decode token", pen=pg.mkPen("#4db6ac", width=2),
+                                                 symbol="t", symbolSize=5, symbolBrush="#4db6ac")
+        self.curve_ttft = self.steps_plot.plot(name="prefill (TTFT)", pen=None, symbol="star", symbolSize=14,
+                                               symbolBrush="#ffd54f")
+        self.tabs.addTab(self.steps_plot, "Steps")
+
+        self.timeline_plot = _plot("Last run: per-node timeline", "")
+        self.timeline_plot.getPlotItem().legend.setVisible(False)
+        self.timeline_plot.invertY(True)
+        self.timeline_bars: list[Any] = []
+        self.tabs.addTab(self.timeline_plot, "Timeline")
+
+        self._dirty.add("steps")  # the first redraw drops legend entries for series without data
+        self.timer = QTimer(self)
+        self.timer.setInterval(REDRAW_MS)
+        self.timer.timeout.connect(self.redraw)
+        self.timer.start()
+
+    # -- input ------------------------------------------------------------------------------------
+
+    def add_records(self, records: list[Any]) -> None:
+        for record in records:
+            if isinstance(record, Sample):
+                self.sample_count += 1
+                self.t.append(record.t)
+                self.allocated.append(record.device_allocated / MIB)
+                self.reserved.append(record.device_reserved / MIB)
+                self.rss.append(record.host_rss / MIB)
+                self.budget.append(record.budget / MIB)
+                self._dirty.add("memory")
+            elif isinstance(record, (LoadEvent, UnloadEvent)):
+                self._add_marker(record)
+                self._attach_to_span(record)
+            elif isinstance(record, StepEvent):
+                self._step_index += 1
+                if record.kind == "prefill":
+                    self.ttft.append((self._step_index, record.seconds * 1000))
+                else:
+                    self.steps.setdefault(record.kind, []).append((self._step_index, record.seconds * 1000))
+                    self._first_step.setdefault(record.node_id, self._step_index)
+                self._dirty.add("steps")
+            elif isinstance(record, NodePeak):
+                self.peaks[record.node_id] = (record.peak_bytes, record.baseline_bytes)
+
+    def new_run(self) -> None:
+        """Forget the last run's steps and timeline (called before the worker starts, so no record is lost)."""
+        self.spans.clear()
+        self.run_order = []
+        self.steps.clear()
+        self.ttft.clear()
+        self._step_index = 0
+        self._first_step.clear()
+        self._dirty.update({"steps", "timeline"})
+
+    def add_run_event(self, timed: TimedEvent) -> None:
+        event, t = timed.event, timed.t
+        if isinstance(event, RunStarted):
+            self.run_order = list(event.node_ids)
+        elif isinstance(event, NodeStarted):
+            self.spans[event.node_id] = NodeSpan(event.node_id, t)
+        elif isinstance(event, NodeCached):
+            self.spans[event.node_id] = NodeSpan(event.node_id, t, t, "cached")
+        elif isinstance(event, (NodeFinished, NodeFailed)):
+            span = self.spans.setdefault(event.node_id, NodeSpan(event.node_id, t - event.seconds))
+            span.end = t
+            span.status = "done" if isinstance(event, NodeFinished) else "error"
+            ttft = event.metrics.get("ttft_s") if isinstance(event, NodeFinished) else None
+            if ttft is not None:  # LLM nodes report time to first token as a metric
+                self.ttft.append((self._first_step.get(event.node_id, self._step_index), ttft * 1000))
+                self._dirty.add("steps")
+        else:
+            return
+        self._dirty.add("timeline")
+
+    def _attach_to_span(self, record: LoadEvent | UnloadEvent) -> None:
+        running = [s for s in self.spans.values() if s.end is None]
+        if running:
+            entry = (record.t - record.seconds, record.t, record.component)
+            (running[-1].loads if isinstance(record, LoadEvent) else running[-1].unloads).append(entry)
+            self._dirty.add("timeline")
+
+    def _add_marker(self, record: LoadEvent | UnloadEvent) -> None:
+        load = isinstance(record, LoadEvent)
+        color = "#ffa726" if load else "#8d99ae"
+        name = record.component.rsplit("/", 1)[-1]
+        label = f"{'+' if load else '−'}{name} {fmt_size(record.nbytes)}"  # + load, − unload
+        band = pg.LinearRegionItem((record.t - record.seconds, record.t), movable=False,
+                                   brush=pg.mkBrush(color + "40"), pen=pg.mkPen(color + "00"))
+        # Labels of events close in time go to alternating sides of their line so they do not overlap.
+        crowded = record.t - self._last_marker_t < 0.8
+        self._label_slot = (self._label_slot + 1) % 2 if crowded else 0
+        self._last_marker_t = record.t
+        line = pg.InfiniteLine(record.t, angle=90, pen=pg.mkPen(color, width=1), label=label,
+                               labelOpts={"position": 0.03, "color": color, "rotateAxis": (1, 0),
+                                          "anchors": [((0, 1), (0, 1)), ((0, 0), (0, 0))][self._label_slot]})
+        for item in (band, line):
+            self.memory_plot.addItem(item)
+            self._markers.append(item)
+        while len(self._markers) > 2 * MAX_MARKERS:
+            self.memory_plot.removeItem(self._markers.popleft())
+
+    # -- drawing ----------------------------------------------------------------------------------
+
+    def redraw(self) -> None:
+        if "memory" in self._dirty:
+            t = list(self.t)
+            self.curve_alloc.setData(t, list(self.allocated))
+            self.curve_reserved.setData(t, list(self.reserved))
+            self.curve_rss.setData(t, list(self.rss))
+            self.curve_budget.setData(t, list(self.budget))
+            # On a CPU the device is host memory: one curve says it all.
+            cpu = bool(self.rss) and list(self.allocated)[-20:] == list(self.rss)[-20:]
+            if cpu and self.curve_alloc.isVisible():
+                legend = self.memory_plot.getPlotItem().legend
+                for curve in (self.curve_alloc, self.curve_reserved):
+                    curve.setVisible(False)
+                    legend.removeItem(curve)
+            if self.budget:
+                peak = max(max(self.rss, default=0), max(self.reserved, default=0), 1.0)
+                top = self.budget[-1] if self.budget[-1] < 3 * peak else peak
+                self.memory_plot.setYRange(0, top * 1.6, padding=0)  # headroom for the legend at the top
+                device = " (CPU)" if cpu else f", {self.allocated[-1]:,.0f} MiB device"
+                self.memory_plot.setTitle(f"Memory · {self.rss[-1]:,.0f} MiB host{device} · budget "
+                                          f"{self.budget[-1] / 1024:,.1f} GiB"
+                                          + ("" if self.budget[-1] < 3 * peak else " (off scale)"),
+                                          color=theme.TEXT, size="10pt")
+        if "steps" in self._dirty:
+            for kind, curve in (("sampler_step", self.curve_sampler), ("decode_token", self.curve_decode)):
+                points = self.steps.get(kind, []) + ([] if kind != "sampler_step" else self.steps.get("step", []))
+                curve.setData([p[0] for p in points], [p[1] for p in points])
+                self._in_legend(curve, bool(points))
+            self.curve_ttft.setData([p[0] for p in self.ttft], [p[1] for p in self.ttft])
+            self._in_legend(self.curve_ttft, bool(self.ttft))
+            highest = max((p[1] for points in self.steps.values() for p in points), default=0.0)
+            highest = max([highest] + [p[1] for p in self.ttft])
+            if highest > 0:
+                self.steps_plot.setYRange(0, highest * 1.5, padding=0)  # headroom for the legend
+        if "timeline" in self._dirty:
+            self._draw_timeline()
+        self._dirty.clear()
+
+    def _in_legend(self, curve: Any, show: bool) -> None:
+        """The steps legend lists only the series this run has (it would hide the points otherwise)."""
+        legend = self.steps_plot.getPlotItem().legend
+        listed = any(sample.item is curve for sample, _label in legend.items)
+        if show and not listed:
+            legend.addItem(curve, curve.name())
+        elif not show and listed:
+            legend.removeItem(curve)
+
+    def _draw_timeline(self) -> None:
+        for item in self.timeline_bars:
+            self.timeline_plot.removeItem(item)
+        self.timeline_bars = []
+        order = [nid for nid in self.run_order if nid in self.spans] or list(self.spans)
+        if not order:
+            return
+        colors = {"done": theme.DONE, "running": theme.RUNNING, "error": theme.ERROR, "cached": theme.CACHED}
+        latest = max((s.end or s.start) for s in self.spans.values())
+        for row, nid in enumerate(order):
+            span = self.spans[nid]
+            end = span.end if span.end is not None else max(latest, span.start + 0.01)
+            parts = [(span.start, max(end, span.start + 0.005), colors.get(span.status, theme.DONE), 0.5)]
+            parts += [(a, b, "#ffa726", 0.7) for a, b, _ in span.loads]
+            parts += [(a, b, "#8d99ae", 0.7) for a, b, _ in span.unloads]
+            for x0, x1, color, height in parts:
+                bar = pg.BarGraphItem(x0=[x0], x1=[max(x1, x0 + 0.004)], y=[row], height=height,
+                                      brush=pg.mkBrush(color), pen=pg.mkPen(color))
+                self.timeline_plot.addItem(bar)
+                self.timeline_bars.append(bar)
+            text = pg.TextItem(f"{end - span.start:.2f} s" if span.status != "cached" else "cached",
+                               color=theme.TEXT_DIM, anchor=(0, 0.5))
+            text.setPos(end, row)
+            self.timeline_plot.addItem(text)
+            self.timeline_bars.append(text)
+        axis = self.timeline_plot.getAxis("left")
+        axis.setTicks([[(i, nid) for i, nid in enumerate(order)], []])
+        axis.setStyle(hideOverlappingLabels=False)
+        axis.setWidth(90)
+        self.timeline_plot.setYRange(-0.7, len(order) - 0.3, padding=0)
+        first = min(s.start for s in self.spans.values())
+        self.timeline_plot.setXRange(first, first + max(latest - first, 0.05) * 1.18, padding=0.02)

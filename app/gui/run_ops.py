@@ -1,0 +1,183 @@
+"""Running from the main window: Run (Ctrl+Enter) and Cancel (Esc), node states on the canvas, outputs,
+plots and status bar fed from the run controller's signals (all on the GUI thread).
+
+Lives here: `RunOpsMixin`. Imports Qt, `app.gui.*`, `nodes.events`, `nodes.workflow`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from PySide6.QtWidgets import QMessageBox
+
+from app.gui.node_item import NodeRunState
+from app.gui.run_worker import TimedEvent
+from nodes.events import (
+    NodeCached,
+    NodeFailed,
+    NodeFinished,
+    NodeLog,
+    NodePreview,
+    NodeProgress,
+    NodeStarted,
+    NodeText,
+    RunFinished,
+    RunStarted,
+)
+from nodes.workflow import Problem, validate
+
+if TYPE_CHECKING:
+    from app.gui.main_window import MainWindow
+
+MIB = 1024 * 1024
+
+
+class RunOpsMixin:
+    def run_workflow(self: MainWindow) -> bool:
+        if self.runner.running:
+            self.status("A run is already in progress")
+            return False
+        wf = self.model.to_workflow()
+        if not wf.nodes:
+            self.status("Nothing to run: add nodes first (Tab)")
+            return False
+        problems = validate(wf, self.registry)
+        if problems:
+            self._mark_problems(problems)
+            self.show_problems("Cannot run yet", problems, "Fix these before running:")
+            return False
+        try:
+            self.runner.configure(self.settings.memory)
+        except Exception as exc:  # a bad device string or budget: tell the user, keep the editor alive
+            QMessageBox.critical(self, "Cannot start the memory manager", f"{type(exc).__name__}: {exc}\n\n"
+                                 "Check Settings → Device and budgets.")
+            return False
+        self.scene.clear_run_states()
+        for nid in self.runner.executor.plan(wf):
+            self.scene.set_run_state(nid, NodeRunState("queued"))
+        self.output.new_run()
+        self.plots.new_run()
+        self.output.add_log(f"Run started ({len(wf.nodes)} nodes, device {self.settings.memory.device}, "
+                            f"policy {self.settings.memory.policy})")
+        self.runner.start(wf, self.settings.output_dir)
+        self._set_running(True)
+        return True
+
+    def cancel_run(self: MainWindow) -> None:
+        if self.runner.running:
+            self.runner.cancel()
+            self.status("Cancelling… (stops at the next step)")
+
+    def _set_running(self: MainWindow, running: bool) -> None:
+        self.run_action.setEnabled(not running)
+        self.cancel_action.setEnabled(running)
+        self.progress.setVisible(running)
+        if running:
+            self.progress.setRange(0, 0)
+
+    def _mark_problems(self: MainWindow, problems: list[Problem]) -> None:
+        self.scene.clear_run_states()
+        for p in problems:
+            if p.node in self.scene.node_items:
+                self.scene.set_run_state(p.node, NodeRunState("error", message=f"{p.field}: {p.reason}"))
+
+    # -- events from the worker -------------------------------------------------------------------
+
+    def on_run_event(self: MainWindow, timed: TimedEvent) -> None:
+        self.plots.add_run_event(timed)
+        event: Any = timed.event
+        states = self.scene.run_states
+        if isinstance(event, RunStarted):
+            self._planned = list(event.node_ids)
+            self.progress.setRange(0, max(1, len(event.node_ids)))
+            self.progress.setValue(0)
+        elif isinstance(event, NodeStarted):
+            self.scene.set_run_state(event.node_id, NodeRunState("running"))
+            self.status(f"Running {event.node_id}…")
+        elif isinstance(event, NodeProgress):
+            self.scene.set_run_state(event.node_id, NodeRunState("running", event.step, event.total))
+            unit = "tok/s" if event.kind == "decode_token" else "it/s"
+            self.status(f"{event.node_id}: {event.step}/{event.total} · {event.rate:.1f} {unit}")
+        elif isinstance(event, NodeCached):
+            self.scene.set_run_state(event.node_id, NodeRunState("cached"))
+            self._advance()
+        elif isinstance(event, NodeFinished):
+            self.scene.set_run_state(event.node_id, NodeRunState("done", seconds=event.seconds))
+            for path in event.files:
+                self.output.add_file(event.node_id, path)
+            if self.inspector.node_id == event.node_id:
+                self.show_in_inspector(event.node_id)
+            self.output.add_log(f"{event.node_id} finished in {event.seconds:.2f} s"
+                                + (f", wrote {len(event.files)} file(s)" if event.files else ""))
+            self._advance()
+        elif isinstance(event, NodeFailed):
+            message = f"{event.error_type}: {event.message}"
+            self.scene.set_run_state(event.node_id, NodeRunState("error", seconds=event.seconds, message=message))
+            self.output.add_log(f"ERROR in {event.node_id}: {message}")
+            self.status(f"{event.node_id} failed: {message.splitlines()[0]}")
+            self.scene.clearSelection()
+            if event.node_id in self.scene.node_items:
+                self.scene.node_items[event.node_id].setSelected(True)
+                self.view.centerOn(self.scene.node_items[event.node_id])
+            self.show_in_inspector(event.node_id)
+        elif isinstance(event, NodePreview):
+            self.output.show_preview(event.node_id, event.image, event.final)
+        elif isinstance(event, NodeText):
+            self.output.append_text(event.node_id, event.delta)
+            if not self.output.currentIndex() == 1 and event.delta:
+                self.output.setCurrentIndex(1)
+        elif isinstance(event, NodeLog):
+            self.output.add_log(f"{event.node_id}: {event.message}")
+        elif isinstance(event, RunFinished):
+            for nid, state in list(states.items()):
+                if state.status in ("queued", "running"):
+                    self.scene.set_run_state(nid, NodeRunState("cancelled" if event.cancelled else ""))
+
+    def _advance(self: MainWindow) -> None:
+        self.progress.setValue(self.progress.value() + 1)
+
+    def on_run_finished(self: MainWindow, result: Any) -> None:
+        self._set_running(False)
+        self.last_result = result
+        if result.ok:
+            self.status(f"Done in {result.seconds:.2f} s")
+            self.output.add_log(f"Run finished in {result.seconds:.2f} s")
+        elif result.cancelled:
+            self.status("Run cancelled; the graph is unchanged")
+            self.output.add_log("Run cancelled")
+        else:
+            self.status(f"Run failed: {(result.error or '').splitlines()[0]}")
+            self.output.add_log(f"Run failed: {result.error}")
+
+    def on_run_failed(self: MainWindow, message: str, problems: list[Problem] | None) -> None:
+        self._set_running(False)
+        self.last_result = None
+        if problems:
+            self._mark_problems(problems)
+            self.show_problems("Cannot run", problems)
+        else:
+            self.output.add_log(f"Internal error: {message}")
+            QMessageBox.critical(self, "Run failed", message[:2000])
+
+    def on_telemetry(self: MainWindow, records: list[Any]) -> None:
+        self.plots.add_records(records)
+        for record in reversed(records):
+            if hasattr(record, "host_rss"):
+                device = "" if record.device_allocated == record.host_rss else \
+                    f" · device {record.device_allocated / MIB:,.0f} MiB"
+                self.memory_label.setText(f"RSS {record.host_rss / MIB:,.0f} MiB{device} · budget "
+                                          f"{record.budget / MIB:,.0f} MiB")
+                break
+
+    def refresh_stale_states(self: MainWindow) -> None:
+        """After an edit, nodes whose last result no longer matches the graph lose their done/cached badge."""
+        if self.runner.running:
+            return
+        states = self.scene.run_states
+        shown = [nid for nid, s in states.items() if s.status in ("done", "cached")]
+        if not shown:
+            return
+        still = self.runner.cached_node_ids(self.model.to_workflow())
+        for nid in shown:
+            if nid not in still:
+                self.scene.set_run_state(nid, NodeRunState())

@@ -1,0 +1,160 @@
+"""Runs the executor off the GUI thread and brings events and telemetry back to it.
+
+Lives here: `RunController`, `TimedEvent`. Imports Qt, `nodes.executor`, `nodes.context`, `memory`.
+The worker is a plain thread; executor events and memory telemetry (which arrive on any thread) go into
+thread-safe deques, and a ~30 Hz QTimer on the GUI thread drains them into Qt signals. One Executor is
+kept across runs so its cache works; it is rebuilt only when the device settings change.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import traceback
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QObject, QTimer, Signal
+
+from nodes.context import CancelToken
+from nodes.registry import NodeRegistry
+from nodes.workflow import Workflow, WorkflowError
+
+DRAIN_MS = 33
+
+
+@dataclass(frozen=True)
+class TimedEvent:
+    t: float  # seconds on the telemetry clock
+    event: Any
+
+
+@dataclass(frozen=True)
+class MemorySettings:
+    device: str = "auto"
+    policy: str = "auto"
+    vram_budget: str | None = None
+    ram_budget: str | None = None
+
+
+class RunController(QObject):
+    run_event = Signal(object)  # TimedEvent, on the GUI thread
+    telemetry = Signal(list)  # a batch of memory telemetry records
+    run_finished = Signal(object)  # RunResult, or None after a crash
+    run_failed = Signal(str, object)  # message, problems (list[Problem] or None)
+
+    def __init__(self, registry: NodeRegistry, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.registry = registry
+        self.executor: Any = None
+        self.memory: Any = None
+        self.settings: MemorySettings | None = None
+        self._unsubscribe: Any = None
+        self._events: deque[TimedEvent] = deque()
+        self._records: deque[Any] = deque()
+        self._thread: threading.Thread | None = None
+        self._cancel = CancelToken()
+        self._outcome: deque[tuple[str, Any]] = deque()
+        self._t0 = time.monotonic()
+        self.timer = QTimer(self)
+        self.timer.setInterval(DRAIN_MS)
+        self.timer.timeout.connect(self.drain)
+        self.timer.start()
+
+    # -- executor lifetime ------------------------------------------------------------------------
+
+    def configure(self, settings: MemorySettings) -> None:
+        """Keep the executor (and its cache) unless the memory settings changed."""
+        if self.executor is not None and settings == self.settings:
+            return
+        if self.running:
+            raise RuntimeError("cannot change the device while a run is in progress")
+        self.close()
+        from memory import MemoryConfig, MemoryManager
+        from nodes.executor import Executor
+
+        self.memory = MemoryManager(MemoryConfig(device=settings.device, policy=settings.policy,
+                                                 vram_budget=settings.vram_budget, ram_budget=settings.ram_budget))
+        self._unsubscribe = self.memory.telemetry.subscribe(self._records.append)
+        self.memory.start_sampler()  # the memory plot is live from the start, not only during runs
+        self.executor = Executor(self.registry, self.memory)
+        self.settings = settings
+
+    def now(self) -> float:
+        if self.memory is not None:
+            return float(self.memory.telemetry.now())
+        return time.monotonic() - self._t0
+
+    def cached_node_ids(self, wf: Workflow) -> set[str]:
+        if self.executor is None:
+            return set()
+        try:
+            return set(self.executor.cached_node_ids(wf))
+        except (KeyError, ValueError):
+            return set()
+
+    def close(self) -> None:
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
+        if self.memory is not None:
+            self.memory.close()
+        self.memory = self.executor = self.settings = None
+
+    # -- running ----------------------------------------------------------------------------------
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def start(self, wf: Workflow, out_dir: Path) -> None:
+        if self.running:
+            raise RuntimeError("a run is already in progress")
+        assert self.executor is not None, "configure() first"
+        self._cancel = CancelToken()
+        executor, cancel = self.executor, self._cancel
+
+        def emit(event: Any) -> None:
+            self._events.append(TimedEvent(self.now(), event))
+
+        def work() -> None:
+            try:
+                result = executor.run(wf, out_dir=out_dir, on_event=emit, cancel=cancel)
+                self._outcome.append(("ok", result))
+            except WorkflowError as exc:
+                self._outcome.append(("invalid", exc))
+            except Exception as exc:  # the executor reports node failures itself; anything else is a bug
+                self._outcome.append(("crash", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
+
+        self._thread = threading.Thread(target=work, name="nodeloom-run", daemon=True)
+        self._thread.start()
+
+    def cancel(self) -> None:
+        self._cancel.cancel()
+
+    def wait(self, timeout: float = 30.0) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout)
+        self.drain()
+
+    def drain(self) -> None:
+        """GUI thread: hand queued events, telemetry and the outcome over as signals."""
+        done = bool(self._outcome) and not self.running  # checked first: every event precedes the outcome
+        records = []
+        while self._records:
+            records.append(self._records.popleft())
+        if records:
+            self.telemetry.emit(records)
+        while self._events:
+            self.run_event.emit(self._events.popleft())
+        if done:
+            kind, value = self._outcome.popleft()
+            self._thread = None
+            if kind == "ok":
+                self.run_finished.emit(value)
+            elif kind == "invalid":
+                self.run_failed.emit(str(value), value.problems)
+            else:
+                self.run_failed.emit(str(value), None)

@@ -1,0 +1,93 @@
+"""Take the README screenshot: open a workflow, run it, and save the window as a PNG once it is done.
+
+Lives here: `take_screenshot`, `main`. Imports Qt, `app.gui.*`, `nodes.registry`.
+
+    python -m app.gui.screenshot resources/screenshots/main_window.png [--workflow FILE] [--size 1600x1000]
+
+Runs offscreen when there is no display. Settings and outputs go to a temporary folder, so the user's own
+settings, recent files and autosave are untouched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+DEFAULT_WORKFLOW = Path(__file__).resolve().parents[2] / "resources" / "workflows" / "txt2img.json"
+
+
+def take_screenshot(out: Path, workflow: Path, size: tuple[int, int], select: str | None, timeout: float) -> int:
+    if not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
+        os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    from PySide6.QtCore import QSettings
+    from PySide6.QtWidgets import QApplication
+
+    from app.gui.autosave import Autosave
+    from app.gui.main_window import MainWindow
+    from app.gui.settings import AppSettings
+    from app.gui.theme import apply_theme
+    from nodes.registry import default_registry
+
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    apply_theme(app)  # type: ignore[arg-type]
+    tmp = Path(tempfile.mkdtemp(prefix="nodeloom-shot-"))
+    settings = AppSettings(QSettings(str(tmp / "settings.ini"), QSettings.Format.IniFormat))
+    settings.set_output_dir(tmp / "outputs")
+    window = MainWindow(default_registry(), settings, Autosave(tmp / "autosave"))
+    window.resize(*size)
+    window.show()
+
+    def pump(seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            app.processEvents()
+            time.sleep(0.01)
+
+    pump(0.3)
+    if not window.open_path(workflow, confirm=False):
+        print(f"could not open {workflow}: {window.last_problems}", file=sys.stderr)
+        return 1
+    pump(0.2)
+    window.view.fit()
+    pump(1.0)  # a second of idle memory samples before the run
+    window.run_workflow()
+    deadline = time.monotonic() + timeout
+    while window.last_result is None and time.monotonic() < deadline:
+        pump(0.05)
+    pump(1.0)  # samples after the run, then the plots redraw
+    if select and select in window.scene.node_items:
+        window.scene.clearSelection()
+        window.scene.node_items[select].setSelected(True)
+    window.view.fit()
+    window.output.setCurrentIndex(0 if window.output.files.count() else 1)  # pictures, else streamed text
+    window.plots.tabs.setCurrentIndex(1)  # the per-node timeline of the run
+    window.plots.redraw()
+    pump(0.3)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    window.grab().save(str(out))
+    ok = window.last_result is not None and getattr(window.last_result, "ok", False)
+    print(f"{'ran' if ok else 'run did not finish cleanly'}; saved {out}")
+    window._force_dirty = False
+    window.undo_stack.setClean()
+    window.close()
+    return 0 if ok else 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m app.gui.screenshot", description=__doc__.splitlines()[0])
+    p.add_argument("out", type=Path)
+    p.add_argument("--workflow", type=Path, default=DEFAULT_WORKFLOW)
+    p.add_argument("--size", default="1600x1000", help="window size WxH")
+    p.add_argument("--select", default="positive", help="node to select so the inspector shows it")
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for the run")
+    args = p.parse_args(argv)
+    width, height = (int(v) for v in args.size.lower().split("x"))
+    return take_screenshot(args.out, args.workflow, (width, height), args.select, args.timeout)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

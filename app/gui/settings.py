@@ -1,0 +1,140 @@
+"""User settings (device, budgets, offload policy, output folder, recent files) persisted in QSettings,
+and the Settings dialog.
+
+Lives here: `AppSettings`, `SettingsDialog`. Imports Qt, `app.gui.run_worker` (MemorySettings).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import QSettings
+from PySide6.QtWidgets import (
+    QComboBox,
+    QDialog,
+    QDialogButtonBox,
+    QFileDialog,
+    QFormLayout,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QWidget,
+)
+
+from app.gui.run_worker import MemorySettings
+
+MAX_RECENT = 10
+POLICIES = ("auto", "none", "sequential", "stream")
+
+
+class AppSettings:
+    """Typed access to QSettings; tests pass their own (INI file) QSettings."""
+
+    def __init__(self, qsettings: QSettings | None = None) -> None:
+        self.q = qsettings or QSettings("Nodeloom", "Nodeloom")
+
+    def _str(self, key: str, default: str) -> str:
+        value = self.q.value(key, default)
+        return str(value) if value is not None else default
+
+    @property
+    def memory(self) -> MemorySettings:
+        return MemorySettings(device=self._str("device", "auto"), policy=self._str("policy", "auto"),
+                              vram_budget=self._str("vram_budget", "") or None,
+                              ram_budget=self._str("ram_budget", "") or None)
+
+    def set_memory(self, value: MemorySettings) -> None:
+        self.q.setValue("device", value.device)
+        self.q.setValue("policy", value.policy)
+        self.q.setValue("vram_budget", value.vram_budget or "")
+        self.q.setValue("ram_budget", value.ram_budget or "")
+
+    @property
+    def output_dir(self) -> Path:
+        return Path(self._str("output_dir", str(Path.cwd() / "outputs")))
+
+    def set_output_dir(self, path: Path) -> None:
+        self.q.setValue("output_dir", str(path))
+
+    def recent(self) -> list[str]:
+        value = self.q.value("recent", [])
+        if isinstance(value, str):
+            value = [value] if value else []
+        return [str(v) for v in (value or [])]
+
+    def add_recent(self, path: Path) -> None:
+        entry = str(Path(path).resolve())
+        items = [entry] + [p for p in self.recent() if p != entry]
+        self.q.setValue("recent", items[:MAX_RECENT])
+
+    def clear_recent(self) -> None:
+        self.q.setValue("recent", [])
+
+
+def _device_choices() -> list[str]:
+    choices = ["auto", "cpu"]
+    try:
+        import torch
+
+        choices += [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+            choices.append("mps")
+    except ImportError:
+        pass
+    return choices
+
+
+class SettingsDialog(QDialog):
+    def __init__(self, settings: AppSettings, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Settings")
+        self.settings = settings
+        self.setMinimumWidth(560)
+        memory = settings.memory
+        form = QFormLayout(self)
+        self.device = QComboBox()
+        self.device.setEditable(True)
+        self.device.addItems(_device_choices())
+        self.device.setCurrentText(memory.device)
+        self.policy = QComboBox()
+        self.policy.addItems(POLICIES)
+        self.policy.setCurrentText(memory.policy)
+        self.policy.setToolTip("auto: keep models resident while they fit, offload when they don't\n"
+                               "none: everything stays on the device\nsequential: load one model at a time\n"
+                               "stream: stream weights block by block (largest models on small devices)")
+        self.vram = QLineEdit(memory.vram_budget or "")
+        self.vram.setPlaceholderText("all free memory (e.g. 6GiB or 0.8)")
+        self.ram = QLineEdit(memory.ram_budget or "")
+        self.ram.setPlaceholderText("all available memory (e.g. 8GiB or 0.5)")
+        self.out = QLineEdit(str(settings.output_dir))
+        browse = QPushButton("Browse…")
+        browse.clicked.connect(self._browse)
+        out_row = QHBoxLayout()
+        out_row.addWidget(self.out, 1)
+        out_row.addWidget(browse)
+        form.addRow("Device", self.device)
+        form.addRow("Offload policy", self.policy)
+        form.addRow("Device memory budget", self.vram)
+        form.addRow("Host memory budget", self.ram)
+        form.addRow("Output folder", out_row)
+        note = QLabel("Changing the device or budgets restarts the memory manager (the result cache is cleared).")
+        note.setObjectName("hint")
+        note.setWordWrap(True)
+        form.addRow(note)
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
+        buttons.accepted.connect(self.accept)
+        buttons.rejected.connect(self.reject)
+        form.addRow(buttons)
+
+    def _browse(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "Output folder", self.out.text())
+        if folder:
+            self.out.setText(folder)
+
+    def accept(self) -> None:
+        self.settings.set_memory(MemorySettings(self.device.currentText().strip() or "auto",
+                                                self.policy.currentText(), self.vram.text().strip() or None,
+                                                self.ram.text().strip() or None))
+        self.settings.set_output_dir(Path(self.out.text().strip() or "outputs"))
+        super().accept()

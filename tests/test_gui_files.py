@@ -1,0 +1,160 @@
+"""File handling in the window: save and reload, the dirty marker, confirmation, invalid files, PNG drops,
+recent files, and autosave with crash recovery."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from PIL import Image
+from PySide6.QtCore import QMimeData, QPoint, QPointF, QSettings, Qt, QUrl
+from PySide6.QtGui import QDragEnterEvent, QDropEvent
+from PySide6.QtWidgets import QApplication
+
+from app.gui.autosave import Autosave
+from app.gui.main_window import MainWindow
+from app.gui.settings import AppSettings
+from nodes.png import save_png_with_workflow
+
+REPO = Path(__file__).resolve().parent.parent
+DEMO = REPO / "resources" / "workflows" / "text_demo.json"
+
+
+def make_window(qtbot, tmp_path: Path, registry) -> MainWindow:
+    settings = AppSettings(QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat))
+    win = MainWindow(registry, settings, Autosave(tmp_path / "autosave"))
+    win.ask_save_changes = lambda: "discard"  # type: ignore[method-assign]
+    qtbot.addWidget(win)
+    win.show()
+    with qtbot.waitActive(win):  # shortcuts need an active window
+        win.activateWindow()
+    return win
+
+
+@pytest.fixture
+def window(qtbot, tmp_path: Path, registry) -> MainWindow:
+    return make_window(qtbot, tmp_path, registry)
+
+
+def test_save_then_reload_gives_back_the_same_graph(window: MainWindow, tmp_path: Path, registry, qtbot) -> None:
+    assert window.open_path(DEMO)
+    assert window.windowTitle().startswith("text_demo.json —") and "*" not in window.windowTitle()
+    out = tmp_path / "copy.json"
+    assert window.save_to(out)
+    original, saved = json.loads(DEMO.read_text()), json.loads(out.read_text())
+    assert saved["nodes"].keys() == original["nodes"].keys()
+    for nid, node in original["nodes"].items():
+        assert saved["nodes"][nid]["inputs"] == node["inputs"]
+        assert saved["nodes"][nid]["params"] == node["params"]
+        assert saved["ui"]["nodes"][nid]["pos"] == original["ui"]["nodes"][nid]["pos"]
+    other = make_window(qtbot, tmp_path / "second", registry)
+    assert other.open_path(out)
+    assert other.model.to_workflow().to_dict()["nodes"] == window.model.to_workflow().to_dict()["nodes"]
+    assert str(out.resolve()) == window.settings.recent()[0]
+
+
+def test_title_marks_unsaved_changes_and_save_clears_it(window: MainWindow, tmp_path: Path) -> None:
+    window.open_path(DEMO)
+    window.scene.add_node("Text", QPointF(0, 300))
+    assert window.windowTitle().startswith("text_demo.json* —")
+    window.save_to(tmp_path / "x.json")
+    assert window.windowTitle().startswith("x.json —")
+    window.undo_stack.undo()  # back past the save point: dirty again
+    assert "*" in window.windowTitle()
+
+
+def test_replacing_unsaved_work_asks_first(window: MainWindow) -> None:
+    window.scene.add_node("Text", QPointF(0, 0))
+    window.ask_save_changes = lambda: "cancel"  # type: ignore[method-assign]
+    window.new_file()
+    assert window.model.node_ids() == ["text"]
+    assert not window.open_path(DEMO)
+    assert window.model.node_ids() == ["text"]
+    window.ask_save_changes = lambda: "discard"  # type: ignore[method-assign]
+    window.new_file()
+    assert window.model.node_ids() == []
+
+
+def test_an_invalid_file_lists_every_problem_and_keeps_the_graph(window: MainWindow, tmp_path: Path) -> None:
+    window.scene.add_node("Text", QPointF(0, 0))
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"format": "nodeloom.workflow", "version": 1, "nodes": {
+        "a": {"type": "Txet", "params": {}},
+        "b": {"type": "Int", "params": {"value": "seven"}},
+        "c": {"type": "SaveText", "params": {}, "inputs": {"text": ["b", "value"]}},
+    }}))
+    window.ask_save_changes = lambda: "discard"  # type: ignore[method-assign]
+    assert not window.open_path(bad, confirm=False)
+    assert window.model.node_ids() == ["text"]  # nothing lost
+    assert window.problem_dialog is not None and window.problem_dialog.isVisible()
+    text = window.problem_dialog.informativeText()
+    assert "a.type: unknown node type 'Txet' (did you mean 'Text'?)" in text
+    assert "b.value" in text and "seven" in text
+    assert "c.text" in text and "INT" in text
+    assert {p.node for p in window.last_problems} == {"a", "b", "c"}
+    broken = tmp_path / "broken.json"
+    broken.write_text("{ not json")
+    assert not window.open_path(broken, confirm=False)
+    assert "not valid JSON" in window.problem_dialog.informativeText()
+
+
+def test_an_unfinished_graph_still_opens_with_a_warning(window: MainWindow, tmp_path: Path) -> None:
+    path = tmp_path / "wip.json"
+    path.write_text(json.dumps({"format": "nodeloom.workflow", "version": 1,
+                                "nodes": {"save": {"type": "SaveText", "params": {}}}}))
+    assert window.open_path(path)
+    assert window.model.node_ids() == ["save"]
+    assert "required input" in window.problem_dialog.informativeText()
+
+
+def test_dropping_a_png_with_an_embedded_workflow_opens_it(window: MainWindow, tmp_path: Path) -> None:
+    png = tmp_path / "picture.png"
+    save_png_with_workflow(Image.new("RGB", (8, 8)), png, json.loads(DEMO.read_text()))
+    mime = QMimeData()
+    mime.setUrls([QUrl.fromLocalFile(str(png))])
+    enter = QDragEnterEvent(QPoint(10, 10), Qt.DropAction.CopyAction, mime, Qt.MouseButton.NoButton,
+                            Qt.KeyboardModifier.NoModifier)
+    QApplication.sendEvent(window, enter)
+    assert enter.isAccepted()  # the window shows it will take the file
+    event = QDropEvent(QPointF(10, 10), Qt.DropAction.CopyAction, mime, Qt.MouseButton.NoButton,
+                       Qt.KeyboardModifier.NoModifier)
+    QApplication.sendEvent(window, event)
+    assert sorted(window.model.node_ids()) == ["greeting", "name", "save", "show"]
+    assert window.path is None  # saving asks for a JSON name rather than overwriting the picture
+
+
+
+def test_autosave_and_recovery_after_a_crash(qtbot, tmp_path: Path, registry) -> None:
+    first = make_window(qtbot, tmp_path, registry)
+    first.open_path(DEMO)
+    first.scene.add_node("Text", QPointF(0, 400))
+    first.autosave_now()  # what the one-minute timer does
+    assert (tmp_path / "autosave" / "autosave.json").exists()
+    expected = first.model.to_workflow().to_dict()["nodes"]
+    # The process dies here (no closeEvent). Next start:
+    second = make_window(qtbot, tmp_path, registry)
+    second.ask_recover = lambda when: True  # type: ignore[method-assign]
+    assert second.offer_recovery()
+    assert second.model.to_workflow().to_dict()["nodes"] == expected
+    assert second.path == DEMO and second.windowTitle().startswith("text_demo.json*")
+    second.ask_save_changes = lambda: "discard"  # type: ignore[method-assign]
+    second.close()  # a clean exit removes the autosave: no offer next time
+    assert not (tmp_path / "autosave" / "autosave.json").exists()
+    third = make_window(qtbot, tmp_path, registry)
+    third.ask_recover = lambda when: pytest.fail("no recovery after a clean exit")  # type: ignore[method-assign]
+    assert not third.offer_recovery()
+
+
+def test_no_recovery_offer_while_another_window_still_owns_the_autosave(qtbot, tmp_path: Path, registry) -> None:
+    import os
+
+    autosave = Autosave(tmp_path / "autosave")
+    autosave.write(json.loads(DEMO.read_text()), None)
+    data = json.loads(autosave.path.read_text())
+    data["pid"] = os.getppid()  # a process that is alive: another Nodeloom still running
+    autosave.path.write_text(json.dumps(data))
+    window = make_window(qtbot, tmp_path, registry)
+    window.ask_recover = lambda when: pytest.fail("that work is not lost")  # type: ignore[method-assign]
+    assert not window.offer_recovery()
+    assert autosave.path.exists()  # and it is left alone
