@@ -44,6 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ram-budget", help="host memory budget for CPU runs: bytes (8GiB) or a fraction (0.5)")
     p.add_argument("--repeat", type=int, default=1, help="run N times in one process (later runs use the cache)")
     p.add_argument("--report", type=Path, help="write a JSON report of the run(s) here")
+    p.add_argument("--threads", type=int, help="CPU threads for torch (default: torch's choice); 1 is often "
+                   "fastest on a busy small machine")
     p.add_argument("--quiet", action="store_true", help="print only errors")
     p.add_argument("--allow-pickle", action="store_true",
                    help="allow .ckpt/.pt/.bin checkpoints (they can run code: only for files you trust)")
@@ -85,6 +87,13 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse exits 2 on bad arguments, 0 on --help
         return int(exc.code or 0)
+    if args.threads is not None:
+        if args.threads < 1:
+            print("error: --threads must be at least 1", file=sys.stderr)
+            return EXIT_INVALID
+        import torch
+
+        torch.set_num_threads(args.threads)
     registry = default_registry()
     if args.run is not None:
         if args.repeat < 1:

@@ -1,0 +1,9 @@
+"""LLM pipelines: load transformers folders and GGUF files, and run our own prefill/decode loop.
+
+Modules: `gguf_loader` (GGUF -> config, float state dict, tokenizer), `gguf_cache` (convert once,
+keep as safetensors), `hf_loader` (model folders, the pickle refusal, building the model),
+`kv_cache` (a small wrapper with a byte figure), `sampling`, `generate` (prefill, decode_one_token,
+decode_n_tokens, generate), `chat` (prompts and chat templates), `detokenize` (incremental text),
+`runtime` (the glue to the memory manager the nodes use).
+Imports transformers, tokenizers, gguf-py, safetensors and `memory`; never nodes/, app/ or Qt.
+"""

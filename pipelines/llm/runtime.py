@@ -1,0 +1,198 @@
+"""The LLM as the memory manager sees it: a registered component plus what the loop needs around it.
+
+Lives here: `LLMModel` (the value an LLM wire carries), `open_llm`, `GenerationRequest`,
+`generate_text`, `TextGeneration`. Imports `memory` and `pipelines.llm.*`; never nodes/, app/ or Qt.
+
+Weights are only ever touched through `memory.use(handle)`, so the manager decides when they are
+loaded and unloaded (sequential: right before and right after the generation). The KV cache is
+budgeted before the run with `kv_cache_bytes` through `memory.reserve_working`; if the asked context
+does not fit, `BudgetExceeded` says how much it needs and how much there is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from transformers import PretrainedConfig, PreTrainedTokenizerBase
+
+from memory import BudgetExceeded, ComponentSpec, MemoryManager, ModelHandle
+from memory.ledger import fmt_bytes
+from pipelines.llm.chat import build_prompt_ids
+from pipelines.llm.detokenize import TextStream
+from pipelines.llm.generate import GenerationResult, generate
+from pipelines.llm.hf_loader import (
+    LLMFiles,
+    build_causal_lm,
+    end_of_turn_ids,
+    load_config,
+    load_tokenizer,
+    prepare_llm_files,
+)
+from pipelines.llm.kv_cache import KVCache, kv_geometry
+from pipelines.llm.sampling import SamplingParams
+
+DTYPE = torch.float32  # CPU paths run in float32: bf16/fp16 are ~55x slower on these CPUs
+
+
+@dataclass(frozen=True, eq=False)
+class LLMModel:
+    """A lazy LLM: files on disk, a ledger handle, the tokenizer. No weights until `memory.use`."""
+
+    files: LLMFiles
+    handle: ModelHandle
+    tokenizer: PreTrainedTokenizerBase
+    config: PretrainedConfig
+    eos_ids: tuple[int, ...]
+
+    @property
+    def name(self) -> str:
+        return self.files.source.name
+
+    @property
+    def context_length(self) -> int:
+        return int(getattr(self.config, "max_position_embeddings", 0) or 0)
+
+    def kv_bytes(self, tokens: int) -> int:
+        return kv_geometry(self.config).bytes_for(tokens, DTYPE)
+
+
+def open_llm(memory: MemoryManager, path: Path, *, allow_pickle: bool = False) -> LLMModel:
+    """Prepare `path` (GGUF converted once and cached) and register its weights with `memory`.
+
+    A first-time GGUF conversion holds every tensor in float32 for a moment: that is budgeted as
+    working memory for the duration, so it cannot silently push the process past the budget.
+    """
+    what = f"converting {Path(path).name} to float32"
+    reserved: list[int] = []
+
+    def reserve(nbytes: int) -> None:
+        memory.reserve_working(nbytes, what)
+        reserved.append(nbytes)
+
+    try:
+        files = prepare_llm_files(path, allow_pickle=allow_pickle, on_plan=reserve)
+    finally:
+        if reserved:
+            memory.release_working(what)
+    config = load_config(files)
+    spec = ComponentSpec(
+        key=f"{files.source.resolve()}#llm",
+        name="llm",
+        kind="llm",
+        build=lambda: build_causal_lm(files, DTYPE),
+        files=files.weight_files if not files.uses_pickle else (),
+        dtype=DTYPE,
+        blocks=("model.layers",),
+    )
+    handle = memory.register(spec)
+    return LLMModel(files, handle, load_tokenizer(files), config, end_of_turn_ids(files, config))
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    prompt: str
+    system_prompt: str = ""
+    chat: bool = True
+    max_new_tokens: int = 128
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    seed: int | None = None
+    stop_strings: tuple[str, ...] = ()
+    context_tokens: int = 0  # KV cache size to budget; 0 = prompt + max_new_tokens
+    kv_cache: str = "dynamic"
+
+
+@dataclass
+class TextGeneration:
+    text: str
+    result: GenerationResult
+    kv_reserved_bytes: int
+    kv_bytes: int  # what the cache tensors held at the end
+
+    @property
+    def metrics(self) -> dict[str, float]:
+        r = self.result
+        return {
+            "ttft_s": r.ttft_s,
+            "prefill_tokens_per_s": r.prefill_tokens_per_s,
+            "decode_tokens_per_s": r.decode_tokens_per_s,
+            "kv_bytes": float(self.kv_reserved_bytes),
+            "kv_bytes_used": float(self.kv_bytes),
+            "tokens": float(len(r.tokens)),
+            "prompt_tokens": float(r.prompt_tokens),
+        }
+
+
+# on_text(delta); on_step(index_1_based, total) -- both may raise to cancel.
+OnText = Callable[[str], None]
+OnStep = Callable[[int, int], None]
+
+
+def _context_size(llm: LLMModel, request: GenerationRequest, prompt_tokens: int) -> int:
+    needed = prompt_tokens + request.max_new_tokens - 1
+    size = request.context_tokens or needed
+    if needed > size:
+        raise ValueError(
+            f"the prompt ({prompt_tokens} tokens) plus max_new_tokens={request.max_new_tokens} needs a context "
+            f"of {needed} tokens, more than context_tokens={size}"
+        )
+    if llm.context_length and size > llm.context_length:
+        raise ValueError(f"a context of {size} tokens exceeds {llm.name}'s maximum of {llm.context_length}")
+    return size
+
+
+def _check_fits(memory: MemoryManager, llm: LLMModel, kv_bytes: int, context: int) -> None:
+    """Fail before loading anything when weights + KV cache can never fit the budget.
+
+    Under the stream policy the weights need not all be resident, so only the KV cache counts.
+    """
+    weights = 0 if memory.policy == "stream" else (llm.handle.weight_bytes or 0)
+    needs = weights + kv_bytes
+    if needs > memory.budget:
+        what = f"{llm.name}: a KV cache for {context} tokens ({fmt_bytes(kv_bytes)})"
+        if weights:
+            what += f" plus the weights ({fmt_bytes(weights)})"
+        raise BudgetExceeded(what, needs, memory.budget, memory.ledger_text())
+
+
+def generate_text(
+    memory: MemoryManager, llm: LLMModel, request: GenerationRequest, *,
+    on_text: OnText | None = None, on_step: OnStep | None = None,
+) -> TextGeneration:
+    """Budget the KV cache, take the weights from the manager, run prefill + decode, stream text."""
+    prompt_ids = build_prompt_ids(llm.tokenizer, request.prompt, system_prompt=request.system_prompt,
+                                  chat=request.chat)
+    context = _context_size(llm, request, len(prompt_ids))
+    kv_reserved = llm.kv_bytes(context)
+    _check_fits(memory, llm, kv_reserved, context)
+    what = f"KV cache of {llm.name} for {context} tokens ({fmt_bytes(kv_reserved)})"
+    memory.reserve_working(kv_reserved, what)
+    stream = TextStream(llm.tokenizer, request.stop_strings)
+
+    def on_token(token_id: int, index: int) -> bool:
+        if token_id not in llm.eos_ids:
+            delta = stream.push(token_id)
+            if delta and on_text is not None:
+                on_text(delta)
+        if on_step is not None:
+            on_step(index + 1, request.max_new_tokens)
+        return stream.stopped
+
+    try:
+        with memory.use(llm.handle) as model:
+            cache = KVCache(llm.config, context, kind=request.kv_cache, dtype=DTYPE)
+            result = generate(model, prompt_ids, cache, max_new_tokens=request.max_new_tokens,
+                              params=request.sampling, eos_ids=llm.eos_ids, seed=request.seed,
+                              on_token=on_token, device=memory.device)
+            kv_used = cache.nbytes
+            del cache, model
+    finally:
+        memory.release_working(what)
+    tail = stream.finish()
+    if tail and on_text is not None:
+        on_text(tail)
+    if result.stop_reason == "eos" and on_step is not None:
+        on_step(len(result.tokens), len(result.tokens))
+    return TextGeneration(stream.text, result, kv_reserved, kv_used)
