@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from memory import LoadEvent, MemoryConfig, MemoryManager, TransferEvent, UnloadEvent
@@ -97,6 +98,11 @@ def apply_overrides(wf: Workflow, overrides: list[Override], registry: NodeRegis
         if param is None:
             problems.append(Problem("--set", o.node, o.param, f"{node.type} has no parameter {o.param!r}"))
             continue
+        if o.param in node.inputs:
+            link = node.inputs[o.param]
+            problems.append(Problem("--set", o.node, o.param, f"fed by a wire from {link.node}.{link.output}; "
+                                    "--set would be ignored"))
+            continue
         node.params[o.param] = _coerce(o.raw, param.kind)
     return problems
 
@@ -129,12 +135,12 @@ class HeadlessPrinter:
     def on_memory(self, event: object) -> None:
         """Model loads and unloads, as the memory manager reports them (called on the compute thread)."""
         if isinstance(event, LoadEvent):
-            self._say(f"    [magenta]load[/] {event.component} {_mib(event.nbytes)} "
+            self._say(f"    [magenta]load[/] {escape(event.component)} {_mib(event.nbytes)} "
                       f"({event.source} -> {event.target}) in {event.seconds:.2f} s")
         elif isinstance(event, UnloadEvent):
-            self._say(f"    [magenta]unload[/] {event.component} {_mib(event.nbytes)} in {event.seconds:.2f} s")
+            self._say(f"    [magenta]unload[/] {escape(event.component)} {_mib(event.nbytes)} in {event.seconds:.2f} s")
         elif isinstance(event, TransferEvent):
-            self._say(f"    [magenta]transfer[/] {event.component} {_mib(event.nbytes)} at {event.gbps:.1f} GB/s")
+            self._say(f"    [magenta]transfer[/] {escape(event.component)} {_mib(event.nbytes)} at {event.gbps:.1f} GB/s")
 
     def _say(self, message: str) -> None:
         if not self.quiet:
@@ -144,12 +150,12 @@ class HeadlessPrinter:
         if isinstance(event, RunStarted):
             self._say(f"[bold]run {event.run_index + 1}[/]: {len(event.node_ids)} nodes")
         elif isinstance(event, NodeStarted):
-            self._say(f"  [cyan]{event.node_id}[/] ({event.node_type}) started")
+            self._say(f"  [cyan]{escape(event.node_id)}[/] ({escape(event.node_type)}) started")
         elif isinstance(event, NodeProgress):
             unit = "tok/s" if "token" in event.kind else "it/s"
             task = self.tasks.get(event.node_id)
             if task is None:
-                task = self.progress.add_task(f"  {event.node_id}", total=event.total, rate="")
+                task = self.progress.add_task(f"  {escape(event.node_id)}", total=event.total, rate="")
                 self.tasks[event.node_id] = task
             self.progress.update(task, completed=event.step, total=event.total, rate=f"{event.rate:.1f} {unit}")
         elif isinstance(event, NodeText):
@@ -164,20 +170,20 @@ class HeadlessPrinter:
                 self.streaming = None
             sys.stdout.flush()
         elif isinstance(event, NodeLog):
-            self._say(f"  [dim]{event.node_id}: {event.message}[/]")
+            self._say(f"  [dim]{escape(event.node_id)}: {escape(event.message)}[/]")
         elif isinstance(event, NodeCached):
-            self._say(f"  [green]{event.node_id}[/] cached")
+            self._say(f"  [green]{escape(event.node_id)}[/] cached")
         elif isinstance(event, NodeFinished):
             if self.streaming == event.node_id:
                 sys.stdout.write("\n")
                 sys.stdout.flush()
                 self.streaming = None
-            files = "".join(f"\n      -> {f}" for f in event.files)
-            self._say(f"  [green]{event.node_id}[/] done in {event.seconds:.2f} s{files}")
+            files = "".join(f"\n      -> {escape(f)}" for f in event.files)
+            self._say(f"  [green]{escape(event.node_id)}[/] done in {event.seconds:.2f} s{files}")
         elif isinstance(event, NodeFailed):
             # Errors are shown even when quiet.
-            self.progress.console.print(f"  [red]{event.node_id} ({event.node_type}) failed[/]: "
-                                        f"{event.error_type}: {event.message}", highlight=False)
+            self.progress.console.print(f"  [red]{escape(event.node_id)} ({event.node_type}) failed[/]: "
+                                        f"{event.error_type}: {escape(event.message)}", highlight=False)
         elif isinstance(event, RunFinished):
             status = "ok" if event.ok else ("cancelled" if event.cancelled else "failed")
             self._say(f"[bold]run {event.run_index + 1} {status}[/] in {event.seconds:.2f} s")
@@ -197,23 +203,23 @@ def run_headless(args: Any, registry: NodeRegistry) -> int:
     err = Console(stderr=True)
     overrides, set_errors = parse_set(args.set or [])
     for message in set_errors:
-        err.print(f"[red]error[/]: {message}", highlight=False)
+        err.print(f"[red]error[/]: {escape(message)}", highlight=False)
     if set_errors:
         return EXIT_INVALID
     try:
         wf = load_workflow(args.run, registry)
     except WorkflowError as exc:
-        err.print(f"[red]error[/]: {exc}", highlight=False)
+        err.print(f"[red]error[/]: {escape(str(exc))}", highlight=False)
         return EXIT_INVALID
     problems = apply_overrides(wf, overrides, registry) + validate(wf, registry)
     if problems:
-        err.print(f"[red]error[/]: {WorkflowError(problems)}", highlight=False)
+        err.print(f"[red]error[/]: {escape(str(WorkflowError(problems)))}", highlight=False)
         return EXIT_INVALID
     try:
         memory = MemoryManager(MemoryConfig(device=args.device, policy=args.offload,
                                             vram_budget=args.vram_budget, ram_budget=args.ram_budget))
-    except ValueError as exc:
-        err.print(f"[red]error[/]: {exc}", highlight=False)
+    except (ValueError, RuntimeError) as exc:  # a bad --device, --offload or budget
+        err.print(f"[red]error[/]: {escape(str(exc))}", highlight=False)
         return EXIT_INVALID
 
     executor = Executor(registry, memory, allow_pickle=args.allow_pickle)
@@ -228,6 +234,7 @@ def run_headless(args: Any, registry: NodeRegistry) -> int:
     previous = signal.signal(signal.SIGINT, on_sigint)
     results: list[RunResult] = []
     out_dir = Path(args.out)
+    aborted = False
     try:
         with HeadlessPrinter(err, args.quiet) as printer:
             memory.telemetry.subscribe(printer.on_memory)
@@ -236,20 +243,24 @@ def run_headless(args: Any, registry: NodeRegistry) -> int:
                 results.append(result)
                 if not result.ok:
                     break
+    except KeyboardInterrupt:
+        aborted = True  # a second Ctrl+C: stop at once, but still write what we know
     finally:
         signal.signal(signal.SIGINT, previous)
         report = build_report(wf, results, memory)
-        if args.report:
-            atomic_write_text(Path(args.report), json.dumps(report, indent=2, default=str) + "\n")
-        memory.close()
-    if cancel.cancelled:
+        try:
+            if args.report:
+                atomic_write_text(Path(args.report), json.dumps(report, indent=2, default=str) + "\n")
+        finally:
+            memory.close()
+    if aborted or any(r.cancelled for r in results):
         return EXIT_INTERRUPTED
     if not report["ok"]:
         failed = results[-1]
-        err.print(f"[red]run failed[/] at node {failed.failed_node!r}: {failed.error}", highlight=False)
+        err.print(f"[red]run failed[/] at node {failed.failed_node!r}: {escape(str(failed.error))}", highlight=False)
         return EXIT_FAILED
     if not args.quiet:
         written = [f for r in results for n in r.nodes.values() for f in n.files]
-        err.print(f"[bold green]done[/]: {len(written)} file(s) under {out_dir}"
-                  + (f"; report {args.report}" if args.report else ""))
+        err.print(f"[bold green]done[/]: {len(written)} file(s) under {escape(str(out_dir))}"
+                  + (f"; report {escape(str(args.report))}" if args.report else ""))
     return EXIT_OK

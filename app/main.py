@@ -21,6 +21,8 @@ from pathlib import Path
 # the telemetry sampler and other processes (measured here: a 20-step sample went from 12.7 s to
 # 0.66 s on a loaded 2-core box). Must be set before torch loads; a user's own setting wins.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# Never reach for a model hub: every model is a local file, a built-in or a demo built offline.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # Nodeloom shows its own progress; the libraries' bars and advice would interleave with it.
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")

@@ -9,11 +9,13 @@ to evict, and evicting too little is the failure that costs a run.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import tempfile
 from pathlib import Path
 
 FILENAME = "memory_peaks.json"
+log = logging.getLogger(__name__)
 VERSION = 1
 
 
@@ -55,8 +57,15 @@ class LearnedPeaks:
         self._save(entries)
 
     def _save(self, entries: dict[str, dict[str, int]]) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".peaks", dir=self.path.parent)
-        with os.fdopen(fd, "w") as f:
-            json.dump({"version": VERSION, "entries": entries}, f, indent=1, sort_keys=True)
-        os.replace(tmp, self.path)
+        # A measurement that can't be stored (read-only data dir, full disk) must not fail the node it measured.
+        tmp: str | None = None
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=".peaks", dir=self.path.parent)
+            with os.fdopen(fd, "w") as f:
+                json.dump({"version": VERSION, "entries": entries}, f, indent=1, sort_keys=True)
+            os.replace(tmp, self.path)
+        except OSError as exc:
+            log.warning("could not store learned memory peaks in %s: %s", self.path, exc)
+            if tmp is not None:
+                Path(tmp).unlink(missing_ok=True)

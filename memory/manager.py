@@ -221,6 +221,11 @@ class MemoryManager:
             self._last_oom_bytes = parse_bytes(match.group(1) + unit) if match else 0
         return oom
 
+    def begin_run(self) -> None:
+        """Start a run from the configured policy: an OOM retry tightens the policy of the run that hit it,
+        not of every later run in a long GUI session. The budget keeps `oom_reserve`: that is a measurement."""
+        self.policy = self.config.policy
+
     def recover_from_oom(self) -> bool:
         """Free every unlocked model and stale reservation, then switch to the next stricter policy.
 

@@ -77,6 +77,8 @@ class NodePeak:
     t: float = 0.0
 
 
+MAX_EVENTS = 200_000
+
 Record = Sample | LoadEvent | UnloadEvent | TransferEvent | StepEvent | NodePeak
 
 
@@ -92,7 +94,8 @@ class Telemetry:
         self._lock = threading.Lock()
         self._subscribers: list[Callable[[Record], None]] = []
         self._samples: deque[Sample] = deque(maxlen=MAX_SAMPLES)
-        self._events: list[Record] = []
+        # Bounded like the samples: a long GUI session emits one StepEvent per decoded token.
+        self._events: deque[Record] = deque(maxlen=MAX_EVENTS)
         self._sampler: threading.Thread | None = None
         self._stop = threading.Event()
 

@@ -1,6 +1,6 @@
 """Basic nodes: primitives, text helpers, image and text files.
 
-Lives here: the `NODES` list of Nodeloom's own general-purpose node types. Imports `nodes.spec`,
+Lives here: the `NODES` tuple of Nodeloom's own general-purpose node types. Imports `nodes.spec`,
 `nodes.types`, `nodes.context`, `nodes.png`, PIL.
 """
 
@@ -88,7 +88,7 @@ def _run_preview_image(ctx: NodeContext, image: Any) -> dict[str, Any]:
     return {}
 
 
-NODES: list[NodeSpec] = [
+NODES: tuple[NodeSpec, ...] = (
     NodeSpec(type="Text", title="Text", category="primitives", run=_run_text,
              params=[Param("text", "text", default="", help="Any text; multi-line.")],
              outputs=[Output("text", TEXT)], description="A piece of text typed in the node."),
@@ -129,4 +129,4 @@ NODES: list[NodeSpec] = [
              description="Write numbered PNGs (never overwriting) with the workflow embedded."),
     NodeSpec(type="PreviewImage", title="Preview Image", category="output", run=_run_preview_image,
              is_output=True, inputs=[Input("image", IMAGE)], description="Show the image without saving it."),
-]
+)

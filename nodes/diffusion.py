@@ -1,6 +1,6 @@
 """Diffusion nodes: load a model, encode prompts, sample latents, decode and encode images.
 
-Lives here: the `NODES` list (`LoadDiffusionModel`, `LoadDenoiser`, `LoadVAE`, `TextEncode`, `EmptyLatent`,
+Lives here: the `NODES` tuple (`LoadDiffusionModel`, `LoadDenoiser`, `LoadVAE`, `TextEncode`, `EmptyLatent`,
 `Sampler`, `VAEDecode`, `VAEEncode`). Imports `nodes.spec`, `nodes.types`, `nodes.context`, `pipelines.paths`
 and `pipelines.diffusion`; the model code lives in pipelines/.
 
@@ -120,7 +120,7 @@ def _run_vae_encode(ctx: NodeContext, vae: VaeRef, image: torch.Tensor) -> dict[
 _MODEL_FILTER = "Diffusion models (*.safetensors *.ckpt model_index.json);;Folders (dir)"
 _FAMILY_CHOICES = tuple(FAMILIES)
 
-NODES: list[NodeSpec] = [
+NODES: tuple[NodeSpec, ...] = (
     NodeSpec(
         type="LoadDiffusionModel", title="Load Diffusion Model", category="diffusion/loaders",
         description="A diffusers folder (SD1.x/2.x, SDXL, PixArt-Sigma, SD3, Flux) or a single-file SD1.x/SDXL "
@@ -213,4 +213,4 @@ NODES: list[NodeSpec] = [
         outputs=[Output("latent", LATENT)],
         run=_run_vae_encode,
     ),
-]
+)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import time
 import traceback
 from collections.abc import Callable, Iterable
@@ -37,6 +38,17 @@ from nodes.spec import NodeSpec
 from nodes.workflow import Workflow, WorkflowError, validate
 
 log = logging.getLogger(__name__)
+
+
+def _file_stamp(value: Any) -> list[int] | None:
+    """Size and modification time of a file parameter's target, or None when it names no local file."""
+    if not isinstance(value, str) or not value or ":" in value.split("/")[0]:
+        return None  # empty, or a scheme such as builtin:/demo:
+    try:
+        st = os.stat(os.path.expanduser(value))
+    except OSError:
+        return None
+    return [st.st_size, st.st_mtime_ns]
 
 
 class NodeRunError(Exception):
@@ -89,8 +101,9 @@ class Executor:
         self.registry = registry
         self.memory = memory if memory is not None else MemoryManager(MemoryConfig(device="cpu", policy="auto"))
         self.allow_pickle = allow_pickle
-        # node id -> (signature, outputs): one entry per node, replaced when its signature changes.
-        self._cache: dict[str, tuple[str, dict[str, Any]]] = {}
+        # node id -> (signature, outputs, files, metrics): one entry per node, replaced when its
+        # signature changes and dropped when the node leaves the graph.
+        self._cache: dict[str, tuple[str, dict[str, Any], list[str], dict[str, float]]] = {}
         self._runs = 0
 
     # -- planning ---------------------------------------------------------------------------------
@@ -124,20 +137,31 @@ class Executor:
             visit(nid)
         return order
 
-    def signatures(self, wf: Workflow, order: list[str]) -> dict[str, str]:
+    def signatures(self, wf: Workflow, order: list[str], out_dir: Path | None = None) -> dict[str, str]:
         sigs: dict[str, str] = {}
         for nid in order:
             node = wf.nodes[nid]
             spec = self.registry[node.type]
+            params = {k: v for k, v in sorted(node.params.items()) if k not in node.inputs}
             key = {
                 "type": node.type,
                 "version": spec.version,
-                "params": {k: v for k, v in sorted(node.params.items()) if k not in node.inputs},
+                "params": params,
                 "inputs": {port: [sigs[link.node], link.output] for port, link in sorted(node.inputs.items())},
+                # A file edited on disk under the same name is new input.
+                "files": {p.name: _file_stamp(params[p.name]) for p in spec.params if p.kind == "path"
+                          and p.name in params},
             }
+            if spec.is_output and out_dir is not None:
+                key["out_dir"] = str(out_dir.resolve())  # writing somewhere else is new work
             blob = json.dumps(key, sort_keys=True, default=repr).encode()
             sigs[nid] = hashlib.sha256(blob).hexdigest()
         return sigs
+
+    def prune_cache(self, wf: Workflow) -> None:
+        """Forget nodes that left the graph, so their tensors and model handles can be freed."""
+        for nid in [nid for nid in self._cache if nid not in wf.nodes]:
+            del self._cache[nid]
 
     def clear_cache(self) -> None:
         self._cache.clear()
@@ -169,8 +193,10 @@ class Executor:
         run_index = self._runs
         self._runs += 1
         result = RunResult(run_index)
+        self.prune_cache(wf)
+        self.memory.begin_run()
         order = self.plan(wf, targets)
-        sigs = self.signatures(wf, order)
+        sigs = self.signatures(wf, order, out_dir)
         workflow_json = wf.to_dict()
         values: dict[str, dict[str, Any]] = {}
         for nid in order:
@@ -186,17 +212,20 @@ class Executor:
                 cached = self._cache.get(nid)
                 if cached is not None and cached[0] == sigs[nid]:
                     values[nid] = cached[1]
-                    result.nodes[nid].status = "cached"
+                    record = result.nodes[nid]
+                    record.status, record.files, record.metrics = "cached", list(cached[2]), dict(cached[3])
                     emit(NodeCached(nid, node.type))
                     continue
                 kwargs = dict(node.params)
                 for port, link in node.inputs.items():
                     kwargs[port] = values[link.node][link.output]
+                    self._check_wired_param(nid, spec, port, kwargs[port], result, emit)
                 for inp in spec.inputs:
                     kwargs.setdefault(inp.name, None)  # optional inputs left unconnected
                 outputs = self._run_node(nid, spec, kwargs, result, emit, cancel, out_dir, workflow_json)
                 values[nid] = outputs
-                self._cache[nid] = (sigs[nid], outputs)
+                record = result.nodes[nid]
+                self._cache[nid] = (sigs[nid], outputs, list(record.files), dict(record.metrics))
             result.ok = True
         except Cancelled:
             result.cancelled = True
@@ -211,6 +240,22 @@ class Executor:
         result.outputs = values
         emit(RunFinished(run_index, result.ok, result.cancelled, result.seconds, result.error))
         return result
+
+    def _check_wired_param(self, nid: str, spec: NodeSpec, port: str, value: Any, result: RunResult,
+                           emit: Callable[[RunEvent], None]) -> None:
+        """A parameter fed by a wire gets the same range and choice checks as one typed in the widget."""
+        param = spec.param(port)
+        if param is None:
+            return
+        reason = param.check(value)
+        if reason is None:
+            return
+        message = f"field {port!r} (fed by a wire): {reason}"
+        record = result.nodes[nid]
+        record.status, record.error = "error", {"type": "ValueError", "message": message}
+        emit(NodeStarted(nid, spec.type))
+        emit(NodeFailed(nid, spec.type, "ValueError", message, 0.0))
+        raise NodeRunError(nid, spec.type, "ValueError", message)
 
     def _run_node(
         self, nid: str, spec: NodeSpec, kwargs: dict[str, Any], result: RunResult,

@@ -17,7 +17,7 @@ import copy
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from nodes.registry import NodeRegistry
 from nodes.spec import NodeSpec
@@ -159,7 +159,9 @@ class GraphModel:
         self._notify("reset")
 
     def add_node(self, type_name: str, pos: tuple[float, float], params: dict[str, Any] | None = None,
-                 node_id: str | None = None) -> str:
+                 node_id: str | None = None, *, version: int | None | Literal["current"] = "current") -> str:
+        """`version` is the node type version the params were written for: "current" for a new node, the
+        saved one (None: unversioned) when putting back a snapshot whose params keep their old shape."""
         spec = self.registry.get(type_name)
         if spec is None:
             raise KeyError(f"unknown node type {type_name!r}")
@@ -169,7 +171,8 @@ class GraphModel:
             raise ValueError(f"node id {node_id!r} is already used")
         values = spec.default_params()
         values.update(copy.deepcopy(params or {}))
-        self.workflow.nodes[node_id] = NodeInstance(node_id, spec.type, values, {}, spec.version)
+        stamped = spec.version if version == "current" else version
+        self.workflow.nodes[node_id] = NodeInstance(node_id, spec.type, values, {}, stamped)
         self.workflow.ui["nodes"][node_id] = {"pos": [float(pos[0]), float(pos[1])]}
         self._notify("node_created", node_id)
         return node_id
@@ -302,7 +305,11 @@ class GraphModel:
         for old, new in mapping.items():
             raw = raw_nodes[old]
             x, y = ui_nodes.get(old, {}).get("pos", [0.0, 0.0])
-            self.add_node(raw["type"], (x + dx, y + dy), raw.get("params", {}), node_id=new)
+            saved = raw.get("version")
+            # Params are copied verbatim, so the copy keeps the version they were saved under; stamping the
+            # current spec version would hide an outdated node from validation and migration.
+            self.add_node(raw["type"], (x + dx, y + dy), raw.get("params", {}), node_id=new,
+                          version=saved if isinstance(saved, int) and not isinstance(saved, bool) else None)
             if "size" in ui_nodes.get(old, {}):
                 self.workflow.ui["nodes"][new]["size"] = list(ui_nodes[old]["size"])
         links: dict[tuple[str, str], Link | None] = {}

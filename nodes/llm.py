@@ -1,6 +1,6 @@
 """LLM nodes: load a language model (GGUF or transformers folder) and generate text with it.
 
-Lives here: the `NODES` list (`LoadLLM`, `LLMGenerate`). Imports `nodes.spec`, `nodes.types`,
+Lives here: the `NODES` tuple (`LoadLLM`, `LLMGenerate`). Imports `nodes.spec`, `nodes.types`,
 `nodes.context`, `pipelines.paths` and `pipelines.llm.runtime`; the model code lives in pipelines/.
 """
 
@@ -58,7 +58,7 @@ def _run_generate(
     return {"text": out.text.strip()}
 
 
-NODES: list[NodeSpec] = [
+NODES: tuple[NodeSpec, ...] = (
     NodeSpec(
         type="LoadLLM", title="Load LLM", category="llm", run=_run_load_llm,
         params=[Param("path", "path", default="builtin:smollm2", file_filter="LLM (*.gguf)",
@@ -97,4 +97,4 @@ NODES: list[NodeSpec] = [
         outputs=[Output("text", TEXT)],
         description="Generate text, streaming each token; reports time to first token and tokens/s.",
     ),
-]
+)

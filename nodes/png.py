@@ -1,6 +1,6 @@
 """PNG files that carry their workflow, and IMAGE value conversions.
 
-Lives here: `save_png_with_workflow`, `read_embedded_workflow`, `next_free_path`, `tensor_to_pil`,
+Lives here: `save_png_with_workflow`, `read_embedded_workflow`, `next_free_path`, `check_prefix`, `tensor_to_pil`,
 `pil_to_tensor`. Imports PIL, numpy, torch. An IMAGE value is a float32 tensor (B, H, W, C) in [0, 1].
 """
 
@@ -30,8 +30,15 @@ def pil_to_tensor(image: Image.Image) -> torch.Tensor:
     return torch.from_numpy(array).unsqueeze(0)  # (1, H, W, C)
 
 
+def check_prefix(prefix: str) -> None:
+    """A file-name prefix must name a file in the output folder, never a path out of it."""
+    if not prefix or prefix in (".", "..") or any(c in prefix for c in "/\\\0") or ".." in prefix:
+        raise ValueError(f"field 'prefix': {prefix!r} must be a plain file name (no folders, no '..')")
+
+
 def next_free_path(folder: Path, prefix: str, suffix: str) -> Path:
     """`prefix_00001.suffix`, the first number not taken; created exclusively so two runs never clobber."""
+    check_prefix(prefix)
     folder.mkdir(parents=True, exist_ok=True)
     existing = [p.stem.removeprefix(prefix + "_") for p in folder.glob(f"{prefix}_*{suffix}")]
     numbers = [int(s) for s in existing if s.isdigit()]

@@ -135,6 +135,30 @@ def _suggest(name: str, options: list[str]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
+def _is_point(value: Any, size: int = 2) -> bool:
+    return (isinstance(value, list) and len(value) == size
+            and all(isinstance(v, int | float) and not isinstance(v, bool) for v in value))
+
+
+def _clean_ui(ui: Any) -> dict[str, Any]:
+    """Keep the layout entries that have the right shape; a damaged layout never blocks opening a graph."""
+    if not isinstance(ui, dict):
+        return {}
+    out = dict(ui)
+    nodes = ui.get("nodes")
+    out["nodes"] = {
+        nid: {k: v for k, v in entry.items() if k not in ("pos", "size") or _is_point(v)}
+        for nid, entry in (nodes.items() if isinstance(nodes, dict) else ())
+        if isinstance(entry, dict)
+    }
+    groups = ui.get("groups")
+    out["groups"] = [g for g in (groups if isinstance(groups, list) else ())
+                     if isinstance(g, dict) and isinstance(g.get("title", ""), str) and _is_point(g.get("rect"), 4)]
+    if not isinstance(ui.get("view", {}), dict):
+        out.pop("view")
+    return out
+
+
 def _parse(data: Any, source: str, problems: list[Problem]) -> Workflow:
     """Structure only: turn JSON into a Workflow, noting every shape problem."""
     wf = Workflow(source=source)
@@ -150,7 +174,7 @@ def _parse(data: Any, source: str, problems: list[Problem]) -> Workflow:
         problems.append(Problem(source, None, "version",
                                 f"unsupported version {version}; this Nodeloom reads version {VERSION}"))
     wf.meta = data.get("meta") if isinstance(data.get("meta"), dict) else {}
-    wf.ui = data.get("ui") if isinstance(data.get("ui"), dict) else {}
+    wf.ui = _clean_ui(data.get("ui"))
     nodes = data.get("nodes")
     if not isinstance(nodes, dict):
         problems.append(Problem(source, None, "nodes", "expected an object of nodes keyed by id"))
@@ -182,19 +206,29 @@ def _parse(data: Any, source: str, problems: list[Problem]) -> Workflow:
 
 
 def find_cycle(wf: Workflow) -> list[str]:
-    """Node ids that sit on a cycle (empty when the graph is acyclic)."""
-    blocked = {nid: {link.node for link in n.inputs.values() if link.node in wf.nodes} for nid, n in wf.nodes.items()}
-    ready = [nid for nid, deps in blocked.items() if not deps]
-    done: set[str] = set()
-    while ready:
-        nid = ready.pop()
-        done.add(nid)
-        for other, deps in blocked.items():
-            if nid in deps:
-                deps.discard(nid)
-                if not deps and other not in done:
+    """Node ids that sit on a cycle (empty when the graph is acyclic).
+
+    Peel off nodes with no unfinished inputs (Kahn), then nodes feeding nothing that is left: what
+    remains lies on a cycle, not merely downstream or upstream of one.
+    """
+    deps = {nid: {link.node for link in n.inputs.values() if link.node in wf.nodes} for nid, n in wf.nodes.items()}
+    users: dict[str, set[str]] = {nid: set() for nid in deps}
+    for nid, sources in deps.items():
+        for source in sources:
+            users[source].add(nid)
+    left = set(deps)
+    for edges, reverse in ((deps, users), (users, deps)):
+        # Count each node's edges to nodes still left; peel those at zero, updating their neighbours.
+        count = {nid: len(edges[nid] & left) for nid in left}
+        ready = [nid for nid, c in count.items() if c == 0]
+        while ready:
+            nid = ready.pop()
+            left.discard(nid)
+            for other in reverse[nid] & left:
+                count[other] -= 1
+                if count[other] == 0:
                     ready.append(other)
-    return sorted(set(wf.nodes) - done)
+    return sorted(left)
 
 
 def validate(wf: Workflow, registry: NodeRegistry) -> list[Problem]:
@@ -308,6 +342,14 @@ def atomic_write_text(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        # mkstemp makes the file 0600; keep the permissions the file had (or the umask's for a new one).
+        try:
+            mode = path.stat().st_mode & 0o777
+        except FileNotFoundError:
+            umask = os.umask(0)
+            os.umask(umask)
+            mode = 0o666 & ~umask
+        os.chmod(tmp, mode)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()

@@ -72,6 +72,6 @@ def check_weights_format(path: Path, *, allow_pickle: bool) -> None:
     if path.suffix.lower() in PICKLE_SUFFIXES and not allow_pickle:
         raise UnsafeFormatError(
             f"{path.name}: {path.suffix} files are Python pickles and can run code when loaded. "
-            "Convert it to .safetensors, or allow pickle checkpoints explicitly "
-            "(loader parameter allow_pickle, or --allow-pickle on the command line) if you trust its source."
+            "Convert it to .safetensors, or allow pickle checkpoints explicitly if you trust its source: "
+            "--allow-pickle on the command line, or Settings > Allow pickle checkpoints in the editor."
         )

@@ -159,3 +159,35 @@ def test_ctrl_c_cancels_exits_130_and_still_writes_the_report(tmp_path: Path) ->
     assert run["cancelled"] is True and run["nodes"]["slow"]["status"] == "cancelled"
     assert run["nodes"]["t"]["status"] == "ran"
     assert not list((tmp_path / "o").glob("loud_*.txt"))
+
+
+def test_an_unusable_device_exits_2_with_a_message(tmp_path: Path, capsys) -> None:
+    assert main(["--run", str(TEXT_DEMO), "--out", str(tmp_path), "--device", "warp-drive"]) == 2
+    assert "warp-drive" in capsys.readouterr().err
+
+
+def test_messages_with_brackets_are_printed_intact(tmp_path: Path, capsys) -> None:
+    data = json.loads(TEXT_DEMO.read_text())
+    data["nodes"]["save"]["inputs"]["text"] = "greeting.text"
+    path = _write(tmp_path / "bad.json", data)
+    assert main(["--run", str(path), "--out", str(tmp_path)]) == 2
+    assert "[node_id, output_name]" in capsys.readouterr().err
+
+
+def test_set_on_a_wired_parameter_is_refused(tmp_path: Path, capsys) -> None:
+    data = json.loads(TEXT_DEMO.read_text())
+    data["nodes"]["save"]["inputs"]["prefix"] = ["name", "text"]
+    path = _write(tmp_path / "wf.json", data)
+    assert main(["--run", str(path), "--out", str(tmp_path), "--set", "save.prefix=x"]) == 2
+    assert "fed by a wire from name.text" in capsys.readouterr().err
+
+
+def test_a_prefix_cannot_write_outside_the_output_folder(tmp_path: Path) -> None:
+    out = tmp_path / "a" / "b"
+    report = tmp_path / "r.json"
+    code = main(["--run", str(TEXT_DEMO), "--out", str(out), "--set", "save.prefix=../../escaped",
+                 "--report", str(report), "--quiet"])
+    assert code == 1
+    assert not list(tmp_path.rglob("escaped*"))
+    error = json.loads(report.read_text())["runs"][0]["nodes"]["save"]["error"]["message"]
+    assert "prefix" in error and "plain file name" in error

@@ -8,7 +8,7 @@ from pathlib import Path
 from nodes.context import CancelToken
 from nodes.events import NodeCached, NodeFailed, NodeFinished, NodeProgress, NodeStarted, RunFinished
 from nodes.executor import Executor
-from nodes.workflow import workflow_from_dict
+from nodes.workflow import Link, NodeInstance, workflow_from_dict
 from tests.nodes_for_tests import Calls, chain_workflow, make_registry
 
 
@@ -128,3 +128,94 @@ def test_save_never_overwrites(tmp_path: Path) -> None:
     ex.clear_cache()
     ex.run(wf, out_dir=tmp_path)
     assert sorted(p.name for p in tmp_path.glob("sum_*.txt")) == ["sum_00001.txt", "sum_00002.txt"]
+
+
+def test_a_wired_value_gets_the_parameter_checks(tmp_path: Path) -> None:
+    calls, ex = _setup()
+    data = chain_workflow()
+    data["nodes"]["steps"] = {"type": "Steps", "params": {"delay": 0.0},
+                              "inputs": {"value": ["one", "value"], "steps": ["sum", "value"]}}
+    data["nodes"]["sum"]["inputs"] = {"a": ["one", "value"], "b": ["big", "value"]}
+    data["nodes"]["big"] = {"type": "Number", "params": {"value": 100}}
+    data["nodes"]["neg"] = {"type": "Int", "params": {"value": -5}}
+    data["nodes"]["steps"]["inputs"]["steps"] = ["neg", "value"]
+    data["nodes"]["save"]["inputs"]["text"] = ["text", "text"]
+    data["nodes"]["text"]["inputs"]["value"] = ["steps", "value"]
+    wf = workflow_from_dict(data, ex.registry)
+    result = ex.run(wf, out_dir=tmp_path)
+    assert not result.ok and result.failed_node == "steps"
+    message = result.nodes["steps"].error["message"]
+    assert "'steps'" in message and "below the minimum 1" in message
+    assert "steps" not in calls.by_node  # refused before it ran
+
+
+def test_output_nodes_rerun_for_a_new_output_folder_and_cached_ones_keep_their_files(tmp_path: Path) -> None:
+    calls, ex = _setup()
+    wf = workflow_from_dict(chain_workflow(), ex.registry)
+    first = ex.run(wf, out_dir=tmp_path / "a")
+    again = ex.run(wf, out_dir=tmp_path / "a")
+    assert again.nodes["save"].status == "cached"
+    assert again.nodes["save"].files == first.nodes["save"].files  # the report still names the file
+    elsewhere = ex.run(wf, out_dir=tmp_path / "b")
+    assert elsewhere.nodes["save"].status == "ran" and elsewhere.nodes["sum"].status == "cached"
+    assert len(list((tmp_path / "b").glob("sum_*.txt"))) == 1
+
+
+def test_a_file_changed_on_disk_invalidates_the_node_that_reads_it(tmp_path: Path) -> None:
+    from PIL import Image
+
+    calls, ex = _setup()
+    image = tmp_path / "in.png"
+    Image.new("RGB", (4, 4), (10, 20, 30)).save(image)
+    data = {"format": "nodeloom.workflow", "version": 1, "nodes": {
+        "img": {"type": "LoadImage", "params": {"path": str(image)}},
+        "save": {"type": "SaveImage", "params": {"prefix": "x"}, "inputs": {"image": ["img", "image"]}}}}
+    wf = workflow_from_dict(data, ex.registry)
+    ex.run(wf, out_dir=tmp_path / "o")
+    assert ex.run(wf, out_dir=tmp_path / "o").nodes["img"].status == "cached"
+    Image.new("RGB", (5, 4), (90, 20, 30)).save(image)
+    assert ex.run(wf, out_dir=tmp_path / "o").nodes["img"].status == "ran"
+
+
+def test_deleted_nodes_leave_the_cache(tmp_path: Path) -> None:
+    calls, ex = _setup()
+    wf = workflow_from_dict(chain_workflow(), ex.registry)
+    ex.run(wf, out_dir=tmp_path)
+    del wf.nodes["save"]
+    wf.nodes["show"] = NodeInstance("show", "ShowText", {}, {"text": Link("text", "text")})
+    ex.run(wf, out_dir=tmp_path)
+    assert "save" not in ex.cached_node_ids(wf) and "save" not in ex._cache
+
+
+def test_an_out_of_memory_node_is_retried_once_under_a_stricter_policy(tmp_path: Path) -> None:
+    from memory import BudgetExceeded, MemoryConfig, MemoryManager
+
+    calls = Calls()
+    registry = make_registry(calls)
+    attempts: list[str] = []
+
+    def hungry(ctx, value: int) -> dict:
+        attempts.append(ctx.memory.policy)
+        if len(attempts) == 1:
+            raise BudgetExceeded("activations", 10 * 2**30, 2**30, ctx.memory.ledger_text())
+        return {"value": value}
+
+    from nodes.spec import Input, NodeSpec, Output
+    from nodes.types import INT
+
+    registry.register(NodeSpec(type="Hungry", title="Hungry", category="test", run=hungry,
+                               inputs=[Input("value", INT)], outputs=[Output("value", INT)]))
+    memory = MemoryManager(MemoryConfig(device="cpu", policy="none"))
+    ex = Executor(registry, memory)
+    data = chain_workflow()
+    data["nodes"]["sum"]["inputs"]["a"] = ["hungry", "value"]
+    data["nodes"]["hungry"] = {"type": "Hungry", "inputs": {"value": ["one", "value"]}}
+    wf = workflow_from_dict(data, registry)
+    result = ex.run(wf, out_dir=tmp_path)
+    assert result.ok and attempts == ["none", "auto"]
+    # The next run starts from the configured policy again.
+    wf.nodes["one"].params["value"] = 3
+    attempts.clear()
+    ex.run(wf, out_dir=tmp_path)
+    assert attempts == ["none", "auto"]
+    memory.close()

@@ -96,6 +96,7 @@ def test_every_problem_is_reported_together() -> None:
     assert "no output 'valeu'" in reasons[("badout", "a")]
     assert "type mismatch" in reasons[("mismatch", "a")] and "TEXT" in reasons[("mismatch", "a")]
     assert "cycle" in reasons[("loop1", "inputs")] and "cycle" in reasons[("loop2", "inputs")]
+    assert not any(p.node == "big" and "cycle" in p.reason for p in info.value.problems)
     assert "unknown parameter" in reasons[("unknownparam", "colour")]
     message = str(info.value)
     assert message.count("\n  - ") == len(info.value.problems) >= 11
@@ -140,3 +141,33 @@ def test_missing_params_take_defaults_and_wired_params_skip_their_widget() -> No
 def test_dumps_is_stable_json() -> None:
     wf = workflow_from_dict(chain_workflow(), make_registry(Calls()))
     assert json.loads(dumps_workflow(wf)) == wf.to_dict()
+
+
+def test_a_node_downstream_of_a_cycle_is_not_blamed_for_it() -> None:
+    registry = make_registry(Calls())
+    data = {"format": "nodeloom.workflow", "version": 1, "nodes": {
+        "n": {"type": "Number", "params": {"value": 1}},
+        "a": {"type": "Add", "inputs": {"a": ["b", "value"], "b": ["n", "value"]}},
+        "b": {"type": "Add", "inputs": {"a": ["a", "value"], "b": ["n", "value"]}},
+        "c": {"type": "ToText", "inputs": {"value": ["b", "value"]}}}}
+    with pytest.raises(WorkflowError) as info:
+        workflow_from_dict(data, registry)
+    assert {p.node for p in info.value.problems if "cycle" in p.reason} == {"a", "b"}
+
+
+def test_a_damaged_layout_is_dropped_not_fatal() -> None:
+    data = chain_workflow()
+    data["ui"] = {"nodes": {"one": {"pos": "left"}, "two": {"pos": [1, 2]}, "sum": []},
+                  "groups": [{"title": "ok", "rect": [0, 0, 10, 10]}, {"title": "bad", "rect": [1]}], "view": 3}
+    wf = workflow_from_dict(data, make_registry(Calls()))
+    assert wf.ui["nodes"] == {"one": {}, "two": {"pos": [1, 2]}}
+    assert [g["title"] for g in wf.ui["groups"]] == ["ok"] and "view" not in wf.ui
+
+
+def test_saving_keeps_the_file_permissions(tmp_path: Path) -> None:
+    wf = workflow_from_dict(chain_workflow(), make_registry(Calls()))
+    path = tmp_path / "wf.json"
+    path.write_text("{}")
+    path.chmod(0o644)
+    save_workflow(wf, path)
+    assert path.stat().st_mode & 0o777 == 0o644
