@@ -92,6 +92,21 @@ def test_snapshot_restore_brings_back_nodes_and_all_wires(model: GraphModel) -> 
     assert model.to_workflow().to_dict() == before
 
 
+def test_restore_and_paste_keep_each_node_s_saved_version(model: GraphModel) -> None:
+    text, fmt, save = _text_graph(model)
+    current = model.node(fmt).version
+    # As if loaded from files written by an older FormatText (0) and before versions were recorded (None).
+    model.workflow.nodes[fmt].version = 0
+    model.workflow.nodes[save].version = None
+    snap = model.snapshot([fmt, save])
+    model.remove([fmt, save])
+    model.restore(snap)  # undo of the delete
+    assert model.node(fmt).version == 0 and model.node(save).version is None
+    pasted = model.paste(model.snapshot([fmt]))
+    assert model.node(pasted[0]).version == 0  # same params, same version they were written for
+    assert model.node(model.add_node("FormatText", (0, 0))).version == current  # new nodes: today's version
+
+
 def test_paste_makes_fresh_ids_keeps_inner_wires_and_offsets(model: GraphModel) -> None:
     text, fmt, save = _text_graph(model)
     new = model.paste(model.snapshot([text, fmt]), offset=(30, 40))

@@ -3,6 +3,7 @@ cancels mid-run and leaves the graph as it was; a failing node is shown; a secon
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
@@ -191,6 +192,46 @@ def test_one_executor_across_runs_until_the_device_settings_change(qtbot, tmp_pa
     assert reread.memory.policy == "sequential"  # persisted
     assert window.runner.executor is not executor
     assert window.runner.memory.policy == "sequential"
+
+
+def test_the_allow_pickle_setting_reaches_the_executor(qtbot, tmp_path: Path, test_registry,
+                                                      monkeypatch) -> None:
+    from app.gui.settings import SettingsDialog
+
+    window = make_window(qtbot, tmp_path, test_registry)
+    assert window.start_memory_manager()
+    executor = window.runner.executor
+    assert executor.allow_pickle is False  # off unless the user opts in
+    monkeypatch.setattr(SettingsDialog, "exec", lambda self: (self.allow_pickle.setChecked(True), self.accept(),
+                                                             1)[-1])
+    window.open_settings()
+    reread = AppSettings(QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat))
+    assert reread.allow_pickle  # persisted
+    # The device settings did not change, so the executor is kept and only its pickle rule is updated.
+    assert window.runner.executor is executor and executor.allow_pickle is True
+
+
+def test_closing_mid_run_leaves_the_memory_manager_to_the_worker(qtbot, tmp_path: Path, test_registry) -> None:
+    window = make_window(qtbot, tmp_path, test_registry)
+    slow_graph(window)
+    assert window.run_workflow()
+    wait_until(lambda: window.scene.run_states["slow"].step >= 1, 20)
+    memory = window.runner.memory
+    closed_on: list[str] = []
+    original = memory.close
+
+    def recording_close() -> None:
+        closed_on.append(threading.current_thread().name)
+        original()
+
+    memory.close = recording_close
+    window.runner.close()  # while the worker is inside the slow node
+    assert window.runner.memory is None
+    wait_until(lambda: bool(closed_on), 20)
+    # Closed once, by the worker after its run returned, never from the GUI thread under a running node.
+    assert closed_on == ["nodeloom-run"]
+    wait_until(lambda: window.last_result is not None, 20)
+    assert window.last_result.cancelled
 
 
 def test_the_txt2img_demo_draws_previews_then_the_picture(qtbot, tmp_path: Path, registry) -> None:

@@ -153,7 +153,7 @@ def test_smollm2_cached_tokenizer_encodes_like_the_gguf(smollm_files, smollm) ->
     assert ours.convert_tokens_to_ids("<|im_end|>") == 2
 
 
-def test_smollm2_cache_folder(smollm_files) -> None:  # noqa: F811
+def test_smollm2_cache_folder(smollm_files, monkeypatch) -> None:  # noqa: F811
     folder = smollm_files.folder
     assert folder.parent.name == "gguf-cache" and smollm_files.from_gguf
     config = json.loads((folder / "config.json").read_text())
@@ -163,10 +163,18 @@ def test_smollm2_cache_folder(smollm_files) -> None:  # noqa: F811
     assert generation["eos_token_id"] == [2]  # <|im_end|>, the end of an assistant turn
     meta = json.loads((folder / "nodeloom-gguf.json").read_text())
     assert meta["tensor_types"] == {"Q8_0": 1, "F32": 61, "Q4_1": 210}
-    # A second load finds the same folder without converting again.
-    started = time.perf_counter()
+    # A second load finds the same folder without converting again: any conversion now would fail, and
+    # the folder's marker file is the one the first conversion wrote.
+    import pipelines.llm.gguf_cache as gguf_cache
+
+    def no_conversion(*_args: object, **_kwargs: object) -> None:
+        raise AssertionError("the cached conversion was not reused")
+
+    monkeypatch.setattr(gguf_cache, "convert_gguf", no_conversion)
+    marker = (folder / "nodeloom-gguf.json").stat().st_mtime_ns
     again = prepare_llm_files(smollm_files.source)
-    assert again.folder == folder and time.perf_counter() - started < 1.0
+    assert again.folder == folder and again.from_gguf
+    assert (folder / "nodeloom-gguf.json").stat().st_mtime_ns == marker
 
 
 def test_conversion_is_budgeted_as_working_memory(tmp_path: Path) -> None:

@@ -27,8 +27,13 @@ def launch(workflow_path: Path | None, registry: NodeRegistry) -> int:
     apply_theme(app)  # type: ignore[arg-type]
     window = MainWindow(registry)
     window.show()
-    recovered = window.offer_recovery()
-    if workflow_path is not None and not recovered:
+    recovered = window.offer_recovery()  # sets an unreadable recovery file aside as *.broken
+    if workflow_path is not None and recovered:
+        # Unsaved work comes first, but say so: the user asked for that file and would otherwise not know.
+        message = f"Recovered unsaved work; {workflow_path} (from the command line) was not opened"
+        window.output.add_log(message)
+        window.status(message)
+    elif workflow_path is not None:
         window.open_path(Path(workflow_path), confirm=False)
     elif not recovered:
         window.view.fit()

@@ -206,6 +206,7 @@ class FileOpsMixin:
         try:
             wf, _soft = read_for_editing(pending["workflow"], self.registry, "autosave")
         except WorkflowError as exc:
+            self.autosave.set_aside()  # keep the unreadable file as *.broken rather than lose it
             self.show_problems("Recovery failed", exc.problems)
             return False
         source = pending.get("source")

@@ -272,7 +272,7 @@ class MainWindow(FileOpsMixin, EditOpsMixin, RunOpsMixin, QMainWindow):
         if self.runner.running:
             return False
         try:
-            self.runner.configure(self.settings.memory)
+            self.runner.configure(self.settings.memory, allow_pickle=self.settings.allow_pickle)
         except Exception as exc:  # a bad device or budget string from the settings: say so, keep editing
             self.status(f"Memory manager not started: {exc} (see Settings)")
             return False
@@ -306,6 +306,8 @@ class MainWindow(FileOpsMixin, EditOpsMixin, RunOpsMixin, QMainWindow):
         if self.runner.running:
             self.runner.cancel()
             self.runner.wait(10)
+        # A node still busy after the wait (a long forward pass ignores the cancel until its next step) keeps
+        # its models: close() then leaves the memory manager to the worker instead of freeing them under it.
         self.runner.close()
         self.autosave.clear()
         self.settings.q.setValue("window/geometry", self.saveGeometry())

@@ -47,7 +47,7 @@ class RunOpsMixin:
             self.show_problems("Cannot run yet", problems, "Fix these before running:")
             return False
         try:
-            self.runner.configure(self.settings.memory)
+            self.runner.configure(self.settings.memory, allow_pickle=self.settings.allow_pickle)
         except Exception as exc:  # a bad device string or budget: tell the user, keep the editor alive
             QMessageBox.critical(self, "Cannot start the memory manager", f"{type(exc).__name__}: {exc}\n\n"
                                  "Check Settings → Device and budgets.")

@@ -3,7 +3,8 @@
 Lives here: `RunController`, `TimedEvent`. Imports Qt, `nodes.executor`, `nodes.context`, `memory`.
 The worker is a plain thread; executor events and memory telemetry (which arrive on any thread) go into
 thread-safe deques, and a ~30 Hz QTimer on the GUI thread drains them into Qt signals. One Executor is
-kept across runs so its cache works; it is rebuilt only when the device settings change.
+kept across runs so its cache works; it is rebuilt only when the device settings change. Closing while a run
+is still inside a node cancels it and leaves the memory manager to the worker, which closes it on its way out.
 """
 
 from __future__ import annotations
@@ -57,6 +58,10 @@ class RunController(QObject):
         self._thread: threading.Thread | None = None
         self._cancel = CancelToken()
         self._outcome: deque[tuple[str, Any]] = deque()
+        # Guards the hand-over of the memory manager between close() (GUI thread) and a finishing worker.
+        self._lock = threading.Lock()
+        self._worker_active = False
+        self._close_after_run = False
         self._t0 = time.monotonic()
         self.timer = QTimer(self)
         self.timer.setInterval(DRAIN_MS)
@@ -65,9 +70,14 @@ class RunController(QObject):
 
     # -- executor lifetime ------------------------------------------------------------------------
 
-    def configure(self, settings: MemorySettings) -> None:
+    def configure(self, settings: MemorySettings, *, allow_pickle: bool = False) -> None:
         """Keep the executor (and its cache) unless the memory settings changed."""
         if self.executor is not None and settings == self.settings:
+            if self.executor.allow_pickle != allow_pickle and not self.running:
+                self.executor.allow_pickle = allow_pickle
+                # Cached outputs may hold models loaded under the old rule; with pickles now refused, reusing
+                # them would quietly bypass the refusal, so the next run loads everything afresh.
+                self.executor.clear_cache()
             return
         if self.running:
             raise RuntimeError("cannot change the device while a run is in progress")
@@ -79,7 +89,7 @@ class RunController(QObject):
                                                  vram_budget=settings.vram_budget, ram_budget=settings.ram_budget))
         self._unsubscribe = self.memory.telemetry.subscribe(self._records.append)
         self.memory.start_sampler()  # the memory plot is live from the start, not only during runs
-        self.executor = Executor(self.registry, self.memory)
+        self.executor = Executor(self.registry, self.memory, allow_pickle=allow_pickle)
         self.settings = settings
 
     def now(self) -> float:
@@ -96,11 +106,20 @@ class RunController(QObject):
             return set()
 
     def close(self) -> None:
+        """Release the memory manager; if a run is still in a node, cancel it and let the worker close it."""
         if self._unsubscribe is not None:
             self._unsubscribe()
             self._unsubscribe = None
-        if self.memory is not None:
-            self.memory.close()
+        memory = self.memory
+        with self._lock:
+            deferred = self._worker_active and memory is not None
+            if deferred:
+                # The worker may be inside a forward pass on models this manager owns: evicting them from
+                # this thread would free weights in use. It closes the manager once executor.run returns.
+                self._close_after_run = True
+                self._cancel.cancel()
+        if memory is not None and not deferred:
+            memory.close()
         self.memory = self.executor = self.settings = None
 
     # -- running ----------------------------------------------------------------------------------
@@ -114,7 +133,7 @@ class RunController(QObject):
             raise RuntimeError("a run is already in progress")
         assert self.executor is not None, "configure() first"
         self._cancel = CancelToken()
-        executor, cancel = self.executor, self._cancel
+        executor, cancel, memory = self.executor, self._cancel, self.memory
 
         def emit(event: Any) -> None:
             self._events.append(TimedEvent(self.now(), event))
@@ -127,7 +146,15 @@ class RunController(QObject):
                 self._outcome.append(("invalid", exc))
             except Exception as exc:  # the executor reports node failures itself; anything else is a bug
                 self._outcome.append(("crash", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
+            finally:
+                with self._lock:  # after this, close() no longer defers to this worker
+                    self._worker_active = False
+                    close_now, self._close_after_run = self._close_after_run, False
+                if close_now and memory is not None:
+                    memory.close()
 
+        with self._lock:
+            self._worker_active, self._close_after_run = True, False
         self._thread = threading.Thread(target=work, name="nodeloom-run", daemon=True)
         self._thread.start()
 

@@ -1,5 +1,5 @@
-"""User settings (device, budgets, offload policy, output folder, recent files) persisted in QSettings,
-and the Settings dialog.
+"""User settings (device, budgets, offload policy, output folder, pickle loading, recent files) persisted
+in QSettings, and the Settings dialog.
 
 Lives here: `AppSettings`, `SettingsDialog`. Imports Qt, `app.gui.run_worker` (MemorySettings).
 """
@@ -10,6 +10,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QSettings
 from PySide6.QtWidgets import (
+    QCheckBox,
     QComboBox,
     QDialog,
     QDialogButtonBox,
@@ -49,6 +50,17 @@ class AppSettings:
         self.q.setValue("policy", value.policy)
         self.q.setValue("vram_budget", value.vram_budget or "")
         self.q.setValue("ram_budget", value.ram_budget or "")
+
+    @property
+    def allow_pickle(self) -> bool:
+        # INI-backed QSettings hands booleans back as the strings "true"/"false".
+        value = self.q.value("allow_pickle", False)
+        if isinstance(value, str):
+            return value.strip().lower() in ("true", "1", "yes")
+        return bool(value)
+
+    def set_allow_pickle(self, value: bool) -> None:
+        self.q.setValue("allow_pickle", bool(value))
 
     @property
     def output_dir(self) -> Path:
@@ -113,11 +125,16 @@ class SettingsDialog(QDialog):
         out_row = QHBoxLayout()
         out_row.addWidget(self.out, 1)
         out_row.addWidget(browse)
+        self.allow_pickle = QCheckBox("Allow pickle checkpoints (.ckpt/.pt/.bin — they can run code)")
+        self.allow_pickle.setChecked(settings.allow_pickle)
+        self.allow_pickle.setToolTip("Pickled weights can execute code when loaded; enable only for files you "
+                                     "trust.\nOff: such files are refused (convert them to .safetensors).")
         form.addRow("Device", self.device)
         form.addRow("Offload policy", self.policy)
         form.addRow("Device memory budget", self.vram)
         form.addRow("Host memory budget", self.ram)
         form.addRow("Output folder", out_row)
+        form.addRow("Model files", self.allow_pickle)
         note = QLabel("Changing the device or budgets restarts the memory manager (the result cache is cleared).")
         note.setObjectName("hint")
         note.setWordWrap(True)
@@ -137,4 +154,5 @@ class SettingsDialog(QDialog):
                                                 self.policy.currentText(), self.vram.text().strip() or None,
                                                 self.ram.text().strip() or None))
         self.settings.set_output_dir(Path(self.out.text().strip() or "outputs"))
+        self.settings.set_allow_pickle(self.allow_pickle.isChecked())
         super().accept()

@@ -130,7 +130,8 @@ def clip_tokenizer_from_bpe(bpe_gz: Path, *, pad_token: str = "<|endoftext|>") -
     from transformers import CLIPTokenizer
     from transformers.convert_slow_tokenizer import bytes_to_unicode
 
-    lines = gzip.open(bpe_gz).read().decode("utf-8").split("\n")
+    with gzip.open(bpe_gz) as f:
+        lines = f.read().decode("utf-8").split("\n")
     merges = [tuple(line.split()) for line in lines[1 : 49152 - 256 - 2 + 1] if line.strip()]
     tokens = list(bytes_to_unicode().values())
     tokens += [t + "</w>" for t in tokens]

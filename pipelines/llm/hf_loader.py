@@ -73,12 +73,16 @@ def prepare_llm_files(path: Path, *, allow_pickle: bool = False, on_plan: OnPlan
     return LLMFiles(path, path, weights, from_gguf=False)
 
 
+# Every from_pretrained here gets local_files_only=True: `files.folder` is a local path, and if it were
+# missing, transformers would otherwise take the string for a Hub repo id and try to download it.
+
+
 def load_config(files: LLMFiles) -> PretrainedConfig:
-    return AutoConfig.from_pretrained(files.folder)
+    return AutoConfig.from_pretrained(files.folder, local_files_only=True)
 
 
 def load_tokenizer(files: LLMFiles) -> PreTrainedTokenizerBase:
-    return AutoTokenizer.from_pretrained(files.folder)
+    return AutoTokenizer.from_pretrained(files.folder, local_files_only=True)
 
 
 def end_of_turn_ids(files: LLMFiles, config: PretrainedConfig) -> tuple[int, ...]:
@@ -122,7 +126,7 @@ def _build_from_safetensors(files: LLMFiles, dtype: torch.dtype) -> torch.nn.Mod
         return None  # names differ from the model's (an older layout): let from_pretrained map them
     model.tie_weights()
     if (files.folder / "generation_config.json").is_file():
-        model.generation_config = GenerationConfig.from_pretrained(files.folder)
+        model.generation_config = GenerationConfig.from_pretrained(files.folder, local_files_only=True)
     return model
 
 
@@ -131,7 +135,8 @@ def build_causal_lm(files: LLMFiles, dtype: torch.dtype = torch.float32) -> torc
     model = None if files.uses_pickle else _build_from_safetensors(files, dtype)
     if model is None:
         model = AutoModelForCausalLM.from_pretrained(
-            files.folder, dtype=dtype, use_safetensors=not files.uses_pickle, attn_implementation="sdpa"
+            files.folder, dtype=dtype, use_safetensors=not files.uses_pickle, attn_implementation="sdpa",
+            local_files_only=True,
         )
     model.eval()
     return model
