@@ -102,6 +102,12 @@ def main(argv: list[str] | None = None) -> int:
             print("error: --repeat must be at least 1", file=sys.stderr)
             return EXIT_INVALID
         return run_headless(args, registry)
+    if (sys.platform.startswith("linux") and not os.environ.get("QT_QPA_PLATFORM")
+            and not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY")):
+        # Qt would abort the process with a plugin message; say what to do instead.
+        print("no display found: run the editor under `xvfb-run app ...`, or run the workflow headless with "
+              "`app --run WORKFLOW.json`", file=sys.stderr)
+        return EXIT_INVALID
     try:
         from app.gui import launch
     except ImportError as exc:
