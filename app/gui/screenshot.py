@@ -23,6 +23,8 @@ DEFAULT_WORKFLOW = Path(__file__).resolve().parents[2] / "resources" / "workflow
 def take_screenshot(out: Path, workflow: Path, size: tuple[int, int], select: str | None, timeout: float) -> int:
     if not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    # As `app` does (app/main.py): sleeping OpenMP workers, or a busy machine makes the run look slow.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     from PySide6.QtCore import QSettings
     from PySide6.QtWidgets import QApplication
 
