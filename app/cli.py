@@ -143,6 +143,11 @@ class HeadlessPrinter:
             self._say(f"    [magenta]transfer[/] {escape(event.component)} {_mib(event.nbytes)} at {event.gbps:.1f} GB/s")
 
     def _say(self, message: str) -> None:
+        if self.streaming is not None:
+            # End the streamed line first, so a status line never lands in the middle of the text.
+            sys.stdout.write("\n")
+            sys.stdout.flush()
+            self.streaming = None
         if not self.quiet:
             self.progress.console.print(message, highlight=False)
 
