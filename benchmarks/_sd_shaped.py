@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from transformers.convert_slow_tokenizer import bytes_to_unicode
 
 from memory import ComponentSpec, MemoryManager, diffusion_working_bytes
 
@@ -71,21 +72,6 @@ def vae_config(width: int = 128) -> dict:
     }
 
 
-def bytes_to_unicode() -> dict[int, str]:
-    """GPT-2 / CLIP's reversible byte -> printable unicode map (from openai/CLIP simple_tokenizer.py)."""
-    bs = (
-        list(range(ord("!"), ord("~") + 1))
-        + list(range(ord("¡"), ord("¬") + 1))
-        + list(range(ord("®"), ord("ÿ") + 1))
-    )
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return dict(zip(bs, (chr(c) for c in cs), strict=True))
 
 
 def write_tokenizer(folder: Path) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import QPointF, QSettings, Qt
+from PySide6.QtCore import QPointF, Qt
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -17,21 +17,13 @@ from PySide6.QtWidgets import (
     QSpinBox,
 )
 
-from app.gui.autosave import Autosave
 from app.gui.main_window import MainWindow
-from app.gui.settings import AppSettings
+from tests.gui_support import make_window
 
 
 @pytest.fixture
 def window(qtbot, tmp_path: Path, registry) -> MainWindow:
-    settings = AppSettings(QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat))
-    win = MainWindow(registry, settings, Autosave(tmp_path / "autosave"))
-    win.ask_save_changes = lambda: "discard"  # type: ignore[method-assign]
-    qtbot.addWidget(win)
-    win.show()
-    with qtbot.waitActive(win):  # shortcuts need an active window
-        win.activateWindow()
-    return win
+    return make_window(qtbot, tmp_path, registry)
 
 
 def insert(qtbot, window: MainWindow, query: str, x: float, y: float) -> str:

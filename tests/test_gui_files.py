@@ -15,22 +15,11 @@ from PySide6.QtWidgets import QApplication
 
 from app.gui.autosave import Autosave
 from app.gui.main_window import MainWindow
-from app.gui.settings import AppSettings
 from nodes.png import save_png_with_workflow
+from tests.gui_support import make_window
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO = REPO / "resources" / "workflows" / "text_demo.json"
-
-
-def make_window(qtbot, tmp_path: Path, registry) -> MainWindow:
-    settings = AppSettings(QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat))
-    win = MainWindow(registry, settings, Autosave(tmp_path / "autosave"))
-    win.ask_save_changes = lambda: "discard"  # type: ignore[method-assign]
-    qtbot.addWidget(win)
-    win.show()
-    with qtbot.waitActive(win):  # shortcuts need an active window
-        win.activateWindow()
-    return win
 
 
 @pytest.fixture

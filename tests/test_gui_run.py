@@ -11,11 +11,10 @@ import pytest
 from PySide6.QtCore import QSettings, Qt
 from PySide6.QtWidgets import QApplication
 
-from app.gui.autosave import Autosave
 from app.gui.main_window import MainWindow
-from app.gui.run_worker import MemorySettings
 from app.gui.settings import AppSettings
 from nodes.workflow import workflow_from_dict
+from tests import gui_support
 from tests.nodes_for_tests import Calls, make_registry
 
 REPO = Path(__file__).resolve().parent.parent
@@ -23,16 +22,7 @@ TEXT_DEMO = REPO / "resources" / "workflows" / "text_demo.json"
 
 
 def make_window(qtbot, tmp_path: Path, registry) -> MainWindow:
-    settings = AppSettings(QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat))
-    settings.set_output_dir(tmp_path / "outputs")
-    settings.set_memory(MemorySettings(device="cpu", policy="auto"))
-    win = MainWindow(registry, settings, Autosave(tmp_path / "autosave"))
-    win.ask_save_changes = lambda: "discard"  # type: ignore[method-assign]
-    qtbot.addWidget(win)
-    win.show()
-    with qtbot.waitActive(win):  # shortcuts need an active window
-        win.activateWindow()
-    return win
+    return gui_support.make_window(qtbot, tmp_path, registry, for_runs=True)
 
 
 def wait_until(condition, timeout: float = 30.0) -> None:

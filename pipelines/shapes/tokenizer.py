@@ -15,6 +15,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 from transformers import CLIPTokenizer
+from transformers.convert_slow_tokenizer import bytes_to_unicode
 
 from pipelines.shapes.scenes import COLOURS, HELD_OUT, SHAPES, caption, vocabulary_words
 
@@ -25,21 +26,6 @@ EOS = "<|endoftext|>"
 MAX_LENGTH = 32
 
 
-def _bytes_to_unicode() -> dict[int, str]:
-    """CLIP/GPT-2's reversible byte -> printable character table (CLIPTokenizer applies it before BPE)."""
-    bs = (
-        list(range(ord("!"), ord("~") + 1))
-        + list(range(ord("¡"), ord("¬") + 1))
-        + list(range(ord("®"), ord("ÿ") + 1))
-    )
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return dict(zip(bs, (chr(c) for c in cs), strict=True))
 
 
 def _corpus() -> list[str]:
@@ -68,7 +54,7 @@ def build_clip_tokenizer(out_dir: Path) -> CLIPTokenizer:
     merges = [m if isinstance(m, str) else " ".join(m) for m in model["merges"]]
 
     # Any byte, alone or word-final, gets an id, so an unexpected prompt degrades to characters, never unk.
-    for char in _bytes_to_unicode().values():
+    for char in bytes_to_unicode().values():
         for token in (char, char + "</w>"):
             if token not in vocab:
                 vocab[token] = len(vocab)

@@ -1,0 +1,26 @@
+"""Helpers shared by the GUI tests: a main window with throwaway settings, shown and active."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import QSettings
+
+from app.gui.autosave import Autosave
+from app.gui.main_window import MainWindow
+from app.gui.settings import AppSettings, MemorySettings
+
+
+def make_window(qtbot, tmp_path: Path, registry, *, for_runs: bool = False) -> MainWindow:  # noqa: ANN001
+    """A window whose settings and autosave live under `tmp_path`; `for_runs` adds an output folder and CPU."""
+    settings = AppSettings(QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat))
+    if for_runs:
+        settings.set_output_dir(tmp_path / "outputs")
+        settings.set_memory(MemorySettings(device="cpu", policy="auto"))
+    win = MainWindow(registry, settings, Autosave(tmp_path / "autosave"))
+    win.ask_save_changes = lambda: "discard"  # type: ignore[method-assign]
+    qtbot.addWidget(win)
+    win.show()
+    with qtbot.waitActive(win):  # shortcuts need an active window
+        win.activateWindow()
+    return win
