@@ -26,6 +26,15 @@ def _data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _one_torch_thread() -> None:
+    """Every test runs on one torch thread: the models are tiny, and on a shared 2-core machine OpenMP
+    threads waiting for each other made a 2x64 linear take 15 ms (10x slower than one thread)."""
+    import torch
+
+    torch.set_num_threads(1)
+
+
 @pytest.fixture
 def registry():
     from nodes.registry import default_registry

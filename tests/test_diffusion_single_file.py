@@ -38,13 +38,9 @@ from pipelines.paths import UnsafeFormatError
 @pytest.fixture(scope="module")
 def data_dir():
     """The session's data dir (tests/conftest.py), where demo models are built once and shared."""
-    threads = torch.get_num_threads()
-    # Tiny models on a shared 2-core box: one intra-op thread is several times faster than two oversubscribed.
-    torch.set_num_threads(1)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("HF_HUB_OFFLINE", "1")
         yield Path(os.environ["NODELOOM_DATA_DIR"])
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")

@@ -12,17 +12,6 @@ import torch
 
 from memory import MemoryConfig, MemoryManager
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    # Tiny tensors: on a loaded 2-core machine, OpenMP threads spin-waiting for each other made a 2x64
-    # linear take 15 ms. One thread keeps these tests about behaviour, not scheduling.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 
 

@@ -11,16 +11,6 @@ from memory import MemoryConfig, MemoryManager, diffusion_working_bytes, kv_cach
 from memory.learned import FILENAME
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    # Tiny tensors: on a loaded 2-core machine, OpenMP threads spin-waiting for each other made a 2x64
-    # linear take 15 ms. One thread keeps these tests about behaviour, not scheduling.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_kv_formula_equals_the_cache_generate_leaves(dtype: torch.dtype) -> None:
     from transformers import LlamaConfig, LlamaForCausalLM

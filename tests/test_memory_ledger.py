@@ -12,16 +12,6 @@ from safetensors.torch import load_file, save_file
 from memory import BudgetExceeded, ComponentSpec, MemoryConfig, MemoryManager
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    # Tiny tensors: on a loaded 2-core machine, OpenMP threads spin-waiting for each other made a 2x64
-    # linear take 15 ms. One thread keeps these tests about behaviour, not scheduling.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 class Stack(torch.nn.Module):
     """A head, a ModuleList of blocks and a tail: the shape pipelines declare with `blocks=("layers",)`."""
 

@@ -11,16 +11,6 @@ from memory import ComponentSpec, MemoryConfig, MemoryManager
 from memory.policies import StreamConfig, apply_streaming, remove_streaming
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    # Tiny tensors: on a loaded 2-core machine, OpenMP threads spin-waiting for each other made a 2x64
-    # linear take 15 ms. One thread keeps these tests about behaviour, not scheduling.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def tiny_unet(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from diffusers import UNet2DConditionModel
