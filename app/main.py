@@ -72,7 +72,7 @@ def _nodes_command(argv: list[str]) -> int:
     for category, specs in registry.categories().items():
         print(category)
         for spec in specs:
-            print(f"  {spec.type:<22} {spec.description}")
+            print(f"  {spec.type:<22} {spec.description or spec.title}")
     for name, reason in registry.load_errors:
         print(f"node pack {name!r} failed to load: {reason}", file=sys.stderr)
     return 0
