@@ -26,8 +26,6 @@ EOS = "<|endoftext|>"
 MAX_LENGTH = 32
 
 
-
-
 def _corpus() -> list[str]:
     # Every grammar word in several sentences, held-out triples included: the tokenizer must know the
     # words of the test prompts even though the image model never sees those combinations.

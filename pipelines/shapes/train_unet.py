@@ -14,6 +14,7 @@ import argparse
 import copy
 import json
 import math
+import shutil
 import time
 from pathlib import Path
 
@@ -27,7 +28,7 @@ from pipelines.shapes.train_vae import encode_dataset, load_dataset, seed_everyt
 
 UNET_STEPS = 3_400
 # Second round, continuing from the first round's EMA weights: shape outlines are the last thing learnt.
-UNET_STEPS_2 = 3_000
+UNET_STEPS_2 = 5_000
 LR_2 = 3e-4
 BATCH = 32
 LR = 8e-4
@@ -120,7 +121,12 @@ def train_unet(
     vae = AutoencoderKL.from_pretrained(str(work / "vae")).eval()
     latents = encode_dataset(vae, work)
     _, captions = load_dataset(work)
-    tokenizer = build_clip_tokenizer(out / "tokenizer")
+    if init is not None:
+        # Keep the ids the init text encoder learnt: BPE training breaks merge ties differently run to run.
+        shutil.copytree(init / "tokenizer", out / "tokenizer", dirs_exist_ok=True)
+        tokenizer = CLIPTokenizer.from_pretrained(str(out / "tokenizer"))
+    else:
+        tokenizer = build_clip_tokenizer(out / "tokenizer")
     check_tokenizer(tokenizer)
     ids = tokenize(tokenizer, captions)
     empty_ids = tokenize(tokenizer, [""])[0]
