@@ -200,15 +200,7 @@ class Placer:
                     break
                 total += size
                 count += 1
-        config = StreamConfig(
-            self.m.device,
-            h.spec.blocks,
-            count,
-            h.spec.dtype,
-            h.spec.files,
-            use_stream=self.m.device.type == "cuda",
-        )
-        h.stream = apply_streaming(h.module, config)
+        self._apply_stream(h, count)
         self._account(h)
         return h.stream.window_bytes()
 
@@ -259,6 +251,18 @@ class Placer:
                 return
             self.evict(min(idle, key=lambda h: h.last_used), to_disk=True)
 
+    def _apply_stream(self, h: ModelHandle, resident_blocks: int) -> None:
+        """(Re)wrap `h` so that its first `resident_blocks` blocks stay on the device and the rest stream."""
+        config = StreamConfig(
+            self.m.device,
+            h.spec.blocks,
+            resident_blocks,
+            h.spec.dtype,
+            h.spec.files,
+            use_stream=self.m.device.type == "cuda",
+        )
+        h.stream = apply_streaming(h.module, config)
+
     def shrink(self, h: ModelHandle, nbytes: int) -> None:
         """Partial eviction: give up resident blocks from the end until `nbytes` are freed."""
         assert h.module is not None
@@ -269,15 +273,7 @@ class Placer:
             count -= 1
             freed += sizes[count]
         before, t0 = h.device_bytes, time.perf_counter()
-        config = StreamConfig(
-            self.m.device,
-            h.spec.blocks,
-            count,
-            h.spec.dtype,
-            h.spec.files,
-            use_stream=self.m.device.type == "cuda",
-        )
-        h.stream = apply_streaming(h.module, config)
+        self._apply_stream(h, count)
         malloc_trim()
         self._sync()
         self._account(h)
