@@ -165,3 +165,19 @@ def test_held_out_prompt_draws_the_asked_colours(pipe) -> None:  # noqa: ANN001
     m = measure_scene(image)
     assert m["background"] == background, m
     assert m["colour"] == colour, m
+
+
+def test_vae_latent_noise_is_bounded_by_the_latents_own_spread() -> None:
+    import torch
+
+    from pipelines.shapes.train_vae import noisy_latents
+
+    latents = torch.randn(64, 4, 8, 8, generator=torch.Generator().manual_seed(0)) * 3.0
+    assert noisy_latents(latents, 0.0, torch.Generator().manual_seed(1)) is latents
+    noisy = noisy_latents(latents, 0.3, torch.Generator().manual_seed(1))
+    per_image = (noisy - latents).std(dim=(1, 2, 3))
+    # Each image gets its own level, uniform in [0, 0.3 * std]: some nearly clean, none beyond the cap.
+    assert per_image.max() < 0.3 * latents.std() * 1.2
+    assert per_image.min() < 0.05 * latents.std() < per_image.max()
+    same = noisy_latents(latents, 0.3, torch.Generator().manual_seed(1))
+    assert torch.equal(noisy, same)  # seeded: training is reproducible

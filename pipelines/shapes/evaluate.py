@@ -162,6 +162,11 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
             if key in GOALS:
                 table[key]["goal"] = GOALS[key]
                 table[key]["met"] = table[key]["accuracy"] >= GOALS[key]
+    # Shape class per asked shape (no goal): where the overall figure comes from.
+    for shape in ("circle", "square", "triangle"):
+        hits = [r["checks"]["shape"] for r in records if r["asked"]["shape"] == shape]
+        if hits:
+            table[f"shape:{shape}"] = {"accuracy": round(sum(hits) / len(hits), 4), "n": len(hits)}
     # For comparison only: the shape class by the fill ratio alone, without the taper test.
     fill_hits = [r["measured"].get("shape_fill_rule") == r["asked"]["shape"] for r in records]
     if fill_hits:
@@ -236,17 +241,19 @@ def evaluate(
     write: bool = True,
     threads: int = 2,
     limit: int | None = None,
+    first_seed: int = 0,
 ) -> dict[str, Any]:
     """Generate every held-out prompt with ``seeds`` seeds, judge them, print and save the results.
 
-    ``limit`` keeps only the first prompts (a smoke run); ``threads`` 1 is much faster on a shared CPU.
+    ``limit`` keeps only the first prompts (a smoke run); ``threads`` 1 is much faster on a shared CPU;
+    ``first_seed`` picks another set of seeds (a second opinion on the same prompts, with other noise).
     """
     import torch
 
     torch.set_num_threads(threads)
     pipe = load_pipeline(folder)
     prompts = held_out_prompts()[:limit]
-    seed_list = list(range(seeds))
+    seed_list = list(range(first_seed, first_seed + seeds))
     records: list[dict[str, Any]] = []
     images: dict[str, list[Image.Image]] = {}
     start = time.time()
@@ -325,6 +332,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("folder", type=Path)
     parser.add_argument("--seeds", type=int, default=4)
+    parser.add_argument("--first-seed", type=int, default=0, help="seeds first-seed .. first-seed+seeds-1")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--cfg", type=float, default=4.0)
     parser.add_argument("--threads", type=int, default=2)
@@ -339,6 +347,7 @@ def main() -> None:
         write=not args.no_write,
         threads=args.threads,
         limit=args.limit,
+        first_seed=args.first_seed,
     )
 
 

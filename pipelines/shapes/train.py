@@ -1,7 +1,7 @@
 """One-command training of the tiny shapes text-to-image model, exported as a diffusers SD folder.
 
 Runs every stage with progress output and fixed seeds: render the synthetic dataset and train the VAE
-(``train_vae``), train text encoder + UNet on cached latents (``train_unet``), fine-tune the VAE
+(``train_vae``), train text encoder + UNet on cached latents in rounds (``train_unet``), fine-tune the VAE
 decoder with the encoder frozen (``train_vae.finetune_decoder``: sharper pictures, same latents), then
 assemble a standard ``StableDiffusionPipeline`` folder (fp16 safetensors, DPM++ 2M scheduler carrying the
 training betas) and optionally evaluate it (``evaluate``). Stage outputs are cached in ``--work`` so an
@@ -31,14 +31,18 @@ from transformers import CLIPTextModel, CLIPTokenizer
 from pipelines.shapes.train_unet import (
     BETA_END,
     BETA_START,
-    LR_2,
     PREDICTION_TYPE,
     TRAIN_TIMESTEPS,
-    UNET_STEPS,
-    UNET_STEPS_2,
-    train_unet,
+    UNET_ROUNDS,
+    train_rounds,
 )
-from pipelines.shapes.train_vae import DECODER_STEPS, VAE_STEPS, finetune_decoder, train_vae
+from pipelines.shapes.train_vae import (
+    DECODER_STEPS,
+    LATENT_NOISE,
+    VAE_STEPS,
+    finetune_decoder,
+    train_vae,
+)
 
 # Files in the export folder that training writes; anything else there (README.md, eval.json,
 # contact_sheet.png) is left alone so re-exporting does not delete the model card.
@@ -60,13 +64,12 @@ def make_sampling_scheduler() -> DPMSolverMultistepScheduler:
     )
 
 
-def export_pipeline(work: Path, out: Path, checkpoint: bool = False) -> Path:
-    """Assemble the trained parts into ``out`` as a StableDiffusionPipeline folder stored in fp16.
+def export_pipeline(work: Path, out: Path, stage: Path, checkpoint: bool = False) -> Path:
+    """Assemble the trained parts, with ``stage``'s text encoder and UNet, into ``out`` as an fp16
+    StableDiffusionPipeline folder.
 
-    ``checkpoint`` exports the last periodic EMA snapshot of an unfinished UNet stage instead.
+    ``checkpoint`` exports the last periodic EMA snapshot of an unfinished UNet round instead.
     """
-    marker = "checkpoint" if checkpoint else "done.json"
-    stage = work / "unet_stage2" if (work / "unet_stage2" / marker).exists() else work / "unet_stage"
     weights = stage / "checkpoint" if checkpoint else stage
     vae_dir = work / "vae_ft" if (work / "vae_ft" / "done.json").exists() else work / "vae"
     vae = AutoencoderKL.from_pretrained(str(vae_dir), dtype=torch.float32)
@@ -105,9 +108,19 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("resources/models/shapes-sd"))
     parser.add_argument("--work", type=Path, default=Path("/tmp/shapes-work"))
     parser.add_argument("--vae-steps", type=int, default=VAE_STEPS)
-    parser.add_argument("--unet-steps", type=int, default=UNET_STEPS)
-    parser.add_argument("--unet-steps-2", type=int, default=UNET_STEPS_2, help="second round; 0 skips it")
+    parser.add_argument(
+        "--unet-rounds",
+        type=int,
+        default=len(UNET_ROUNDS),
+        help=f"how many of the {len(UNET_ROUNDS)} UNet rounds to run (steps, peak lr): {list(UNET_ROUNDS)}",
+    )
     parser.add_argument("--decoder-steps", type=int, default=DECODER_STEPS)
+    parser.add_argument(
+        "--latent-noise",
+        type=float,
+        default=LATENT_NOISE,
+        help="VAE training: noise added to latents, as a fraction of their std",
+    )
     # One thread avoids OpenMP barrier stalls when other jobs share the cores (the shipped run used 1).
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--no-eval", action="store_true", help="skip the held-out evaluation at the end")
@@ -115,18 +128,14 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     start = time.time()
     print(f"[train] stage 1/4: dataset + VAE ({args.vae_steps} steps) in {args.work}", flush=True)
-    train_vae(args.work, steps=args.vae_steps)
-    print(f"[train] stage 2/4: text encoder + UNet ({args.unet_steps} steps)", flush=True)
-    first = train_unet(args.work, steps=args.unet_steps)
-    if args.unet_steps_2 > 0:
-        print(f"[train] stage 2b/4: second UNet round ({args.unet_steps_2} steps, lr {LR_2})", flush=True)
-        train_unet(
-            args.work, steps=args.unet_steps_2, seed=1, init=first, out_name="unet_stage2", lr_max=LR_2
-        )
+    train_vae(args.work, steps=args.vae_steps, latent_noise=args.latent_noise)
+    rounds = UNET_ROUNDS[: args.unet_rounds]
+    print(f"[train] stage 2/4: text encoder + UNet, {len(rounds)} rounds {list(rounds)}", flush=True)
+    stage = train_rounds(args.work, rounds)
     print(f"[train] stage 3/4: decoder fine-tune ({args.decoder_steps} steps, encoder frozen)", flush=True)
     finetune_decoder(args.work, steps=args.decoder_steps)
     print(f"[train] stage 4/4: export to {args.out}", flush=True)
-    export_pipeline(args.work, args.out)
+    export_pipeline(args.work, args.out, stage)
     print(f"[train] exported {folder_size_mb(args.out):.1f} MB in {time.time() - start:.0f}s", flush=True)
     if not args.no_eval:
         from pipelines.shapes.evaluate import evaluate

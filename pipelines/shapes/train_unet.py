@@ -26,12 +26,12 @@ from transformers import CLIPTextConfig, CLIPTextModel, CLIPTokenizer
 from pipelines.shapes.tokenizer import build_clip_tokenizer, check_tokenizer
 from pipelines.shapes.train_vae import encode_dataset, load_dataset, seed_everything
 
-UNET_STEPS = 3_400
-# Second round, continuing from the first round's EMA weights: shape outlines are the last thing learnt.
-UNET_STEPS_2 = 5_000
-LR_2 = 3e-4
+# (steps, peak lr) per round. Each round after the first restarts a cosine schedule from the previous
+# round's EMA weights: shape outlines are the last thing learnt, and every restart at a lower peak kept
+# sharpening them after colours, sizes and places had settled.
+UNET_ROUNDS: tuple[tuple[int, float], ...] = ((3_400, 8e-4), (5_000, 3e-4), (4_000, 2e-4))
+UNET_STEPS, LR = UNET_ROUNDS[0]
 BATCH = 32
-LR = 8e-4
 EMA_DECAY = 0.998
 CAPTION_DROPOUT = 0.10
 MIN_SNR_GAMMA = 5.0
@@ -72,15 +72,22 @@ def make_text_encoder(tokenizer: CLIPTokenizer) -> CLIPTextModel:
     return CLIPTextModel(config)
 
 
+# Width goes where the shapes are drawn: the 8x8 level. The first recipe's (32, 64, 128) put most of its
+# 4.2M parameters at 2x2, where there is no outline to draw, and learnt colours and places but blobs; the
+# same parameter count as (64, 96, 96) raised held-out shape class after round 1 from 41% to 62%.
+UNET_CHANNELS = (64, 96, 96)
+
+
 def make_unet() -> UNet2DConditionModel:
-    """Channels (32, 64, 128), cross-attention in every block, 8x8x4 latents (~4.2M params)."""
+    """Channels ``UNET_CHANNELS``, cross-attention in every block, 8x8x4 latents (~4.3M params)."""
+    levels = len(UNET_CHANNELS)
     return UNet2DConditionModel(
         sample_size=8,
         in_channels=4,
         out_channels=4,
-        block_out_channels=(32, 64, 128),
-        down_block_types=("CrossAttnDownBlock2D",) * 3,
-        up_block_types=("CrossAttnUpBlock2D",) * 3,
+        block_out_channels=UNET_CHANNELS,
+        down_block_types=("CrossAttnDownBlock2D",) * levels,
+        up_block_types=("CrossAttnUpBlock2D",) * levels,
         layers_per_block=1,
         cross_attention_dim=64,
         # diffusers' legacy name: this is the number of heads.
@@ -111,7 +118,7 @@ def train_unet(
 ) -> Path:
     """Train text encoder + UNet on the VAE's latents; saves EMA weights to ``work/<out_name>``.
 
-    ``init`` continues from an earlier stage's EMA weights (a second, lower-lr round) instead of from scratch.
+    ``init`` continues from an earlier round's EMA weights (a later, lower-lr round) instead of from scratch.
     """
     out = work / out_name
     if (out / "done.json").exists():
@@ -208,14 +215,30 @@ def train_unet(
     return out
 
 
+def round_dir_name(index: int) -> str:
+    """``unet_stage`` for round 1, ``unet_stage2`` for round 2, ... (the work-dir cache layout)."""
+    return "unet_stage" if index == 0 else f"unet_stage{index + 1}"
+
+
+def train_rounds(work: Path, rounds: tuple[tuple[int, float], ...] = UNET_ROUNDS) -> Path:
+    """Every round in turn (round ``i`` uses seed ``i``); returns the last round's folder."""
+    stage: Path | None = None
+    for index, (steps, lr_max) in enumerate(rounds):
+        print(f"[unet] round {index + 1}/{len(rounds)}: {steps} steps, peak lr {lr_max:g}", flush=True)
+        stage = train_unet(
+            work, steps=steps, seed=index, init=stage, out_name=round_dir_name(index), lr_max=lr_max
+        )
+    assert stage is not None, "at least one round"
+    return stage
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--work", type=Path, default=Path("/tmp/shapes-work"))
-    parser.add_argument("--steps", type=int, default=UNET_STEPS)
     parser.add_argument("--threads", type=int, default=2, help="1 is faster on a CPU shared with other jobs")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    train_unet(args.work, steps=args.steps)
+    train_rounds(args.work)
 
 
 if __name__ == "__main__":

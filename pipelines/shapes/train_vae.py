@@ -34,6 +34,14 @@ KL_WEIGHT = 1e-5
 # Decoder-only fine-tune (the encoder, hence the latents the UNet learns, stays fixed): sharpens small shapes.
 DECODER_STEPS = 1_500
 DECODER_LR = 3e-4
+# The decoder sees each latent plus Gaussian noise of up to this fraction of the latents' std (uniform per
+# image). Without it the square/circle difference lived in a ~13% latent difference that noise of 0.1-0.2 std
+# (the size of a sampler's residual error) erased: squares decoded as blobs, even for training prompts.
+# Trained against the noise, the encoder spreads what the decoder must recover (the outline) over a
+# margin the UNet can hit, and the decoder learns to snap a near-miss latent to a clean shape.
+LATENT_NOISE = 0.3
+# Less in the decoder-only fine-tune, whose job is sharpening: the encoder's margins are already set.
+DECODER_LATENT_NOISE = 0.1
 
 
 def seed_everything(seed: int) -> None:
@@ -59,22 +67,23 @@ def make_vae() -> AutoencoderKL:
 
 
 def load_dataset(work: Path, count: int = DATASET_SIZE) -> tuple[np.ndarray, list[str]]:
-    """Rendered images (N, 64, 64, 3) uint8 and their captions, cached in ``work``."""
+    """Rendered images (N, 64, 64, 3) uint8 and their captions; the pixels are cached in ``work``.
+
+    Captions are re-derived every time (a fraction of a second), so a change to the caption grammar
+    never pairs new code with stale captions from an older run's cache.
+    """
+    pairs = list(training_scenes(count, seed=DATA_SEED))
+    captions = [text for _, text in pairs]
     pixels_path = work / "dataset_pixels.npy"
-    captions_path = work / "dataset_captions.json"
-    if pixels_path.exists() and captions_path.exists():
+    if pixels_path.exists():
         pixels = np.load(pixels_path)
-        captions = json.loads(captions_path.read_text())
-        if len(captions) == count == len(pixels):
+        if len(pixels) == count:
             return pixels, captions
     work.mkdir(parents=True, exist_ok=True)
     pixels = np.empty((count, 64, 64, 3), dtype=np.uint8)
-    captions = []
-    for i, (scene, text) in enumerate(training_scenes(count, seed=DATA_SEED)):
+    for i, (scene, _) in enumerate(pairs):
         pixels[i] = np.asarray(render_scene(scene))
-        captions.append(text)
     np.save(pixels_path, pixels)
-    captions_path.write_text(json.dumps(captions))
     return pixels, captions
 
 
@@ -83,7 +92,22 @@ def to_tensor(pixels: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(pixels).permute(0, 3, 1, 2).float().div(127.5).sub(1.0)
 
 
-def train_vae(work: Path, steps: int = VAE_STEPS, seed: int = 0, log_every: int = 100) -> Path:
+def noisy_latents(latents: torch.Tensor, fraction: float, generator: torch.Generator) -> torch.Tensor:
+    """``latents`` plus noise of std ``U(0, fraction) * latents.std()`` per image (see ``LATENT_NOISE``)."""
+    if fraction <= 0:
+        return latents
+    # Relative to the batch's own spread, so the encoder cannot escape the noise by growing its latents.
+    level = torch.rand(latents.shape[0], 1, 1, 1, generator=generator) * fraction * latents.detach().std()
+    return latents + level * torch.randn(latents.shape, generator=generator)
+
+
+def train_vae(
+    work: Path,
+    steps: int = VAE_STEPS,
+    seed: int = 0,
+    log_every: int = 100,
+    latent_noise: float = LATENT_NOISE,
+) -> Path:
     """Train the autoencoder; saves ``work/vae`` (float32) with ``scaling_factor`` set, returns the path."""
     out = work / "vae"
     if (out / "done.json").exists():
@@ -108,7 +132,7 @@ def train_vae(work: Path, steps: int = VAE_STEPS, seed: int = 0, log_every: int 
         posterior = vae.encode(batch).latent_dist
         # Decode the posterior mean: sampling with the untrained unit variance drowns the code in noise and
         # teaches the decoder to blur; the KL term still keeps the means bounded and smooth.
-        recon = vae.decode(posterior.mode()).sample
+        recon = vae.decode(noisy_latents(posterior.mode(), latent_noise, order)).sample
         rec_loss = F.l1_loss(recon, batch) + F.mse_loss(recon, batch)
         kl = posterior.kl().mean()  # summed over the 256 latent values, averaged over the batch
         loss = rec_loss + KL_WEIGHT * kl
@@ -156,7 +180,13 @@ def encode_dataset(vae: AutoencoderKL, work: Path) -> torch.Tensor:
     return latents
 
 
-def finetune_decoder(work: Path, steps: int = DECODER_STEPS, seed: int = 1, log_every: int = 100) -> Path:
+def finetune_decoder(
+    work: Path,
+    steps: int = DECODER_STEPS,
+    seed: int = 1,
+    log_every: int = 100,
+    latent_noise: float = DECODER_LATENT_NOISE,
+) -> Path:
     """Fine-tune only the decoder on the cached latents; saves ``work/vae_ft`` (same encoder and scale)."""
     out = work / "vae_ft"
     if (out / "done.json").exists():
@@ -177,7 +207,7 @@ def finetune_decoder(work: Path, steps: int = DECODER_STEPS, seed: int = 1, log_
             group["lr"] = lr
         idx = torch.randint(0, len(latents), (VAE_BATCH,), generator=order)
         target = to_tensor(pixels[idx.numpy()])
-        recon = vae.decode(latents[idx]).sample
+        recon = vae.decode(noisy_latents(latents[idx], latent_noise, order)).sample
         loss = F.l1_loss(recon, target) + F.mse_loss(recon, target)
         opt.zero_grad(set_to_none=True)
         loss.backward()
