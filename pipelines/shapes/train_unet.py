@@ -29,7 +29,7 @@ from pipelines.shapes.train_vae import encode_dataset, load_dataset, seed_everyt
 # (steps, peak lr) per round. Each round after the first restarts a cosine schedule from the previous
 # round's EMA weights: shape outlines are the last thing learnt, and every restart at a lower peak kept
 # sharpening them after colours, sizes and places had settled.
-UNET_ROUNDS: tuple[tuple[int, float], ...] = ((3_400, 8e-4), (5_000, 3e-4), (4_000, 2e-4))
+UNET_ROUNDS: tuple[tuple[int, float], ...] = ((3_400, 8e-4), (5_000, 3e-4), (4_000, 2e-4), (4_000, 1.5e-4))
 UNET_STEPS, LR = UNET_ROUNDS[0]
 BATCH = 32
 EMA_DECAY = 0.998
