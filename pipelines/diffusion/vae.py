@@ -22,29 +22,37 @@ def vae_working_bytes(ref: VaeRef, height: int, width: int, batch: int, kind: st
                                    block_out_channels=tuple(ref.config.get("block_out_channels", (128, 256))))
 
 
-def _unscale(ref: VaeRef, latents: torch.Tensor) -> torch.Tensor:
+def _mean_std(ref: VaeRef, latents: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """SDXL-style per-channel `latents_mean` / `latents_std` as (1, C, 1, 1) tensors, if the VAE has them."""
     config = ref.config
-    scaling = config.get("scaling_factor", 0.18215)
-    if config.get("latents_mean") is not None and config.get("latents_std") is not None:
-        channels = latents.shape[1]
-        mean = torch.tensor(config["latents_mean"]).view(1, channels, 1, 1).to(latents.device, latents.dtype)
-        std = torch.tensor(config["latents_std"]).view(1, channels, 1, 1).to(latents.device, latents.dtype)
+    if config.get("latents_mean") is None or config.get("latents_std") is None:
+        return None
+    shape = (1, latents.shape[1], 1, 1)
+    mean = torch.tensor(config["latents_mean"]).view(shape).to(latents.device, latents.dtype)
+    std = torch.tensor(config["latents_std"]).view(shape).to(latents.device, latents.dtype)
+    return mean, std
+
+
+# _unscale and _scale keep diffusers' exact operation order, so decode/encode stay bit-identical to it.
+def _unscale(ref: VaeRef, latents: torch.Tensor) -> torch.Tensor:
+    scaling = ref.config.get("scaling_factor", 0.18215)
+    stats = _mean_std(ref, latents)
+    if stats is not None:
+        mean, std = stats
         return latents * std / scaling + mean
-    if config.get("shift_factor") is not None:
-        return latents / scaling + config["shift_factor"]
+    if ref.config.get("shift_factor") is not None:
+        return latents / scaling + ref.config["shift_factor"]
     return latents / scaling
 
 
 def _scale(ref: VaeRef, latents: torch.Tensor) -> torch.Tensor:
-    config = ref.config
-    scaling = config.get("scaling_factor", 0.18215)
-    if config.get("latents_mean") is not None and config.get("latents_std") is not None:
-        channels = latents.shape[1]
-        mean = torch.tensor(config["latents_mean"]).view(1, channels, 1, 1).to(latents.device, latents.dtype)
-        std = torch.tensor(config["latents_std"]).view(1, channels, 1, 1).to(latents.device, latents.dtype)
+    scaling = ref.config.get("scaling_factor", 0.18215)
+    stats = _mean_std(ref, latents)
+    if stats is not None:
+        mean, std = stats
         return (latents - mean) * scaling / std
-    if config.get("shift_factor") is not None:
-        return (latents - config["shift_factor"]) * scaling
+    if ref.config.get("shift_factor") is not None:
+        return (latents - ref.config["shift_factor"]) * scaling
     return latents * scaling
 
 
