@@ -100,8 +100,14 @@ def apply_overrides(wf: Workflow, overrides: list[Override], registry: NodeRegis
             continue
         if o.param in node.inputs:
             link = node.inputs[o.param]
-            problems.append(Problem("--set", o.node, o.param, f"fed by a wire from {link.node}.{link.output}; "
-                                    "--set would be ignored"))
+            problems.append(
+                Problem(
+                    "--set",
+                    o.node,
+                    o.param,
+                    f"fed by a wire from {link.node}.{link.output}; --set would be ignored",
+                )
+            )
             continue
         node.params[o.param] = _coerce(o.raw, param.kind)
     return problems
@@ -118,8 +124,13 @@ class HeadlessPrinter:
         self.console = console
         self.quiet = quiet
         self.progress = Progress(
-            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-            TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), console=console, transient=False,
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[rate]}"),
+            TimeElapsedColumn(),
+            console=console,
+            transient=False,
             disable=quiet,
         )
         self.tasks: dict[str, TaskID] = {}
@@ -135,12 +146,18 @@ class HeadlessPrinter:
     def on_memory(self, event: object) -> None:
         """Model loads and unloads, as the memory manager reports them (called on the compute thread)."""
         if isinstance(event, LoadEvent):
-            self._say(f"    [magenta]load[/] {escape(event.component)} {_mib(event.nbytes)} "
-                      f"({event.source} -> {event.target}) in {event.seconds:.2f} s")
+            self._say(
+                f"    [magenta]load[/] {escape(event.component)} {_mib(event.nbytes)} "
+                f"({event.source} -> {event.target}) in {event.seconds:.2f} s"
+            )
         elif isinstance(event, UnloadEvent):
-            self._say(f"    [magenta]unload[/] {escape(event.component)} {_mib(event.nbytes)} in {event.seconds:.2f} s")
+            self._say(
+                f"    [magenta]unload[/] {escape(event.component)} {_mib(event.nbytes)} in {event.seconds:.2f} s"
+            )
         elif isinstance(event, TransferEvent):
-            self._say(f"    [magenta]transfer[/] {escape(event.component)} {_mib(event.nbytes)} at {event.gbps:.1f} GB/s")
+            self._say(
+                f"    [magenta]transfer[/] {escape(event.component)} {_mib(event.nbytes)} at {event.gbps:.1f} GB/s"
+            )
 
     def _say(self, message: str) -> None:
         if self.streaming is not None:
@@ -162,7 +179,9 @@ class HeadlessPrinter:
             if task is None:
                 task = self.progress.add_task(f"  {escape(event.node_id)}", total=event.total, rate="")
                 self.tasks[event.node_id] = task
-            self.progress.update(task, completed=event.step, total=event.total, rate=f"{event.rate:.1f} {unit}")
+            self.progress.update(
+                task, completed=event.step, total=event.total, rate=f"{event.rate:.1f} {unit}"
+            )
         elif isinstance(event, NodeText):
             if self.quiet:
                 return
@@ -187,8 +206,11 @@ class HeadlessPrinter:
             self._say(f"  [green]{escape(event.node_id)}[/] done in {event.seconds:.2f} s{files}")
         elif isinstance(event, NodeFailed):
             # Errors are shown even when quiet.
-            self.progress.console.print(f"  [red]{escape(event.node_id)} ({event.node_type}) failed[/]: "
-                                        f"{event.error_type}: {escape(event.message)}", highlight=False)
+            self.progress.console.print(
+                f"  [red]{escape(event.node_id)} ({event.node_type}) failed[/]: "
+                f"{event.error_type}: {escape(event.message)}",
+                highlight=False,
+            )
         elif isinstance(event, RunFinished):
             status = "ok" if event.ok else ("cancelled" if event.cancelled else "failed")
             self._say(f"[bold]run {event.run_index + 1} {status}[/] in {event.seconds:.2f} s")
@@ -221,8 +243,14 @@ def run_headless(args: Any, registry: NodeRegistry) -> int:
         err.print(f"[red]error[/]: {escape(str(WorkflowError(problems)))}", highlight=False)
         return EXIT_INVALID
     try:
-        memory = MemoryManager(MemoryConfig(device=args.device, policy=args.offload,
-                                            vram_budget=args.vram_budget, ram_budget=args.ram_budget))
+        memory = MemoryManager(
+            MemoryConfig(
+                device=args.device,
+                policy=args.offload,
+                vram_budget=args.vram_budget,
+                ram_budget=args.ram_budget,
+            )
+        )
     except (ValueError, RuntimeError) as exc:  # a bad --device, --offload or budget
         err.print(f"[red]error[/]: {escape(str(exc))}", highlight=False)
         return EXIT_INVALID
@@ -262,10 +290,14 @@ def run_headless(args: Any, registry: NodeRegistry) -> int:
         return EXIT_INTERRUPTED
     if not report["ok"]:
         failed = results[-1]
-        err.print(f"[red]run failed[/] at node {failed.failed_node!r}: {escape(str(failed.error))}", highlight=False)
+        err.print(
+            f"[red]run failed[/] at node {failed.failed_node!r}: {escape(str(failed.error))}", highlight=False
+        )
         return EXIT_FAILED
     if not args.quiet:
         written = [f for r in results for n in r.nodes.values() for f in n.files]
-        err.print(f"[bold green]done[/]: {len(written)} file(s) under {escape(str(out_dir))}"
-                  + (f"; report {escape(str(args.report))}" if args.report else ""))
+        err.print(
+            f"[bold green]done[/]: {len(written)} file(s) under {escape(str(out_dir))}"
+            + (f"; report {escape(str(args.report))}" if args.report else "")
+        )
     return EXIT_OK

@@ -33,24 +33,42 @@ from nodes.registry import default_registry  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="app", description="Nodeloom: node graphs for diffusion and LLM pipelines "
-                                "that fit the device you have.")
+    p = argparse.ArgumentParser(
+        prog="app",
+        description="Nodeloom: node graphs for diffusion and LLM pipelines that fit the device you have.",
+    )
     p.add_argument("workflow", nargs="?", type=Path, help="workflow to open in the editor")
     p.add_argument("--run", type=Path, metavar="WORKFLOW", help="run a workflow without a window")
     p.add_argument("--out", default="outputs", help="output folder (default ./outputs)")
-    p.add_argument("--set", action="append", metavar="NODE.PARAM=VALUE", help="override a parameter; repeatable")
+    p.add_argument(
+        "--set", action="append", metavar="NODE.PARAM=VALUE", help="override a parameter; repeatable"
+    )
     p.add_argument("--device", default="auto", help="auto | cpu | cuda:N | mps (default auto)")
-    p.add_argument("--offload", default="auto", choices=["none", "sequential", "auto", "stream"],
-                   help="how models share the device (default auto)")
-    p.add_argument("--vram-budget", help="device memory budget: bytes (6GiB) or a fraction of free memory (0.5)")
+    p.add_argument(
+        "--offload",
+        default="auto",
+        choices=["none", "sequential", "auto", "stream"],
+        help="how models share the device (default auto)",
+    )
+    p.add_argument(
+        "--vram-budget", help="device memory budget: bytes (6GiB) or a fraction of free memory (0.5)"
+    )
     p.add_argument("--ram-budget", help="host memory budget for CPU runs: bytes (8GiB) or a fraction (0.5)")
-    p.add_argument("--repeat", type=int, default=1, help="run N times in one process (later runs use the cache)")
+    p.add_argument(
+        "--repeat", type=int, default=1, help="run N times in one process (later runs use the cache)"
+    )
     p.add_argument("--report", type=Path, help="write a JSON report of the run(s) here")
-    p.add_argument("--threads", type=int, help="CPU threads for torch (default: torch's choice); 1 is often "
-                   "fastest on a busy small machine")
+    p.add_argument(
+        "--threads",
+        type=int,
+        help="CPU threads for torch (default: torch's choice); 1 is often fastest on a busy small machine",
+    )
     p.add_argument("--quiet", action="store_true", help="print only errors")
-    p.add_argument("--allow-pickle", action="store_true",
-                   help="allow .ckpt/.pt/.bin checkpoints (they can run code: only for files you trust)")
+    p.add_argument(
+        "--allow-pickle",
+        action="store_true",
+        help="allow .ckpt/.pt/.bin checkpoints (they can run code: only for files you trust)",
+    )
     return p
 
 
@@ -102,11 +120,18 @@ def main(argv: list[str] | None = None) -> int:
             print("error: --repeat must be at least 1", file=sys.stderr)
             return EXIT_INVALID
         return run_headless(args, registry)
-    if (sys.platform.startswith("linux") and not os.environ.get("QT_QPA_PLATFORM")
-            and not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY")):
+    if (
+        sys.platform.startswith("linux")
+        and not os.environ.get("QT_QPA_PLATFORM")
+        and not os.environ.get("DISPLAY")
+        and not os.environ.get("WAYLAND_DISPLAY")
+    ):
         # Qt would abort the process with a plugin message; say what to do instead.
-        print("no display found: run the editor under `xvfb-run app ...`, or run the workflow headless with "
-              "`app --run WORKFLOW.json`", file=sys.stderr)
+        print(
+            "no display found: run the editor under `xvfb-run app ...`, or run the workflow headless with "
+            "`app --run WORKFLOW.json`",
+            file=sys.stderr,
+        )
         return EXIT_INVALID
     try:
         from app.gui import launch

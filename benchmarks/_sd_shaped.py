@@ -72,8 +72,6 @@ def vae_config(width: int = 128) -> dict:
     }
 
 
-
-
 def write_tokenizer(folder: Path) -> None:
     """A byte-level CLIP tokenizer: every byte char (and its end-of-word form) is a token, no merges."""
     folder.mkdir(parents=True, exist_ok=True)

@@ -35,8 +35,14 @@ _DTYPE_HELP = "auto: float32 on CPU, the family's usual half type (float16) on C
 
 
 def _run_load_model(ctx: NodeContext, path: str, kind: str, dtype: str, config_dir: str) -> dict[str, Any]:
-    loaded = load_model(ctx.memory, path, kind=kind, dtype=dtype, allow_pickle=ctx.allow_pickle,
-                        config_dir=Path(config_dir).expanduser() if config_dir else None)
+    loaded = load_model(
+        ctx.memory,
+        path,
+        kind=kind,
+        dtype=dtype,
+        allow_pickle=ctx.allow_pickle,
+        config_dir=Path(config_dir).expanduser() if config_dir else None,
+    )
     ctx.log(f"{loaded.denoiser.family.title}, {str(loaded.denoiser.dtype).removeprefix('torch.')}")
     return {"denoiser": loaded.denoiser, "text_encoder": loaded.text_encoder, "vae": loaded.vae}
 
@@ -46,33 +52,68 @@ def _component_config_dir(family: str, config_dir: str) -> Path:
         return Path(config_dir).expanduser()
     shipped = {"sd": CONFIG_DIRS["sd1"], "sdxl": CONFIG_DIRS["sdxl"]}
     if family not in shipped:
-        raise ValueError(f"field 'config_dir': no config folder is shipped for {family}; give a diffusers folder")
+        raise ValueError(
+            f"field 'config_dir': no config folder is shipped for {family}; give a diffusers folder"
+        )
     return shipped[family]
 
 
 def _run_load_denoiser(
-    ctx: NodeContext, path: str, family: str, dtype: str, config_dir: str, reference: DenoiserRef | None,
+    ctx: NodeContext,
+    path: str,
+    family: str,
+    dtype: str,
+    config_dir: str,
+    reference: DenoiserRef | None,
 ) -> dict[str, Any]:
     fam = FAMILIES[family]
     folder = _component_config_dir(family, config_dir)
-    handle = load_component_file(ctx.memory, resolve_model_path(path), component=fam.denoiser_subfolder,
-                                 config_dir=folder, family=fam, dtype=dtype, allow_pickle=ctx.allow_pickle)
-    scheduler_config = (reference.scheduler_config if reference is not None
-                        else read_json(folder / "scheduler" / "scheduler_config.json"))
-    return {"denoiser": DenoiserRef(
-        handle=handle, family=fam, config=read_json(folder / fam.denoiser_subfolder / "config.json"),
-        scheduler_config=scheduler_config, dtype=handle.spec.dtype,
-        vae_scale_factor=2 ** (len(read_json(folder / "vae" / "config.json")["block_out_channels"]) - 1),
-    )}
+    handle = load_component_file(
+        ctx.memory,
+        resolve_model_path(path),
+        component=fam.denoiser_subfolder,
+        config_dir=folder,
+        family=fam,
+        dtype=dtype,
+        allow_pickle=ctx.allow_pickle,
+    )
+    scheduler_config = (
+        reference.scheduler_config
+        if reference is not None
+        else read_json(folder / "scheduler" / "scheduler_config.json")
+    )
+    return {
+        "denoiser": DenoiserRef(
+            handle=handle,
+            family=fam,
+            config=read_json(folder / fam.denoiser_subfolder / "config.json"),
+            scheduler_config=scheduler_config,
+            dtype=handle.spec.dtype,
+            vae_scale_factor=2 ** (len(read_json(folder / "vae" / "config.json")["block_out_channels"]) - 1),
+        )
+    }
 
 
 def _run_load_vae(ctx: NodeContext, path: str, family: str, dtype: str, config_dir: str) -> dict[str, Any]:
     fam = FAMILIES[family]
     folder = _component_config_dir(family, config_dir)
-    handle = load_component_file(ctx.memory, resolve_model_path(path), component="vae", config_dir=folder,
-                                 family=fam, dtype=dtype, allow_pickle=ctx.allow_pickle)
-    return {"vae": VaeRef(handle=handle, family=fam, config=read_json(folder / "vae" / "config.json"),
-                          dtype=handle.spec.dtype)}
+    handle = load_component_file(
+        ctx.memory,
+        resolve_model_path(path),
+        component="vae",
+        config_dir=folder,
+        family=fam,
+        dtype=dtype,
+        allow_pickle=ctx.allow_pickle,
+    )
+    return {
+        "vae": VaeRef(
+            handle=handle,
+            family=fam,
+            config=read_json(folder / "vae" / "config.json"),
+            dtype=handle.spec.dtype,
+        )
+    }
 
 
 def _run_text_encode(ctx: NodeContext, text_encoder: TextEncoderRef, text: str) -> dict[str, Any]:
@@ -80,7 +121,12 @@ def _run_text_encode(ctx: NodeContext, text_encoder: TextEncoderRef, text: str) 
 
 
 def _run_empty_latent(
-    ctx: NodeContext, denoiser: DenoiserRef | None, vae: VaeRef | None, width: int, height: int, batch: int,
+    ctx: NodeContext,
+    denoiser: DenoiserRef | None,
+    vae: VaeRef | None,
+    width: int,
+    height: int,
+    batch: int,
 ) -> dict[str, Any]:
     # Channels and pixels-per-latent come from the VAE if wired, else the denoiser, else SD's 4 and 8.
     channels, scale = 4, 8
@@ -95,8 +141,17 @@ def _run_empty_latent(
 
 
 def _run_sampler(
-    ctx: NodeContext, denoiser: DenoiserRef, positive: Any, negative: Any, latent: Latents, scheduler: str,
-    steps: int, cfg: float, seed: int, denoise: float, preview_every: int,
+    ctx: NodeContext,
+    denoiser: DenoiserRef,
+    positive: Any,
+    negative: Any,
+    latent: Latents,
+    scheduler: str,
+    steps: int,
+    cfg: float,
+    seed: int,
+    denoise: float,
+    preview_every: int,
 ) -> dict[str, Any]:
     settings = SamplerSettings(scheduler=scheduler, steps=steps, cfg=cfg, seed=seed, denoise=denoise)
 
@@ -122,25 +177,41 @@ _FAMILY_CHOICES = tuple(FAMILIES)
 
 NODES: tuple[NodeSpec, ...] = (
     NodeSpec(
-        type="LoadDiffusionModel", title="Load Diffusion Model", category="diffusion/loaders",
+        type="LoadDiffusionModel",
+        title="Load Diffusion Model",
+        category="diffusion/loaders",
         description="A diffusers folder (SD1.x/2.x, SDXL, PixArt-Sigma, SD3, Flux) or a single-file SD1.x/SDXL "
-                    "checkpoint, as lazy model handles.",
+        "checkpoint, as lazy model handles.",
         params=[
-            Param("path", "path", default="builtin:shapes-sd", file_filter=_MODEL_FILTER,
-                  help="builtin:NAME, demo:tiny-sd|tiny-sdxl|tiny-pixart|tiny-sd3|tiny-flux, a diffusers "
-                       "folder, or an SD1.x/SDXL single-file .safetensors"),
+            Param(
+                "path",
+                "path",
+                default="builtin:shapes-sd",
+                file_filter=_MODEL_FILTER,
+                help="builtin:NAME, demo:tiny-sd|tiny-sdxl|tiny-pixart|tiny-sd3|tiny-flux, a diffusers "
+                "folder, or an SD1.x/SDXL single-file .safetensors",
+            ),
             Param("kind", "choice", default="auto", choices=("auto", "folder", "single_file")),
             Param("dtype", "choice", default="auto", choices=DTYPES, help=_DTYPE_HELP),
-            Param("config_dir", "path", default="", file_filter="dir",
-                  help="single files only: a config-only diffusers folder (default: shipped per family)"),
+            Param(
+                "config_dir",
+                "path",
+                default="",
+                file_filter="dir",
+                help="single files only: a config-only diffusers folder (default: shipped per family)",
+            ),
         ],
         outputs=[Output("denoiser", DENOISER), Output("text_encoder", TEXT_ENCODER), Output("vae", VAE)],
         run=_run_load_model,
     ),
     NodeSpec(
-        type="LoadDenoiser", title="Load UNet / DiT File", category="diffusion/loaders",
+        type="LoadDenoiser",
+        title="Load UNet / DiT File",
+        category="diffusion/loaders",
         description="A separate denoiser .safetensors (diffusers or original key names).",
-        inputs=[Input("reference", DENOISER, optional=True, help="take the scheduler settings from this model")],
+        inputs=[
+            Input("reference", DENOISER, optional=True, help="take the scheduler settings from this model")
+        ],
         params=[
             Param("path", "path", default="", file_filter="Weights (*.safetensors)"),
             Param("family", "choice", default="sd", choices=_FAMILY_CHOICES),
@@ -151,7 +222,9 @@ NODES: tuple[NodeSpec, ...] = (
         run=_run_load_denoiser,
     ),
     NodeSpec(
-        type="LoadVAE", title="Load VAE File", category="diffusion/loaders",
+        type="LoadVAE",
+        title="Load VAE File",
+        category="diffusion/loaders",
         description="A separate VAE .safetensors (e.g. vae-ft-mse-840000-ema-pruned).",
         params=[
             Param("path", "path", default="", file_filter="Weights (*.safetensors)"),
@@ -163,14 +236,18 @@ NODES: tuple[NodeSpec, ...] = (
         run=_run_load_vae,
     ),
     NodeSpec(
-        type="TextEncode", title="Text Encode", category="diffusion",
+        type="TextEncode",
+        title="Text Encode",
+        category="diffusion",
         inputs=[Input("text_encoder", TEXT_ENCODER)],
         params=[Param("text", "text", default="", help="the prompt (may be wired from an LLM's text)")],
         outputs=[Output("conditioning", CONDITIONING)],
         run=_run_text_encode,
     ),
     NodeSpec(
-        type="EmptyLatent", title="Empty Latent", category="diffusion/latent",
+        type="EmptyLatent",
+        title="Empty Latent",
+        category="diffusion/latent",
         inputs=[Input("denoiser", DENOISER, optional=True), Input("vae", VAE, optional=True)],
         params=[
             Param("width", "int", default=512, min=8, max=8192, step=8),
@@ -181,34 +258,68 @@ NODES: tuple[NodeSpec, ...] = (
         run=_run_empty_latent,
     ),
     NodeSpec(
-        type="Sampler", title="Sampler", category="diffusion",
+        type="Sampler",
+        title="Sampler",
+        category="diffusion",
         inputs=[
-            Input("denoiser", DENOISER), Input("positive", CONDITIONING),
-            Input("negative", CONDITIONING, optional=True), Input("latent", LATENT),
+            Input("denoiser", DENOISER),
+            Input("positive", CONDITIONING),
+            Input("negative", CONDITIONING, optional=True),
+            Input("latent", LATENT),
         ],
         params=[
-            Param("scheduler", "choice", default="dpmpp_2m", choices=SCHEDULER_NAMES,
-                  help="dpmpp_2m = DPM++ 2M; default = the model's own scheduler; Flux: euler or default"),
+            Param(
+                "scheduler",
+                "choice",
+                default="dpmpp_2m",
+                choices=SCHEDULER_NAMES,
+                help="dpmpp_2m = DPM++ 2M; default = the model's own scheduler; Flux: euler or default",
+            ),
             Param("steps", "int", default=20, min=1, max=1000),
-            Param("cfg", "float", default=4.0, min=0.0, max=100.0, step=0.5,
-                  help="classifier-free guidance scale; <= 1 or no negative wired skips the negative prompt. "
-                       "Flux: the distilled guidance value (the negative is not used)"),
+            Param(
+                "cfg",
+                "float",
+                default=4.0,
+                min=0.0,
+                max=100.0,
+                step=0.5,
+                help="classifier-free guidance scale; <= 1 or no negative wired skips the negative prompt. "
+                "Flux: the distilled guidance value (the negative is not used)",
+            ),
             Param("seed", "seed", default=42, min=0, max=SEED_MAX),
-            Param("denoise", "float", default=1.0, min=0.01, max=1.0, step=0.05,
-                  help="1: text-to-image from noise; below 1: image-to-image strength on the input latent"),
-            Param("preview_every", "int", default=4, min=0, max=1000, help="latent preview every N steps (0: off)"),
+            Param(
+                "denoise",
+                "float",
+                default=1.0,
+                min=0.01,
+                max=1.0,
+                step=0.05,
+                help="1: text-to-image from noise; below 1: image-to-image strength on the input latent",
+            ),
+            Param(
+                "preview_every",
+                "int",
+                default=4,
+                min=0,
+                max=1000,
+                help="latent preview every N steps (0: off)",
+            ),
         ],
         outputs=[Output("latent", LATENT)],
         run=_run_sampler,
     ),
     NodeSpec(
-        type="VAEDecode", title="VAE Decode", category="diffusion/latent",
+        type="VAEDecode",
+        title="VAE Decode",
+        category="diffusion/latent",
         inputs=[Input("vae", VAE), Input("latent", LATENT)],
         outputs=[Output("image", IMAGE)],
         run=_run_vae_decode,
     ),
     NodeSpec(
-        type="VAEEncode", title="VAE Encode", category="diffusion/latent",
+        type="VAEEncode",
+        title="VAE Encode",
+        category="diffusion/latent",
         inputs=[Input("vae", VAE), Input("image", IMAGE)],
         outputs=[Output("latent", LATENT)],
         run=_run_vae_encode,

@@ -89,6 +89,14 @@ class RunFinished:
 
 
 RunEvent = (
-    RunStarted | NodeStarted | NodeProgress | NodePreview | NodeText | NodeLog | NodeCached | NodeFinished
-    | NodeFailed | RunFinished
+    RunStarted
+    | NodeStarted
+    | NodeProgress
+    | NodePreview
+    | NodeText
+    | NodeLog
+    | NodeCached
+    | NodeFinished
+    | NodeFailed
+    | RunFinished
 )

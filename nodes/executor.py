@@ -69,8 +69,12 @@ class NodeResult:
     error: dict[str, str] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"type": self.node_type, "status": self.status, "seconds": round(self.seconds, 4),
-                               "outputs": list(self.files)}
+        out: dict[str, Any] = {
+            "type": self.node_type,
+            "status": self.status,
+            "seconds": round(self.seconds, 4),
+            "outputs": list(self.files),
+        }
         if self.metrics:
             out["metrics"] = dict(self.metrics)
         if self.error is not None:
@@ -90,16 +94,25 @@ class RunResult:
     failed_node: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"index": self.run_index, "ok": self.ok, "cancelled": self.cancelled,
-                "seconds": round(self.seconds, 4), "error": self.error, "failed_node": self.failed_node,
-                "nodes": {nid: r.to_json() for nid, r in self.nodes.items()}}
+        return {
+            "index": self.run_index,
+            "ok": self.ok,
+            "cancelled": self.cancelled,
+            "seconds": round(self.seconds, 4),
+            "error": self.error,
+            "failed_node": self.failed_node,
+            "nodes": {nid: r.to_json() for nid, r in self.nodes.items()},
+        }
 
 
 class Executor:
-    def __init__(self, registry: NodeRegistry, memory: MemoryManager | None = None, *,
-                 allow_pickle: bool = False) -> None:
+    def __init__(
+        self, registry: NodeRegistry, memory: MemoryManager | None = None, *, allow_pickle: bool = False
+    ) -> None:
         self.registry = registry
-        self.memory = memory if memory is not None else MemoryManager(MemoryConfig(device="cpu", policy="auto"))
+        self.memory = (
+            memory if memory is not None else MemoryManager(MemoryConfig(device="cpu", policy="auto"))
+        )
         self.allow_pickle = allow_pickle
         # node id -> (signature, outputs, files, metrics): one entry per node, replaced when its
         # signature changes and dropped when the node leaves the graph.
@@ -109,7 +122,9 @@ class Executor:
     # -- planning ---------------------------------------------------------------------------------
 
     def sinks(self, wf: Workflow) -> list[str]:
-        return [nid for nid, node in wf.nodes.items() if (spec := self.registry.get(node.type)) and spec.is_output]
+        return [
+            nid for nid, node in wf.nodes.items() if (spec := self.registry.get(node.type)) and spec.is_output
+        ]
 
     def plan(self, wf: Workflow, targets: Iterable[str] | None = None) -> list[str]:
         """The nodes the targets need (default: every output node), upstream first."""
@@ -147,10 +162,15 @@ class Executor:
                 "type": node.type,
                 "version": spec.version,
                 "params": params,
-                "inputs": {port: [sigs[link.node], link.output] for port, link in sorted(node.inputs.items())},
+                "inputs": {
+                    port: [sigs[link.node], link.output] for port, link in sorted(node.inputs.items())
+                },
                 # A file edited on disk under the same name is new input.
-                "files": {p.name: _file_stamp(params[p.name]) for p in spec.params if p.kind == "path"
-                          and p.name in params},
+                "files": {
+                    p.name: _file_stamp(params[p.name])
+                    for p in spec.params
+                    if p.kind == "path" and p.name in params
+                },
             }
             if spec.is_output and out_dir is not None:
                 key["out_dir"] = str(out_dir.resolve())  # writing somewhere else is new work
@@ -241,8 +261,15 @@ class Executor:
         emit(RunFinished(run_index, result.ok, result.cancelled, result.seconds, result.error))
         return result
 
-    def _check_wired_param(self, nid: str, spec: NodeSpec, port: str, value: Any, result: RunResult,
-                           emit: Callable[[RunEvent], None]) -> None:
+    def _check_wired_param(
+        self,
+        nid: str,
+        spec: NodeSpec,
+        port: str,
+        value: Any,
+        result: RunResult,
+        emit: Callable[[RunEvent], None],
+    ) -> None:
         """A parameter fed by a wire gets the same range and choice checks as one typed in the widget."""
         param = spec.param(port)
         if param is None:
@@ -258,17 +285,31 @@ class Executor:
         raise NodeRunError(nid, spec.type, "ValueError", message)
 
     def _run_node(
-        self, nid: str, spec: NodeSpec, kwargs: dict[str, Any], result: RunResult,
-        emit: Callable[[RunEvent], None], cancel: CancelToken, out_dir: Path, workflow_json: dict[str, Any],
+        self,
+        nid: str,
+        spec: NodeSpec,
+        kwargs: dict[str, Any],
+        result: RunResult,
+        emit: Callable[[RunEvent], None],
+        cancel: CancelToken,
+        out_dir: Path,
+        workflow_json: dict[str, Any],
     ) -> dict[str, Any]:
         record = result.nodes[nid]
         emit(NodeStarted(nid, spec.type))
         started = time.perf_counter()
         retried = False
         while True:
-            ctx = NodeContext(node_id=nid, node_type=spec.type, memory=self.memory, out_dir=out_dir,
-                              workflow_json=workflow_json, emit=emit, cancel=cancel,
-                              allow_pickle=self.allow_pickle)
+            ctx = NodeContext(
+                node_id=nid,
+                node_type=spec.type,
+                memory=self.memory,
+                out_dir=out_dir,
+                workflow_json=workflow_json,
+                emit=emit,
+                cancel=cancel,
+                allow_pickle=self.allow_pickle,
+            )
             try:
                 with self.memory.node_scope(nid, spec.type):
                     outputs = spec.run(ctx, **kwargs)
@@ -280,15 +321,20 @@ class Executor:
             except Exception as exc:  # a node may raise anything; it is reported, never swallowed
                 if not retried and self.memory.is_oom(exc) and self.memory.recover_from_oom():
                     retried = True
-                    log.warning("node %s ran out of memory; retrying under policy %r", nid, self.memory.policy)
+                    log.warning(
+                        "node %s ran out of memory; retrying under policy %r", nid, self.memory.policy
+                    )
                     continue
                 message = str(exc) or type(exc).__name__
                 if self.memory.is_oom(exc):
                     message += "\n\nWhat was where:\n" + self.memory.ledger_text()
                 record.status = "error"
                 record.seconds = time.perf_counter() - started
-                record.error = {"type": type(exc).__name__, "message": message,
-                                "traceback": traceback.format_exc()}
+                record.error = {
+                    "type": type(exc).__name__,
+                    "message": message,
+                    "traceback": traceback.format_exc(),
+                }
                 emit(NodeFailed(nid, spec.type, type(exc).__name__, message, record.seconds))
                 raise NodeRunError(nid, spec.type, type(exc).__name__, message) from exc
         missing = [o.name for o in spec.outputs if o.name not in (outputs or {})]

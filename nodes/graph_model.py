@@ -24,8 +24,16 @@ from nodes.spec import NodeSpec
 from nodes.types import PortType, can_connect
 from nodes.workflow import FORMAT, VERSION, Link, NodeInstance, Workflow, input_port_type
 
-EVENTS = ("node_created", "node_removed", "connection_created", "connection_removed", "param_changed",
-          "node_moved", "group_changed", "reset")
+EVENTS = (
+    "node_created",
+    "node_removed",
+    "connection_created",
+    "connection_removed",
+    "param_changed",
+    "node_moved",
+    "group_changed",
+    "reset",
+)
 
 
 @dataclass(frozen=True)
@@ -88,8 +96,11 @@ class GraphModel:
         return self.workflow.ui["groups"]
 
     def connections(self) -> list[Connection]:
-        return [Connection(link.node, link.output, nid, port)
-                for nid, node in self.workflow.nodes.items() for port, link in node.inputs.items()]
+        return [
+            Connection(link.node, link.output, nid, port)
+            for nid, node in self.workflow.nodes.items()
+            for port, link in node.inputs.items()
+        ]
 
     def connections_of(self, node_id: str) -> list[Connection]:
         return [c for c in self.connections() if node_id in (c.out_node, c.in_node)]
@@ -117,7 +128,9 @@ class GraphModel:
                     todo.append(link.node)
         return seen
 
-    def connection_possible(self, out_node: str, out_port: str, in_node: str, in_port: str) -> tuple[bool, str]:
+    def connection_possible(
+        self, out_node: str, out_port: str, in_node: str, in_port: str
+    ) -> tuple[bool, str]:
         """Whether that wire may be drawn, and why not when it may not."""
         for nid in (out_node, in_node):
             if nid not in self.workflow.nodes:
@@ -130,7 +143,10 @@ class GraphModel:
         if out_node == in_node:
             return False, "a node cannot feed itself"
         if not can_connect(source, target):
-            return False, f"{out_node}.{out_port} gives {source.name}, but {in_node}.{in_port} takes {target.name}"
+            return (
+                False,
+                f"{out_node}.{out_port} gives {source.name}, but {in_node}.{in_port} takes {target.name}",
+            )
         if in_node in self.upstream(out_node):
             return False, f"that wire would make a loop: {in_node} already feeds {out_node}"
         return True, ""
@@ -158,8 +174,15 @@ class GraphModel:
         self._ensure_ui()
         self._notify("reset")
 
-    def add_node(self, type_name: str, pos: tuple[float, float], params: dict[str, Any] | None = None,
-                 node_id: str | None = None, *, version: int | None | Literal["current"] = "current") -> str:
+    def add_node(
+        self,
+        type_name: str,
+        pos: tuple[float, float],
+        params: dict[str, Any] | None = None,
+        node_id: str | None = None,
+        *,
+        version: int | None | Literal["current"] = "current",
+    ) -> str:
         """`version` is the node type version the params were written for: "current" for a new node, the
         saved one (None: unversioned) when putting back a snapshot whose params keep their old shape."""
         spec = self.registry.get(type_name)
@@ -180,8 +203,12 @@ class GraphModel:
     def remove_node(self, node_id: str) -> None:
         self.remove([node_id])
 
-    def remove(self, node_ids: Iterable[str], group_indices: Iterable[int] = (),
-               inputs: Iterable[tuple[str, str]] = ()) -> None:
+    def remove(
+        self,
+        node_ids: Iterable[str],
+        group_indices: Iterable[int] = (),
+        inputs: Iterable[tuple[str, str]] = (),
+    ) -> None:
         """Remove nodes (with every wire touching them), groups, and the wires into the given inputs."""
         ids = [nid for nid in node_ids if nid in self.workflow.nodes]
         doomed = set(ids)
@@ -238,7 +265,9 @@ class GraphModel:
     def move_node(self, node_id: str, pos: tuple[float, float]) -> None:
         self.move({node_id: pos})
 
-    def move(self, nodes: dict[str, tuple[float, float]], groups: dict[int, list[float]] | None = None) -> None:
+    def move(
+        self, nodes: dict[str, tuple[float, float]], groups: dict[int, list[float]] | None = None
+    ) -> None:
         """Move nodes to positions and groups to rects, in one change (a drag is one undo step)."""
         for nid, (x, y) in nodes.items():
             self.workflow.ui["nodes"].setdefault(nid, {})["pos"] = [float(x), float(y)]
@@ -247,7 +276,9 @@ class GraphModel:
             self.groups()[index]["rect"] = [float(v) for v in rect]
             self._notify("group_changed", index)
 
-    def add_group(self, title: str, rect: list[float], color: str = "#3f5e7a", index: int | None = None) -> int:
+    def add_group(
+        self, title: str, rect: list[float], color: str = "#3f5e7a", index: int | None = None
+    ) -> int:
         group = {"title": title, "rect": [float(v) for v in rect], "color": color}
         index = len(self.groups()) if index is None else index
         self.groups().insert(index, group)
@@ -265,23 +296,42 @@ class GraphModel:
 
     # -- snapshots (delete, copy, paste) ----------------------------------------------------------
 
-    def snapshot(self, node_ids: Iterable[str], group_indices: Iterable[int] = (),
-                 inputs: Iterable[tuple[str, str]] = ()) -> dict[str, Any]:
+    def snapshot(
+        self,
+        node_ids: Iterable[str],
+        group_indices: Iterable[int] = (),
+        inputs: Iterable[tuple[str, str]] = (),
+    ) -> dict[str, Any]:
         """The nodes (with all their inputs), their positions and groups, in the workflow file format.
 
         `inputs` adds wires into other nodes (a deleted wire), kept under "outgoing" for `restore`."""
         ids = [nid for nid in node_ids if nid in self.workflow.nodes]
         chosen = set(ids)
-        extra = [[link.node, link.output, nid, port] for nid, port in inputs
-                 if nid not in chosen and (link := self.input_link(nid, port)) is not None]
-        groups = [dict(copy.deepcopy(self.groups()[i]), index=i)
-                  for i in sorted(set(group_indices)) if 0 <= i < len(self.groups())]
+        extra = [
+            [link.node, link.output, nid, port]
+            for nid, port in inputs
+            if nid not in chosen and (link := self.input_link(nid, port)) is not None
+        ]
+        groups = [
+            dict(copy.deepcopy(self.groups()[i]), index=i)
+            for i in sorted(set(group_indices))
+            if 0 <= i < len(self.groups())
+        ]
         return {
-            "format": FORMAT, "version": VERSION, "meta": {},
+            "format": FORMAT,
+            "version": VERSION,
+            "meta": {},
             "nodes": {nid: self.workflow.nodes[nid].to_json() for nid in ids},
-            "ui": {"nodes": {nid: copy.deepcopy(self.workflow.ui["nodes"][nid]) for nid in ids}, "groups": groups},
-            "outgoing": [[c.out_node, c.out_port, c.in_node, c.in_port] for c in self.connections()
-                         if c.out_node in chosen and c.in_node not in chosen] + extra,
+            "ui": {
+                "nodes": {nid: copy.deepcopy(self.workflow.ui["nodes"][nid]) for nid in ids},
+                "groups": groups,
+            },
+            "outgoing": [
+                [c.out_node, c.out_port, c.in_node, c.in_port]
+                for c in self.connections()
+                if c.out_node in chosen and c.in_node not in chosen
+            ]
+            + extra,
         }
 
     def restore(self, snapshot: dict[str, Any]) -> None:
@@ -297,8 +347,13 @@ class GraphModel:
         self._insert(snapshot, mapping, offset, keep_outside=False)
         return list(mapping.values())
 
-    def _insert(self, snapshot: dict[str, Any], mapping: dict[str, str], offset: tuple[float, float],
-                keep_outside: bool) -> None:
+    def _insert(
+        self,
+        snapshot: dict[str, Any],
+        mapping: dict[str, str],
+        offset: tuple[float, float],
+        keep_outside: bool,
+    ) -> None:
         raw_nodes: dict[str, Any] = snapshot.get("nodes", {})
         ui_nodes: dict[str, Any] = snapshot.get("ui", {}).get("nodes", {})
         dx, dy = offset
@@ -308,8 +363,13 @@ class GraphModel:
             saved = raw.get("version")
             # Params are copied verbatim, so the copy keeps the version they were saved under; stamping the
             # current spec version would hide an outdated node from validation and migration.
-            self.add_node(raw["type"], (x + dx, y + dy), raw.get("params", {}), node_id=new,
-                          version=saved if isinstance(saved, int) and not isinstance(saved, bool) else None)
+            self.add_node(
+                raw["type"],
+                (x + dx, y + dy),
+                raw.get("params", {}),
+                node_id=new,
+                version=saved if isinstance(saved, int) and not isinstance(saved, bool) else None,
+            )
             if "size" in ui_nodes.get(old, {}):
                 self.workflow.ui["nodes"][new]["size"] = list(ui_nodes[old]["size"])
         links: dict[tuple[str, str], Link | None] = {}
@@ -323,11 +383,16 @@ class GraphModel:
             for src, out, dst, port in snapshot.get("outgoing", []):
                 if dst in self.workflow.nodes and (src in mapping or src in self.workflow.nodes):
                     links[(dst, port)] = Link(mapping.get(src, src), out)
-        self.set_inputs({k: v for k, v in links.items()
-                         if v is None or self.connection_possible(v.node, v.output, *k)[0]})
+        self.set_inputs(
+            {k: v for k, v in links.items() if v is None or self.connection_possible(v.node, v.output, *k)[0]}
+        )
         for group in snapshot.get("ui", {}).get("groups", []):
             rect = list(group.get("rect", [0, 0, 200, 100]))
             rect[0], rect[1] = rect[0] + dx, rect[1] + dy
             index = group.get("index") if keep_outside else None
-            self.add_group(group.get("title", "Group"), rect, group.get("color", "#3f5e7a"),
-                           index=min(index, len(self.groups())) if isinstance(index, int) else None)
+            self.add_group(
+                group.get("title", "Group"),
+                rect,
+                group.get("color", "#3f5e7a"),
+                index=min(index, len(self.groups())) if isinstance(index, int) else None,
+            )

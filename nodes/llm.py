@@ -28,25 +28,50 @@ def _run_load_llm(ctx: NodeContext, path: str) -> dict[str, Any]:
 
 
 def _run_generate(
-    ctx: NodeContext, llm: LLMModel, prompt: str, system_prompt: str, chat: bool, sampling: str,
-    max_new_tokens: int, temperature: float, top_k: int, top_p: float, repetition_penalty: float, seed: int,
-    stop: str, context_tokens: int, kv_cache: str,
+    ctx: NodeContext,
+    llm: LLMModel,
+    prompt: str,
+    system_prompt: str,
+    chat: bool,
+    sampling: str,
+    max_new_tokens: int,
+    temperature: float,
+    top_k: int,
+    top_p: float,
+    repetition_penalty: float,
+    seed: int,
+    stop: str,
+    context_tokens: int,
+    kv_cache: str,
 ) -> dict[str, Any]:
     if not prompt.strip():
         raise ValueError("field 'prompt': the prompt is empty")
     params = (
         SamplingParams(repetition_penalty=repetition_penalty)
         if sampling == "greedy"
-        else SamplingParams(temperature=max(temperature, 1e-5), top_k=top_k, top_p=top_p,
-                            repetition_penalty=repetition_penalty)
+        else SamplingParams(
+            temperature=max(temperature, 1e-5),
+            top_k=top_k,
+            top_p=top_p,
+            repetition_penalty=repetition_penalty,
+        )
     )
     request = GenerationRequest(
-        prompt=prompt, system_prompt=system_prompt, chat=chat, max_new_tokens=max_new_tokens,
-        sampling=params, seed=seed, stop_strings=parse_stop_strings(stop), context_tokens=context_tokens,
+        prompt=prompt,
+        system_prompt=system_prompt,
+        chat=chat,
+        max_new_tokens=max_new_tokens,
+        sampling=params,
+        seed=seed,
+        stop_strings=parse_stop_strings(stop),
+        context_tokens=context_tokens,
         kv_cache=kv_cache,
     )
     out = generate_text(
-        ctx.memory, llm, request, on_text=ctx.text,
+        ctx.memory,
+        llm,
+        request,
+        on_text=ctx.text,
         on_step=lambda step, total: ctx.progress(step, total, kind="decode_token"),
     )
     for name, value in out.metrics.items():
@@ -60,39 +85,110 @@ def _run_generate(
 
 NODES: tuple[NodeSpec, ...] = (
     NodeSpec(
-        type="LoadLLM", title="Load LLM", category="llm", run=_run_load_llm,
-        params=[Param("path", "path", default="builtin:smollm2", file_filter="LLM (*.gguf)",
-                      help="A .gguf file, a transformers model folder (safetensors), or builtin:smollm2. "
-                           "A GGUF is converted once and cached, so later loads take a few seconds.")],
+        type="LoadLLM",
+        title="Load LLM",
+        category="llm",
+        run=_run_load_llm,
+        params=[
+            Param(
+                "path",
+                "path",
+                default="builtin:smollm2",
+                file_filter="LLM (*.gguf)",
+                help="A .gguf file, a transformers model folder (safetensors), or builtin:smollm2. "
+                "A GGUF is converted once and cached, so later loads take a few seconds.",
+            )
+        ],
         outputs=[Output("llm", LLM)],
         description="A language model, loaded by the memory manager only while a node uses it.",
     ),
     NodeSpec(
-        type="LLMGenerate", title="LLM Generate", category="llm", run=_run_generate,
+        type="LLMGenerate",
+        title="LLM Generate",
+        category="llm",
+        run=_run_generate,
         inputs=[Input("llm", LLM)],
         params=[
-            Param("prompt", "text", default="What is the capital of France? Answer in one sentence.",
-                  help="What to ask (the user turn in chat mode)."),
-            Param("system_prompt", "text", default="",
-                  help="Chat mode: the system message; empty uses the model's default."),
+            Param(
+                "prompt",
+                "text",
+                default="What is the capital of France? Answer in one sentence.",
+                help="What to ask (the user turn in chat mode).",
+            ),
+            Param(
+                "system_prompt",
+                "text",
+                default="",
+                help="Chat mode: the system message; empty uses the model's default.",
+            ),
             Param("chat", "bool", default=True, help="Wrap the prompt in the model's chat template."),
-            Param("sampling", "choice", default="greedy", choices=("greedy", "sample"),
-                  help="greedy: always the most likely token (reproducible); sample: draw with the settings below."),
+            Param(
+                "sampling",
+                "choice",
+                default="greedy",
+                choices=("greedy", "sample"),
+                help="greedy: always the most likely token (reproducible); sample: draw with the settings below.",
+            ),
             Param("max_new_tokens", "int", default=128, min=1, max=32768),
-            Param("temperature", "float", default=0.7, min=0.0, max=5.0, step=0.05,
-                  help="sample: lower is more focused, higher more varied."),
-            Param("top_k", "int", default=0, min=0, max=100000, help="sample: keep the k best tokens (0 = all)."),
-            Param("top_p", "float", default=1.0, min=0.01, max=1.0, step=0.01,
-                  help="sample: keep the smallest set of tokens whose probability reaches p (1 = all)."),
-            Param("repetition_penalty", "float", default=1.0, min=0.5, max=3.0, step=0.05,
-                  help="Above 1 discourages repeating tokens already in the prompt or output."),
-            Param("seed", "seed", default=0, min=0, max=SEED_MAX, help="sample: the same seed gives the same text."),
-            Param("stop", "string", default="",
-                  help="Stop strings, separated by | (write \\n for a newline); not included in the output."),
-            Param("context_tokens", "int", default=0, min=0, max=1_048_576,
-                  help="KV cache to budget, in tokens; 0 = prompt + max_new_tokens."),
-            Param("kv_cache", "choice", default="dynamic", choices=("dynamic", "static"),
-                  help="dynamic grows per token; static allocates the whole context up front."),
+            Param(
+                "temperature",
+                "float",
+                default=0.7,
+                min=0.0,
+                max=5.0,
+                step=0.05,
+                help="sample: lower is more focused, higher more varied.",
+            ),
+            Param(
+                "top_k", "int", default=0, min=0, max=100000, help="sample: keep the k best tokens (0 = all)."
+            ),
+            Param(
+                "top_p",
+                "float",
+                default=1.0,
+                min=0.01,
+                max=1.0,
+                step=0.01,
+                help="sample: keep the smallest set of tokens whose probability reaches p (1 = all).",
+            ),
+            Param(
+                "repetition_penalty",
+                "float",
+                default=1.0,
+                min=0.5,
+                max=3.0,
+                step=0.05,
+                help="Above 1 discourages repeating tokens already in the prompt or output.",
+            ),
+            Param(
+                "seed",
+                "seed",
+                default=0,
+                min=0,
+                max=SEED_MAX,
+                help="sample: the same seed gives the same text.",
+            ),
+            Param(
+                "stop",
+                "string",
+                default="",
+                help="Stop strings, separated by | (write \\n for a newline); not included in the output.",
+            ),
+            Param(
+                "context_tokens",
+                "int",
+                default=0,
+                min=0,
+                max=1_048_576,
+                help="KV cache to budget, in tokens; 0 = prompt + max_new_tokens.",
+            ),
+            Param(
+                "kv_cache",
+                "choice",
+                default="dynamic",
+                choices=("dynamic", "static"),
+                help="dynamic grows per token; static allocates the whole context up front.",
+            ),
         ],
         outputs=[Output("text", TEXT)],
         description="Generate text, streaming each token; reports time to first token and tokens/s.",

@@ -41,7 +41,19 @@ BOOL = PortType("BOOL", "#ce93d8")
 ANY = PortType("ANY", "#e0e0e0")
 
 BUILTIN_TYPES: tuple[PortType, ...] = (
-    DENOISER, TEXT_ENCODER, VAE, LLM, CONDITIONING, LATENT, IMAGE, TEXT, STRING, INT, FLOAT, BOOL, ANY,
+    DENOISER,
+    TEXT_ENCODER,
+    VAE,
+    LLM,
+    CONDITIONING,
+    LATENT,
+    IMAGE,
+    TEXT,
+    STRING,
+    INT,
+    FLOAT,
+    BOOL,
+    ANY,
 )
 
 

@@ -36,8 +36,14 @@ VERSION = 1
 
 # The wire type a parameter accepts when it is fed by a link instead of its widget.
 PARAM_PORT_TYPES: dict[str, PortType] = {
-    "int": INT, "seed": INT, "float": FLOAT, "bool": BOOL,
-    "string": STRING, "text": STRING, "path": STRING, "choice": STRING,
+    "int": INT,
+    "seed": INT,
+    "float": FLOAT,
+    "bool": BOOL,
+    "string": STRING,
+    "text": STRING,
+    "path": STRING,
+    "choice": STRING,
 }
 
 
@@ -85,9 +91,13 @@ class Workflow:
 
     def copy(self) -> Workflow:
         return Workflow(
-            nodes={k: NodeInstance(n.id, n.type, copy.deepcopy(n.params), dict(n.inputs), n.version)
-                   for k, n in self.nodes.items()},
-            ui=copy.deepcopy(self.ui), meta=copy.deepcopy(self.meta), source=self.source,
+            nodes={
+                k: NodeInstance(n.id, n.type, copy.deepcopy(n.params), dict(n.inputs), n.version)
+                for k, n in self.nodes.items()
+            },
+            ui=copy.deepcopy(self.ui),
+            meta=copy.deepcopy(self.meta),
+            source=self.source,
         )
 
 
@@ -136,8 +146,11 @@ def _suggest(name: str, options: list[str]) -> str:
 
 
 def _is_point(value: Any, size: int = 2) -> bool:
-    return (isinstance(value, list) and len(value) == size
-            and all(isinstance(v, int | float) and not isinstance(v, bool) for v in value))
+    return (
+        isinstance(value, list)
+        and len(value) == size
+        and all(isinstance(v, int | float) and not isinstance(v, bool) for v in value)
+    )
 
 
 def _clean_ui(ui: Any) -> dict[str, Any]:
@@ -152,8 +165,11 @@ def _clean_ui(ui: Any) -> dict[str, Any]:
         if isinstance(entry, dict)
     }
     groups = ui.get("groups")
-    out["groups"] = [g for g in (groups if isinstance(groups, list) else ())
-                     if isinstance(g, dict) and isinstance(g.get("title", ""), str) and _is_point(g.get("rect"), 4)]
+    out["groups"] = [
+        g
+        for g in (groups if isinstance(groups, list) else ())
+        if isinstance(g, dict) and isinstance(g.get("title", ""), str) and _is_point(g.get("rect"), 4)
+    ]
     if not isinstance(ui.get("view", {}), dict):
         out.pop("view")
     return out
@@ -171,8 +187,14 @@ def _parse(data: Any, source: str, problems: list[Problem]) -> Workflow:
     if not isinstance(version, int) or isinstance(version, bool):
         problems.append(Problem(source, None, "version", f"expected an integer version, got {version!r}"))
     elif version != VERSION:
-        problems.append(Problem(source, None, "version",
-                                f"unsupported version {version}; this Nodeloom reads version {VERSION}"))
+        problems.append(
+            Problem(
+                source,
+                None,
+                "version",
+                f"unsupported version {version}; this Nodeloom reads version {VERSION}",
+            )
+        )
     wf.meta = data.get("meta") if isinstance(data.get("meta"), dict) else {}
     wf.ui = _clean_ui(data.get("ui"))
     nodes = data.get("nodes")
@@ -193,15 +215,17 @@ def _parse(data: Any, source: str, problems: list[Problem]) -> Workflow:
             problems.append(Problem(source, node_id, "inputs", "expected an object of inputs by name"))
             raw_inputs = {}
         for port, link in raw_inputs.items():
-            ok = (isinstance(link, list) and len(link) == 2 and all(isinstance(x, str) for x in link))
+            ok = isinstance(link, list) and len(link) == 2 and all(isinstance(x, str) for x in link)
             if not ok:
-                problems.append(Problem(source, node_id, port,
-                                        f"a link is [node_id, output_name], got {link!r}"))
+                problems.append(
+                    Problem(source, node_id, port, f"a link is [node_id, output_name], got {link!r}")
+                )
                 continue
             inputs[port] = Link(link[0], link[1])
         version = raw.get("version")
-        wf.nodes[node_id] = NodeInstance(node_id, raw["type"], dict(params), inputs,
-                                         version if isinstance(version, int) else None)
+        wf.nodes[node_id] = NodeInstance(
+            node_id, raw["type"], dict(params), inputs, version if isinstance(version, int) else None
+        )
     return wf
 
 
@@ -211,7 +235,9 @@ def find_cycle(wf: Workflow) -> list[str]:
     Peel off nodes with no unfinished inputs (Kahn), then nodes feeding nothing that is left: what
     remains lies on a cycle, not merely downstream or upstream of one.
     """
-    deps = {nid: {link.node for link in n.inputs.values() if link.node in wf.nodes} for nid, n in wf.nodes.items()}
+    deps = {
+        nid: {link.node for link in n.inputs.values() if link.node in wf.nodes} for nid, n in wf.nodes.items()
+    }
     users: dict[str, set[str]] = {nid: set() for nid in deps}
     for nid, sources in deps.items():
         for source in sources:
@@ -239,17 +265,30 @@ def validate(wf: Workflow, registry: NodeRegistry) -> list[Problem]:
     for node_id, node in wf.nodes.items():
         spec = registry.get(node.type)
         if spec is None:
-            problems.append(Problem(src, node_id, "type", f"unknown node type {node.type!r}"
-                                    f"{_suggest(node.type, known_types)}"))
+            problems.append(
+                Problem(
+                    src, node_id, "type", f"unknown node type {node.type!r}{_suggest(node.type, known_types)}"
+                )
+            )
             continue
         if node.version is not None and node.version > spec.version:
-            problems.append(Problem(src, node_id, "version", f"saved by a newer {spec.type} (version "
-                                    f"{node.version}); this Nodeloom has version {spec.version}"))
+            problems.append(
+                Problem(
+                    src,
+                    node_id,
+                    "version",
+                    f"saved by a newer {spec.type} (version "
+                    f"{node.version}); this Nodeloom has version {spec.version}",
+                )
+            )
         param_names = [p.name for p in spec.params]
         for name in node.params:
             if spec.param(name) is None:
-                problems.append(Problem(src, node_id, name, f"unknown parameter for {spec.type}"
-                                        f"{_suggest(name, param_names)}"))
+                problems.append(
+                    Problem(
+                        src, node_id, name, f"unknown parameter for {spec.type}{_suggest(name, param_names)}"
+                    )
+                )
         for param in spec.params:
             if param.name not in node.params:
                 node.params[param.name] = copy.deepcopy(param.default)
@@ -262,12 +301,15 @@ def validate(wf: Workflow, registry: NodeRegistry) -> list[Problem]:
         for port, link in node.inputs.items():
             target = input_port_type(spec, port)
             if target is None:
-                problems.append(Problem(src, node_id, port, f"unknown input for {spec.type}"
-                                        f"{_suggest(port, port_names)}"))
+                problems.append(
+                    Problem(src, node_id, port, f"unknown input for {spec.type}{_suggest(port, port_names)}")
+                )
                 continue
             source_node = wf.nodes.get(link.node)
             if source_node is None:
-                problems.append(Problem(src, node_id, port, f"linked to node {link.node!r}, which does not exist"))
+                problems.append(
+                    Problem(src, node_id, port, f"linked to node {link.node!r}, which does not exist")
+                )
                 continue
             source_spec = registry.get(source_node.type)
             if source_spec is None:
@@ -275,16 +317,36 @@ def validate(wf: Workflow, registry: NodeRegistry) -> list[Problem]:
             out = source_spec.output(link.output)
             if out is None:
                 names = [o.name for o in source_spec.outputs]
-                problems.append(Problem(src, node_id, port, f"node {link.node!r} ({source_spec.type}) has no "
-                                        f"output {link.output!r}{_suggest(link.output, names)}"))
+                problems.append(
+                    Problem(
+                        src,
+                        node_id,
+                        port,
+                        f"node {link.node!r} ({source_spec.type}) has no "
+                        f"output {link.output!r}{_suggest(link.output, names)}",
+                    )
+                )
                 continue
             if not can_connect(out.type, target):
-                problems.append(Problem(src, node_id, port, f"type mismatch: {link.node}.{link.output} gives "
-                                        f"{out.type.name}, this input takes {target.name}"))
+                problems.append(
+                    Problem(
+                        src,
+                        node_id,
+                        port,
+                        f"type mismatch: {link.node}.{link.output} gives "
+                        f"{out.type.name}, this input takes {target.name}",
+                    )
+                )
         for inp in spec.inputs:
             if not inp.optional and inp.name not in node.inputs:
-                problems.append(Problem(src, node_id, inp.name, f"required input {inp.name!r} "
-                                        f"({inp.type.name}) is not connected"))
+                problems.append(
+                    Problem(
+                        src,
+                        node_id,
+                        inp.name,
+                        f"required input {inp.name!r} ({inp.type.name}) is not connected",
+                    )
+                )
     cycle = find_cycle(wf)
     if cycle:
         for node_id in cycle:
@@ -292,7 +354,9 @@ def validate(wf: Workflow, registry: NodeRegistry) -> list[Problem]:
     return problems
 
 
-def parse_workflow(data: Any, registry: NodeRegistry, *, source: str = "<memory>") -> tuple[Workflow, list[Problem]]:
+def parse_workflow(
+    data: Any, registry: NodeRegistry, *, source: str = "<memory>"
+) -> tuple[Workflow, list[Problem]]:
     """Parse and validate without raising: the workflow as far as it could be read, and every problem.
 
     The editor uses this to open an unfinished graph (say, an input not yet wired) for editing.
@@ -320,15 +384,27 @@ def read_workflow_json(path: Path) -> Any:
 
         data = read_embedded_workflow(path)
         if data is None:
-            raise WorkflowError([Problem(str(path), None, None, "this PNG has no embedded Nodeloom workflow")])
+            raise WorkflowError(
+                [Problem(str(path), None, None, "this PNG has no embedded Nodeloom workflow")]
+            )
         return data
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
-        raise WorkflowError([Problem(str(path), None, None,
-                                     f"not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}")]) from exc
+        raise WorkflowError(
+            [
+                Problem(
+                    str(path),
+                    None,
+                    None,
+                    f"not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}",
+                )
+            ]
+        ) from exc
     except OSError as exc:
-        raise WorkflowError([Problem(str(path), None, None, f"cannot read the file: {exc.strerror}")]) from exc
+        raise WorkflowError(
+            [Problem(str(path), None, None, f"cannot read the file: {exc.strerror}")]
+        ) from exc
 
 
 def load_workflow(path: Path | str, registry: NodeRegistry) -> Workflow:

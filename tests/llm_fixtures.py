@@ -44,9 +44,20 @@ def tiny_llama(seed: int = 0, vocab_size: int | None = None) -> LlamaForCausalLM
     torch.manual_seed(seed)
     vocab = vocab_size or len(byte_tokenizer_spec()[0])
     config = LlamaConfig(
-        vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=16, max_position_embeddings=256, rms_norm_eps=1e-5, rope_theta=10000.0,
-        tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=0,
+        vocab_size=vocab,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=256,
+        rms_norm_eps=1e-5,
+        rope_theta=10000.0,
+        tie_word_embeddings=False,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
     )
     model = LlamaForCausalLM(config).eval()
     with torch.no_grad():  # larger weights than the init so the logits are not all near-ties
@@ -60,9 +71,18 @@ def tiny_qwen2(seed: int = 0) -> Qwen2ForCausalLM:
     """A random 2-layer Qwen2 (biases on q/k/v, no Q/K permutation in GGUF)."""
     torch.manual_seed(seed)
     config = Qwen2Config(
-        vocab_size=len(byte_tokenizer_spec()[0]), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256, rms_norm_eps=1e-6,
-        rope_theta=10000.0, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
+        vocab_size=len(byte_tokenizer_spec()[0]),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        rms_norm_eps=1e-6,
+        rope_theta=10000.0,
+        tie_word_embeddings=False,
+        bos_token_id=1,
+        eos_token_id=2,
     )
     model = Qwen2ForCausalLM(config).eval()
     with torch.no_grad():
@@ -77,27 +97,36 @@ def _permute(w: np.ndarray, n_head: int) -> np.ndarray:
 
 
 _NAMES = {
-    "input_layernorm.weight": "attn_norm.weight", "post_attention_layernorm.weight": "ffn_norm.weight",
-    "self_attn.q_proj.weight": "attn_q.weight", "self_attn.k_proj.weight": "attn_k.weight",
-    "self_attn.v_proj.weight": "attn_v.weight", "self_attn.o_proj.weight": "attn_output.weight",
-    "self_attn.q_proj.bias": "attn_q.bias", "self_attn.k_proj.bias": "attn_k.bias",
+    "input_layernorm.weight": "attn_norm.weight",
+    "post_attention_layernorm.weight": "ffn_norm.weight",
+    "self_attn.q_proj.weight": "attn_q.weight",
+    "self_attn.k_proj.weight": "attn_k.weight",
+    "self_attn.v_proj.weight": "attn_v.weight",
+    "self_attn.o_proj.weight": "attn_output.weight",
+    "self_attn.q_proj.bias": "attn_q.bias",
+    "self_attn.k_proj.bias": "attn_k.bias",
     "self_attn.v_proj.bias": "attn_v.bias",
-    "mlp.gate_proj.weight": "ffn_gate.weight", "mlp.up_proj.weight": "ffn_up.weight",
+    "mlp.gate_proj.weight": "ffn_gate.weight",
+    "mlp.up_proj.weight": "ffn_up.weight",
     "mlp.down_proj.weight": "ffn_down.weight",
 }
 
 
 def gguf_name(hf_name: str) -> str:
-    top = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
-           "lm_head.weight": "output.weight"}
+    top = {
+        "model.embed_tokens.weight": "token_embd.weight",
+        "model.norm.weight": "output_norm.weight",
+        "lm_head.weight": "output.weight",
+    }
     if hf_name in top:
         return top[hf_name]
     _, _, index, rest = hf_name.split(".", 3)
     return f"blk.{index}.{_NAMES[rest]}"
 
 
-def write_tiny_gguf(model: LlamaForCausalLM | Qwen2ForCausalLM, path: Path, qtype: GGMLQuantizationType,
-                    eos_id: int = 2) -> dict[str, np.ndarray]:
+def write_tiny_gguf(
+    model: LlamaForCausalLM | Qwen2ForCausalLM, path: Path, qtype: GGMLQuantizationType, eos_id: int = 2
+) -> dict[str, np.ndarray]:
     """Export `model` as llama.cpp would (llama: permuted Q/K; 2-D weights in `qtype`, the rest F32).
 
     Returns what a correct loader must read back for each transformers name (dequantized, unpermuted).
@@ -146,9 +175,13 @@ def write_tiny_gguf(model: LlamaForCausalLM | Qwen2ForCausalLM, path: Path, qtyp
             w.add_tensor(gguf_name(name), data)
             back = data
         if permute and name.endswith("q_proj.weight"):
-            back = back.reshape(cfg.num_attention_heads, -1, 2, back.shape[1]).swapaxes(1, 2).reshape(back.shape)
+            back = (
+                back.reshape(cfg.num_attention_heads, -1, 2, back.shape[1]).swapaxes(1, 2).reshape(back.shape)
+            )
         elif permute and name.endswith("k_proj.weight"):
-            back = back.reshape(cfg.num_key_value_heads, -1, 2, back.shape[1]).swapaxes(1, 2).reshape(back.shape)
+            back = (
+                back.reshape(cfg.num_key_value_heads, -1, 2, back.shape[1]).swapaxes(1, 2).reshape(back.shape)
+            )
         expected[name] = back
     w.write_header_to_file()
     w.write_kv_data_to_file()

@@ -47,30 +47,71 @@ def make_registry(calls: Calls) -> NodeRegistry:
         calls.hit(ctx.node_id)
         raise RuntimeError("the node broke on purpose")
 
-    registry.register_all([
-        NodeSpec(type="Number", title="Number", category="test", run=number,
-                 params=[Param("value", "int", default=0, min=0, max=100)], outputs=[Output("value", INT)]),
-        NodeSpec(type="Add", title="Add", category="test", run=add,
-                 inputs=[Input("a", INT), Input("b", INT)], outputs=[Output("value", INT)]),
-        NodeSpec(type="ToText", title="To Text", category="test", run=to_text,
-                 inputs=[Input("value", INT)], params=[Param("style", "choice", default="dec", choices=("dec", "hex"))],
-                 outputs=[Output("text", TEXT)]),
-        NodeSpec(type="Steps", title="Steps", category="test", run=steps,
-                 inputs=[Input("value", INT)],
-                 params=[Param("steps", "int", default=5, min=1, max=1000), Param("delay", "float", default=0.01)],
-                 outputs=[Output("value", INT)]),
-        NodeSpec(type="Boom", title="Boom", category="test", run=boom, inputs=[Input("value", INT)],
-                 outputs=[Output("value", INT)]),
-        NodeSpec(type="Ratio", title="Ratio", category="test", run=lambda ctx, x: {"value": x},
-                 inputs=[Input("x", FLOAT)], outputs=[Output("value", FLOAT)]),
-    ])
+    registry.register_all(
+        [
+            NodeSpec(
+                type="Number",
+                title="Number",
+                category="test",
+                run=number,
+                params=[Param("value", "int", default=0, min=0, max=100)],
+                outputs=[Output("value", INT)],
+            ),
+            NodeSpec(
+                type="Add",
+                title="Add",
+                category="test",
+                run=add,
+                inputs=[Input("a", INT), Input("b", INT)],
+                outputs=[Output("value", INT)],
+            ),
+            NodeSpec(
+                type="ToText",
+                title="To Text",
+                category="test",
+                run=to_text,
+                inputs=[Input("value", INT)],
+                params=[Param("style", "choice", default="dec", choices=("dec", "hex"))],
+                outputs=[Output("text", TEXT)],
+            ),
+            NodeSpec(
+                type="Steps",
+                title="Steps",
+                category="test",
+                run=steps,
+                inputs=[Input("value", INT)],
+                params=[
+                    Param("steps", "int", default=5, min=1, max=1000),
+                    Param("delay", "float", default=0.01),
+                ],
+                outputs=[Output("value", INT)],
+            ),
+            NodeSpec(
+                type="Boom",
+                title="Boom",
+                category="test",
+                run=boom,
+                inputs=[Input("value", INT)],
+                outputs=[Output("value", INT)],
+            ),
+            NodeSpec(
+                type="Ratio",
+                title="Ratio",
+                category="test",
+                run=lambda ctx, x: {"value": x},
+                inputs=[Input("x", FLOAT)],
+                outputs=[Output("value", FLOAT)],
+            ),
+        ]
+    )
     return registry
 
 
 def chain_workflow() -> dict[str, Any]:
     """one + two -> sum -> text -> save; a side branch `other` that nothing needs."""
     return {
-        "format": "nodeloom.workflow", "version": 1,
+        "format": "nodeloom.workflow",
+        "version": 1,
         "nodes": {
             "one": {"type": "Number", "params": {"value": 1}},
             "two": {"type": "Number", "params": {"value": 2}},

@@ -39,8 +39,9 @@ def test_run_writes_outputs_and_report(tmp_path: Path) -> None:
 
 def test_repeat_makes_every_node_of_the_second_run_cached(tmp_path: Path) -> None:
     report = tmp_path / "r.json"
-    code = main(["--run", str(TEXT_DEMO), "--out", str(tmp_path), "--repeat", "2", "--report", str(report),
-                 "--quiet"])
+    code = main(
+        ["--run", str(TEXT_DEMO), "--out", str(tmp_path), "--repeat", "2", "--report", str(report), "--quiet"]
+    )
     assert code == 0
     runs = json.loads(report.read_text())["runs"]
     assert len(runs) == 2
@@ -51,8 +52,19 @@ def test_repeat_makes_every_node_of_the_second_run_cached(tmp_path: Path) -> Non
 
 def test_set_overrides_a_parameter(tmp_path: Path) -> None:
     report = tmp_path / "r.json"
-    code = main(["--run", str(TEXT_DEMO), "--out", str(tmp_path), "--set", "name.text=the CLI",
-                 "--report", str(report), "--quiet"])
+    code = main(
+        [
+            "--run",
+            str(TEXT_DEMO),
+            "--out",
+            str(tmp_path),
+            "--set",
+            "name.text=the CLI",
+            "--report",
+            str(report),
+            "--quiet",
+        ]
+    )
     assert code == 0
     (written,) = json.loads(report.read_text())["runs"][0]["nodes"]["save"]["outputs"]
     assert Path(written).read_text() == "Hello from the CLI!"
@@ -78,9 +90,14 @@ def test_invalid_workflow_names_both_nodes_fields_and_reasons(tmp_path: Path, ca
 
 
 def test_a_failed_run_exits_1_and_reports_the_error(tmp_path: Path) -> None:
-    data = {"format": "nodeloom.workflow", "version": 1, "nodes": {
-        "img": {"type": "LoadImage", "params": {"path": str(tmp_path / "missing.png")}},
-        "save": {"type": "SaveImage", "params": {"prefix": "x"}, "inputs": {"image": ["img", "image"]}}}}
+    data = {
+        "format": "nodeloom.workflow",
+        "version": 1,
+        "nodes": {
+            "img": {"type": "LoadImage", "params": {"path": str(tmp_path / "missing.png")}},
+            "save": {"type": "SaveImage", "params": {"prefix": "x"}, "inputs": {"image": ["img", "image"]}},
+        },
+    }
     path = _write(tmp_path / "wf.json", data)
     report = tmp_path / "r.json"
     assert main(["--run", str(path), "--out", str(tmp_path), "--report", str(report), "--quiet"]) == 1
@@ -95,9 +112,18 @@ def test_save_image_embeds_the_workflow_and_the_png_runs_again(tmp_path: Path) -
 
     source = tmp_path / "in.png"
     Image.new("RGB", (8, 6), (200, 30, 40)).save(source)
-    data = {"format": "nodeloom.workflow", "version": 1, "nodes": {
-        "img": {"type": "LoadImage", "params": {"path": str(source)}},
-        "save": {"type": "SaveImage", "params": {"prefix": "copy"}, "inputs": {"image": ["img", "image"]}}}}
+    data = {
+        "format": "nodeloom.workflow",
+        "version": 1,
+        "nodes": {
+            "img": {"type": "LoadImage", "params": {"path": str(source)}},
+            "save": {
+                "type": "SaveImage",
+                "params": {"prefix": "copy"},
+                "inputs": {"image": ["img", "image"]},
+            },
+        },
+    }
     path = _write(tmp_path / "wf.json", data)
     assert main(["--run", str(path), "--out", str(tmp_path / "a"), "--quiet"]) == 0
     (png,) = (tmp_path / "a").glob("copy_*.png")
@@ -121,32 +147,65 @@ def _pack_env(tmp_path: Path) -> dict[str, str]:
 
 
 def _pack_workflow(tmp_path: Path, steps: int) -> Path:
-    data = {"format": "nodeloom.workflow", "version": 1, "nodes": {
-        "t": {"type": "Text", "params": {"text": "hi"}},
-        "slow": {"type": "testpack.Slow", "params": {"steps": steps, "delay": 0.05}, "inputs": {"text": ["t", "text"]}},
-        "loud": {"type": "testpack.Shout", "params": {"times": 2}, "inputs": {"text": ["slow", "text"]}},
-        "save": {"type": "SaveText", "params": {"prefix": "loud"}, "inputs": {"text": ["loud", "text"]}}}}
+    data = {
+        "format": "nodeloom.workflow",
+        "version": 1,
+        "nodes": {
+            "t": {"type": "Text", "params": {"text": "hi"}},
+            "slow": {
+                "type": "testpack.Slow",
+                "params": {"steps": steps, "delay": 0.05},
+                "inputs": {"text": ["t", "text"]},
+            },
+            "loud": {"type": "testpack.Shout", "params": {"times": 2}, "inputs": {"text": ["slow", "text"]}},
+            "save": {"type": "SaveText", "params": {"prefix": "loud"}, "inputs": {"text": ["loud", "text"]}},
+        },
+    }
     return _write(tmp_path / "pack.json", data)
 
 
 def test_node_pack_from_entry_points_runs(tmp_path: Path) -> None:
     wf = _pack_workflow(tmp_path, steps=2)
-    proc = subprocess.run([sys.executable, "-m", "app.main", "--run", str(wf), "--out", str(tmp_path / "o"),
-                           "--quiet"], env=_pack_env(tmp_path), capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "app.main", "--run", str(wf), "--out", str(tmp_path / "o"), "--quiet"],
+        env=_pack_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     (out,) = (tmp_path / "o").glob("loud_*.txt")
     assert out.read_text() == "HI!HI!"
-    listing = subprocess.run([sys.executable, "-m", "app.main", "nodes"], env=_pack_env(tmp_path),
-                             capture_output=True, text=True, timeout=120)
+    listing = subprocess.run(
+        [sys.executable, "-m", "app.main", "nodes"],
+        env=_pack_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert "testpack.Shout" in listing.stdout
 
 
 def test_ctrl_c_cancels_exits_130_and_still_writes_the_report(tmp_path: Path) -> None:
     wf = _pack_workflow(tmp_path, steps=2000)
     report = tmp_path / "r.json"
-    proc = subprocess.Popen([sys.executable, "-m", "app.main", "--run", str(wf), "--out", str(tmp_path / "o"),
-                             "--report", str(report)], env=_pack_env(tmp_path),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "app.main",
+            "--run",
+            str(wf),
+            "--out",
+            str(tmp_path / "o"),
+            "--report",
+            str(report),
+        ],
+        env=_pack_env(tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 60
     line = ""
     while "slow" not in line and time.monotonic() < deadline:  # wait until the slow node has started
@@ -185,8 +244,19 @@ def test_set_on_a_wired_parameter_is_refused(tmp_path: Path, capsys) -> None:
 def test_a_prefix_cannot_write_outside_the_output_folder(tmp_path: Path) -> None:
     out = tmp_path / "a" / "b"
     report = tmp_path / "r.json"
-    code = main(["--run", str(TEXT_DEMO), "--out", str(out), "--set", "save.prefix=../../escaped",
-                 "--report", str(report), "--quiet"])
+    code = main(
+        [
+            "--run",
+            str(TEXT_DEMO),
+            "--out",
+            str(out),
+            "--set",
+            "save.prefix=../../escaped",
+            "--report",
+            str(report),
+            "--quiet",
+        ]
+    )
     assert code == 1
     assert not list(tmp_path.rglob("escaped*"))
     error = json.loads(report.read_text())["runs"][0]["nodes"]["save"]["error"]["message"]

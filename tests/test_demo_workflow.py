@@ -56,8 +56,10 @@ def test_the_png_carries_its_workflow_and_runs_again_to_the_same_picture(
 
 def test_a_different_prompt_changes_the_picture_accordingly(tmp_path: Path) -> None:
     prompt = "a large blue square on a white background"
-    assert main(["--run", str(TXT2IMG), "--out", str(tmp_path), "--set", f"positive.text={prompt}",
-                 "--quiet"]) == 0
+    assert (
+        main(["--run", str(TXT2IMG), "--out", str(tmp_path), "--set", f"positive.text={prompt}", "--quiet"])
+        == 0
+    )
     (png,) = tmp_path.glob("*.png")
     seen = measure_scene(Image.open(png))
     checks = score(parse_caption(prompt), seen)

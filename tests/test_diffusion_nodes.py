@@ -51,7 +51,12 @@ def test_workflow_file_is_valid_and_uses_the_expected_ids() -> None:
     assert set(wf.nodes) == {"load", "positive", "negative", "latent", "sampler", "decode", "save"}
     assert wf.nodes["load"].params["path"] == "builtin:shapes-sd"
     sampler = wf.nodes["sampler"].params
-    assert (sampler["scheduler"], sampler["steps"], sampler["cfg"], sampler["seed"]) == ("dpmpp_2m", 20, 4.0, 42)
+    assert (sampler["scheduler"], sampler["steps"], sampler["cfg"], sampler["seed"]) == (
+        "dpmpp_2m",
+        20,
+        4.0,
+        42,
+    )
     assert wf.nodes["positive"].params["text"] == "a small yellow triangle on a black background"
 
 
@@ -78,13 +83,20 @@ def test_txt2img_runs_and_sequential_offload_unloads_each_model_before_the_next(
 
     # Order of loads and unloads: text encoder (twice: positive and negative), then UNet, then VAE,
     # each unloaded before the next one is loaded.
-    timeline = [(type(e).__name__[:-5].lower(), e.component)
-                for e in mm.telemetry.events() if isinstance(e, (LoadEvent, UnloadEvent))]
+    timeline = [
+        (type(e).__name__[:-5].lower(), e.component)
+        for e in mm.telemetry.events()
+        if isinstance(e, (LoadEvent, UnloadEvent))
+    ]
     assert timeline == [
-        ("load", "text_encoder"), ("unload", "text_encoder"),
-        ("load", "text_encoder"), ("unload", "text_encoder"),
-        ("load", "unet"), ("unload", "unet"),
-        ("load", "vae"), ("unload", "vae"),
+        ("load", "text_encoder"),
+        ("unload", "text_encoder"),
+        ("load", "text_encoder"),
+        ("unload", "text_encoder"),
+        ("load", "unet"),
+        ("unload", "unet"),
+        ("load", "vae"),
+        ("unload", "vae"),
     ]
     report = mm.report()
     assert [row["location"] for row in report["ledger"]] == ["disk"] * 3
@@ -105,8 +117,9 @@ def test_cancel_stops_the_sampler_and_releases_the_unet(data_dir, tmp_path) -> N
         if isinstance(event, NodeProgress) and event.node_id == "sampler" and event.step == 2:
             cancel.cancel()
 
-    result = Executor(registry, memory=mm).run(txt2img(registry, sampler__steps=10), out_dir=tmp_path,
-                                               on_event=on_event, cancel=cancel)
+    result = Executor(registry, memory=mm).run(
+        txt2img(registry, sampler__steps=10), out_dir=tmp_path, on_event=on_event, cancel=cancel
+    )
     assert result.cancelled and not result.ok
     assert result.nodes["sampler"].status == "cancelled"
     assert len([s for s in mm.report()["steps"] if s["kind"] == "sampler_step"]) == 2
@@ -118,18 +131,28 @@ def test_img2img_with_vae_encode_and_partial_denoise(data_dir, tmp_path) -> None
     data = json.loads(WORKFLOW.read_text())
     nodes = data["nodes"]
     nodes["load"]["params"]["path"] = "demo:tiny-sd"
-    nodes["first"] = {"type": "VAEDecode", "params": {}, "inputs": {"vae": ["load", "vae"],
-                                                                    "latent": ["sampler", "latent"]}}
-    nodes["encode"] = {"type": "VAEEncode", "params": {}, "inputs": {"vae": ["load", "vae"],
-                                                                     "image": ["first", "image"]}}
-    nodes["again"] = {"type": "Sampler", "params": {**nodes["sampler"]["params"], "denoise": 0.5, "steps": 4},
-                      "inputs": {**nodes["sampler"]["inputs"], "latent": ["encode", "latent"]}}
+    nodes["first"] = {
+        "type": "VAEDecode",
+        "params": {},
+        "inputs": {"vae": ["load", "vae"], "latent": ["sampler", "latent"]},
+    }
+    nodes["encode"] = {
+        "type": "VAEEncode",
+        "params": {},
+        "inputs": {"vae": ["load", "vae"], "image": ["first", "image"]},
+    }
+    nodes["again"] = {
+        "type": "Sampler",
+        "params": {**nodes["sampler"]["params"], "denoise": 0.5, "steps": 4},
+        "inputs": {**nodes["sampler"]["inputs"], "latent": ["encode", "latent"]},
+    }
     nodes["sampler"]["params"]["steps"] = 2
     nodes["decode"]["inputs"]["latent"] = ["again", "latent"]
     mm = MemoryManager(MemoryConfig(device="cpu", policy="none"))
     events: list[object] = []
-    result = Executor(registry, memory=mm).run(workflow_from_dict(data, registry), out_dir=tmp_path,
-                                               on_event=events.append)
+    result = Executor(registry, memory=mm).run(
+        workflow_from_dict(data, registry), out_dir=tmp_path, on_event=events.append
+    )
     assert result.ok, result.error
     assert result.outputs["encode"]["latent"].samples.shape == (1, 4, 8, 8)
     # denoise 0.5 of 4 steps runs the last 2 of the schedule.
@@ -145,7 +168,8 @@ def test_conditioning_from_another_family_is_refused(data_dir, tmp_path) -> None
     data["nodes"]["xl"] = {"type": "LoadDiffusionModel", "params": {"path": "demo:tiny-sdxl"}, "inputs": {}}
     data["nodes"]["positive"]["inputs"]["text_encoder"] = ["xl", "text_encoder"]
     result = Executor(registry, memory=MemoryManager(MemoryConfig(device="cpu", policy="none"))).run(
-        workflow_from_dict(data, registry), out_dir=tmp_path)
+        workflow_from_dict(data, registry), out_dir=tmp_path
+    )
     assert not result.ok and result.failed_node == "sampler"
     assert "sdxl" in result.error and "sd" in result.error
 
@@ -159,7 +183,8 @@ def test_img2img_workflow_file_runs(data_dir, tmp_path) -> None:
     wf.nodes["image"].params["path"] = str(picture)
     wf.nodes["sampler"].params["steps"] = 4
     result = Executor(registry, memory=MemoryManager(MemoryConfig(device="cpu", policy="sequential"))).run(
-        wf, out_dir=tmp_path / "out")
+        wf, out_dir=tmp_path / "out"
+    )
     assert result.ok, result.error
     assert result.outputs["decode"]["image"].shape == (1, 64, 64, 3)
 
@@ -191,7 +216,9 @@ def test_separate_vae_and_unet_files(data_dir, tmp_path, layout: str) -> None:
     unet = UNet2DConditionModel.from_pretrained(folder / "unet")
     vae_state, unet_state = vae.state_dict(), unet.state_dict()
     if layout == "original":  # standalone VAE files carry no prefix; UNet files keep model.diffusion_model.
-        vae_state = {k.removeprefix(VAE_PREFIX): v for k, v in vae_to_original(vae_state, dict(vae.config)).items()}
+        vae_state = {
+            k.removeprefix(VAE_PREFIX): v for k, v in vae_to_original(vae_state, dict(vae.config)).items()
+        }
         unet_state = unet_to_original(unet_state, dict(unet.config))
         assert all(k.startswith(UNET_PREFIX) for k in unet_state)
     save_file({k: v.contiguous() for k, v in vae_state.items()}, str(tmp_path / "vae.safetensors"))
@@ -200,12 +227,19 @@ def test_separate_vae_and_unet_files(data_dir, tmp_path, layout: str) -> None:
     registry = default_registry(entry_point_packs=False)
     wf = txt2img(registry)
     reference = Executor(registry, memory=MemoryManager(MemoryConfig(device="cpu", policy="none"))).run(
-        wf, out_dir=tmp_path / "a")
+        wf, out_dir=tmp_path / "a"
+    )
     data = wf.to_dict()
-    data["nodes"]["vae_file"] = {"type": "LoadVAE", "inputs": {}, "params": {
-        "path": str(tmp_path / "vae.safetensors"), "family": "sd", "config_dir": str(folder)}}
-    data["nodes"]["unet_file"] = {"type": "LoadDenoiser", "inputs": {"reference": ["load", "denoiser"]}, "params": {
-        "path": str(tmp_path / "unet.safetensors"), "family": "sd", "config_dir": str(folder)}}
+    data["nodes"]["vae_file"] = {
+        "type": "LoadVAE",
+        "inputs": {},
+        "params": {"path": str(tmp_path / "vae.safetensors"), "family": "sd", "config_dir": str(folder)},
+    }
+    data["nodes"]["unet_file"] = {
+        "type": "LoadDenoiser",
+        "inputs": {"reference": ["load", "denoiser"]},
+        "params": {"path": str(tmp_path / "unet.safetensors"), "family": "sd", "config_dir": str(folder)},
+    }
     data["nodes"]["decode"]["inputs"]["vae"] = ["vae_file", "vae"]
     data["nodes"]["sampler"]["inputs"]["denoiser"] = ["unet_file", "denoiser"]
     mm = MemoryManager(MemoryConfig(device="cpu", policy="none"))

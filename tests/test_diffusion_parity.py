@@ -29,8 +29,11 @@ from pipelines.diffusion.vae import decode
 from pipelines.diffusion.values import Latents
 
 DIFFUSERS_SCHEDULERS = {
-    "dpmpp_2m": DPMSolverMultistepScheduler, "euler": EulerDiscreteScheduler,
-    "euler_ancestral": EulerAncestralDiscreteScheduler, "ddim": DDIMScheduler, "unipc": UniPCMultistepScheduler,
+    "dpmpp_2m": DPMSolverMultistepScheduler,
+    "euler": EulerDiscreteScheduler,
+    "euler_ancestral": EulerAncestralDiscreteScheduler,
+    "ddim": DDIMScheduler,
+    "unipc": UniPCMultistepScheduler,
 }
 PROMPT = "a small yellow triangle on a black background"
 TOLERANCE = 1e-4
@@ -44,8 +47,18 @@ def data_dir():
         yield Path(os.environ["NODELOOM_DATA_DIR"])
 
 
-def ours(name: str, scheduler: str, *, steps: int, cfg: float, seed: int, batch: int = 1,
-         negative: str | None = "", size: int = 64, policy: str = "none") -> torch.Tensor:
+def ours(
+    name: str,
+    scheduler: str,
+    *,
+    steps: int,
+    cfg: float,
+    seed: int,
+    batch: int = 1,
+    negative: str | None = "",
+    size: int = 64,
+    policy: str = "none",
+) -> torch.Tensor:
     mm = MemoryManager(MemoryConfig(device="cpu", policy=policy))
     model = load_model(mm, f"demo:{name}")
     positive = encode_prompt(mm, model.text_encoder, PROMPT)
@@ -57,30 +70,55 @@ def ours(name: str, scheduler: str, *, steps: int, cfg: float, seed: int, batch:
     return image.permute(0, 3, 1, 2)  # (B, C, H, W) like diffusers' output_type="pt"
 
 
-def theirs(name: str, scheduler: str, *, steps: int, cfg: float, seed: int, batch: int = 1,
-           negative: str | None = "", size: int = 64) -> torch.Tensor:
+def theirs(
+    name: str,
+    scheduler: str,
+    *,
+    steps: int,
+    cfg: float,
+    seed: int,
+    batch: int = 1,
+    negative: str | None = "",
+    size: int = 64,
+) -> torch.Tensor:
     pipe = DiffusionPipeline.from_pretrained(str(ensure_demo_model(name)), dtype=torch.float32)
     if name not in ("tiny-flux", "tiny-sd3"):  # flow models keep their flow-matching Euler ("euler" for us)
         pipe.scheduler = DIFFUSERS_SCHEDULERS[scheduler].from_config(pipe.scheduler.config)
     pipe.set_progress_bar_config(disable=True)
     extra = {"use_resolution_binning": False, "clean_caption": False} if name == "tiny-pixart" else {}
-    return pipe(PROMPT, negative_prompt=negative, height=size, width=size, num_inference_steps=steps,
-                guidance_scale=cfg, num_images_per_prompt=batch, generator=torch.Generator("cpu").manual_seed(seed),
-                output_type="pt", **extra).images
+    return pipe(
+        PROMPT,
+        negative_prompt=negative,
+        height=size,
+        width=size,
+        num_inference_steps=steps,
+        guidance_scale=cfg,
+        num_images_per_prompt=batch,
+        generator=torch.Generator("cpu").manual_seed(seed),
+        output_type="pt",
+        **extra,
+    ).images
 
 
 # "sequential" unloads each model after use and reloads it next time: the numbers must not change.
-@pytest.mark.parametrize(("name", "scheduler", "policy"), [
-    ("tiny-sd", "dpmpp_2m", "sequential"),
-    ("tiny-sd", "euler_ancestral", "none"),
-    ("tiny-sd", "ddim", "none"),
-    ("tiny-sdxl", "euler", "sequential"),
-    ("tiny-sdxl", "dpmpp_2m", "none"),
-    ("tiny-pixart", "dpmpp_2m", "sequential"),
-    ("tiny-pixart", "unipc", "none"),
-    ("tiny-sd3", "euler", "sequential"),  # flow matching with classic CFG; three text encoders
-    ("tiny-flux", "euler", "sequential"),  # distilled guidance: cfg goes into the transformer, no negative
-])
+@pytest.mark.parametrize(
+    ("name", "scheduler", "policy"),
+    [
+        ("tiny-sd", "dpmpp_2m", "sequential"),
+        ("tiny-sd", "euler_ancestral", "none"),
+        ("tiny-sd", "ddim", "none"),
+        ("tiny-sdxl", "euler", "sequential"),
+        ("tiny-sdxl", "dpmpp_2m", "none"),
+        ("tiny-pixart", "dpmpp_2m", "sequential"),
+        ("tiny-pixart", "unipc", "none"),
+        ("tiny-sd3", "euler", "sequential"),  # flow matching with classic CFG; three text encoders
+        (
+            "tiny-flux",
+            "euler",
+            "sequential",
+        ),  # distilled guidance: cfg goes into the transformer, no negative
+    ],
+)
 def test_image_matches_diffusers_pipeline(data_dir, name: str, scheduler: str, policy: str) -> None:
     a = ours(name, scheduler, steps=5, cfg=4.0, seed=42, policy=policy)
     b = theirs(name, scheduler, steps=5, cfg=4.0, seed=42)
@@ -123,13 +161,22 @@ def test_image_to_image_runs_the_last_part_of_the_schedule(data_dir, name: str) 
     model = load_model(mm, f"demo:{name}")
     positive = encode_prompt(mm, model.text_encoder, PROMPT)
     negative = encode_prompt(mm, model.text_encoder, "")
-    start = Latents(torch.randn(1, model.vae.latent_channels, 8, 8, generator=torch.Generator().manual_seed(0)),
-                    8, source="encoded")
+    start = Latents(
+        torch.randn(1, model.vae.latent_channels, 8, 8, generator=torch.Generator().manual_seed(0)),
+        8,
+        source="encoded",
+    )
     steps: list[int] = []
     scheduler = "euler" if name != "tiny-sd" else "dpmpp_2m"
-    out = sample(mm, model.denoiser, positive, negative, start,
-                 SamplerSettings(scheduler=scheduler, steps=6, cfg=3.0, seed=1, denoise=0.5),
-                 on_step=lambda info: steps.append(info.total))
+    out = sample(
+        mm,
+        model.denoiser,
+        positive,
+        negative,
+        start,
+        SamplerSettings(scheduler=scheduler, steps=6, cfg=3.0, seed=1, denoise=0.5),
+        on_step=lambda info: steps.append(info.total),
+    )
     assert steps == [3, 3, 3]
     assert out.samples.shape == start.samples.shape and torch.isfinite(out.samples).all()
     assert not torch.equal(out.samples, start.samples)

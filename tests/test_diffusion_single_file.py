@@ -56,8 +56,9 @@ def tiny_checkpoint(data_dir: Path) -> tuple[Path, Path]:
 def tiny_sdxl_checkpoint(data_dir: Path) -> tuple[Path, Path]:
     folder = ensure_demo_model("tiny-sdxl")
     pipe = DiffusionPipeline.from_pretrained(str(folder))
-    path = save_sdxl_single_file(pipe.unet, pipe.vae, pipe.text_encoder, pipe.text_encoder_2,
-                                 data_dir / "tiny-sdxl.safetensors")
+    path = save_sdxl_single_file(
+        pipe.unet, pipe.vae, pipe.text_encoder, pipe.text_encoder_2, data_dir / "tiny-sdxl.safetensors"
+    )
     return path, folder
 
 
@@ -125,22 +126,34 @@ def test_pickle_component_in_a_folder_is_refused(tiny_checkpoint, tmp_path) -> N
         load_model(mm, str(folder))
 
 
-@pytest.mark.parametrize(("keys", "family"), [
-    (["model.diffusion_model.a", "cond_stage_model.transformer.text_model.b"], "sd1"),
-    (["model.diffusion_model.a", "cond_stage_model.model.token_embedding.weight"], "sd2"),
-    (["model.diffusion_model.a", "conditioner.embedders.0.transformer.x", "conditioner.embedders.1.model.y"],
-     "sdxl"),
-])
+@pytest.mark.parametrize(
+    ("keys", "family"),
+    [
+        (["model.diffusion_model.a", "cond_stage_model.transformer.text_model.b"], "sd1"),
+        (["model.diffusion_model.a", "cond_stage_model.model.token_embedding.weight"], "sd2"),
+        (
+            [
+                "model.diffusion_model.a",
+                "conditioner.embedders.0.transformer.x",
+                "conditioner.embedders.1.model.y",
+            ],
+            "sdxl",
+        ),
+    ],
+)
 def test_family_detection(keys: list[str], family: str) -> None:
     assert detect_single_file_family(keys) == family
 
 
-@pytest.mark.parametrize("keys", [
-    ["double_blocks.0.img_attn.qkv.weight"],
-    ["model.diffusion_model.joint_blocks.0.x"],
-    ["model.diffusion_model.a", "conditioner.embedders.0.model.y"],
-    ["lora_unet_down_blocks_0.alpha"],
-])
+@pytest.mark.parametrize(
+    "keys",
+    [
+        ["double_blocks.0.img_attn.qkv.weight"],
+        ["model.diffusion_model.joint_blocks.0.x"],
+        ["model.diffusion_model.a", "conditioner.embedders.0.model.y"],
+        ["lora_unet_down_blocks_0.alpha"],
+    ],
+)
 def test_unsupported_checkpoints_say_what_they_are(keys: list[str]) -> None:
     with pytest.raises(UnsupportedModelError):
         detect_single_file_family(keys)
@@ -153,11 +166,20 @@ def _n(module: torch.nn.Module) -> int:
 def test_shipped_configs_are_the_real_architectures() -> None:
     sd15, sdxl = CONFIG_DIRS["sd1"], CONFIG_DIRS["sdxl"]
     with init_empty_weights():  # meta tensors: no memory, a few seconds
-        assert _n(UNet2DConditionModel.from_config(UNet2DConditionModel.load_config(sd15 / "unet"))) == 859_520_964
+        assert (
+            _n(UNet2DConditionModel.from_config(UNet2DConditionModel.load_config(sd15 / "unet")))
+            == 859_520_964
+        )
         assert _n(AutoencoderKL.from_config(AutoencoderKL.load_config(sd15 / "vae"))) == 83_653_863
         assert _n(CLIPTextModel(CLIPTextConfig.from_pretrained(sd15 / "text_encoder"))) == 123_060_480
-        assert _n(UNet2DConditionModel.from_config(UNet2DConditionModel.load_config(sdxl / "unet"))) == 2_567_463_684
-        assert _n(CLIPTextModelWithProjection(CLIPTextConfig.from_pretrained(sdxl / "text_encoder_2"))) == 694_659_840
+        assert (
+            _n(UNet2DConditionModel.from_config(UNet2DConditionModel.load_config(sdxl / "unet")))
+            == 2_567_463_684
+        )
+        assert (
+            _n(CLIPTextModelWithProjection(CLIPTextConfig.from_pretrained(sdxl / "text_encoder_2")))
+            == 694_659_840
+        )
 
 
 def test_full_size_sd15_keys_round_trip_through_diffusers_converter() -> None:

@@ -69,7 +69,7 @@ def test_clip_tokenizer_from_openai_bpe_file(tmp_path: Path) -> None:
     # open_clip's order: 256 byte chars, the same with </w>, merges, then the two special tokens.
     bpe = tmp_path / "bpe_simple_vocab_16e6.txt.gz"
     with gzip.open(bpe, "wt", encoding="utf-8") as f:
-        f.write("\"bpe_simple_vocab_16e6.txt#version: 0.2\nc a\nca t</w>\n")
+        f.write('"bpe_simple_vocab_16e6.txt#version: 0.2\nc a\nca t</w>\n')
     tokenizer = clip_tokenizer_from_bpe(bpe)
     vocab = tokenizer.get_vocab()
     assert vocab["ca"] == 512 and vocab["cat</w>"] == 513
@@ -79,8 +79,16 @@ def test_clip_tokenizer_from_openai_bpe_file(tmp_path: Path) -> None:
 
 def test_node_declarations() -> None:
     by_type = {spec.type: spec for spec in NODES}
-    assert set(by_type) == {"LoadDiffusionModel", "LoadDenoiser", "LoadVAE", "TextEncode", "EmptyLatent",
-                            "Sampler", "VAEDecode", "VAEEncode"}
+    assert set(by_type) == {
+        "LoadDiffusionModel",
+        "LoadDenoiser",
+        "LoadVAE",
+        "TextEncode",
+        "EmptyLatent",
+        "Sampler",
+        "VAEDecode",
+        "VAEEncode",
+    }
     load = by_type["LoadDiffusionModel"]
     assert load.param("path").default == "builtin:shapes-sd"
     assert load.param("kind").choices == ("auto", "folder", "single_file")
@@ -89,4 +97,6 @@ def test_node_declarations() -> None:
     assert by_type["TextEncode"].param("text").kind == "text"
     sampler = by_type["Sampler"]
     assert sampler.param("seed").kind == "seed"
-    assert {"euler", "euler_ancestral", "dpmpp_2m", "ddim", "unipc"} <= set(sampler.param("scheduler").choices)
+    assert {"euler", "euler_ancestral", "dpmpp_2m", "ddim", "unipc"} <= set(
+        sampler.param("scheduler").choices
+    )

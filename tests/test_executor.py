@@ -21,8 +21,11 @@ def test_runs_only_what_the_outputs_need_in_topological_order(tmp_path: Path) ->
     calls, ex = _setup()
     wf = workflow_from_dict(chain_workflow(), ex.registry)
     started: list[str] = []
-    result = ex.run(wf, out_dir=tmp_path, on_event=lambda e: started.append(e.node_id)
-                    if isinstance(e, NodeStarted) else None)
+    result = ex.run(
+        wf,
+        out_dir=tmp_path,
+        on_event=lambda e: started.append(e.node_id) if isinstance(e, NodeStarted) else None,
+    )
     assert result.ok
     assert "other" not in calls.by_node  # nothing needs it
     assert started.index("sum") > max(started.index("one"), started.index("two"))
@@ -77,8 +80,11 @@ def test_a_failing_node_stops_the_run_with_its_error(tmp_path: Path) -> None:
 def test_cancel_stops_at_the_next_step_and_keeps_earlier_results(tmp_path: Path) -> None:
     calls, ex = _setup()
     data = chain_workflow()
-    data["nodes"]["slow"] = {"type": "Steps", "params": {"steps": 500, "delay": 0.01},
-                             "inputs": {"value": ["one", "value"]}}
+    data["nodes"]["slow"] = {
+        "type": "Steps",
+        "params": {"steps": 500, "delay": 0.01},
+        "inputs": {"value": ["one", "value"]},
+    }
     data["nodes"]["sum"]["inputs"]["a"] = ["slow", "value"]
     wf = workflow_from_dict(data, ex.registry)
     cancel = CancelToken()
@@ -105,8 +111,11 @@ def test_cancel_stops_at_the_next_step_and_keeps_earlier_results(tmp_path: Path)
 def test_events_carry_progress_rate_and_timings(tmp_path: Path) -> None:
     calls, ex = _setup()
     data = chain_workflow()
-    data["nodes"]["slow"] = {"type": "Steps", "params": {"steps": 4, "delay": 0.0},
-                             "inputs": {"value": ["one", "value"]}}
+    data["nodes"]["slow"] = {
+        "type": "Steps",
+        "params": {"steps": 4, "delay": 0.0},
+        "inputs": {"value": ["one", "value"]},
+    }
     data["nodes"]["sum"]["inputs"]["a"] = ["slow", "value"]
     wf = workflow_from_dict(data, ex.registry)
     events: list[object] = []
@@ -133,8 +142,11 @@ def test_save_never_overwrites(tmp_path: Path) -> None:
 def test_a_wired_value_gets_the_parameter_checks(tmp_path: Path) -> None:
     calls, ex = _setup()
     data = chain_workflow()
-    data["nodes"]["steps"] = {"type": "Steps", "params": {"delay": 0.0},
-                              "inputs": {"value": ["one", "value"], "steps": ["sum", "value"]}}
+    data["nodes"]["steps"] = {
+        "type": "Steps",
+        "params": {"delay": 0.0},
+        "inputs": {"value": ["one", "value"], "steps": ["sum", "value"]},
+    }
     data["nodes"]["sum"]["inputs"] = {"a": ["one", "value"], "b": ["big", "value"]}
     data["nodes"]["big"] = {"type": "Number", "params": {"value": 100}}
     data["nodes"]["neg"] = {"type": "Int", "params": {"value": -5}}
@@ -167,9 +179,14 @@ def test_a_file_changed_on_disk_invalidates_the_node_that_reads_it(tmp_path: Pat
     calls, ex = _setup()
     image = tmp_path / "in.png"
     Image.new("RGB", (4, 4), (10, 20, 30)).save(image)
-    data = {"format": "nodeloom.workflow", "version": 1, "nodes": {
-        "img": {"type": "LoadImage", "params": {"path": str(image)}},
-        "save": {"type": "SaveImage", "params": {"prefix": "x"}, "inputs": {"image": ["img", "image"]}}}}
+    data = {
+        "format": "nodeloom.workflow",
+        "version": 1,
+        "nodes": {
+            "img": {"type": "LoadImage", "params": {"path": str(image)}},
+            "save": {"type": "SaveImage", "params": {"prefix": "x"}, "inputs": {"image": ["img", "image"]}},
+        },
+    }
     wf = workflow_from_dict(data, ex.registry)
     ex.run(wf, out_dir=tmp_path / "o")
     assert ex.run(wf, out_dir=tmp_path / "o").nodes["img"].status == "cached"
@@ -203,8 +220,16 @@ def test_an_out_of_memory_node_is_retried_once_under_a_stricter_policy(tmp_path:
     from nodes.spec import Input, NodeSpec, Output
     from nodes.types import INT
 
-    registry.register(NodeSpec(type="Hungry", title="Hungry", category="test", run=hungry,
-                               inputs=[Input("value", INT)], outputs=[Output("value", INT)]))
+    registry.register(
+        NodeSpec(
+            type="Hungry",
+            title="Hungry",
+            category="test",
+            run=hungry,
+            inputs=[Input("value", INT)],
+            outputs=[Output("value", INT)],
+        )
+    )
     memory = MemoryManager(MemoryConfig(device="cpu", policy="none"))
     ex = Executor(registry, memory)
     data = chain_workflow()

@@ -35,8 +35,15 @@ def test_ids_are_readable_and_unique(model: GraphModel) -> None:
 
 def test_notifications_fire_for_each_change(model: GraphModel) -> None:
     seen: list[tuple] = []
-    for event in ("node_created", "connection_created", "connection_removed", "param_changed", "node_moved",
-                  "node_removed", "group_changed"):
+    for event in (
+        "node_created",
+        "connection_created",
+        "connection_removed",
+        "param_changed",
+        "node_moved",
+        "node_removed",
+        "group_changed",
+    ):
         model.subscribe(event, lambda *args, e=event: seen.append((e, *args)))
     text, fmt, save = _text_graph(model)
     model.set_param(text, "text", "bye")

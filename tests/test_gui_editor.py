@@ -240,8 +240,16 @@ def test_zoom_fit_pan_and_palette_keys(qtbot, window: MainWindow) -> None:
     from PySide6.QtGui import QWheelEvent
 
     center = QPointF(window.view.viewport().rect().center())
-    wheel = QWheelEvent(center, window.view.mapToGlobal(center), QPoint(0, 0), QPoint(0, 240),
-                        Qt.MouseButton.NoButton, Qt.KeyboardModifier.NoModifier, Qt.ScrollPhase.NoScrollPhase, False)
+    wheel = QWheelEvent(
+        center,
+        window.view.mapToGlobal(center),
+        QPoint(0, 0),
+        QPoint(0, 240),
+        Qt.MouseButton.NoButton,
+        Qt.KeyboardModifier.NoModifier,
+        Qt.ScrollPhase.NoScrollPhase,
+        False,
+    )
     window.view.wheelEvent(wheel)
     assert window.view.zoom() > zoom
     before = window.view.mapToScene(window.view.viewport().rect().center())
@@ -284,7 +292,9 @@ def test_dropping_a_wire_on_empty_canvas_offers_matching_nodes_and_wires_the_cho
     number = insert(qtbot, window, "Integer", 0, 0)
     drag(qtbot, window, port_pos(window, number, "value", "out"), QPointF(350, 150))
     assert window.palette.isVisible()
-    offered = {window.palette.list.item(i).data(Qt.ItemDataRole.UserRole) for i in range(window.palette.list.count())}
+    offered = {
+        window.palette.list.item(i).data(Qt.ItemDataRole.UserRole) for i in range(window.palette.list.count())
+    }
     assert "SaveText" not in offered  # takes TEXT or STRING, not INT
     assert "EmptyLatent" in offered  # its width param takes an INT wire
     count = window.undo_stack.count()

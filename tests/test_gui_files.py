@@ -27,7 +27,9 @@ def window(qtbot, tmp_path: Path, registry) -> MainWindow:
     return make_window(qtbot, tmp_path, registry)
 
 
-def test_save_then_reload_gives_back_the_same_graph(window: MainWindow, tmp_path: Path, registry, qtbot) -> None:
+def test_save_then_reload_gives_back_the_same_graph(
+    window: MainWindow, tmp_path: Path, registry, qtbot
+) -> None:
     assert window.open_path(DEMO)
     assert window.windowTitle().startswith("text_demo.json —") and "*" not in window.windowTitle()
     out = tmp_path / "copy.json"
@@ -69,11 +71,19 @@ def test_replacing_unsaved_work_asks_first(window: MainWindow) -> None:
 def test_an_invalid_file_lists_every_problem_and_keeps_the_graph(window: MainWindow, tmp_path: Path) -> None:
     window.scene.add_node("Text", QPointF(0, 0))
     bad = tmp_path / "bad.json"
-    bad.write_text(json.dumps({"format": "nodeloom.workflow", "version": 1, "nodes": {
-        "a": {"type": "Txet", "params": {}},
-        "b": {"type": "Int", "params": {"value": "seven"}},
-        "c": {"type": "SaveText", "params": {}, "inputs": {"text": ["b", "value"]}},
-    }}))
+    bad.write_text(
+        json.dumps(
+            {
+                "format": "nodeloom.workflow",
+                "version": 1,
+                "nodes": {
+                    "a": {"type": "Txet", "params": {}},
+                    "b": {"type": "Int", "params": {"value": "seven"}},
+                    "c": {"type": "SaveText", "params": {}, "inputs": {"text": ["b", "value"]}},
+                },
+            }
+        )
+    )
     window.ask_save_changes = lambda: "discard"  # type: ignore[method-assign]
     assert not window.open_path(bad, confirm=False)
     assert window.model.node_ids() == ["text"]  # nothing lost
@@ -91,8 +101,15 @@ def test_an_invalid_file_lists_every_problem_and_keeps_the_graph(window: MainWin
 
 def test_an_unfinished_graph_still_opens_with_a_warning(window: MainWindow, tmp_path: Path) -> None:
     path = tmp_path / "wip.json"
-    path.write_text(json.dumps({"format": "nodeloom.workflow", "version": 1,
-                                "nodes": {"save": {"type": "SaveText", "params": {}}}}))
+    path.write_text(
+        json.dumps(
+            {
+                "format": "nodeloom.workflow",
+                "version": 1,
+                "nodes": {"save": {"type": "SaveText", "params": {}}},
+            }
+        )
+    )
     assert window.open_path(path)
     assert window.model.node_ids() == ["save"]
     assert "required input" in window.problem_dialog.informativeText()
@@ -103,16 +120,25 @@ def test_dropping_a_png_with_an_embedded_workflow_opens_it(window: MainWindow, t
     save_png_with_workflow(Image.new("RGB", (8, 8)), png, json.loads(DEMO.read_text()))
     mime = QMimeData()
     mime.setUrls([QUrl.fromLocalFile(str(png))])
-    enter = QDragEnterEvent(QPoint(10, 10), Qt.DropAction.CopyAction, mime, Qt.MouseButton.NoButton,
-                            Qt.KeyboardModifier.NoModifier)
+    enter = QDragEnterEvent(
+        QPoint(10, 10),
+        Qt.DropAction.CopyAction,
+        mime,
+        Qt.MouseButton.NoButton,
+        Qt.KeyboardModifier.NoModifier,
+    )
     QApplication.sendEvent(window, enter)
     assert enter.isAccepted()  # the window shows it will take the file
-    event = QDropEvent(QPointF(10, 10), Qt.DropAction.CopyAction, mime, Qt.MouseButton.NoButton,
-                       Qt.KeyboardModifier.NoModifier)
+    event = QDropEvent(
+        QPointF(10, 10),
+        Qt.DropAction.CopyAction,
+        mime,
+        Qt.MouseButton.NoButton,
+        Qt.KeyboardModifier.NoModifier,
+    )
     QApplication.sendEvent(window, event)
     assert sorted(window.model.node_ids()) == ["greeting", "name", "save", "show"]
     assert window.path is None  # saving asks for a JSON name rather than overwriting the picture
-
 
 
 # Above Linux's PID_MAX_LIMIT (2**22) and macOS's 99999: no running process can have it.
@@ -150,10 +176,14 @@ def test_autosave_and_recovery_after_a_crash(qtbot, tmp_path: Path, registry) ->
     assert not third.offer_recovery()
 
 
-def test_no_recovery_offer_while_another_window_still_owns_the_autosave(qtbot, tmp_path: Path, registry) -> None:
+def test_no_recovery_offer_while_another_window_still_owns_the_autosave(
+    qtbot, tmp_path: Path, registry
+) -> None:
     autosave = Autosave(tmp_path / "autosave")
     autosave.write(json.loads(DEMO.read_text()), None)
-    theirs = pretend_crashed(autosave, os.getppid())  # a process that is alive: another Nodeloom still running
+    theirs = pretend_crashed(
+        autosave, os.getppid()
+    )  # a process that is alive: another Nodeloom still running
     window = make_window(qtbot, tmp_path, registry)
     window.ask_recover = lambda when: pytest.fail("that work is not lost")  # type: ignore[method-assign]
     assert not window.offer_recovery()
@@ -165,8 +195,9 @@ def test_no_recovery_offer_while_another_window_still_owns_the_autosave(qtbot, t
     assert theirs.exists()  # and the other window's is left alone
 
 
-def test_the_newest_orphan_is_offered_and_an_unreadable_one_is_set_aside(qtbot, tmp_path: Path,
-                                                                         registry) -> None:
+def test_the_newest_orphan_is_offered_and_an_unreadable_one_is_set_aside(
+    qtbot, tmp_path: Path, registry
+) -> None:
     folder = tmp_path / "autosave"
     older, newer = (Autosave(folder) for _ in range(2))
     wf = json.loads(DEMO.read_text())
@@ -190,7 +221,9 @@ def test_the_newest_orphan_is_offered_and_an_unreadable_one_is_set_aside(qtbot, 
     assert window.autosave.path.stat().st_mtime == 2_000_000  # "autosaved at" still means the crash time
 
 
-def _launch_and_inspect(tmp_path: Path, monkeypatch, registry, workflow_path: Path | None) -> dict[str, object]:
+def _launch_and_inspect(
+    tmp_path: Path, monkeypatch, registry, workflow_path: Path | None
+) -> dict[str, object]:
     from PySide6.QtCore import QTimer
 
     from app.gui import launch
@@ -203,9 +236,14 @@ def _launch_and_inspect(tmp_path: Path, monkeypatch, registry, workflow_path: Pa
     seen: dict[str, object] = {}
 
     def inspect_and_quit() -> None:
-        window = next(w for w in QApplication.topLevelWidgets() if isinstance(w, MainWindow) and w.isVisible())
-        seen.update(path=window.path, nodes=sorted(window.model.node_ids()),
-                    status=window.statusBar().currentMessage())
+        window = next(
+            w for w in QApplication.topLevelWidgets() if isinstance(w, MainWindow) and w.isVisible()
+        )
+        seen.update(
+            path=window.path,
+            nodes=sorted(window.model.node_ids()),
+            status=window.statusBar().currentMessage(),
+        )
         window.close()
         QApplication.instance().quit()
 
@@ -221,8 +259,9 @@ def _orphan(folder: Path, workflow: dict, source: str | None) -> Path:
     return path
 
 
-def test_an_accepted_recovery_wins_over_the_command_line_file_and_says_so(qtbot, tmp_path: Path, registry,
-                                                                         monkeypatch) -> None:
+def test_an_accepted_recovery_wins_over_the_command_line_file_and_says_so(
+    qtbot, tmp_path: Path, registry, monkeypatch
+) -> None:
     wf = json.loads(DEMO.read_text())
     del wf["nodes"]["show"]
     _orphan(tmp_path / "data" / "autosave", wf, None)
@@ -233,7 +272,9 @@ def test_an_accepted_recovery_wins_over_the_command_line_file_and_says_so(qtbot,
     assert "other.json" in str(seen["status"]) and "not opened" in str(seen["status"])
 
 
-def test_a_recovery_that_fails_to_load_is_kept_as_broken(qtbot, tmp_path: Path, registry, monkeypatch) -> None:
+def test_a_recovery_that_fails_to_load_is_kept_as_broken(
+    qtbot, tmp_path: Path, registry, monkeypatch
+) -> None:
     wf = json.loads(DEMO.read_text())
     wf["nodes"]["show"]["type"] = "NoSuchNodeType"  # e.g. its node pack is not installed this time
     _orphan(tmp_path / "data" / "autosave", wf, None)

@@ -19,7 +19,9 @@ def test_launch_opens_the_workflow_and_returns_the_exit_code(qapp, tmp_path: Pat
     seen: dict[str, object] = {}
 
     def inspect_and_quit() -> None:
-        window = next(w for w in QApplication.topLevelWidgets() if isinstance(w, MainWindow) and w.isVisible())
+        window = next(
+            w for w in QApplication.topLevelWidgets() if isinstance(w, MainWindow) and w.isVisible()
+        )
         seen["title"] = window.windowTitle()
         seen["nodes"] = sorted(window.model.node_ids())
         window.close()

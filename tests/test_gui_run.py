@@ -42,18 +42,41 @@ def test_registry():
 
 
 def slow_graph(window: MainWindow, steps: int = 400, delay: float = 0.01) -> None:
-    window.model.load(workflow_from_dict({
-        "format": "nodeloom.workflow", "version": 1,
-        "nodes": {
-            "number": {"type": "Number", "params": {"value": 3}},
-            "slow": {"type": "Steps", "params": {"steps": steps, "delay": delay},
-                     "inputs": {"value": ["number", "value"]}},
-            "text": {"type": "ToText", "params": {"style": "dec"}, "inputs": {"value": ["slow", "value"]}},
-            "save": {"type": "SaveText", "params": {"prefix": "slow"}, "inputs": {"text": ["text", "text"]}},
-        },
-        "ui": {"nodes": {"number": {"pos": [0, 0]}, "slow": {"pos": [260, 0]}, "text": {"pos": [520, 0]},
-                         "save": {"pos": [780, 0]}}},
-    }, window.registry))
+    window.model.load(
+        workflow_from_dict(
+            {
+                "format": "nodeloom.workflow",
+                "version": 1,
+                "nodes": {
+                    "number": {"type": "Number", "params": {"value": 3}},
+                    "slow": {
+                        "type": "Steps",
+                        "params": {"steps": steps, "delay": delay},
+                        "inputs": {"value": ["number", "value"]},
+                    },
+                    "text": {
+                        "type": "ToText",
+                        "params": {"style": "dec"},
+                        "inputs": {"value": ["slow", "value"]},
+                    },
+                    "save": {
+                        "type": "SaveText",
+                        "params": {"prefix": "slow"},
+                        "inputs": {"text": ["text", "text"]},
+                    },
+                },
+                "ui": {
+                    "nodes": {
+                        "number": {"pos": [0, 0]},
+                        "slow": {"pos": [260, 0]},
+                        "text": {"pos": [520, 0]},
+                        "save": {"pos": [780, 0]},
+                    }
+                },
+            },
+            window.registry,
+        )
+    )
 
 
 def test_run_the_demo_from_the_window(qtbot, tmp_path: Path, registry) -> None:
@@ -84,7 +107,9 @@ def test_run_the_demo_from_the_window(qtbot, tmp_path: Path, registry) -> None:
     assert {s.status for s in window.scene.run_states.values()} == {"cached"}
 
 
-def test_progress_then_cancel_with_escape_leaves_the_graph_intact(qtbot, tmp_path: Path, test_registry) -> None:
+def test_progress_then_cancel_with_escape_leaves_the_graph_intact(
+    qtbot, tmp_path: Path, test_registry
+) -> None:
     window = make_window(qtbot, tmp_path, test_registry)
     slow_graph(window)
     before = window.model.to_workflow().to_dict()
@@ -106,11 +131,19 @@ def test_progress_then_cancel_with_escape_leaves_the_graph_intact(qtbot, tmp_pat
 
 def test_a_failing_node_is_highlighted_selected_and_explained(qtbot, tmp_path: Path, test_registry) -> None:
     window = make_window(qtbot, tmp_path, test_registry)
-    window.model.load(workflow_from_dict({
-        "format": "nodeloom.workflow", "version": 1,
-        "nodes": {"number": {"type": "Number", "params": {"value": 1}},
-                  "boom": {"type": "Boom", "inputs": {"value": ["number", "value"]}}},
-    }, test_registry))
+    window.model.load(
+        workflow_from_dict(
+            {
+                "format": "nodeloom.workflow",
+                "version": 1,
+                "nodes": {
+                    "number": {"type": "Number", "params": {"value": 1}},
+                    "boom": {"type": "Boom", "inputs": {"value": ["number", "value"]}},
+                },
+            },
+            test_registry,
+        )
+    )
     window.run_workflow()
     wait_until(lambda: window.last_result is not None, 20)
     state = window.scene.run_states["boom"]
@@ -142,9 +175,17 @@ def test_streamed_text_arrives_token_by_token_and_edits_clear_stale_badges(qtbot
             ctx.text(("" if i == 0 else " ") + word)
         return {"text": words}
 
-    registry.register(NodeSpec(type="Stream", title="Stream", category="test", run=stream, is_output=True,
-                               params=[Param("words", "string", default="one two three four")],
-                               outputs=[Output("text", TEXT)]))
+    registry.register(
+        NodeSpec(
+            type="Stream",
+            title="Stream",
+            category="test",
+            run=stream,
+            is_output=True,
+            params=[Param("words", "string", default="one two three four")],
+            outputs=[Output("text", TEXT)],
+        )
+    )
     window = make_window(qtbot, tmp_path, registry)
     node = window.model.add_node("Stream", (0, 0))
     window.run_workflow()
@@ -161,8 +202,9 @@ def test_streamed_text_arrives_token_by_token_and_edits_clear_stale_badges(qtbot
     wait_until(lambda: window.scene.run_states[node].status == "", 5)
 
 
-def test_one_executor_across_runs_until_the_device_settings_change(qtbot, tmp_path: Path, registry,
-                                                                   monkeypatch) -> None:
+def test_one_executor_across_runs_until_the_device_settings_change(
+    qtbot, tmp_path: Path, registry, monkeypatch
+) -> None:
     from app.gui.settings import SettingsDialog
 
     window = make_window(qtbot, tmp_path, registry)
@@ -174,8 +216,13 @@ def test_one_executor_across_runs_until_the_device_settings_change(qtbot, tmp_pa
     wait_until(lambda: window.run_action.isEnabled(), 30)
     assert window.runner.executor is executor  # same cache
     # Settings dialog: a new policy and budget are saved and the executor is rebuilt.
-    monkeypatch.setattr(SettingsDialog, "exec", lambda self: (self.policy.setCurrentText("sequential"),
-                                                             self.ram.setText("2GiB"), self.accept(), 1)[-1])
+    monkeypatch.setattr(
+        SettingsDialog,
+        "exec",
+        lambda self: (self.policy.setCurrentText("sequential"), self.ram.setText("2GiB"), self.accept(), 1)[
+            -1
+        ],
+    )
     window.open_settings()
     assert window.settings.memory.policy == "sequential" and window.settings.memory.ram_budget == "2GiB"
     reread = AppSettings(QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat))
@@ -184,16 +231,18 @@ def test_one_executor_across_runs_until_the_device_settings_change(qtbot, tmp_pa
     assert window.runner.memory.policy == "sequential"
 
 
-def test_the_allow_pickle_setting_reaches_the_executor(qtbot, tmp_path: Path, test_registry,
-                                                      monkeypatch) -> None:
+def test_the_allow_pickle_setting_reaches_the_executor(
+    qtbot, tmp_path: Path, test_registry, monkeypatch
+) -> None:
     from app.gui.settings import SettingsDialog
 
     window = make_window(qtbot, tmp_path, test_registry)
     assert window.start_memory_manager()
     executor = window.runner.executor
     assert executor.allow_pickle is False  # off unless the user opts in
-    monkeypatch.setattr(SettingsDialog, "exec", lambda self: (self.allow_pickle.setChecked(True), self.accept(),
-                                                             1)[-1])
+    monkeypatch.setattr(
+        SettingsDialog, "exec", lambda self: (self.allow_pickle.setChecked(True), self.accept(), 1)[-1]
+    )
     window.open_settings()
     reread = AppSettings(QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat))
     assert reread.allow_pickle  # persisted
@@ -201,7 +250,9 @@ def test_the_allow_pickle_setting_reaches_the_executor(qtbot, tmp_path: Path, te
     assert window.runner.executor is executor and executor.allow_pickle is True
 
 
-def test_closing_mid_run_leaves_the_memory_manager_to_the_worker(qtbot, tmp_path: Path, test_registry) -> None:
+def test_closing_mid_run_leaves_the_memory_manager_to_the_worker(
+    qtbot, tmp_path: Path, test_registry
+) -> None:
     window = make_window(qtbot, tmp_path, test_registry)
     slow_graph(window)
     assert window.run_workflow()
@@ -230,7 +281,9 @@ def test_the_txt2img_demo_draws_previews_then_the_picture(qtbot, tmp_path: Path,
     window = make_window(qtbot, tmp_path, registry)
     assert window.open_path(REPO / "resources" / "workflows" / "txt2img.json")
     try:
-        complete = (resolve_model_path(window.model.node("load").params["path"]) / "model_index.json").exists()
+        complete = (
+            resolve_model_path(window.model.node("load").params["path"]) / "model_index.json"
+        ).exists()
     except ModelNotFoundError:
         complete = False
     if not complete:  # the trained shapes model is not in this checkout: same graph, tiny random model

@@ -19,9 +19,15 @@ PROMPTS = [[1, 50, 60, 70], [5], [1, 200, 201, 202, 203, 204, 205, 206, 207, 208
 
 def _reference(model, prompt: list[int], n: int, **kwargs) -> list[int]:
     with torch.no_grad():
-        out = model.generate(torch.tensor([prompt]), max_new_tokens=n, do_sample=False, eos_token_id=None,
-                             pad_token_id=0, **kwargs)
-    return out[0, len(prompt):].tolist()
+        out = model.generate(
+            torch.tensor([prompt]),
+            max_new_tokens=n,
+            do_sample=False,
+            eos_token_id=None,
+            pad_token_id=0,
+            **kwargs,
+        )
+    return out[0, len(prompt) :].tolist()
 
 
 @pytest.mark.parametrize("kind", ["dynamic", "static"])
@@ -39,8 +45,13 @@ def test_repetition_penalty_matches_model_generate() -> None:
     model = tiny_llama(seed=2)
     prompt = PROMPTS[0]
     want = _reference(model, prompt, 30, repetition_penalty=1.5)
-    got = generate(model, prompt, KVCache(model.config, 64), max_new_tokens=30,
-                   params=SamplingParams(repetition_penalty=1.5))
+    got = generate(
+        model,
+        prompt,
+        KVCache(model.config, 64),
+        max_new_tokens=30,
+        params=SamplingParams(repetition_penalty=1.5),
+    )
     assert got.tokens == want
     assert got.tokens != _reference(model, prompt, 30)  # the penalty did change something
 
@@ -77,8 +88,14 @@ def test_sampling_is_seeded_and_top_k_1_is_greedy() -> None:
     c = generate(model, prompt, KVCache(model.config, 64), max_new_tokens=30, params=params, seed=8).tokens
     assert a == b and a != c
     greedy = generate(model, prompt, KVCache(model.config, 64), max_new_tokens=30).tokens
-    top1 = generate(model, prompt, KVCache(model.config, 64), max_new_tokens=30,
-                    params=SamplingParams(temperature=1.0, top_k=1), seed=5).tokens
+    top1 = generate(
+        model,
+        prompt,
+        KVCache(model.config, 64),
+        max_new_tokens=30,
+        params=SamplingParams(temperature=1.0, top_k=1),
+        seed=5,
+    ).tokens
     assert top1 == greedy
 
 
@@ -106,7 +123,9 @@ def test_sample_draws_follow_the_distribution() -> None:
 def test_kv_cache_bytes_match_the_formula_and_the_tensors() -> None:
     model = tiny_llama()
     cfg = model.config
-    expected = kv_cache_bytes(cfg.num_hidden_layers, 1, 50, cfg.num_key_value_heads, cfg.head_dim, torch.float32)
+    expected = kv_cache_bytes(
+        cfg.num_hidden_layers, 1, 50, cfg.num_key_value_heads, cfg.head_dim, torch.float32
+    )
     static = KVCache(cfg, 50, kind="static")
     dynamic = KVCache(cfg, 50)
     assert static.reserved_bytes == dynamic.reserved_bytes == expected
@@ -116,8 +135,9 @@ def test_kv_cache_bytes_match_the_formula_and_the_tensors() -> None:
     assert static.nbytes == expected  # allocated up front
     used = len(prompt) + 10 - 1  # the last sampled token is never fed back
     assert dynamic.seq_len == used
-    assert dynamic.nbytes == kv_cache_bytes(cfg.num_hidden_layers, 1, used, cfg.num_key_value_heads,
-                                            cfg.head_dim, torch.float32)
+    assert dynamic.nbytes == kv_cache_bytes(
+        cfg.num_hidden_layers, 1, used, cfg.num_key_value_heads, cfg.head_dim, torch.float32
+    )
 
 
 def test_context_too_small_is_refused() -> None:

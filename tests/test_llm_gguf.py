@@ -49,7 +49,9 @@ def test_unpermute_undoes_llama_cpp_permutation() -> None:
         assert np.array_equal(unpermute_qk(_permute(w, n_head), n_head), w)
 
 
-@pytest.mark.parametrize("qtype", [Q.F32, Q.F16, Q.BF16, Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1], ids=lambda q: q.name)
+@pytest.mark.parametrize(
+    "qtype", [Q.F32, Q.F16, Q.BF16, Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1], ids=lambda q: q.name
+)
 def test_every_tensor_reads_back_dequantized_and_unpermuted(tmp_path: Path, qtype: Q) -> None:
     model = tiny_llama()
     path = tmp_path / f"tiny-{qtype.name}.gguf"
@@ -60,8 +62,16 @@ def test_every_tensor_reads_back_dequantized_and_unpermuted(tmp_path: Path, qtyp
     assert set(state) == set(expected)
     for name, want in expected.items():
         assert np.array_equal(state[name].numpy(), want), name
-    for key in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-                "num_key_value_heads", "head_dim", "vocab_size", "max_position_embeddings"):
+    for key in (
+        "hidden_size",
+        "intermediate_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "head_dim",
+        "vocab_size",
+        "max_position_embeddings",
+    ):
         assert getattr(config, key) == getattr(model.config, key), key
     assert config.rope_parameters["rope_theta"] == model.config.rope_parameters["rope_theta"]
     assert config.tie_word_embeddings is False
@@ -106,8 +116,14 @@ def test_cache_layout_and_reuse(tmp_path: Path) -> None:
     folder = ensure_gguf_converted(path, cache_root=root)
     assert folder.parent == root and folder.name == gguf_cache_key(path) and folder.name.startswith("v1-")
     names = {p.name for p in folder.iterdir()}
-    assert {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
-            "tokenizer_config.json", "nodeloom-gguf.json"} <= names
+    assert {
+        "config.json",
+        "generation_config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "nodeloom-gguf.json",
+    } <= names
     meta = json.loads((folder / "nodeloom-gguf.json").read_text())
     assert meta["architecture"] == "llama" and meta["size"] == path.stat().st_size
     assert meta["tensor_types"]["Q4_1"] == 16  # 7 per layer x 2, the embedding and the output head
@@ -148,8 +164,9 @@ def test_smollm2_cached_tokenizer_encodes_like_the_gguf(smollm_files, smollm) ->
     for text in TEXTS:
         assert ours(text)["input_ids"] == ref(text)["input_ids"], text
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Ça va? 🎉 2+2=?"}]
-    assert ours.apply_chat_template(messages, add_generation_prompt=True, tokenize=False) == \
-        ref.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    assert ours.apply_chat_template(
+        messages, add_generation_prompt=True, tokenize=False
+    ) == ref.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
     assert ours.convert_tokens_to_ids("<|im_end|>") == 2
 
 

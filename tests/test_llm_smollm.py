@@ -29,7 +29,7 @@ def test_greedy_matches_model_generate_on_smollm2(smollm) -> None:  # noqa: F811
     model, tokenizer = smollm
     ids = build_prompt_ids(tokenizer, "Write a short poem about the sea.")
     with torch.inference_mode():
-        ref = model.generate(torch.tensor([ids]), max_new_tokens=24, do_sample=False)[0, len(ids):].tolist()
+        ref = model.generate(torch.tensor([ids]), max_new_tokens=24, do_sample=False)[0, len(ids) :].tolist()
     ours = generate(model, ids, KVCache(model.config, len(ids) + 24), max_new_tokens=24, eos_ids=(2,))
     assert ours.tokens == ref and len(ref) == 24
 
@@ -49,7 +49,8 @@ def _run(workflow, memory: MemoryManager, tmp_path: Path, **kwargs):
 
     events: list = []
     result = Executor(default_registry(entry_point_packs=False), memory=memory).run(
-        workflow, out_dir=tmp_path, on_event=events.append, **kwargs)
+        workflow, out_dir=tmp_path, on_event=events.append, **kwargs
+    )
     return result, events
 
 
@@ -76,8 +77,16 @@ def test_llm_workflow_streams_answer_and_reports_metrics(smollm_files, tmp_path:
     assert len(steps) == metrics["tokens"]
     cfg = json.loads((smollm_files.folder / "config.json").read_text())
     prompt_tokens = int(metrics["prompt_tokens"])
-    assert metrics["kv_bytes"] == 2 * 30 * (prompt_tokens + 64 - 1) * 3 * 64 * 4 == \
-        2 * cfg["num_hidden_layers"] * (prompt_tokens + 64 - 1) * cfg["num_key_value_heads"] * cfg["head_dim"] * 4
+    assert (
+        metrics["kv_bytes"]
+        == 2 * 30 * (prompt_tokens + 64 - 1) * 3 * 64 * 4
+        == 2
+        * cfg["num_hidden_layers"]
+        * (prompt_tokens + 64 - 1)
+        * cfg["num_key_value_heads"]
+        * cfg["head_dim"]
+        * 4
+    )
     # Sequential: the weights were loaded for the node and unloaded right after it.
     report = memory.report()
     assert [e["component"] for e in report["loads"]] == ["llm"]
@@ -110,8 +119,10 @@ def test_cancel_stops_generation_mid_stream(smollm_files, tmp_path: Path) -> Non
     from nodes.registry import default_registry
 
     memory = MemoryManager(MemoryConfig(device="cpu", policy="sequential"))
-    wf = workflow_from_dict(_llm_workflow(prompt="Write a long story about a dragon.", max_new_tokens=200),
-                            default_registry(entry_point_packs=False))
+    wf = workflow_from_dict(
+        _llm_workflow(prompt="Write a long story about a dragon.", max_new_tokens=200),
+        default_registry(entry_point_packs=False),
+    )
     cancel = CancelToken()
     texts: list[str] = []
 
@@ -124,6 +135,7 @@ def test_cancel_stops_generation_mid_stream(smollm_files, tmp_path: Path) -> Non
     from nodes.registry import default_registry as registry
 
     result = Executor(registry(entry_point_packs=False), memory=memory).run(
-        wf, out_dir=tmp_path, on_event=on_event, cancel=cancel)
+        wf, out_dir=tmp_path, on_event=on_event, cancel=cancel
+    )
     assert result.cancelled and len(texts) == 3
     assert not memory.ledger.working and all(h.module is None for h in memory.ledger.handles.values())

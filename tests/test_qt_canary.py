@@ -21,6 +21,8 @@ print("survived")
 
 def test_twenty_thousand_void_qt_calls_do_not_abort_the_process() -> None:
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen")
-    proc = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, f"PySide6 aborted (exit {proc.returncode}): {proc.stderr[-500:]}"
     assert "survived" in proc.stdout

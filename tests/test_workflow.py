@@ -65,14 +65,17 @@ def test_shipped_workflows_match_the_schema_and_load(path: Path) -> None:
 def test_every_problem_is_reported_together() -> None:
     registry = make_registry(Calls())
     data = {
-        "format": "nodeloom.workflow", "version": 1,
+        "format": "nodeloom.workflow",
+        "version": 1,
         "nodes": {
             "typo": {"type": "Numbr", "params": {"value": 1}},
             "big": {"type": "Number", "params": {"value": 500}},
             "style": {"type": "ToText", "params": {"style": "roman"}, "inputs": {"value": ["big", "value"]}},
             "half": {"type": "Add", "inputs": {"a": ["big", "value"]}},
-            "extra": {"type": "Add", "inputs": {"a": ["big", "value"], "b": ["big", "value"],
-                                                "c": ["big", "value"]}},
+            "extra": {
+                "type": "Add",
+                "inputs": {"a": ["big", "value"], "b": ["big", "value"], "c": ["big", "value"]},
+            },
             "dangling": {"type": "Add", "inputs": {"a": ["ghost", "value"], "b": ["big", "value"]}},
             "badout": {"type": "Add", "inputs": {"a": ["big", "valeu"], "b": ["big", "value"]}},
             "mismatch": {"type": "Add", "inputs": {"a": ["style", "text"], "b": ["big", "value"]}},
@@ -124,13 +127,17 @@ def test_not_json_names_the_file_and_line(tmp_path: Path) -> None:
 def test_missing_params_take_defaults_and_wired_params_skip_their_widget() -> None:
     registry = make_registry(Calls())
     data = {
-        "format": "nodeloom.workflow", "version": 1,
+        "format": "nodeloom.workflow",
+        "version": 1,
         "nodes": {
             "n": {"type": "Number", "params": {"value": 5}},
             "t": {"type": "ToText", "inputs": {"value": ["n", "value"]}},
             # `prefix` is a parameter of SaveText; here a wire feeds it instead of the widget.
-            "s": {"type": "SaveText", "params": {"prefix": None}, "inputs": {"text": ["t", "text"],
-                                                                           "prefix": ["t", "text"]}},
+            "s": {
+                "type": "SaveText",
+                "params": {"prefix": None},
+                "inputs": {"text": ["t", "text"], "prefix": ["t", "text"]},
+            },
         },
     }
     wf = workflow_from_dict(data, registry)
@@ -145,11 +152,16 @@ def test_dumps_is_stable_json() -> None:
 
 def test_a_node_downstream_of_a_cycle_is_not_blamed_for_it() -> None:
     registry = make_registry(Calls())
-    data = {"format": "nodeloom.workflow", "version": 1, "nodes": {
-        "n": {"type": "Number", "params": {"value": 1}},
-        "a": {"type": "Add", "inputs": {"a": ["b", "value"], "b": ["n", "value"]}},
-        "b": {"type": "Add", "inputs": {"a": ["a", "value"], "b": ["n", "value"]}},
-        "c": {"type": "ToText", "inputs": {"value": ["b", "value"]}}}}
+    data = {
+        "format": "nodeloom.workflow",
+        "version": 1,
+        "nodes": {
+            "n": {"type": "Number", "params": {"value": 1}},
+            "a": {"type": "Add", "inputs": {"a": ["b", "value"], "b": ["n", "value"]}},
+            "b": {"type": "Add", "inputs": {"a": ["a", "value"], "b": ["n", "value"]}},
+            "c": {"type": "ToText", "inputs": {"value": ["b", "value"]}},
+        },
+    }
     with pytest.raises(WorkflowError) as info:
         workflow_from_dict(data, registry)
     assert {p.node for p in info.value.problems if "cycle" in p.reason} == {"a", "b"}
@@ -157,8 +169,11 @@ def test_a_node_downstream_of_a_cycle_is_not_blamed_for_it() -> None:
 
 def test_a_damaged_layout_is_dropped_not_fatal() -> None:
     data = chain_workflow()
-    data["ui"] = {"nodes": {"one": {"pos": "left"}, "two": {"pos": [1, 2]}, "sum": []},
-                  "groups": [{"title": "ok", "rect": [0, 0, 10, 10]}, {"title": "bad", "rect": [1]}], "view": 3}
+    data["ui"] = {
+        "nodes": {"one": {"pos": "left"}, "two": {"pos": [1, 2]}, "sum": []},
+        "groups": [{"title": "ok", "rect": [0, 0, 10, 10]}, {"title": "bad", "rect": [1]}],
+        "view": 3,
+    }
     wf = workflow_from_dict(data, make_registry(Calls()))
     assert wf.ui["nodes"] == {"one": {}, "two": {"pos": [1, 2]}}
     assert [g["title"] for g in wf.ui["groups"]] == ["ok"] and "view" not in wf.ui

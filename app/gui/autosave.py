@@ -32,8 +32,9 @@ class Autosave:
 
     def write(self, workflow: dict[str, Any], source: str | None) -> None:
         """Save the current graph along with the file it belongs to (None: never saved)."""
-        atomic_write_text(self.path, json.dumps({"source": source, "pid": os.getpid(), "workflow": workflow},
-                                                indent=1))
+        atomic_write_text(
+            self.path, json.dumps({"source": source, "pid": os.getpid(), "workflow": workflow}, indent=1)
+        )
 
     def pending(self) -> dict[str, Any] | None:
         """The newest graph a crashed session left behind (now this process's file), or None."""

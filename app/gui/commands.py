@@ -20,8 +20,13 @@ MERGE_WINDOW_S = 1.5
 
 
 class AddNodeCommand(QUndoCommand):
-    def __init__(self, model: GraphModel, type_name: str, pos: tuple[float, float],
-                 params: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        model: GraphModel,
+        type_name: str,
+        pos: tuple[float, float],
+        params: dict[str, Any] | None = None,
+    ) -> None:
         super().__init__(f"Add {type_name}")
         self.model, self.type_name, self.pos, self.params = model, type_name, pos, params
         self.node_id: str | None = None
@@ -37,8 +42,13 @@ class AddNodeCommand(QUndoCommand):
 class RemoveCommand(QUndoCommand):
     """Delete nodes, wires and groups; undo restores the snapshot with the same ids and wires."""
 
-    def __init__(self, model: GraphModel, node_ids: list[str], group_indices: list[int],
-                 wires: list[tuple[str, str]] | None = None) -> None:
+    def __init__(
+        self,
+        model: GraphModel,
+        node_ids: list[str],
+        group_indices: list[int],
+        wires: list[tuple[str, str]] | None = None,
+    ) -> None:
         count = len(node_ids) + len(group_indices) + len(wires or [])
         super().__init__(f"Delete {count} item{'s' if count != 1 else ''}")
         self.model, self.node_ids, self.group_indices = model, node_ids, group_indices
@@ -53,8 +63,9 @@ class RemoveCommand(QUndoCommand):
 
 
 class PasteCommand(QUndoCommand):
-    def __init__(self, model: GraphModel, snapshot: dict[str, Any], offset: tuple[float, float],
-                 text: str = "Paste") -> None:
+    def __init__(
+        self, model: GraphModel, snapshot: dict[str, Any], offset: tuple[float, float], text: str = "Paste"
+    ) -> None:
         super().__init__(text)
         self.model, self.source, self.offset = model, snapshot, offset
         self.new_ids: list[str] = []
@@ -117,8 +128,12 @@ class SetParamCommand(QUndoCommand):
 class MoveCommand(QUndoCommand):
     """Nodes to new positions and groups to new rects; a drag (or a burst of nudges) is one step."""
 
-    def __init__(self, model: GraphModel, nodes: dict[str, tuple[float, float]],
-                 groups: dict[int, list[float]] | None = None) -> None:
+    def __init__(
+        self,
+        model: GraphModel,
+        nodes: dict[str, tuple[float, float]],
+        groups: dict[int, list[float]] | None = None,
+    ) -> None:
         count = len(nodes) + len(groups or {})
         super().__init__(f"Move {count} item{'s' if count != 1 else ''}")
         self.model, self.nodes, self.groups = model, dict(nodes), dict(groups or {})

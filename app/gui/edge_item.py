@@ -30,11 +30,19 @@ class EdgeItem(QGraphicsPathItem):
         self.connection = connection
         self.color = QColor(color)
         self.setZValue(0 if connection else 3)
-        self.setPen(QPen(self.color, 2.6, Qt.PenStyle.SolidLine if connection else Qt.PenStyle.DashLine,
-                         Qt.PenCapStyle.RoundCap))
+        self.setPen(
+            QPen(
+                self.color,
+                2.6,
+                Qt.PenStyle.SolidLine if connection else Qt.PenStyle.DashLine,
+                Qt.PenCapStyle.RoundCap,
+            )
+        )
         if connection is not None:
             self.setFlag(QGraphicsItem.GraphicsItemFlag.ItemIsSelectable)
-            self.setToolTip(f"{connection.out_node}.{connection.out_port} → {connection.in_node}.{connection.in_port}")
+            self.setToolTip(
+                f"{connection.out_node}.{connection.out_port} → {connection.in_node}.{connection.in_port}"
+            )
 
     def set_ends(self, start: QPointF, end: QPointF) -> None:
         self.setPath(wire_path(start, end))
@@ -44,7 +52,9 @@ class EdgeItem(QGraphicsPathItem):
         stroker.setWidth(10)
         return stroker.createStroke(self.path())
 
-    def paint(self, painter: QPainter, option: QStyleOptionGraphicsItem, widget: QWidget | None = None) -> None:
+    def paint(
+        self, painter: QPainter, option: QStyleOptionGraphicsItem, widget: QWidget | None = None
+    ) -> None:
         painter.setRenderHint(QPainter.RenderHint.Antialiasing)
         pen = QPen(self.pen())
         if option.state & QStyle.StateFlag.State_Selected:  # type: ignore[operator]

@@ -30,14 +30,22 @@ if TYPE_CHECKING:
 class EditOpsMixin:
     """Mixed into MainWindow; uses its scene, view, model, palette, inspector and undo stack."""
 
-    def open_palette(self: MainWindow, scene_pos: QPointF, accepts: Callable[[NodeSpec], bool] | None = None) -> None:
+    def open_palette(
+        self: MainWindow, scene_pos: QPointF, accepts: Callable[[NodeSpec], bool] | None = None
+    ) -> None:
         if accepts is None:
             self._pending_wire = None
         view_pos = self.view.mapFromScene(scene_pos)
         self.palette.open_at(scene_pos, self.view.viewport().mapToGlobal(view_pos), accepts)
 
-    def _wire_dropped(self: MainWindow, node_id: str, port: str, direction: str, type_name: str, pos: QPointF) -> None:
-        source = self.model.output_type(node_id, port) if direction == "out" else self.model.input_type(node_id, port)
+    def _wire_dropped(
+        self: MainWindow, node_id: str, port: str, direction: str, type_name: str, pos: QPointF
+    ) -> None:
+        source = (
+            self.model.output_type(node_id, port)
+            if direction == "out"
+            else self.model.input_type(node_id, port)
+        )
         if source is None:
             return
 
@@ -77,8 +85,10 @@ class EditOpsMixin:
             menu.addAction("Rename Group…", lambda: self.scene.rename_group(item.index))
             colors = menu.addMenu("Group Colour")
             for color in GROUP_COLORS:
-                colors.addAction(color, lambda c=color: self.undo_stack.push(
-                    UpdateGroupCommand(self.model, item.index, color=c)))
+                colors.addAction(
+                    color,
+                    lambda c=color: self.undo_stack.push(UpdateGroupCommand(self.model, item.index, color=c)),
+                )
         menu.addSeparator()
         menu.addAction("Fit Graph", lambda: self.view.fit())
 
@@ -102,7 +112,9 @@ class EditOpsMixin:
             facts.append("Last run: reused from the cache")
         if node_id in self.plots.peaks and state is not None and state.status in ("done", "error"):
             peak, baseline = self.plots.peaks[node_id]
-            facts.append(f"peak memory {fmt_size(peak)} ({fmt_size(max(peak - baseline, 0))} above the start)")
+            facts.append(
+                f"peak memory {fmt_size(peak)} ({fmt_size(max(peak - baseline, 0))} above the start)"
+            )
         error = f"Error: {state.message}" if state is not None and state.status == "error" else ""
         if self.inspector.node_id == node_id:
             self.inspector.set_facts(" · ".join(facts), error)
@@ -144,4 +156,3 @@ class EditOpsMixin:
         for item in self.scene.items():
             if isinstance(item, NodeItem):
                 item.setSelected(True)
-

@@ -28,7 +28,9 @@ from nodes.workflow import (
 if TYPE_CHECKING:
     from app.gui.main_window import MainWindow
 
-FILE_FILTER = "Nodeloom workflows (*.json *.png);;Workflow JSON (*.json);;PNG with workflow (*.png);;All files (*)"
+FILE_FILTER = (
+    "Nodeloom workflows (*.json *.png);;Workflow JSON (*.json);;PNG with workflow (*.png);;All files (*)"
+)
 # Problems an unfinished graph may have and still be opened for editing (the run reports them).
 SOFT_PREFIXES = ("required input",)
 
@@ -58,14 +60,22 @@ class FileOpsMixin:
         self.setWindowTitle(f"{name}{'*' if self.is_dirty() else ''} — Nodeloom")
 
     def ask_save_changes(self: MainWindow) -> str:
-        """"save", "discard" or "cancel"; tests replace this."""
-        buttons = (QMessageBox.StandardButton.Save | QMessageBox.StandardButton.Discard
-                   | QMessageBox.StandardButton.Cancel)
-        answer = QMessageBox.question(self, "Unsaved changes",
-                                      f"Save the changes to {self.path.name if self.path else 'Untitled'}?",
-                                      buttons, QMessageBox.StandardButton.Save)
-        return {QMessageBox.StandardButton.Save: "save",
-                QMessageBox.StandardButton.Discard: "discard"}.get(answer, "cancel")
+        """ "save", "discard" or "cancel"; tests replace this."""
+        buttons = (
+            QMessageBox.StandardButton.Save
+            | QMessageBox.StandardButton.Discard
+            | QMessageBox.StandardButton.Cancel
+        )
+        answer = QMessageBox.question(
+            self,
+            "Unsaved changes",
+            f"Save the changes to {self.path.name if self.path else 'Untitled'}?",
+            buttons,
+            QMessageBox.StandardButton.Save,
+        )
+        return {QMessageBox.StandardButton.Save: "save", QMessageBox.StandardButton.Discard: "discard"}.get(
+            answer, "cancel"
+        )
 
     def confirm_discard(self: MainWindow) -> bool:
         """True when it is fine to replace the current graph."""
@@ -80,8 +90,12 @@ class FileOpsMixin:
         """A non-blocking dialog listing every problem: file, node, field and reason."""
         self.last_problems = list(problems)
         lines = [f"• {p.node or '(file)'}{'.' + p.field if p.field else ''}: {p.reason}" for p in problems]
-        box = QMessageBox(QMessageBox.Icon.Warning, title,
-                          intro or f"{len(problems)} problem{'s' if len(problems) != 1 else ''} found:", parent=self)
+        box = QMessageBox(
+            QMessageBox.Icon.Warning,
+            title,
+            intro or f"{len(problems)} problem{'s' if len(problems) != 1 else ''} found:",
+            parent=self,
+        )
         box.setInformativeText("\n".join(lines[:20]) + ("\n…" if len(lines) > 20 else ""))
         box.setDetailedText("\n".join(str(p) for p in problems))
         # One problem per line rather than wrapped into a narrow column.
@@ -112,16 +126,20 @@ class FileOpsMixin:
         try:
             wf, soft = read_for_editing(read_workflow_json(path), self.registry, str(path))
         except WorkflowError as exc:
-            self.show_problems(f"Cannot open {Path(path).name}", exc.problems,
-                               f"{Path(path).name} could not be opened; your current graph is unchanged.")
+            self.show_problems(
+                f"Cannot open {Path(path).name}",
+                exc.problems,
+                f"{Path(path).name} could not be opened; your current graph is unchanged.",
+            )
             self.status(f"Could not open {path}")
             return False
         is_png = Path(path).suffix.lower() == ".png"
         self.set_workflow(wf, None if is_png else Path(path))
         self.settings.add_recent(Path(path))
         if soft:
-            self.show_problems(f"{Path(path).name}: unfinished graph", soft,
-                               "Opened. These need fixing before it can run:")
+            self.show_problems(
+                f"{Path(path).name}: unfinished graph", soft, "Opened. These need fixing before it can run:"
+            )
         self.status(f"Opened {path}")
         return True
 
@@ -191,8 +209,11 @@ class FileOpsMixin:
             self.autosave.write(self.current_workflow().to_dict(), str(self.path) if self.path else None)
 
     def ask_recover(self: MainWindow, when: str) -> bool:
-        answer = QMessageBox.question(self, "Recover unsaved work?",
-                                      f"Nodeloom did not close normally. Recover the graph autosaved at {when}?")
+        answer = QMessageBox.question(
+            self,
+            "Recover unsaved work?",
+            f"Nodeloom did not close normally. Recover the graph autosaved at {when}?",
+        )
         return answer == QMessageBox.StandardButton.Yes
 
     def offer_recovery(self: MainWindow) -> bool:

@@ -38,8 +38,11 @@ class GroupItem(QGraphicsItem):
         self.size = (w, h)
         self.setPos(x, y)
         self.setZValue(-5)
-        self.setFlags(QGraphicsItem.GraphicsItemFlag.ItemIsMovable | QGraphicsItem.GraphicsItemFlag.ItemIsSelectable
-                      | QGraphicsItem.GraphicsItemFlag.ItemSendsGeometryChanges)
+        self.setFlags(
+            QGraphicsItem.GraphicsItemFlag.ItemIsMovable
+            | QGraphicsItem.GraphicsItemFlag.ItemIsSelectable
+            | QGraphicsItem.GraphicsItemFlag.ItemSendsGeometryChanges
+        )
         self.carried: list[tuple[NodeItem, QPointF]] = []
         self._drag_origin = QPointF()
         self._resizing = False
@@ -55,7 +58,9 @@ class GroupItem(QGraphicsItem):
     def boundingRect(self) -> QRectF:
         return QRectF(0, 0, *self.size)
 
-    def paint(self, painter: QPainter, option: QStyleOptionGraphicsItem, widget: QWidget | None = None) -> None:
+    def paint(
+        self, painter: QPainter, option: QStyleOptionGraphicsItem, widget: QWidget | None = None
+    ) -> None:
         painter.setRenderHint(QPainter.RenderHint.Antialiasing)
         fill = QColor(self.color)
         fill.setAlpha(70)
@@ -79,7 +84,9 @@ class GroupItem(QGraphicsItem):
         return pos.x() >= self.size[0] - GRIP and pos.y() >= self.size[1] - GRIP
 
     def hoverMoveEvent(self, event: QGraphicsSceneHoverEvent) -> None:
-        self.setCursor(Qt.CursorShape.SizeFDiagCursor if self._on_grip(event.pos()) else Qt.CursorShape.ArrowCursor)
+        self.setCursor(
+            Qt.CursorShape.SizeFDiagCursor if self._on_grip(event.pos()) else Qt.CursorShape.ArrowCursor
+        )
 
     def mouseMoveEvent(self, event: QGraphicsSceneMouseEvent) -> None:
         if self._resizing:
@@ -103,8 +110,11 @@ class GroupItem(QGraphicsItem):
             return
         scene = self.scene()
         area = self.sceneBoundingRect()
-        self.carried = [(item, item.pos()) for item in scene.node_items.values()  # type: ignore[attr-defined]
-                        if area.contains(item.sceneBoundingRect().center())]
+        self.carried = [
+            (item, item.pos())
+            for item in scene.node_items.values()  # type: ignore[attr-defined]
+            if area.contains(item.sceneBoundingRect().center())
+        ]
         self._drag_origin = self.pos()
         super().mousePressEvent(event)
 

@@ -62,8 +62,10 @@ class ParamEditor(QWidget):
             self.editor, self._get, self._set = box, box.toPlainText, lambda v: box.setPlainText(str(v or ""))
         elif kind == "int":
             spin = QSpinBox()
-            spin.setRange(int(max(param.min if param.min is not None else -INT32, -INT32)),
-                          int(min(param.max if param.max is not None else INT32, INT32)))
+            spin.setRange(
+                int(max(param.min if param.min is not None else -INT32, -INT32)),
+                int(min(param.max if param.max is not None else INT32, INT32)),
+            )
             spin.setSingleStep(int(param.step or 1))
             spin.setKeyboardTracking(False)
             spin.valueChanged.connect(self._emit)
@@ -71,7 +73,9 @@ class ParamEditor(QWidget):
         elif kind == "float":
             dspin = QDoubleSpinBox()
             dspin.setDecimals(4)
-            dspin.setRange(param.min if param.min is not None else -1e9, param.max if param.max is not None else 1e9)
+            dspin.setRange(
+                param.min if param.min is not None else -1e9, param.max if param.max is not None else 1e9
+            )
             dspin.setSingleStep(param.step or 0.1)
             dspin.setKeyboardTracking(False)
             dspin.valueChanged.connect(self._emit)
@@ -95,7 +99,9 @@ class ParamEditor(QWidget):
             dice.setToolTip("Pick a random seed")
             dice.setFixedWidth(34)
             top = int(param.max) if param.max is not None else 2**32 - 1
-            dice.clicked.connect(lambda: (line.setText(str(random.randint(int(param.min or 0), top))), self._emit()))
+            dice.clicked.connect(
+                lambda: (line.setText(str(random.randint(int(param.min or 0), top))), self._emit())
+            )
             layout.addWidget(line, 1)
             layout.addWidget(dice)
             self.editor, self._get = line, lambda: int(line.text() or 0)
@@ -119,8 +125,9 @@ class ParamEditor(QWidget):
         if self.param.file_filter == "dir":
             path = QFileDialog.getExistingDirectory(self, f"Choose {self.param.name}", current)
         else:
-            path, _ = QFileDialog.getOpenFileName(self, f"Choose {self.param.name}", current,
-                                                  self.param.file_filter or "All files (*)")
+            path, _ = QFileDialog.getOpenFileName(
+                self, f"Choose {self.param.name}", current, self.param.file_filter or "All files (*)"
+            )
         if path:
             self.set_value(path)
             self._emit()
@@ -178,8 +185,10 @@ class Inspector(QScrollArea):
         outer.setContentsMargins(10, 10, 10, 10)
         if node_id is None or node_id not in self.model.node_ids():
             self.node_id = None
-            hint = QLabel("Select a node to edit its settings.\n\nTab or double-click the canvas to add a node; "
-                          "drag from a port to wire it.")
+            hint = QLabel(
+                "Select a node to edit its settings.\n\nTab or double-click the canvas to add a node; "
+                "drag from a port to wire it."
+            )
             hint.setObjectName("hint")
             hint.setWordWrap(True)
             outer.addWidget(hint)
@@ -187,8 +196,10 @@ class Inspector(QScrollArea):
             self.setWidget(page)
             return
         node, spec = self.model.node(node_id), self.model.spec(node_id)
-        title = QLabel(f"<b style='font-size:12pt'>{spec.title if spec else node.type}</b>"
-                       f"  <span style='color:{theme.TEXT_DIM}'>{node_id}</span>")
+        title = QLabel(
+            f"<b style='font-size:12pt'>{spec.title if spec else node.type}</b>"
+            f"  <span style='color:{theme.TEXT_DIM}'>{node_id}</span>"
+        )
         outer.addWidget(title)
         if spec is not None and spec.description:
             desc = QLabel(spec.description)

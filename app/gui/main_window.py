@@ -44,8 +44,9 @@ CLIPBOARD_MIME = "application/x-nodeloom-snapshot"
 
 
 class MainWindow(FileOpsMixin, EditOpsMixin, RunOpsMixin, QMainWindow):
-    def __init__(self, registry: NodeRegistry, settings: AppSettings | None = None,
-                 autosave: Autosave | None = None) -> None:
+    def __init__(
+        self, registry: NodeRegistry, settings: AppSettings | None = None, autosave: Autosave | None = None
+    ) -> None:
         super().__init__()
         self.registry = registry
         self.settings = settings or AppSettings()
@@ -113,20 +114,27 @@ class MainWindow(FileOpsMixin, EditOpsMixin, RunOpsMixin, QMainWindow):
         dock = QDockWidget(title, self)
         dock.setObjectName(name)
         dock.setWidget(widget)
-        dock.setFeatures(QDockWidget.DockWidgetFeature.DockWidgetMovable
-                         | QDockWidget.DockWidgetFeature.DockWidgetClosable
-                         | QDockWidget.DockWidgetFeature.DockWidgetFloatable)
+        dock.setFeatures(
+            QDockWidget.DockWidgetFeature.DockWidgetMovable
+            | QDockWidget.DockWidgetFeature.DockWidgetClosable
+            | QDockWidget.DockWidgetFeature.DockWidgetFloatable
+        )
         self.addDockWidget(area, dock)
         return dock
 
     def _build_docks(self) -> None:
-        self.inspector_dock = self._dock("Inspector", self.inspector, Qt.DockWidgetArea.RightDockWidgetArea,
-                                         "inspector")
+        self.inspector_dock = self._dock(
+            "Inspector", self.inspector, Qt.DockWidgetArea.RightDockWidgetArea, "inspector"
+        )
         self.output_dock = self._dock("Output", self.output, Qt.DockWidgetArea.RightDockWidgetArea, "output")
-        self.plots_dock = self._dock("Live plots", self.plots, Qt.DockWidgetArea.BottomDockWidgetArea, "plots")
+        self.plots_dock = self._dock(
+            "Live plots", self.plots, Qt.DockWidgetArea.BottomDockWidgetArea, "plots"
+        )
         self.history = QUndoView(self.undo_stack)
         self.history.setEmptyLabel("Opened file")
-        self.history_dock = self._dock("History", self.history, Qt.DockWidgetArea.RightDockWidgetArea, "history")
+        self.history_dock = self._dock(
+            "History", self.history, Qt.DockWidgetArea.RightDockWidgetArea, "history"
+        )
         self.tabifyDockWidget(self.inspector_dock, self.history_dock)
         self.inspector_dock.raise_()
         self.history_dock.hide()  # View > History
@@ -135,8 +143,14 @@ class MainWindow(FileOpsMixin, EditOpsMixin, RunOpsMixin, QMainWindow):
         self.resizeDocks([self.inspector_dock, self.output_dock], [330, 520], Qt.Orientation.Vertical)
         self.resizeDocks([self.plots_dock], [270], Qt.Orientation.Vertical)
 
-    def _action(self, text: str, slot: object, shortcut: QKeySequence | str | list | None = None,
-                canvas_only: bool = False, tip: str = "") -> QAction:
+    def _action(
+        self,
+        text: str,
+        slot: object,
+        shortcut: QKeySequence | str | list | None = None,
+        canvas_only: bool = False,
+        tip: str = "",
+    ) -> QAction:
         action = QAction(text, self)
         if shortcut is not None:
             keys = shortcut if isinstance(shortcut, list) else [shortcut]
@@ -168,8 +182,12 @@ class MainWindow(FileOpsMixin, EditOpsMixin, RunOpsMixin, QMainWindow):
         file_menu.addAction(self.save_action)
         file_menu.addAction(self.save_as_action)
         file_menu.addSeparator()
-        self.settings_action = self._action("Se&ttings…", self.open_settings, "Ctrl+,",
-                                            tip="Device, memory budget, offload policy, output folder")
+        self.settings_action = self._action(
+            "Se&ttings…",
+            self.open_settings,
+            "Ctrl+,",
+            tip="Device, memory budget, offload policy, output folder",
+        )
         file_menu.addAction(self.settings_action)
         file_menu.addSeparator()
         file_menu.addAction(self._action("&Quit", self.close, S.Quit))
@@ -182,32 +200,46 @@ class MainWindow(FileOpsMixin, EditOpsMixin, RunOpsMixin, QMainWindow):
         edit.addAction(self.undo_action)
         edit.addAction(self.redo_action)
         edit.addSeparator()
-        edit.addAction(self._action("Add &Node…", lambda: self.open_palette(self.view.cursor_scene_pos()),
-                                    "Shift+A", tip="Add a node (also Tab or double-click the canvas)"))
+        edit.addAction(
+            self._action(
+                "Add &Node…",
+                lambda: self.open_palette(self.view.cursor_scene_pos()),
+                "Shift+A",
+                tip="Add a node (also Tab or double-click the canvas)",
+            )
+        )
         edit.addAction(self._action("Cu&t", self.cut, S.Cut, canvas_only=True))
         edit.addAction(self._action("&Copy", self.copy, S.Copy, canvas_only=True))
         edit.addAction(self._action("&Paste", self.paste, S.Paste, canvas_only=True))
         edit.addAction(self._action("&Duplicate", self.duplicate, "Ctrl+D", canvas_only=True))
-        edit.addAction(self._action("&Delete", self.scene.delete_selected, ["Del", "Backspace"], canvas_only=True))
+        edit.addAction(
+            self._action("&Delete", self.scene.delete_selected, ["Del", "Backspace"], canvas_only=True)
+        )
         edit.addAction(self._action("Select &All", self.select_all, S.SelectAll, canvas_only=True))
         edit.addSeparator()
-        edit.addAction(self._action("&Group Selection", lambda: self.scene.group_selection(), "Ctrl+G",
-                                    canvas_only=True))
+        edit.addAction(
+            self._action("&Group Selection", lambda: self.scene.group_selection(), "Ctrl+G", canvas_only=True)
+        )
 
         view = bar.addMenu("&View")
         self.fit_action = self._action("&Fit Graph", lambda: self.view.fit(), "F", canvas_only=True)
         view.addAction(self.fit_action)
         view.addAction(self._action("Zoom &In", lambda: self.view.set_zoom(self.view.zoom() * 1.2), S.ZoomIn))
-        view.addAction(self._action("Zoom &Out", lambda: self.view.set_zoom(self.view.zoom() / 1.2), S.ZoomOut))
+        view.addAction(
+            self._action("Zoom &Out", lambda: self.view.set_zoom(self.view.zoom() / 1.2), S.ZoomOut)
+        )
         view.addAction(self._action("&Actual Size", lambda: self.view.set_zoom(1.0), "Ctrl+0"))
         view.addSeparator()
         for dock in (self.inspector_dock, self.output_dock, self.plots_dock, self.history_dock):
             view.addAction(dock.toggleViewAction())
 
         run = bar.addMenu("&Run")
-        self.run_action = self._action("&Run", self.run_workflow, ["Ctrl+Return", "Ctrl+Enter"],
-                                       tip="Run the graph")
-        self.cancel_action = self._action("&Cancel", self.cancel_run, "Esc", tip="Stop the run at the next step")
+        self.run_action = self._action(
+            "&Run", self.run_workflow, ["Ctrl+Return", "Ctrl+Enter"], tip="Run the graph"
+        )
+        self.cancel_action = self._action(
+            "&Cancel", self.cancel_run, "Esc", tip="Stop the run at the next step"
+        )
         self.cancel_action.setEnabled(False)
         run.addAction(self.run_action)
         run.addAction(self.cancel_action)
@@ -248,7 +280,9 @@ class MainWindow(FileOpsMixin, EditOpsMixin, RunOpsMixin, QMainWindow):
         self.memory_label.setObjectName("hint")
         bar.addPermanentWidget(self.progress)
         bar.addPermanentWidget(self.memory_label)
-        self.status("Tab or double-click the canvas to add a node · drag from a port to connect · Ctrl+Enter runs")
+        self.status(
+            "Tab or double-click the canvas to add a node · drag from a port to connect · Ctrl+Enter runs"
+        )
 
     def status(self, message: str) -> None:
         self.statusBar().showMessage(message, 15000)
@@ -259,7 +293,9 @@ class MainWindow(FileOpsMixin, EditOpsMixin, RunOpsMixin, QMainWindow):
 
     def _place_minimap(self) -> None:
         area = self.view.viewport().rect()
-        self.minimap.move(QPoint(area.width() - self.minimap.width() - 12, area.height() - self.minimap.height() - 12))
+        self.minimap.move(
+            QPoint(area.width() - self.minimap.width() - 12, area.height() - self.minimap.height() - 12)
+        )
 
     def showEvent(self, event: object) -> None:
         super().showEvent(event)  # type: ignore[arg-type]
@@ -289,8 +325,10 @@ class MainWindow(FileOpsMixin, EditOpsMixin, RunOpsMixin, QMainWindow):
             if self.runner.running:
                 self.status("Settings saved; they apply to the next run")
             elif self.start_memory_manager():
-                self.status(f"Settings saved: device {self.settings.memory.device}, "
-                            f"policy {self.settings.memory.policy}")
+                self.status(
+                    f"Settings saved: device {self.settings.memory.device}, "
+                    f"policy {self.settings.memory.policy}"
+                )
 
     def show_shortcuts(self) -> None:
         from PySide6.QtWidgets import QMessageBox
@@ -323,4 +361,3 @@ Ctrl+Z / Ctrl+Shift+Z (Ctrl+Y) — undo / redo
 Wheel — zoom      middle drag or Space+drag — pan      F — fit graph
 Ctrl+Enter — run      Esc — cancel the run
 Ctrl+N / Ctrl+O / Ctrl+S / Ctrl+Shift+S — new / open / save / save as"""
-

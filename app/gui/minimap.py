@@ -36,8 +36,10 @@ class Minimap(QWidget):
     def _transform(self) -> tuple[float, QPointF]:
         world = self._world()
         scale = min(self.width() / max(world.width(), 1), self.height() / max(world.height(), 1))
-        offset = QPointF((self.width() - world.width() * scale) / 2 - world.left() * scale,
-                         (self.height() - world.height() * scale) / 2 - world.top() * scale)
+        offset = QPointF(
+            (self.width() - world.width() * scale) / 2 - world.left() * scale,
+            (self.height() - world.height() * scale) / 2 - world.top() * scale,
+        )
         return scale, offset
 
     def paintEvent(self, event: QPaintEvent) -> None:
@@ -51,16 +53,23 @@ class Minimap(QWidget):
         scale, offset = self._transform()
 
         def to_map(rect: QRectF) -> QRectF:
-            return QRectF(rect.left() * scale + offset.x(), rect.top() * scale + offset.y(),
-                          rect.width() * scale, rect.height() * scale)
+            return QRectF(
+                rect.left() * scale + offset.x(),
+                rect.top() * scale + offset.y(),
+                rect.width() * scale,
+                rect.height() * scale,
+            )
 
         for group in self.view.graph_scene.group_items:
             color = QColor(group.color)
             color.setAlpha(90)
             painter.fillRect(to_map(group.sceneBoundingRect()), color)
         for item in self.view.graph_scene.node_items.values():
-            color = QColor(theme.SELECTED) if item.isSelected() else theme.category_color(
-                item.spec.category if item.spec else "")
+            color = (
+                QColor(theme.SELECTED)
+                if item.isSelected()
+                else theme.category_color(item.spec.category if item.spec else "")
+            )
             painter.fillRect(to_map(item.sceneBoundingRect()), color)
         visible = self.view.mapToScene(self.view.viewport().rect()).boundingRect()
         painter.setPen(QPen(QColor("#ffffff"), 1.2))

@@ -58,8 +58,11 @@ class NodeItem(QGraphicsItem):
         self.state = NodeRunState()
         self.inputs: dict[str, PortItem] = {}
         self.outputs: dict[str, PortItem] = {}
-        self.setFlags(QGraphicsItem.GraphicsItemFlag.ItemIsMovable | QGraphicsItem.GraphicsItemFlag.ItemIsSelectable
-                      | QGraphicsItem.GraphicsItemFlag.ItemSendsGeometryChanges)
+        self.setFlags(
+            QGraphicsItem.GraphicsItemFlag.ItemIsMovable
+            | QGraphicsItem.GraphicsItemFlag.ItemIsSelectable
+            | QGraphicsItem.GraphicsItemFlag.ItemSendsGeometryChanges
+        )
         self.setZValue(1)
         self._title_font = QFont()
         self._title_font.setBold(True)
@@ -139,7 +142,9 @@ class NodeItem(QGraphicsItem):
 
     # -- painting ---------------------------------------------------------------------------------
 
-    def paint(self, painter: QPainter, option: QStyleOptionGraphicsItem, widget: QWidget | None = None) -> None:
+    def paint(
+        self, painter: QPainter, option: QStyleOptionGraphicsItem, widget: QWidget | None = None
+    ) -> None:
         painter.setRenderHint(QPainter.RenderHint.Antialiasing)
         rect = self.rect()
         body = QPainterPath()
@@ -162,8 +167,11 @@ class NodeItem(QGraphicsItem):
         badge_w = QFontMetrics(self._small).horizontalAdvance(badge) + 10 if badge else 0
         if badge:
             painter.setPen(badge_color.lighter(130))
-            painter.drawText(QRectF(WIDTH - badge_w - 6, 0, badge_w, HEADER - 2),
-                             Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter, badge)
+            painter.drawText(
+                QRectF(WIDTH - badge_w - 6, 0, badge_w, HEADER - 2),
+                Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter,
+                badge,
+            )
         painter.setPen(QColor(theme.TEXT))
         title = self.spec.title if self.spec else self.model.node(self.node_id).type
         room = int(WIDTH - badge_w - 16)
@@ -192,8 +200,9 @@ class NodeItem(QGraphicsItem):
         spec = self.spec
         if spec is None:
             painter.setPen(QColor(theme.ERROR))
-            painter.drawText(QRectF(PAD, HEADER, WIDTH - 2 * PAD, ROW), Qt.AlignmentFlag.AlignVCenter,
-                             "unknown node type")
+            painter.drawText(
+                QRectF(PAD, HEADER, WIDTH - 2 * PAD, ROW), Qt.AlignmentFlag.AlignVCenter, "unknown node type"
+            )
             return
         painter.setFont(self._small)
         fm = QFontMetrics(self._small)
@@ -202,11 +211,16 @@ class NodeItem(QGraphicsItem):
             if port.is_param:
                 continue
             painter.setPen(QColor(theme.TEXT))
-            painter.drawText(QRectF(14, port.y() - ROW / 2, WIDTH / 2 - 14, ROW), Qt.AlignmentFlag.AlignVCenter, name)
+            painter.drawText(
+                QRectF(14, port.y() - ROW / 2, WIDTH / 2 - 14, ROW), Qt.AlignmentFlag.AlignVCenter, name
+            )
         for name, port in self.outputs.items():
             painter.setPen(QColor(theme.TEXT))
-            painter.drawText(QRectF(WIDTH / 2, port.y() - ROW / 2, WIDTH / 2 - 14, ROW),
-                             Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignRight, name)
+            painter.drawText(
+                QRectF(WIDTH / 2, port.y() - ROW / 2, WIDTH / 2 - 14, ROW),
+                Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignRight,
+                name,
+            )
         for param in spec.params:
             port = self.inputs[param.name]
             y = port.y() - ROW / 2 + 2
@@ -221,8 +235,9 @@ class NodeItem(QGraphicsItem):
             value = "← wired" if wired else format_value(param, node.params.get(param.name))
             painter.setPen(QColor(theme.TEXT_DIM if wired else theme.TEXT))
             value = fm.elidedText(value, Qt.TextElideMode.ElideRight, int(row.width() - label_w - 14))
-            painter.drawText(row.adjusted(0, 0, -6, 0), Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignRight,
-                             value)
+            painter.drawText(
+                row.adjusted(0, 0, -6, 0), Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignRight, value
+            )
 
     # -- movement ---------------------------------------------------------------------------------
 

@@ -63,8 +63,11 @@ class ImageView(QLabel):
             return
         size = self.size() - QSize(8, 8)
         pixmap = QPixmap.fromImage(self._image)
-        mode = (Qt.TransformationMode.FastTransformation if size.width() > 2 * self._image.width()
-                else Qt.TransformationMode.SmoothTransformation)
+        mode = (
+            Qt.TransformationMode.FastTransformation
+            if size.width() > 2 * self._image.width()
+            else Qt.TransformationMode.SmoothTransformation
+        )
         self.setPixmap(pixmap.scaled(size, Qt.AspectRatioMode.KeepAspectRatio, mode))
 
 
@@ -124,7 +127,9 @@ class OutputPanel(QTabWidget):
         self.previews += 0 if final else 1
         qimage = pil_to_qimage(image)
         self.view.set_image(qimage)
-        self.caption.setText(f"{node_id}: {'final' if final else 'preview'} {qimage.width()}×{qimage.height()}")
+        self.caption.setText(
+            f"{node_id}: {'final' if final else 'preview'} {qimage.width()}×{qimage.height()}"
+        )
 
     def add_file(self, node_id: str, path: str) -> None:
         file = Path(path)

@@ -66,8 +66,12 @@ class NodePalette(QFrame):
         self.search.installEventFilter(self)
         self.set_query("")
 
-    def open_at(self, scene_pos: QPointF, global_pos: object | None = None,
-                accepts: Callable[[NodeSpec], bool] | None = None) -> None:
+    def open_at(
+        self,
+        scene_pos: QPointF,
+        global_pos: object | None = None,
+        accepts: Callable[[NodeSpec], bool] | None = None,
+    ) -> None:
         self.at = scene_pos
         self.accepts = accepts
         self.search.clear()

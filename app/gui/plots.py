@@ -84,15 +84,19 @@ class PlotsPanel(QSplitter):
         self._first_step: dict[str, int] = {}  # node id -> index of its first step (TTFT goes there)
 
         self.memory_plot = _plot("Memory", "MiB")
-        self.memory_plot.setToolTip("Orange bands: a model loading (+name size); grey: unloading (−name size).\n"
-                                    "Dashed red: the memory budget.")
+        self.memory_plot.setToolTip(
+            "Orange bands: a model loading (+name size); grey: unloading (−name size).\n"
+            "Dashed red: the memory budget."
+        )
         self.curve_alloc = self.memory_plot.plot(name="device allocated", pen=pg.mkPen("#4e9bff", width=2))
-        self.curve_reserved = self.memory_plot.plot(name="device reserved",
-                                                    pen=pg.mkPen("#90caf9", width=1, style=pg.QtCore.Qt.PenStyle.DashLine))
+        self.curve_reserved = self.memory_plot.plot(
+            name="device reserved", pen=pg.mkPen("#90caf9", width=1, style=pg.QtCore.Qt.PenStyle.DashLine)
+        )
         self.curve_rss = self.memory_plot.plot(name="host RSS", pen=pg.mkPen("#66bb6a", width=2))
         # The budget line does not drive the y range: a 20 GiB host budget would flatten a 600 MiB curve.
-        self.curve_budget = pg.PlotDataItem(name="budget", pen=pg.mkPen(theme.ERROR, width=1.5,
-                                                                        style=pg.QtCore.Qt.PenStyle.DashLine))
+        self.curve_budget = pg.PlotDataItem(
+            name="budget", pen=pg.mkPen(theme.ERROR, width=1.5, style=pg.QtCore.Qt.PenStyle.DashLine)
+        )
         self.memory_plot.getPlotItem().addItem(self.curve_budget, ignoreBounds=True)
         self.addWidget(self.memory_plot)
         self.addWidget(self.tabs)
@@ -101,12 +105,23 @@ class PlotsPanel(QSplitter):
 
         self.steps_plot = _plot("Step timings", "ms", legend_offset=(8, 6))
         self.steps_plot.setLabel("bottom", "step (this run)", color=theme.TEXT_DIM)
-        self.curve_sampler = self.steps_plot.plot(name="sampler step", pen=pg.mkPen("#b39ddb", width=2),
-                                                  symbol="o", symbolSize=5, symbolBrush="#b39ddb")
-        self.curve_decode = self.steps_plot.plot(name="decode token", pen=pg.mkPen("#4db6ac", width=2),
-                                                 symbol="t", symbolSize=5, symbolBrush="#4db6ac")
-        self.curve_ttft = self.steps_plot.plot(name="prefill (TTFT)", pen=None, symbol="star", symbolSize=14,
-                                               symbolBrush="#ffd54f")
+        self.curve_sampler = self.steps_plot.plot(
+            name="sampler step",
+            pen=pg.mkPen("#b39ddb", width=2),
+            symbol="o",
+            symbolSize=5,
+            symbolBrush="#b39ddb",
+        )
+        self.curve_decode = self.steps_plot.plot(
+            name="decode token",
+            pen=pg.mkPen("#4db6ac", width=2),
+            symbol="t",
+            symbolSize=5,
+            symbolBrush="#4db6ac",
+        )
+        self.curve_ttft = self.steps_plot.plot(
+            name="prefill (TTFT)", pen=None, symbol="star", symbolSize=14, symbolBrush="#ffd54f"
+        )
         self.tabs.addTab(self.steps_plot, "Steps")
 
         self.timeline_plot = _plot("Last run: per-node timeline", "")
@@ -189,15 +204,28 @@ class PlotsPanel(QSplitter):
         color = "#ffa726" if load else "#8d99ae"
         name = record.component.rsplit("/", 1)[-1]
         label = f"{'+' if load else '−'}{name} {fmt_size(record.nbytes)}"  # + load, − unload
-        band = pg.LinearRegionItem((record.t - record.seconds, record.t), movable=False,
-                                   brush=pg.mkBrush(color + "40"), pen=pg.mkPen(color + "00"))
+        band = pg.LinearRegionItem(
+            (record.t - record.seconds, record.t),
+            movable=False,
+            brush=pg.mkBrush(color + "40"),
+            pen=pg.mkPen(color + "00"),
+        )
         # Labels of events close in time go to alternating sides of their line so they do not overlap.
         crowded = record.t - self._last_marker_t < 0.8
         self._label_slot = (self._label_slot + 1) % 2 if crowded else 0
         self._last_marker_t = record.t
-        line = pg.InfiniteLine(record.t, angle=90, pen=pg.mkPen(color, width=1), label=label,
-                               labelOpts={"position": 0.03, "color": color, "rotateAxis": (1, 0),
-                                          "anchors": [((0, 1), (0, 1)), ((0, 0), (0, 0))][self._label_slot]})
+        line = pg.InfiniteLine(
+            record.t,
+            angle=90,
+            pen=pg.mkPen(color, width=1),
+            label=label,
+            labelOpts={
+                "position": 0.03,
+                "color": color,
+                "rotateAxis": (1, 0),
+                "anchors": [((0, 1), (0, 1)), ((0, 0), (0, 0))][self._label_slot],
+            },
+        )
         for item in (band, line):
             self.memory_plot.addItem(item)
             self._markers.append(item)
@@ -225,13 +253,18 @@ class PlotsPanel(QSplitter):
                 top = self.budget[-1] if self.budget[-1] < 3 * peak else peak
                 self.memory_plot.setYRange(0, top * 1.6, padding=0)  # headroom for the legend at the top
                 device = " (CPU)" if cpu else f", {self.allocated[-1]:,.0f} MiB device"
-                self.memory_plot.setTitle(f"Memory · {self.rss[-1]:,.0f} MiB host{device} · budget "
-                                          f"{self.budget[-1] / 1024:,.1f} GiB"
-                                          + ("" if self.budget[-1] < 3 * peak else " (off scale)"),
-                                          color=theme.TEXT, size="10pt")
+                self.memory_plot.setTitle(
+                    f"Memory · {self.rss[-1]:,.0f} MiB host{device} · budget "
+                    f"{self.budget[-1] / 1024:,.1f} GiB"
+                    + ("" if self.budget[-1] < 3 * peak else " (off scale)"),
+                    color=theme.TEXT,
+                    size="10pt",
+                )
         if "steps" in self._dirty:
             for kind, curve in (("sampler_step", self.curve_sampler), ("decode_token", self.curve_decode)):
-                points = self.steps.get(kind, []) + ([] if kind != "sampler_step" else self.steps.get("step", []))
+                points = self.steps.get(kind, []) + (
+                    [] if kind != "sampler_step" else self.steps.get("step", [])
+                )
                 curve.setData([p[0] for p in points], [p[1] for p in points])
                 self._in_legend(curve, bool(points))
             self.curve_ttft.setData([p[0] for p in self.ttft], [p[1] for p in self.ttft])
@@ -269,12 +302,21 @@ class PlotsPanel(QSplitter):
             parts += [(a, b, "#ffa726", 0.7) for a, b, _ in span.loads]
             parts += [(a, b, "#8d99ae", 0.7) for a, b, _ in span.unloads]
             for x0, x1, color, height in parts:
-                bar = pg.BarGraphItem(x0=[x0], x1=[max(x1, x0 + 0.004)], y=[row], height=height,
-                                      brush=pg.mkBrush(color), pen=pg.mkPen(color))
+                bar = pg.BarGraphItem(
+                    x0=[x0],
+                    x1=[max(x1, x0 + 0.004)],
+                    y=[row],
+                    height=height,
+                    brush=pg.mkBrush(color),
+                    pen=pg.mkPen(color),
+                )
                 self.timeline_plot.addItem(bar)
                 self.timeline_bars.append(bar)
-            text = pg.TextItem(f"{end - span.start:.2f} s" if span.status != "cached" else "cached",
-                               color=theme.TEXT_DIM, anchor=(0, 0.5))
+            text = pg.TextItem(
+                f"{end - span.start:.2f} s" if span.status != "cached" else "cached",
+                color=theme.TEXT_DIM,
+                anchor=(0, 0.5),
+            )
             text.setPos(end, row)
             self.timeline_plot.addItem(text)
             self.timeline_bars.append(text)

@@ -27,8 +27,16 @@ if TYPE_CHECKING:
 class PortItem(QGraphicsItem):
     """One input or output of a node. `is_param` marks a parameter that can also take a wire."""
 
-    def __init__(self, parent: QGraphicsItem, node_id: str, name: str, direction: str, port_type: PortType,
-                 *, is_param: bool = False) -> None:
+    def __init__(
+        self,
+        parent: QGraphicsItem,
+        node_id: str,
+        name: str,
+        direction: str,
+        port_type: PortType,
+        *,
+        is_param: bool = False,
+    ) -> None:
         super().__init__(parent)
         self.node_id, self.name, self.direction, self.port_type = node_id, name, direction, port_type
         self.is_param = is_param
@@ -46,7 +54,9 @@ class PortItem(QGraphicsItem):
         r = self.radius + 5
         return QRectF(-r, -r, 2 * r, 2 * r)
 
-    def paint(self, painter: QPainter, option: QStyleOptionGraphicsItem, widget: QWidget | None = None) -> None:
+    def paint(
+        self, painter: QPainter, option: QStyleOptionGraphicsItem, widget: QWidget | None = None
+    ) -> None:
         painter.setRenderHint(QPainter.RenderHint.Antialiasing)
         r = self.radius
         if self.highlight == "ok" or self.hovered:
@@ -57,8 +67,11 @@ class PortItem(QGraphicsItem):
         if self.highlight == "no":
             color.setAlpha(60)
         painter.setPen(QPen(color.darker(160), 1.5))
-        painter.setBrush(QBrush(color) if (self.connected or not self.is_param or self.highlight == "ok")
-                         else QBrush(QColor("#2a2b30")))
+        painter.setBrush(
+            QBrush(color)
+            if (self.connected or not self.is_param or self.highlight == "ok")
+            else QBrush(QColor("#2a2b30"))
+        )
         painter.drawEllipse(QPointF(0, 0), r, r)
 
     def scene_center(self) -> QPointF:

@@ -49,16 +49,21 @@ class RunOpsMixin:
         try:
             self.runner.configure(self.settings.memory, allow_pickle=self.settings.allow_pickle)
         except Exception as exc:  # a bad device string or budget: tell the user, keep the editor alive
-            QMessageBox.critical(self, "Cannot start the memory manager", f"{type(exc).__name__}: {exc}\n\n"
-                                 "Check Settings → Device and budgets.")
+            QMessageBox.critical(
+                self,
+                "Cannot start the memory manager",
+                f"{type(exc).__name__}: {exc}\n\nCheck Settings → Device and budgets.",
+            )
             return False
         self.scene.clear_run_states()
         for nid in self.runner.executor.plan(wf):
             self.scene.set_run_state(nid, NodeRunState("queued"))
         self.output.new_run()
         self.plots.new_run()
-        self.output.add_log(f"Run started ({len(wf.nodes)} nodes, device {self.settings.memory.device}, "
-                            f"policy {self.settings.memory.policy})")
+        self.output.add_log(
+            f"Run started ({len(wf.nodes)} nodes, device {self.settings.memory.device}, "
+            f"policy {self.settings.memory.policy})"
+        )
         self.runner.start(wf, self.settings.output_dir)
         self._set_running(True)
         return True
@@ -107,12 +112,16 @@ class RunOpsMixin:
                 self.output.add_file(event.node_id, path)
             if self.inspector.node_id == event.node_id:
                 self.show_in_inspector(event.node_id)
-            self.output.add_log(f"{event.node_id} finished in {event.seconds:.2f} s"
-                                + (f", wrote {len(event.files)} file(s)" if event.files else ""))
+            self.output.add_log(
+                f"{event.node_id} finished in {event.seconds:.2f} s"
+                + (f", wrote {len(event.files)} file(s)" if event.files else "")
+            )
             self._advance()
         elif isinstance(event, NodeFailed):
             message = f"{event.error_type}: {event.message}"
-            self.scene.set_run_state(event.node_id, NodeRunState("error", seconds=event.seconds, message=message))
+            self.scene.set_run_state(
+                event.node_id, NodeRunState("error", seconds=event.seconds, message=message)
+            )
             self.output.add_log(f"ERROR in {event.node_id}: {message}")
             self.status(f"{event.node_id} failed: {message.splitlines()[0]}")
             self.scene.clearSelection()
@@ -163,10 +172,14 @@ class RunOpsMixin:
         self.plots.add_records(records)
         for record in reversed(records):
             if hasattr(record, "host_rss"):
-                device = "" if record.device_allocated == record.host_rss else \
-                    f" · device {record.device_allocated / MIB:,.0f} MiB"
-                self.memory_label.setText(f"RSS {record.host_rss / MIB:,.0f} MiB{device} · budget "
-                                          f"{record.budget / MIB:,.0f} MiB")
+                device = (
+                    ""
+                    if record.device_allocated == record.host_rss
+                    else f" · device {record.device_allocated / MIB:,.0f} MiB"
+                )
+                self.memory_label.setText(
+                    f"RSS {record.host_rss / MIB:,.0f} MiB{device} · budget {record.budget / MIB:,.0f} MiB"
+                )
                 break
 
     def refresh_stale_states(self: MainWindow) -> None:

@@ -85,8 +85,14 @@ class RunController(QObject):
         from memory import MemoryConfig, MemoryManager
         from nodes.executor import Executor
 
-        self.memory = MemoryManager(MemoryConfig(device=settings.device, policy=settings.policy,
-                                                 vram_budget=settings.vram_budget, ram_budget=settings.ram_budget))
+        self.memory = MemoryManager(
+            MemoryConfig(
+                device=settings.device,
+                policy=settings.policy,
+                vram_budget=settings.vram_budget,
+                ram_budget=settings.ram_budget,
+            )
+        )
         self._unsubscribe = self.memory.telemetry.subscribe(self._records.append)
         self.memory.start_sampler()  # the memory plot is live from the start, not only during runs
         self.executor = Executor(self.registry, self.memory, allow_pickle=allow_pickle)

@@ -53,11 +53,16 @@ class GraphScene(QGraphicsScene):
         self._detached: Connection | None = None  # the wire lifted off an input, while dragging it
         self.setBackgroundBrush(QColor(theme.CANVAS))
         self.setSceneRect(QRectF(-20000, -20000, 40000, 40000))
-        for event, handler in (("node_created", self._on_node_created), ("node_removed", self._on_node_removed),
-                               ("connection_created", self._on_connection_created),
-                               ("connection_removed", self._on_connection_removed),
-                               ("param_changed", self._on_param_changed), ("node_moved", self._on_node_moved),
-                               ("group_changed", self._on_group_changed), ("reset", self.rebuild)):
+        for event, handler in (
+            ("node_created", self._on_node_created),
+            ("node_removed", self._on_node_removed),
+            ("connection_created", self._on_connection_created),
+            ("connection_removed", self._on_connection_removed),
+            ("param_changed", self._on_param_changed),
+            ("node_moved", self._on_node_moved),
+            ("group_changed", self._on_group_changed),
+            ("reset", self.rebuild),
+        ):
             model.subscribe(event, handler)
         self.rebuild()
 
@@ -111,7 +116,9 @@ class GraphScene(QGraphicsScene):
             dst.update()
         src = self.node_items.get(conn.out_node)
         if src is not None and (port := src.port(conn.out_port, "out")) is not None:
-            port.connected = any(c.out_node == conn.out_node and c.out_port == conn.out_port for c in self.edge_items)
+            port.connected = any(
+                c.out_node == conn.out_node and c.out_port == conn.out_port for c in self.edge_items
+            )
             port.update()
 
     def _on_param_changed(self, node_id: str, name: str, value: Any) -> None:
@@ -165,13 +172,17 @@ class GraphScene(QGraphicsScene):
     def _port_at(self, pos: QPointF) -> PortItem | None:
         near = self.items(QRectF(pos.x() - 9, pos.y() - 9, 18, 18))
         ports = [i for i in near if isinstance(i, PortItem)]
-        return min(ports, key=lambda p: math.dist((p.scenePos().x(), p.scenePos().y()), (pos.x(), pos.y())),
-                   default=None)
+        return min(
+            ports,
+            key=lambda p: math.dist((p.scenePos().x(), p.scenePos().y()), (pos.x(), pos.y())),
+            default=None,
+        )
 
     # -- wiring -----------------------------------------------------------------------------------
 
-    def try_connect(self, out_node: str, out_port: str, in_node: str, in_port: str,
-                    detached: Connection | None = None) -> tuple[bool, str]:
+    def try_connect(
+        self, out_node: str, out_port: str, in_node: str, in_port: str, detached: Connection | None = None
+    ) -> tuple[bool, str]:
         """Draw a wire as a drop would: push the command, or refuse and say why in the status bar."""
         ok, reason = self.model.connection_possible(out_node, out_port, in_node, in_port)
         if not ok:
@@ -182,7 +193,9 @@ class GraphScene(QGraphicsScene):
         if detached is not None and (detached.in_node, detached.in_port) != (in_node, in_port):
             changes[(detached.in_node, detached.in_port)] = None
         changes[(in_node, in_port)] = Link(out_node, out_port)
-        self.undo_stack.push(SetInputsCommand(self.model, changes, f"Connect {out_node} → {in_node}.{in_port}"))
+        self.undo_stack.push(
+            SetInputsCommand(self.model, changes, f"Connect {out_node} → {in_node}.{in_port}")
+        )
         self.status_message.emit(f"Connected {out_node}.{out_port} → {in_node}.{in_port}")
         return True, ""
 
@@ -207,12 +220,14 @@ class GraphScene(QGraphicsScene):
                 if candidate.direction == origin.direction:
                     candidate.highlight = "no"
                 elif origin.direction == "out":
-                    ok = self.model.connection_possible(origin.node_id, origin.name, candidate.node_id,
-                                                        candidate.name)[0]
+                    ok = self.model.connection_possible(
+                        origin.node_id, origin.name, candidate.node_id, candidate.name
+                    )[0]
                     candidate.highlight = "ok" if ok else "no"
                 else:
-                    ok = self.model.connection_possible(candidate.node_id, candidate.name, origin.node_id,
-                                                        origin.name)[0]
+                    ok = self.model.connection_possible(
+                        candidate.node_id, candidate.name, origin.node_id, origin.name
+                    )[0]
                     candidate.highlight = "ok" if ok else "no"
                 candidate.update()
 
@@ -233,18 +248,28 @@ class GraphScene(QGraphicsScene):
         target = self._port_at(pos) or self._port_on_node_at(pos, origin)
         if target is None:
             if detached is not None:
-                self.undo_stack.push(SetInputsCommand(self.model, {(detached.in_node, detached.in_port): None},
-                                                      f"Disconnect {detached.in_node}.{detached.in_port}"))
+                self.undo_stack.push(
+                    SetInputsCommand(
+                        self.model,
+                        {(detached.in_node, detached.in_port): None},
+                        f"Disconnect {detached.in_node}.{detached.in_port}",
+                    )
+                )
                 self.status_message.emit(f"Disconnected {detached.in_node}.{detached.in_port}")
-            elif origin.scenePos() != pos and not self.itemAt(pos, self.views()[0].transform() if self.views()
-                                                               else QTransform()):
-                self.wire_dropped.emit(origin.node_id, origin.name, origin.direction, origin.port_type.name, pos)
+            elif origin.scenePos() != pos and not self.itemAt(
+                pos, self.views()[0].transform() if self.views() else QTransform()
+            ):
+                self.wire_dropped.emit(
+                    origin.node_id, origin.name, origin.direction, origin.port_type.name, pos
+                )
             return
         if detached is not None and (target.node_id, target.name) == (detached.in_node, detached.in_port):
             return  # dropped back where it was
         if target.direction == origin.direction:
-            self.last_refusal = f"{'outputs' if origin.direction == 'out' else 'inputs'} connect to " \
-                                f"{'inputs' if origin.direction == 'out' else 'outputs'}"
+            self.last_refusal = (
+                f"{'outputs' if origin.direction == 'out' else 'inputs'} connect to "
+                f"{'inputs' if origin.direction == 'out' else 'outputs'}"
+            )
             self.status_message.emit(f"Can't connect: {self.last_refusal}")
             return
         out, inp = (origin, target) if origin.direction == "out" else (target, origin)
@@ -284,10 +309,16 @@ class GraphScene(QGraphicsScene):
 
     def commit_moves(self) -> None:
         """Turn item positions that differ from the model into one move command."""
-        nodes = {nid: (item.pos().x(), item.pos().y()) for nid, item in self.node_items.items()
-                 if (item.pos().x(), item.pos().y()) != self.model.pos(nid)}
-        groups = {g.index: g.rect_list() for g in self.group_items
-                  if g.rect_list() != [float(v) for v in self.model.groups()[g.index]["rect"]]}
+        nodes = {
+            nid: (item.pos().x(), item.pos().y())
+            for nid, item in self.node_items.items()
+            if (item.pos().x(), item.pos().y()) != self.model.pos(nid)
+        }
+        groups = {
+            g.index: g.rect_list()
+            for g in self.group_items
+            if g.rect_list() != [float(v) for v in self.model.groups()[g.index]["rect"]]
+        }
         for g in self.group_items:
             g.carried = []
         if nodes or groups:
@@ -296,21 +327,32 @@ class GraphScene(QGraphicsScene):
     # -- edits ------------------------------------------------------------------------------------
 
     def add_node(self, type_name: str, pos: QPointF) -> str:
-        command = AddNodeCommand(self.model, type_name, (round(pos.x() / GRID) * GRID, round(pos.y() / GRID) * GRID))
+        command = AddNodeCommand(
+            self.model, type_name, (round(pos.x() / GRID) * GRID, round(pos.y() / GRID) * GRID)
+        )
         self.undo_stack.push(command)
         assert command.node_id is not None
         self.clearSelection()
         self.node_items[command.node_id].setSelected(True)
         return command.node_id
 
-    def add_node_wired(self, type_name: str, pos: QPointF, node_id: str, port: str, direction: str) -> str | None:
+    def add_node_wired(
+        self, type_name: str, pos: QPointF, node_id: str, port: str, direction: str
+    ) -> str | None:
         """Add a node where a loose wire was dropped and connect its first compatible port: one undo step."""
         self.undo_stack.beginMacro(f"Add {type_name} and connect")
         try:
             new = self.add_node(type_name, pos)
             spec = self.model.spec(new)
-            candidates = ([i.name for i in spec.inputs] + [p.name for p in spec.params] if direction == "out"
-                          else [o.name for o in spec.outputs]) if spec else []
+            candidates = (
+                (
+                    [i.name for i in spec.inputs] + [p.name for p in spec.params]
+                    if direction == "out"
+                    else [o.name for o in spec.outputs]
+                )
+                if spec
+                else []
+            )
             for name in candidates:
                 args = (node_id, port, new, name) if direction == "out" else (new, name, node_id, port)
                 if self.model.connection_possible(*args)[0]:
@@ -322,8 +364,11 @@ class GraphScene(QGraphicsScene):
 
     def delete_selected(self) -> None:
         nodes, groups = self.selected_node_ids(), self.selected_group_indices()
-        wires = [(i.connection.in_node, i.connection.in_port) for i in self.selectedItems()
-                 if isinstance(i, EdgeItem) and i.connection is not None]
+        wires = [
+            (i.connection.in_node, i.connection.in_port)
+            for i in self.selectedItems()
+            if isinstance(i, EdgeItem) and i.connection is not None
+        ]
         if nodes or groups or wires:
             self.undo_stack.push(RemoveCommand(self.model, nodes, groups, wires))
 
@@ -354,13 +399,18 @@ class GraphScene(QGraphicsScene):
             return
         rect = rect.adjusted(-20, -50, 20, 20)
         color = GROUP_COLORS[len(self.model.groups()) % len(GROUP_COLORS)]
-        self.undo_stack.push(AddGroupCommand(self.model, title, [rect.x(), rect.y(), rect.width(), rect.height()],
-                                             color))
+        self.undo_stack.push(
+            AddGroupCommand(self.model, title, [rect.x(), rect.y(), rect.width(), rect.height()], color)
+        )
 
     def rename_group(self, index: int) -> None:
         views = self.views()
-        title, ok = QInputDialog.getText(views[0] if views else None, "Rename group", "Title:",
-                                         text=str(self.model.groups()[index].get("title", "")))
+        title, ok = QInputDialog.getText(
+            views[0] if views else None,
+            "Rename group",
+            "Title:",
+            text=str(self.model.groups()[index].get("title", "")),
+        )
         if ok and title:
             self.undo_stack.push(UpdateGroupCommand(self.model, index, title=title))
 
@@ -383,5 +433,3 @@ class GraphScene(QGraphicsScene):
             painter.setPen(major if y % (GRID * 5) == 0 else minor)
             painter.drawLine(QPointF(rect.left(), y), QPointF(rect.right(), y))
             y += GRID
-
-

@@ -20,7 +20,9 @@ from pathlib import Path
 DEFAULT_WORKFLOW = Path(__file__).resolve().parents[2] / "resources" / "workflows" / "txt2img.json"
 
 
-def take_screenshot(out: Path, workflow: Path, size: tuple[int, int], select: str | None, timeout: float) -> int:
+def take_screenshot(
+    out: Path, workflow: Path, size: tuple[int, int], select: str | None, timeout: float
+) -> int:
     if not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     # As `app` does (app/main.py): sleeping OpenMP workers, or a busy machine makes the run look slow.

@@ -41,9 +41,12 @@ class AppSettings:
 
     @property
     def memory(self) -> MemorySettings:
-        return MemorySettings(device=self._str("device", "auto"), policy=self._str("policy", "auto"),
-                              vram_budget=self._str("vram_budget", "") or None,
-                              ram_budget=self._str("ram_budget", "") or None)
+        return MemorySettings(
+            device=self._str("device", "auto"),
+            policy=self._str("policy", "auto"),
+            vram_budget=self._str("vram_budget", "") or None,
+            ram_budget=self._str("ram_budget", "") or None,
+        )
 
     def set_memory(self, value: MemorySettings) -> None:
         self.q.setValue("device", value.device)
@@ -112,9 +115,11 @@ class SettingsDialog(QDialog):
         self.policy = QComboBox()
         self.policy.addItems(POLICIES)
         self.policy.setCurrentText(memory.policy)
-        self.policy.setToolTip("auto: keep models resident while they fit, offload when they don't\n"
-                               "none: everything stays on the device\nsequential: load one model at a time\n"
-                               "stream: stream weights block by block (largest models on small devices)")
+        self.policy.setToolTip(
+            "auto: keep models resident while they fit, offload when they don't\n"
+            "none: everything stays on the device\nsequential: load one model at a time\n"
+            "stream: stream weights block by block (largest models on small devices)"
+        )
         self.vram = QLineEdit(memory.vram_budget or "")
         self.vram.setPlaceholderText("all free memory (e.g. 6GiB or 0.8)")
         self.ram = QLineEdit(memory.ram_budget or "")
@@ -127,19 +132,25 @@ class SettingsDialog(QDialog):
         out_row.addWidget(browse)
         self.allow_pickle = QCheckBox("Allow pickle checkpoints (.ckpt/.pt/.bin — they can run code)")
         self.allow_pickle.setChecked(settings.allow_pickle)
-        self.allow_pickle.setToolTip("Pickled weights can execute code when loaded; enable only for files you "
-                                     "trust.\nOff: such files are refused (convert them to .safetensors).")
+        self.allow_pickle.setToolTip(
+            "Pickled weights can execute code when loaded; enable only for files you "
+            "trust.\nOff: such files are refused (convert them to .safetensors)."
+        )
         form.addRow("Device", self.device)
         form.addRow("Offload policy", self.policy)
         form.addRow("Device memory budget", self.vram)
         form.addRow("Host memory budget", self.ram)
         form.addRow("Output folder", out_row)
         form.addRow("Model files", self.allow_pickle)
-        note = QLabel("Changing the device or budgets restarts the memory manager (the result cache is cleared).")
+        note = QLabel(
+            "Changing the device or budgets restarts the memory manager (the result cache is cleared)."
+        )
         note.setObjectName("hint")
         note.setWordWrap(True)
         form.addRow(note)
-        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
+        buttons = QDialogButtonBox(
+            QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel
+        )
         buttons.accepted.connect(self.accept)
         buttons.rejected.connect(self.reject)
         form.addRow(buttons)
@@ -150,9 +161,14 @@ class SettingsDialog(QDialog):
             self.out.setText(folder)
 
     def accept(self) -> None:
-        self.settings.set_memory(MemorySettings(self.device.currentText().strip() or "auto",
-                                                self.policy.currentText(), self.vram.text().strip() or None,
-                                                self.ram.text().strip() or None))
+        self.settings.set_memory(
+            MemorySettings(
+                self.device.currentText().strip() or "auto",
+                self.policy.currentText(),
+                self.vram.text().strip() or None,
+                self.ram.text().strip() or None,
+            )
+        )
         self.settings.set_output_dir(Path(self.out.text().strip() or "outputs"))
         self.settings.set_allow_pickle(self.allow_pickle.isChecked())
         super().accept()

@@ -30,21 +30,23 @@ CACHED = "#8d99ae"
 QUEUED = "#b0a36a"
 
 # Header colour for each built-in category; other categories get a stable colour from their name.
-CATEGORY_COLORS: Mapping[str, str] = MappingProxyType({
-    "primitives": "#5c6b7a",
-    "text": "#6a7d3f",
-    "output": "#7a4a5c",
-    "image": "#3f6a8a",
-    "diffusion": "#5e4a8a",
-    "diffusion/loaders": "#3d5a8c",
-    "diffusion/latent": "#8a4a6e",
-    "loaders": "#4a5e8a",
-    "sampling": "#6e4a8a",
-    "conditioning": "#8a6a3f",
-    "latent": "#8a4a6e",
-    "llm": "#2f7a72",
-    "test": "#555555",
-})
+CATEGORY_COLORS: Mapping[str, str] = MappingProxyType(
+    {
+        "primitives": "#5c6b7a",
+        "text": "#6a7d3f",
+        "output": "#7a4a5c",
+        "image": "#3f6a8a",
+        "diffusion": "#5e4a8a",
+        "diffusion/loaders": "#3d5a8c",
+        "diffusion/latent": "#8a4a6e",
+        "loaders": "#4a5e8a",
+        "sampling": "#6e4a8a",
+        "conditioning": "#8a6a3f",
+        "latent": "#8a4a6e",
+        "llm": "#2f7a72",
+        "test": "#555555",
+    }
+)
 
 
 def category_color(category: str) -> QColor:
@@ -85,11 +87,18 @@ QLabel#hint {{ color: {TEXT_DIM}; }}
 def apply_theme(app: QApplication) -> None:
     app.setStyle("Fusion")
     pal = QPalette()
-    for role, color in ((QPalette.ColorRole.Window, BACKGROUND), (QPalette.ColorRole.Base, "#1b1c1f"),
-                        (QPalette.ColorRole.AlternateBase, PANEL), (QPalette.ColorRole.Text, TEXT),
-                        (QPalette.ColorRole.WindowText, TEXT), (QPalette.ColorRole.Button, PANEL),
-                        (QPalette.ColorRole.ButtonText, TEXT), (QPalette.ColorRole.Highlight, ACCENT),
-                        (QPalette.ColorRole.ToolTipBase, PANEL), (QPalette.ColorRole.ToolTipText, TEXT)):
+    for role, color in (
+        (QPalette.ColorRole.Window, BACKGROUND),
+        (QPalette.ColorRole.Base, "#1b1c1f"),
+        (QPalette.ColorRole.AlternateBase, PANEL),
+        (QPalette.ColorRole.Text, TEXT),
+        (QPalette.ColorRole.WindowText, TEXT),
+        (QPalette.ColorRole.Button, PANEL),
+        (QPalette.ColorRole.ButtonText, TEXT),
+        (QPalette.ColorRole.Highlight, ACCENT),
+        (QPalette.ColorRole.ToolTipBase, PANEL),
+        (QPalette.ColorRole.ToolTipText, TEXT),
+    ):
         pal.setColor(role, QColor(color))
     app.setPalette(pal)
     app.setStyleSheet(STYLE_SHEET)

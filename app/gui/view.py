@@ -16,8 +16,10 @@ from app.gui.scene import GraphScene
 MIN_ZOOM, MAX_ZOOM = 0.15, 3.0
 
 
-EMPTY_HINT = ("Press Tab or double-click to add a node\n"
-              "or open a workflow (Ctrl+O) — you can also drop a .json or a Nodeloom PNG here")
+EMPTY_HINT = (
+    "Press Tab or double-click to add a node\n"
+    "or open a workflow (Ctrl+O) — you can also drop a .json or a Nodeloom PNG here"
+)
 
 
 class GraphView(QGraphicsView):
@@ -48,7 +50,7 @@ class GraphView(QGraphicsView):
 
     def wheelEvent(self, event: QWheelEvent) -> None:
         steps = event.angleDelta().y() / 120.0
-        self.set_zoom(self.zoom() * (1.15 ** steps))
+        self.set_zoom(self.zoom() * (1.15**steps))
 
     def fit(self, rect: QRectF | None = None) -> None:
         rect = rect if rect is not None else self.graph_scene.items_rect()
@@ -93,7 +95,9 @@ class GraphView(QGraphicsView):
         event.accept()
 
     def mousePressEvent(self, event: QMouseEvent) -> None:
-        if event.button() == Qt.MouseButton.MiddleButton or (self._space and event.button() == Qt.MouseButton.LeftButton):
+        if event.button() == Qt.MouseButton.MiddleButton or (
+            self._space and event.button() == Qt.MouseButton.LeftButton
+        ):
             self._start_pan(event)
             return
         super().mousePressEvent(event)
@@ -130,7 +134,12 @@ class GraphView(QGraphicsView):
         if event.key() == Qt.Key.Key_Tab:
             self.palette_requested.emit(self.cursor_scene_pos())
             return
-        arrows = {Qt.Key.Key_Left: (-1, 0), Qt.Key.Key_Right: (1, 0), Qt.Key.Key_Up: (0, -1), Qt.Key.Key_Down: (0, 1)}
+        arrows = {
+            Qt.Key.Key_Left: (-1, 0),
+            Qt.Key.Key_Right: (1, 0),
+            Qt.Key.Key_Up: (0, -1),
+            Qt.Key.Key_Down: (0, 1),
+        }
         if event.key() in arrows and self.graph_scene.selected_node_ids():
             step = 100 if event.modifiers() & Qt.KeyboardModifier.ShiftModifier else 20
             dx, dy = arrows[Qt.Key(event.key())]

@@ -20,7 +20,13 @@ from pipelines.diffusion.values import Conditioning, TextEncoderRef
 
 def text_encoder_working_bytes(tokens: int, hidden_size: int, dtype: torch.dtype) -> int:
     return diffusion_working_bytes(
-        "text_encoder", height=0, width=0, dtype=dtype, guidance=False, text_tokens=tokens, hidden_size=hidden_size
+        "text_encoder",
+        height=0,
+        width=0,
+        dtype=dtype,
+        guidance=False,
+        text_tokens=tokens,
+        hidden_size=hidden_size,
     )
 
 
@@ -29,10 +35,15 @@ def encode_clip(mm: MemoryManager, ref: TextEncoderRef, text: str) -> Conditioni
     # Copied from diffusers' StableDiffusionPipeline.encode_prompt (one prompt, no LoRA/clip_skip).
     tokenizer = ref.tokenizers[0].load()
     text_inputs = tokenizer(
-        text, padding="max_length", max_length=tokenizer.model_max_length, truncation=True, return_tensors="pt"
+        text,
+        padding="max_length",
+        max_length=tokenizer.model_max_length,
+        truncation=True,
+        return_tensors="pt",
     )
-    with mm.use(ref.handles[0], working_bytes=text_encoder_working_bytes(
-            tokenizer.model_max_length, 1024, ref.dtype)) as text_encoder:
+    with mm.use(
+        ref.handles[0], working_bytes=text_encoder_working_bytes(tokenizer.model_max_length, 1024, ref.dtype)
+    ) as text_encoder:
         attention_mask = None
         if getattr(text_encoder.config, "use_attention_mask", False):
             attention_mask = text_inputs.attention_mask.to(mm.device)
@@ -49,11 +60,15 @@ def encode_clip_sdxl(mm: MemoryManager, ref: TextEncoderRef, text: str) -> Condi
     for handle, source in zip(ref.handles, ref.tokenizers, strict=True):
         tokenizer = source.load()
         text_inputs = tokenizer(
-            text, padding="max_length", max_length=tokenizer.model_max_length, truncation=True,
+            text,
+            padding="max_length",
+            max_length=tokenizer.model_max_length,
+            truncation=True,
             return_tensors="pt",
         )
-        with mm.use(handle, working_bytes=text_encoder_working_bytes(
-                tokenizer.model_max_length, 1280, ref.dtype)) as text_encoder:
+        with mm.use(
+            handle, working_bytes=text_encoder_working_bytes(tokenizer.model_max_length, 1280, ref.dtype)
+        ) as text_encoder:
             output = text_encoder(text_inputs.input_ids.to(mm.device), output_hidden_states=True)
             # The pooled vector is text_encoder_2's projected EOS embedding (the only 2-D first output).
             if pooled_prompt_embeds is None and output[0].ndim == 2:
@@ -71,15 +86,22 @@ def encode_t5(mm: MemoryManager, ref: TextEncoderRef, text: str, *, max_tokens: 
     tokenizer = ref.tokenizers[0].load()
     text = text.lower().strip()
     text_inputs = tokenizer(
-        text, padding="max_length", max_length=max_tokens, truncation=True, add_special_tokens=True,
+        text,
+        padding="max_length",
+        max_length=max_tokens,
+        truncation=True,
+        add_special_tokens=True,
         return_tensors="pt",
     )
     attention_mask = text_inputs.attention_mask
     with mm.use(ref.handles[0], working_bytes=text_encoder_working_bytes(max_tokens, 4096, ref.dtype)) as te:
-        prompt_embeds = te(text_inputs.input_ids.to(mm.device), attention_mask=attention_mask.to(mm.device))[0]
+        prompt_embeds = te(text_inputs.input_ids.to(mm.device), attention_mask=attention_mask.to(mm.device))[
+            0
+        ]
         prompt_embeds = prompt_embeds.to(dtype=te.dtype)
-    return Conditioning(embeds=prompt_embeds.cpu(), attention_mask=attention_mask, family=ref.family.name,
-                        text=text)
+    return Conditioning(
+        embeds=prompt_embeds.cpu(), attention_mask=attention_mask, family=ref.family.name, text=text
+    )
 
 
 @torch.no_grad()
@@ -88,24 +110,39 @@ def encode_sd3(mm: MemoryManager, ref: TextEncoderRef, text: str, *, max_tokens:
     clip_embeds, pooled = [], []
     for handle, source in zip(ref.handles[:2], ref.tokenizers[:2], strict=True):
         tokenizer = source.load()
-        inputs = tokenizer(text, padding="max_length", max_length=tokenizer.model_max_length, truncation=True,
-                           return_tensors="pt")
-        with mm.use(handle, working_bytes=text_encoder_working_bytes(
-                tokenizer.model_max_length, 1280, ref.dtype)) as clip:
+        inputs = tokenizer(
+            text,
+            padding="max_length",
+            max_length=tokenizer.model_max_length,
+            truncation=True,
+            return_tensors="pt",
+        )
+        with mm.use(
+            handle, working_bytes=text_encoder_working_bytes(tokenizer.model_max_length, 1280, ref.dtype)
+        ) as clip:
             output = clip(inputs.input_ids.to(mm.device), output_hidden_states=True)
             pooled.append(output[0].cpu())  # text_embeds: the projected EOS vector
             clip_embeds.append(output.hidden_states[-2].to(dtype=ref.dtype).cpu())
     tokenizer_3 = ref.tokenizers[2].load()
-    inputs = tokenizer_3(text, padding="max_length", max_length=max_tokens, truncation=True,
-                         add_special_tokens=True, return_tensors="pt")
+    inputs = tokenizer_3(
+        text,
+        padding="max_length",
+        max_length=max_tokens,
+        truncation=True,
+        add_special_tokens=True,
+        return_tensors="pt",
+    )
     with mm.use(ref.handles[2], working_bytes=text_encoder_working_bytes(max_tokens, 4096, ref.dtype)) as t5:
         t5_embeds = t5(inputs.input_ids.to(mm.device))[0].to(dtype=t5.dtype).cpu()
     # CLIP-L and bigG side by side (768 + 1280), zero-padded to T5's width, then T5's tokens after them.
     clip_prompt_embeds = torch.cat(clip_embeds, dim=-1)
     clip_prompt_embeds = torch.nn.functional.pad(
-        clip_prompt_embeds, (0, t5_embeds.shape[-1] - clip_prompt_embeds.shape[-1]))
+        clip_prompt_embeds, (0, t5_embeds.shape[-1] - clip_prompt_embeds.shape[-1])
+    )
     prompt_embeds = torch.cat([clip_prompt_embeds, t5_embeds], dim=-2)  # (B, 77 + max_tokens, 4096)
-    return Conditioning(embeds=prompt_embeds, pooled=torch.cat(pooled, dim=-1), family=ref.family.name, text=text)
+    return Conditioning(
+        embeds=prompt_embeds, pooled=torch.cat(pooled, dim=-1), family=ref.family.name, text=text
+    )
 
 
 @torch.no_grad()
@@ -113,23 +150,32 @@ def encode_flux(mm: MemoryManager, ref: TextEncoderRef, text: str, *, max_tokens
     # Copied from diffusers' FluxPipeline._get_clip_prompt_embeds and _get_t5_prompt_embeds (one prompt).
     clip_handle, t5_handle = ref.handles
     tokenizer = ref.tokenizers[0].load()
-    clip_inputs = tokenizer(text, padding="max_length", max_length=tokenizer.model_max_length, truncation=True,
-                            return_tensors="pt")
-    with mm.use(clip_handle, working_bytes=text_encoder_working_bytes(
-            tokenizer.model_max_length, 768, ref.dtype)) as clip:
+    clip_inputs = tokenizer(
+        text,
+        padding="max_length",
+        max_length=tokenizer.model_max_length,
+        truncation=True,
+        return_tensors="pt",
+    )
+    with mm.use(
+        clip_handle, working_bytes=text_encoder_working_bytes(tokenizer.model_max_length, 768, ref.dtype)
+    ) as clip:
         # Flux takes only CLIP's pooled (EOS) vector, through its `pooled_projections`.
         pooled = clip(clip_inputs.input_ids.to(mm.device), output_hidden_states=False).pooler_output
         pooled = pooled.to(dtype=clip.dtype).cpu()
     tokenizer_2 = ref.tokenizers[1].load()
-    t5_inputs = tokenizer_2(text, padding="max_length", max_length=max_tokens, truncation=True,
-                            return_tensors="pt")
+    t5_inputs = tokenizer_2(
+        text, padding="max_length", max_length=max_tokens, truncation=True, return_tensors="pt"
+    )
     with mm.use(t5_handle, working_bytes=text_encoder_working_bytes(max_tokens, 4096, ref.dtype)) as t5:
         prompt_embeds = t5(t5_inputs.input_ids.to(mm.device), output_hidden_states=False)[0]
         prompt_embeds = prompt_embeds.to(dtype=t5.dtype).cpu()
     return Conditioning(embeds=prompt_embeds, pooled=pooled, family=ref.family.name, text=text)
 
 
-def encode_prompt(mm: MemoryManager, ref: TextEncoderRef, text: str, *, max_tokens: int | None = None) -> Conditioning:
+def encode_prompt(
+    mm: MemoryManager, ref: TextEncoderRef, text: str, *, max_tokens: int | None = None
+) -> Conditioning:
     """Encode one prompt with the family's text encoder(s)."""
     if ref.family.name == "sdxl":
         return encode_clip_sdxl(mm, ref, text)

@@ -60,44 +60,132 @@ _CORPUS = (
 ).split()
 
 # Stable Diffusion's scheduler settings (scaled-linear betas 0.00085..0.012, 1000 steps).
-_SD_SCHEDULER = dict(beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear", num_train_timesteps=1000,
-                     steps_offset=1, timestep_spacing="leading")
+_SD_SCHEDULER = dict(
+    beta_start=0.00085,
+    beta_end=0.012,
+    beta_schedule="scaled_linear",
+    num_train_timesteps=1000,
+    steps_offset=1,
+    timestep_spacing="leading",
+)
 
 # A VAE with 4 blocks, so images are 8x the latents as in every real SD-family model.
-TINY_VAE = dict(block_out_channels=[8, 16, 16, 16], in_channels=3, out_channels=3, latent_channels=4,
-                down_block_types=["DownEncoderBlock2D"] * 4, up_block_types=["UpDecoderBlock2D"] * 4,
-                layers_per_block=1, norm_num_groups=4, sample_size=64)
-TINY_CLIP = dict(hidden_size=32, intermediate_size=37, num_attention_heads=4, num_hidden_layers=2,
-                 max_position_embeddings=77, layer_norm_eps=1e-5, hidden_act="quick_gelu", projection_dim=32)
-TINY_SD_UNET = dict(block_out_channels=[32, 64], layers_per_block=2, sample_size=8, in_channels=4, out_channels=4,
-                    down_block_types=["CrossAttnDownBlock2D", "DownBlock2D"],
-                    up_block_types=["UpBlock2D", "CrossAttnUpBlock2D"], cross_attention_dim=32,
-                    attention_head_dim=8, norm_num_groups=8)
+TINY_VAE = dict(
+    block_out_channels=[8, 16, 16, 16],
+    in_channels=3,
+    out_channels=3,
+    latent_channels=4,
+    down_block_types=["DownEncoderBlock2D"] * 4,
+    up_block_types=["UpDecoderBlock2D"] * 4,
+    layers_per_block=1,
+    norm_num_groups=4,
+    sample_size=64,
+)
+TINY_CLIP = dict(
+    hidden_size=32,
+    intermediate_size=37,
+    num_attention_heads=4,
+    num_hidden_layers=2,
+    max_position_embeddings=77,
+    layer_norm_eps=1e-5,
+    hidden_act="quick_gelu",
+    projection_dim=32,
+)
+TINY_SD_UNET = dict(
+    block_out_channels=[32, 64],
+    layers_per_block=2,
+    sample_size=8,
+    in_channels=4,
+    out_channels=4,
+    down_block_types=["CrossAttnDownBlock2D", "DownBlock2D"],
+    up_block_types=["UpBlock2D", "CrossAttnUpBlock2D"],
+    cross_attention_dim=32,
+    attention_head_dim=8,
+    norm_num_groups=8,
+)
 # SDXL: two CLIPs (32 + 32 = 64 cross-attention width), text_time added embedding = 6 ids x 8 + pooled 32.
-TINY_SDXL_UNET = dict(block_out_channels=[32, 64], layers_per_block=2, sample_size=8, in_channels=4,
-                      out_channels=4, down_block_types=["DownBlock2D", "CrossAttnDownBlock2D"],
-                      up_block_types=["CrossAttnUpBlock2D", "UpBlock2D"], attention_head_dim=[2, 4],
-                      use_linear_projection=True, addition_embed_type="text_time", addition_time_embed_dim=8,
-                      transformer_layers_per_block=[1, 2], projection_class_embeddings_input_dim=80,
-                      cross_attention_dim=64, norm_num_groups=8)
-TINY_T5 = dict(d_model=32, d_kv=8, d_ff=37, num_layers=2, num_heads=4, relative_attention_num_buckets=8,
-               dropout_rate=0.0, feed_forward_proj="gated-gelu", is_encoder_decoder=False)
-TINY_PIXART = dict(sample_size=8, num_layers=2, patch_size=2, attention_head_dim=8, num_attention_heads=3,
-                   caption_channels=32, in_channels=4, cross_attention_dim=24, out_channels=8, attention_bias=True,
-                   activation_fn="gelu-approximate", num_embeds_ada_norm=1000, norm_type="ada_norm_single",
-                   norm_elementwise_affine=False, norm_eps=1e-6)
+TINY_SDXL_UNET = dict(
+    block_out_channels=[32, 64],
+    layers_per_block=2,
+    sample_size=8,
+    in_channels=4,
+    out_channels=4,
+    down_block_types=["DownBlock2D", "CrossAttnDownBlock2D"],
+    up_block_types=["CrossAttnUpBlock2D", "UpBlock2D"],
+    attention_head_dim=[2, 4],
+    use_linear_projection=True,
+    addition_embed_type="text_time",
+    addition_time_embed_dim=8,
+    transformer_layers_per_block=[1, 2],
+    projection_class_embeddings_input_dim=80,
+    cross_attention_dim=64,
+    norm_num_groups=8,
+)
+TINY_T5 = dict(
+    d_model=32,
+    d_kv=8,
+    d_ff=37,
+    num_layers=2,
+    num_heads=4,
+    relative_attention_num_buckets=8,
+    dropout_rate=0.0,
+    feed_forward_proj="gated-gelu",
+    is_encoder_decoder=False,
+)
+TINY_PIXART = dict(
+    sample_size=8,
+    num_layers=2,
+    patch_size=2,
+    attention_head_dim=8,
+    num_attention_heads=3,
+    caption_channels=32,
+    in_channels=4,
+    cross_attention_dim=24,
+    out_channels=8,
+    attention_bias=True,
+    activation_fn="gelu-approximate",
+    num_embeds_ada_norm=1000,
+    norm_type="ada_norm_single",
+    norm_elementwise_affine=False,
+    norm_eps=1e-6,
+)
 
 
 # SD3: two CLIPs (projection 32 each: pooled 64) and a T5 of width 64 = the joint attention width.
-TINY_SD3 = dict(sample_size=8, patch_size=1, in_channels=4, num_layers=1, attention_head_dim=8, num_attention_heads=4,
-                caption_projection_dim=32, joint_attention_dim=64, pooled_projection_dim=64, out_channels=4)
+TINY_SD3 = dict(
+    sample_size=8,
+    patch_size=1,
+    in_channels=4,
+    num_layers=1,
+    attention_head_dim=8,
+    num_attention_heads=4,
+    caption_projection_dim=32,
+    joint_attention_dim=64,
+    pooled_projection_dim=64,
+    out_channels=4,
+)
 # Flux: 16 = 4 latent channels x a 2x2 patch; rotary axes (4, 4, 8) add up to the head dim 16.
-TINY_FLUX = dict(patch_size=1, in_channels=16, num_layers=1, num_single_layers=1, attention_head_dim=16,
-                 num_attention_heads=2, joint_attention_dim=32, pooled_projection_dim=32, axes_dims_rope=[4, 4, 8],
-                 guidance_embeds=True)
+TINY_FLUX = dict(
+    patch_size=1,
+    in_channels=16,
+    num_layers=1,
+    num_single_layers=1,
+    attention_head_dim=16,
+    num_attention_heads=2,
+    joint_attention_dim=32,
+    pooled_projection_dim=32,
+    axes_dims_rope=[4, 4, 8],
+    guidance_embeds=True,
+)
 # Flux-dev's scheduler: resolution-dependent shift of the sigmas.
-_FLUX_SCHEDULER = dict(shift=3.0, use_dynamic_shifting=True, base_shift=0.5, max_shift=1.15,
-                       base_image_seq_len=256, max_image_seq_len=4096)
+_FLUX_SCHEDULER = dict(
+    shift=3.0,
+    use_dynamic_shifting=True,
+    base_shift=0.5,
+    max_shift=1.15,
+    base_image_seq_len=256,
+    max_image_seq_len=4096,
+)
 
 
 def tiny_clip_tokenizer(*, pad_token: str = "<|endoftext|>") -> CLIPTokenizer:
@@ -105,8 +193,13 @@ def tiny_clip_tokenizer(*, pad_token: str = "<|endoftext|>") -> CLIPTokenizer:
     bos, eos = "<|startoftext|>", "<|endoftext|>"
     bpe = Tokenizer(models.BPE(end_of_word_suffix="</w>"))
     bpe.pre_tokenizer = pre_tokenizers.Whitespace()
-    trainer = trainers.BpeTrainer(vocab_size=300, min_frequency=1, special_tokens=[bos, eos],
-                                  end_of_word_suffix="</w>", show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=300,
+        min_frequency=1,
+        special_tokens=[bos, eos],
+        end_of_word_suffix="</w>",
+        show_progress=False,
+    )
     bpe.train_from_iterator([" ".join(_CORPUS)] * 4, trainer=trainer)
     model = json.loads(bpe.to_str())["model"]
     vocab: dict[str, int] = dict(model["vocab"])
@@ -114,8 +207,15 @@ def tiny_clip_tokenizer(*, pad_token: str = "<|endoftext|>") -> CLIPTokenizer:
     for char in bytes_to_unicode().values():
         for token in (char, char + "</w>"):
             vocab.setdefault(token, len(vocab))
-    return CLIPTokenizer(vocab=vocab, merges=merges, bos_token=bos, eos_token=eos, unk_token=eos,
-                         pad_token=pad_token, model_max_length=77)
+    return CLIPTokenizer(
+        vocab=vocab,
+        merges=merges,
+        bos_token=bos,
+        eos_token=eos,
+        unk_token=eos,
+        pad_token=pad_token,
+        model_max_length=77,
+    )
 
 
 def tiny_t5_tokenizer() -> T5Tokenizer:
@@ -127,8 +227,13 @@ def tiny_t5_tokenizer() -> T5Tokenizer:
 
 
 def _clip_config(tokenizer: CLIPTokenizer) -> CLIPTextConfig:
-    return CLIPTextConfig(vocab_size=len(tokenizer), bos_token_id=tokenizer.bos_token_id,
-                          eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, **TINY_CLIP)
+    return CLIPTextConfig(
+        vocab_size=len(tokenizer),
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        **TINY_CLIP,
+    )
 
 
 def build_tiny_sd() -> StableDiffusionPipeline:
@@ -139,9 +244,16 @@ def build_tiny_sd() -> StableDiffusionPipeline:
     torch.manual_seed(0)
     tokenizer = tiny_clip_tokenizer()
     text_encoder = CLIPTextModel(_clip_config(tokenizer))
-    return StableDiffusionPipeline(unet=unet, vae=vae, text_encoder=text_encoder, tokenizer=tokenizer,
-                                   scheduler=PNDMScheduler(**_SD_SCHEDULER, set_alpha_to_one=False, skip_prk_steps=True), safety_checker=None,
-                                   feature_extractor=None, requires_safety_checker=False)
+    return StableDiffusionPipeline(
+        unet=unet,
+        vae=vae,
+        text_encoder=text_encoder,
+        tokenizer=tokenizer,
+        scheduler=PNDMScheduler(**_SD_SCHEDULER, set_alpha_to_one=False, skip_prk_steps=True),
+        safety_checker=None,
+        feature_extractor=None,
+        requires_safety_checker=False,
+    )
 
 
 def build_tiny_sdxl() -> StableDiffusionXLPipeline:
@@ -156,9 +268,16 @@ def build_tiny_sdxl() -> StableDiffusionXLPipeline:
     tokenizer_2 = tiny_clip_tokenizer(pad_token="!")
     text_encoder_2 = CLIPTextModelWithProjection(_clip_config(tokenizer_2))
     scheduler = EulerDiscreteScheduler(**_SD_SCHEDULER)
-    return StableDiffusionXLPipeline(unet=unet, vae=vae, text_encoder=text_encoder, tokenizer=tokenizer,
-                                     text_encoder_2=text_encoder_2, tokenizer_2=tokenizer_2, scheduler=scheduler,
-                                     force_zeros_for_empty_prompt=True)
+    return StableDiffusionXLPipeline(
+        unet=unet,
+        vae=vae,
+        text_encoder=text_encoder,
+        tokenizer=tokenizer,
+        text_encoder_2=text_encoder_2,
+        tokenizer_2=tokenizer_2,
+        scheduler=scheduler,
+        force_zeros_for_empty_prompt=True,
+    )
 
 
 def build_tiny_pixart() -> PixArtSigmaPipeline:
@@ -168,50 +287,91 @@ def build_tiny_pixart() -> PixArtSigmaPipeline:
     vae = AutoencoderKL(**TINY_VAE)
     torch.manual_seed(0)
     tokenizer = tiny_t5_tokenizer()
-    text_encoder = T5EncoderModel(T5Config(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
-                                           eos_token_id=tokenizer.eos_token_id, **TINY_T5))
+    text_encoder = T5EncoderModel(
+        T5Config(
+            vocab_size=len(tokenizer),
+            pad_token_id=tokenizer.pad_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+            **TINY_T5,
+        )
+    )
     scheduler = DPMSolverMultistepScheduler(beta_schedule="linear", beta_start=0.0001, beta_end=0.02)
-    return PixArtSigmaPipeline(transformer=transformer, vae=vae, text_encoder=text_encoder, tokenizer=tokenizer,
-                               scheduler=scheduler)
+    return PixArtSigmaPipeline(
+        transformer=transformer, vae=vae, text_encoder=text_encoder, tokenizer=tokenizer, scheduler=scheduler
+    )
 
 
 def build_tiny_sd3() -> StableDiffusion3Pipeline:
     torch.manual_seed(0)
     transformer = SD3Transformer2DModel(**TINY_SD3)
     torch.manual_seed(0)
-    vae = AutoencoderKL(**TINY_VAE, use_quant_conv=False, use_post_quant_conv=False, shift_factor=0.0609,
-                        scaling_factor=1.5035)
+    vae = AutoencoderKL(
+        **TINY_VAE,
+        use_quant_conv=False,
+        use_post_quant_conv=False,
+        shift_factor=0.0609,
+        scaling_factor=1.5035,
+    )
     encoders: dict[str, Any] = {}
     for i, suffix in enumerate(("", "_2")):
         torch.manual_seed(i)
         encoders[f"tokenizer{suffix}"] = tiny_clip_tokenizer(pad_token="!" if suffix else "<|endoftext|>")
         encoders[f"text_encoder{suffix}"] = CLIPTextModelWithProjection(
-            _clip_config(encoders[f"tokenizer{suffix}"]))
+            _clip_config(encoders[f"tokenizer{suffix}"])
+        )
     torch.manual_seed(0)
     tokenizer_3 = tiny_t5_tokenizer()
-    text_encoder_3 = T5EncoderModel(T5Config(vocab_size=len(tokenizer_3), pad_token_id=tokenizer_3.pad_token_id,
-                                             eos_token_id=tokenizer_3.eos_token_id, **{**TINY_T5, "d_model": 64}))
-    return StableDiffusion3Pipeline(transformer=transformer, vae=vae, text_encoder_3=text_encoder_3,
-                                    tokenizer_3=tokenizer_3, scheduler=FlowMatchEulerDiscreteScheduler(shift=3.0),
-                                    **encoders)
+    text_encoder_3 = T5EncoderModel(
+        T5Config(
+            vocab_size=len(tokenizer_3),
+            pad_token_id=tokenizer_3.pad_token_id,
+            eos_token_id=tokenizer_3.eos_token_id,
+            **{**TINY_T5, "d_model": 64},
+        )
+    )
+    return StableDiffusion3Pipeline(
+        transformer=transformer,
+        vae=vae,
+        text_encoder_3=text_encoder_3,
+        tokenizer_3=tokenizer_3,
+        scheduler=FlowMatchEulerDiscreteScheduler(shift=3.0),
+        **encoders,
+    )
 
 
 def build_tiny_flux() -> FluxPipeline:
     torch.manual_seed(0)
     transformer = FluxTransformer2DModel(**TINY_FLUX)
     torch.manual_seed(0)
-    vae = AutoencoderKL(**TINY_VAE, use_quant_conv=False, use_post_quant_conv=False, shift_factor=0.0609,
-                        scaling_factor=1.5035)
+    vae = AutoencoderKL(
+        **TINY_VAE,
+        use_quant_conv=False,
+        use_post_quant_conv=False,
+        shift_factor=0.0609,
+        scaling_factor=1.5035,
+    )
     torch.manual_seed(0)
     tokenizer = tiny_clip_tokenizer()
     text_encoder = CLIPTextModel(_clip_config(tokenizer))
     torch.manual_seed(0)
     tokenizer_2 = tiny_t5_tokenizer()
-    text_encoder_2 = T5EncoderModel(T5Config(vocab_size=len(tokenizer_2), pad_token_id=tokenizer_2.pad_token_id,
-                                             eos_token_id=tokenizer_2.eos_token_id, **TINY_T5))
-    return FluxPipeline(transformer=transformer, vae=vae, text_encoder=text_encoder, tokenizer=tokenizer,
-                        text_encoder_2=text_encoder_2, tokenizer_2=tokenizer_2,
-                        scheduler=FlowMatchEulerDiscreteScheduler(**_FLUX_SCHEDULER))
+    text_encoder_2 = T5EncoderModel(
+        T5Config(
+            vocab_size=len(tokenizer_2),
+            pad_token_id=tokenizer_2.pad_token_id,
+            eos_token_id=tokenizer_2.eos_token_id,
+            **TINY_T5,
+        )
+    )
+    return FluxPipeline(
+        transformer=transformer,
+        vae=vae,
+        text_encoder=text_encoder,
+        tokenizer=tokenizer,
+        text_encoder_2=text_encoder_2,
+        tokenizer_2=tokenizer_2,
+        scheduler=FlowMatchEulerDiscreteScheduler(**_FLUX_SCHEDULER),
+    )
 
 
 DEMO_MODELS: dict[str, Callable[[], DiffusionPipeline]] = {

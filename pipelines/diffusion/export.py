@@ -22,11 +22,23 @@ UNET_PREFIX = "model.diffusion_model."
 VAE_PREFIX = "first_stage_model."
 CLIP_PREFIX = "cond_stage_model.transformer."
 
-_UNET_TOP = {"time_embedding.linear_1": "time_embed.0", "time_embedding.linear_2": "time_embed.2",
-             "conv_in": "input_blocks.0.0", "conv_norm_out": "out.0", "conv_out": "out.2",
-             "add_embedding.linear_1": "label_emb.0.0", "add_embedding.linear_2": "label_emb.0.2"}
-_RESNET = {"norm1": "in_layers.0", "conv1": "in_layers.2", "norm2": "out_layers.0", "conv2": "out_layers.3",
-           "time_emb_proj": "emb_layers.1", "conv_shortcut": "skip_connection"}
+_UNET_TOP = {
+    "time_embedding.linear_1": "time_embed.0",
+    "time_embedding.linear_2": "time_embed.2",
+    "conv_in": "input_blocks.0.0",
+    "conv_norm_out": "out.0",
+    "conv_out": "out.2",
+    "add_embedding.linear_1": "label_emb.0.0",
+    "add_embedding.linear_2": "label_emb.0.2",
+}
+_RESNET = {
+    "norm1": "in_layers.0",
+    "conv1": "in_layers.2",
+    "norm2": "out_layers.0",
+    "conv2": "out_layers.3",
+    "time_emb_proj": "emb_layers.1",
+    "conv_shortcut": "skip_connection",
+}
 _VAE_TOP = {"conv_norm_out": "norm_out"}
 _VAE_ATTN = {"group_norm": "norm", "to_q": "q", "to_k": "k", "to_v": "v", "to_out.0": "proj_out"}
 
@@ -34,7 +46,7 @@ _VAE_ATTN = {"group_norm": "norm", "to_q": "q", "to_k": "k", "to_v": "v", "to_ou
 def _rename_first(rest: str, table: dict[str, str]) -> str:
     for new, old in table.items():
         if rest == new or rest.startswith(new + "."):
-            return old + rest[len(new):]
+            return old + rest[len(new) :]
     return rest
 
 
@@ -109,11 +121,19 @@ def clip_to_original(state: dict[str, torch.Tensor], prefix: str = CLIP_PREFIX) 
     return {prefix + "text_model." + k.removeprefix("text_model."): v for k, v in state.items()}
 
 
-_OPEN_CLIP_TOP = {"embeddings.token_embedding.weight": "token_embedding.weight",
-                  "embeddings.position_embedding.weight": "positional_embedding",
-                  "final_layer_norm.weight": "ln_final.weight", "final_layer_norm.bias": "ln_final.bias"}
-_OPEN_CLIP_LAYER = {"layer_norm1": "ln_1", "layer_norm2": "ln_2", "mlp.fc1": "mlp.c_fc", "mlp.fc2": "mlp.c_proj",
-                    "self_attn.out_proj": "attn.out_proj"}
+_OPEN_CLIP_TOP = {
+    "embeddings.token_embedding.weight": "token_embedding.weight",
+    "embeddings.position_embedding.weight": "positional_embedding",
+    "final_layer_norm.weight": "ln_final.weight",
+    "final_layer_norm.bias": "ln_final.bias",
+}
+_OPEN_CLIP_LAYER = {
+    "layer_norm1": "ln_1",
+    "layer_norm2": "ln_2",
+    "mlp.fc1": "mlp.c_fc",
+    "mlp.fc2": "mlp.c_proj",
+    "self_attn.out_proj": "attn.out_proj",
+}
 
 
 def open_clip_to_original(state: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
@@ -142,8 +162,9 @@ def open_clip_to_original(state: dict[str, torch.Tensor], prefix: str) -> dict[s
     return out
 
 
-def save_sd1_single_file(unet: torch.nn.Module, vae: torch.nn.Module, text_encoder: torch.nn.Module,
-                         path: Path) -> Path:
+def save_sd1_single_file(
+    unet: torch.nn.Module, vae: torch.nn.Module, text_encoder: torch.nn.Module, path: Path
+) -> Path:
     """Write the three components as one original-format `.safetensors` checkpoint."""
     state: dict[str, torch.Tensor] = {}
     state.update(unet_to_original(unet.state_dict(), dict(unet.config)))
@@ -153,8 +174,13 @@ def save_sd1_single_file(unet: torch.nn.Module, vae: torch.nn.Module, text_encod
     return path
 
 
-def save_sdxl_single_file(unet: torch.nn.Module, vae: torch.nn.Module, text_encoder: torch.nn.Module,
-                          text_encoder_2: torch.nn.Module, path: Path) -> Path:
+def save_sdxl_single_file(
+    unet: torch.nn.Module,
+    vae: torch.nn.Module,
+    text_encoder: torch.nn.Module,
+    text_encoder_2: torch.nn.Module,
+    path: Path,
+) -> Path:
     """SDXL as one SGM-layout `.safetensors`: CLIP-L at `conditioner.embedders.0`, OpenCLIP at `.1`."""
     state: dict[str, torch.Tensor] = {}
     state.update(unet_to_original(unet.state_dict(), dict(unet.config)))

@@ -56,10 +56,18 @@ class Family:
     flow: bool = False
 
 
-_SD_RGB = ((0.3512, 0.2297, 0.3227), (0.3250, 0.4974, 0.2350), (-0.2829, 0.1762, 0.2721),
-           (-0.2120, -0.2616, -0.7177))
-_SDXL_RGB = ((0.3651, 0.4232, 0.4341), (-0.2533, -0.0042, 0.1068), (0.1076, 0.1111, -0.0362),
-             (-0.3165, -0.2492, -0.2188))
+_SD_RGB = (
+    (0.3512, 0.2297, 0.3227),
+    (0.3250, 0.4974, 0.2350),
+    (-0.2829, 0.1762, 0.2721),
+    (-0.2120, -0.2616, -0.7177),
+)
+_SDXL_RGB = (
+    (0.3651, 0.4232, 0.4341),
+    (-0.2533, -0.0042, 0.1068),
+    (0.1076, 0.1111, -0.0362),
+    (-0.3165, -0.2492, -0.2188),
+)
 
 SD = Family(
     name="sd",
@@ -166,7 +174,9 @@ def detect_single_file_family(keys: Iterable[str]) -> str:
         return any(k.startswith(prefix) for k in keys)
 
     if has_prefix("model.diffusion_model.joint_blocks.") or has_prefix("joint_blocks."):
-        raise UnsupportedModelError("this is a Stable Diffusion 3 checkpoint; single-file SD3 is not supported yet")
+        raise UnsupportedModelError(
+            "this is a Stable Diffusion 3 checkpoint; single-file SD3 is not supported yet"
+        )
     if has_prefix("double_blocks.") or has_prefix("model.diffusion_model.double_blocks."):
         raise UnsupportedModelError("this is a Flux checkpoint; single-file Flux is not supported yet")
     if not has_prefix("model.diffusion_model."):
@@ -204,7 +214,7 @@ def denoiser_stream_blocks(family: Family, config: dict[str, Any]) -> tuple[str,
 
 
 def resolve_dtype(choice: str, family: Family, device: torch.device | str) -> torch.dtype:
-    """"auto" -> float32 on CPU (half is ~55x slower there), the family's usual half type on CUDA."""
+    """ "auto" -> float32 on CPU (half is ~55x slower there), the family's usual half type on CUDA."""
     if choice != "auto":
         return {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[choice]
     if torch.device(device).type == "cuda":

@@ -35,8 +35,13 @@ FLOW_SCHEDULERS = ("default", "euler")
 
 
 # Copied from diffusers.pipelines.flux.pipeline_flux.calculate_shift
-def calculate_shift(image_seq_len: int, base_seq_len: int = 256, max_seq_len: int = 4096,
-                    base_shift: float = 0.5, max_shift: float = 1.15) -> float:
+def calculate_shift(
+    image_seq_len: int,
+    base_seq_len: int = 256,
+    max_seq_len: int = 4096,
+    base_shift: float = 0.5,
+    max_shift: float = 1.15,
+) -> float:
     m = (max_shift - base_shift) / (max_seq_len - base_seq_len)
     b = base_shift - m * base_seq_len
     return image_seq_len * m + b
@@ -68,8 +73,10 @@ def latent_image_ids(height: int, width: int, dtype: torch.dtype) -> torch.Tenso
 
 def check_flow_scheduler(denoiser: DenoiserRef, settings: SamplerSettings) -> None:
     if settings.scheduler not in FLOW_SCHEDULERS:
-        raise ValueError(f"{denoiser.family.title} is a flow-matching model: scheduler must be one of "
-                         f"{', '.join(FLOW_SCHEDULERS)} (flow-matching Euler), not {settings.scheduler!r}")
+        raise ValueError(
+            f"{denoiser.family.title} is a flow-matching model: scheduler must be one of "
+            f"{', '.join(FLOW_SCHEDULERS)} (flow-matching Euler), not {settings.scheduler!r}"
+        )
 
 
 def start_partway(scheduler: FlowMatchEulerDiscreteScheduler, settings: SamplerSettings) -> torch.Tensor:
@@ -78,7 +85,7 @@ def start_partway(scheduler: FlowMatchEulerDiscreteScheduler, settings: SamplerS
     t_start = 0
     if settings.denoise < 1.0:
         t_start = int(max(settings.steps - min(settings.steps * settings.denoise, settings.steps), 0))
-        timesteps = timesteps[t_start * scheduler.order:]
+        timesteps = timesteps[t_start * scheduler.order :]
     scheduler.set_begin_index(t_start * scheduler.order)
     return timesteps
 
@@ -98,15 +105,21 @@ def sample_flux(
     device = mm.device
     batch, _, h, w = latents.samples.shape
     if h % 2 or w % 2:
-        raise ValueError(f"{denoiser.family.title} packs 2x2 latent patches: the latent size must be even, "
-                         f"got {h}x{w} (image sides must be multiples of {2 * latents.vae_scale_factor})")
+        raise ValueError(
+            f"{denoiser.family.title} packs 2x2 latent patches: the latent size must be even, "
+            f"got {h}x{w} (image sides must be multiples of {2 * latents.vae_scale_factor})"
+        )
     generator = torch.Generator("cpu").manual_seed(settings.seed)
     positive = batched_conditioning(positive, batch)
     dtype = denoiser.dtype
 
     # 2. Prepare latent variables: noise in the unpacked shape (as diffusers draws it), then packed
-    noise = randn_tensor(tuple(latents.samples.shape), generator=generator, device=torch.device(device),
-                         dtype=positive.embeds.dtype)
+    noise = randn_tensor(
+        tuple(latents.samples.shape),
+        generator=generator,
+        device=torch.device(device),
+        dtype=positive.embeds.dtype,
+    )
     img_ids = latent_image_ids(h, w, positive.embeds.dtype).to(device)
     txt_ids = torch.zeros(positive.embeds.shape[1], 3).to(device=device, dtype=positive.embeds.dtype)
 
@@ -114,9 +127,13 @@ def sample_flux(
     scheduler = FlowMatchEulerDiscreteScheduler.from_config(denoiser.scheduler_config)
     sigmas = np.linspace(1.0, 1 / settings.steps, settings.steps)
     config = scheduler.config
-    mu = calculate_shift((h // 2) * (w // 2), config.get("base_image_seq_len", 256),
-                         config.get("max_image_seq_len", 4096), config.get("base_shift", 0.5),
-                         config.get("max_shift", 1.15))
+    mu = calculate_shift(
+        (h // 2) * (w // 2),
+        config.get("base_image_seq_len", 256),
+        config.get("max_image_seq_len", 4096),
+        config.get("base_shift", 0.5),
+        config.get("max_shift", 1.15),
+    )
     scheduler.set_timesteps(sigmas=sigmas, device=device, mu=mu)
     timesteps = start_partway(scheduler, settings)
     if len(timesteps) == 0:
@@ -135,25 +152,41 @@ def sample_flux(
         guidance = torch.full([1], settings.cfg, device=device, dtype=torch.float32).expand(batch)
 
     # 5. Denoising loop
-    working = denoiser_working_bytes(denoiser, h * latents.vae_scale_factor, w * latents.vae_scale_factor,
-                                     batch, guidance=False)
+    working = denoiser_working_bytes(
+        denoiser, h * latents.vae_scale_factor, w * latents.vae_scale_factor, batch, guidance=False
+    )
     with mm.use(denoiser.handle, working_bytes=working) as model:
         for i, t in enumerate(timesteps):
             started = time.perf_counter()
             timestep = t.expand(batch).to(x.dtype)
 
-            noise_pred = model(hidden_states=x, timestep=timestep / 1000, guidance=guidance,
-                               pooled_projections=pooled, encoder_hidden_states=embeds, txt_ids=txt_ids,
-                               img_ids=img_ids, return_dict=False)[0]
+            noise_pred = model(
+                hidden_states=x,
+                timestep=timestep / 1000,
+                guidance=guidance,
+                pooled_projections=pooled,
+                encoder_hidden_states=embeds,
+                txt_ids=txt_ids,
+                img_ids=img_ids,
+                return_dict=False,
+            )[0]
 
             x = scheduler.step(noise_pred, t, x, return_dict=False)[0]
 
             if on_step is not None:
-                on_step(StepInfo(step=i + 1, total=len(timesteps), timestep=float(t),
-                                 latents=unpack_latents(x, h, w), seconds=time.perf_counter() - started))
+                on_step(
+                    StepInfo(
+                        step=i + 1,
+                        total=len(timesteps),
+                        timestep=float(t),
+                        latents=unpack_latents(x, h, w),
+                        seconds=time.perf_counter() - started,
+                    )
+                )
 
-    return Latents(samples=unpack_latents(x, h, w).cpu(), vae_scale_factor=latents.vae_scale_factor,
-                   source="sampled")
+    return Latents(
+        samples=unpack_latents(x, h, w).cpu(), vae_scale_factor=latents.vae_scale_factor, source="sampled"
+    )
 
 
 @torch.no_grad()
@@ -176,8 +209,12 @@ def sample_sd3(
     positive = batched_conditioning(positive, batch)
 
     # 2. Prepare latent variables
-    noise = randn_tensor(tuple(latents.samples.shape), generator=generator, device=torch.device(device),
-                         dtype=positive.embeds.dtype)
+    noise = randn_tensor(
+        tuple(latents.samples.shape),
+        generator=generator,
+        device=torch.device(device),
+        dtype=positive.embeds.dtype,
+    )
 
     # 3. Prepare timesteps (SD3.5-style configs may shift by the image size)
     scheduler = FlowMatchEulerDiscreteScheduler.from_config(denoiser.scheduler_config)
@@ -185,9 +222,13 @@ def sample_sd3(
     shift_kwargs = {}
     if config.get("use_dynamic_shifting", None):
         patch = int(denoiser.config.get("patch_size", 2))
-        shift_kwargs["mu"] = calculate_shift((h // patch) * (w // patch), config.get("base_image_seq_len", 256),
-                                             config.get("max_image_seq_len", 4096), config.get("base_shift", 0.5),
-                                             config.get("max_shift", 1.16))
+        shift_kwargs["mu"] = calculate_shift(
+            (h // patch) * (w // patch),
+            config.get("base_image_seq_len", 256),
+            config.get("max_image_seq_len", 4096),
+            config.get("base_shift", 0.5),
+            config.get("max_shift", 1.16),
+        )
     scheduler.set_timesteps(settings.steps, device=device, **shift_kwargs)
     timesteps = start_partway(scheduler, settings)
     if len(timesteps) == 0:
@@ -204,16 +245,22 @@ def sample_sd3(
     pooled = torch.cat([c.pooled for c in conds]).to(device=device, dtype=denoiser.dtype)
 
     # 5. Denoising loop
-    working = denoiser_working_bytes(denoiser, h * latents.vae_scale_factor, w * latents.vae_scale_factor,
-                                     batch, guidance=do_cfg)
+    working = denoiser_working_bytes(
+        denoiser, h * latents.vae_scale_factor, w * latents.vae_scale_factor, batch, guidance=do_cfg
+    )
     with mm.use(denoiser.handle, working_bytes=working) as model:
         for i, t in enumerate(timesteps):
             started = time.perf_counter()
             model_input = torch.cat([x] * 2) if do_cfg else x
             timestep = t.expand(model_input.shape[0])
 
-            noise_pred = model(hidden_states=model_input, timestep=timestep, encoder_hidden_states=embeds,
-                               pooled_projections=pooled, return_dict=False)[0]
+            noise_pred = model(
+                hidden_states=model_input,
+                timestep=timestep,
+                encoder_hidden_states=embeds,
+                pooled_projections=pooled,
+                return_dict=False,
+            )[0]
 
             if do_cfg:
                 noise_pred_uncond, noise_pred_text = noise_pred.chunk(2)
@@ -222,7 +269,14 @@ def sample_sd3(
             x = scheduler.step(noise_pred, t, x, return_dict=False)[0]
 
             if on_step is not None:
-                on_step(StepInfo(step=i + 1, total=len(timesteps), timestep=float(t), latents=x,
-                                 seconds=time.perf_counter() - started))
+                on_step(
+                    StepInfo(
+                        step=i + 1,
+                        total=len(timesteps),
+                        timestep=float(t),
+                        latents=x,
+                        seconds=time.perf_counter() - started,
+                    )
+                )
 
     return Latents(samples=x.cpu(), vae_scale_factor=latents.vae_scale_factor, source="sampled")

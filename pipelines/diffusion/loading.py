@@ -68,8 +68,15 @@ def _variant(files: tuple[Path, ...]) -> str | None:
 
 
 def _register_pretrained(
-    mm: MemoryManager, root: Path, subfolder: str, model_class: type, *, kind: str, dtype: torch.dtype,
-    allow_pickle: bool, blocks: tuple[str, ...] = (),
+    mm: MemoryManager,
+    root: Path,
+    subfolder: str,
+    model_class: type,
+    *,
+    kind: str,
+    dtype: torch.dtype,
+    allow_pickle: bool,
+    blocks: tuple[str, ...] = (),
 ) -> ModelHandle:
     """Register `model_class.from_pretrained(root, subfolder=...)` with the manager; loads nothing."""
     files, safe = component_weight_files(root / subfolder, allow_pickle=allow_pickle)
@@ -77,14 +84,25 @@ def _register_pretrained(
 
     def build() -> torch.nn.Module:
         return model_class.from_pretrained(
-            str(root), subfolder=subfolder, dtype=dtype, local_files_only=True,
-            use_safetensors=safe, variant=variant,
+            str(root),
+            subfolder=subfolder,
+            dtype=dtype,
+            local_files_only=True,
+            use_safetensors=safe,
+            variant=variant,
         )
 
-    return mm.register(ComponentSpec(
-        key=f"{root}#{subfolder}@{dtype}", name=subfolder, kind=kind, build=build,
-        files=files if safe else (), dtype=dtype, blocks=blocks,
-    ))
+    return mm.register(
+        ComponentSpec(
+            key=f"{root}#{subfolder}@{dtype}",
+            name=subfolder,
+            kind=kind,
+            build=build,
+            files=files if safe else (),
+            dtype=dtype,
+            blocks=blocks,
+        )
+    )
 
 
 def vae_dtype(family: Family, vae_config: dict[str, Any], dtype: torch.dtype) -> torch.dtype:
@@ -108,34 +126,59 @@ def load_diffusers_folder(
 
     denoiser = DenoiserRef(
         handle=_register_pretrained(
-            mm, root, family.denoiser_subfolder, family.denoiser_class, kind="denoiser", dtype=torch_dtype,
-            allow_pickle=allow_pickle, blocks=denoiser_stream_blocks(family, denoiser_config),
+            mm,
+            root,
+            family.denoiser_subfolder,
+            family.denoiser_class,
+            kind="denoiser",
+            dtype=torch_dtype,
+            allow_pickle=allow_pickle,
+            blocks=denoiser_stream_blocks(family, denoiser_config),
         ),
-        family=family, config=denoiser_config, scheduler_config=scheduler_config, dtype=torch_dtype,
+        family=family,
+        config=denoiser_config,
+        scheduler_config=scheduler_config,
+        dtype=torch_dtype,
         vae_scale_factor=2 ** (len(vae_config["block_out_channels"]) - 1),
     )
     text_encoder = TextEncoderRef(
         handles=tuple(
-            _register_pretrained(mm, root, slot.subfolder, slot.model_class, kind="text_encoder",
-                                 dtype=torch_dtype, allow_pickle=allow_pickle)
+            _register_pretrained(
+                mm,
+                root,
+                slot.subfolder,
+                slot.model_class,
+                kind="text_encoder",
+                dtype=torch_dtype,
+                allow_pickle=allow_pickle,
+            )
             for slot in family.text_encoders
         ),
         tokenizers=tuple(
             TokenizerSource(root, slot.tokenizer_subfolder, slot.model_class) for slot in family.text_encoders
         ),
-        family=family, dtype=torch_dtype,
+        family=family,
+        dtype=torch_dtype,
     )
     vdtype = vae_dtype(family, vae_config, torch_dtype)
     vae = VaeRef(
-        handle=_register_pretrained(mm, root, "vae", family.vae_class, kind="vae", dtype=vdtype,
-                                    allow_pickle=allow_pickle),
-        family=family, config=vae_config, dtype=vdtype,
+        handle=_register_pretrained(
+            mm, root, "vae", family.vae_class, kind="vae", dtype=vdtype, allow_pickle=allow_pickle
+        ),
+        family=family,
+        config=vae_config,
+        dtype=vdtype,
     )
     return LoadedModel(denoiser=denoiser, text_encoder=text_encoder, vae=vae)
 
 
 def load_model(
-    mm: MemoryManager, spec: str | Path, *, kind: str = "auto", dtype: str = "auto", allow_pickle: bool = False,
+    mm: MemoryManager,
+    spec: str | Path,
+    *,
+    kind: str = "auto",
+    dtype: str = "auto",
+    allow_pickle: bool = False,
     config_dir: Path | None = None,
 ) -> LoadedModel:
     """Resolve a workflow's model reference and load it as a folder or a single-file checkpoint.
@@ -168,7 +211,13 @@ def load_model(
 
 
 def load_component_file(
-    mm: MemoryManager, path: Path, *, component: str, config_dir: Path, family: Family, dtype: str = "auto",
+    mm: MemoryManager,
+    path: Path,
+    *,
+    component: str,
+    config_dir: Path,
+    family: Family,
+    dtype: str = "auto",
     allow_pickle: bool = False,
 ) -> ModelHandle:
     """A separate denoiser or VAE file (a fine-tuned UNet, a standalone VAE) as a lazy handle.
@@ -179,9 +228,14 @@ def load_component_file(
     """
     check_weights_format(path, allow_pickle=allow_pickle)
     torch_dtype = resolve_dtype(dtype, family, mm.device)
-    classes = {family.denoiser_subfolder: (family.denoiser_class, "denoiser"), "vae": (family.vae_class, "vae")}
+    classes = {
+        family.denoiser_subfolder: (family.denoiser_class, "denoiser"),
+        "vae": (family.vae_class, "vae"),
+    }
     if component not in classes:
-        raise ValueError(f"{family.title}: a separate file can hold {' or '.join(classes)}, not {component!r}")
+        raise ValueError(
+            f"{family.title}: a separate file can hold {' or '.join(classes)}, not {component!r}"
+        )
     model_class, kind = classes[component]
     if component == "vae":
         torch_dtype = vae_dtype(family, read_json(config_dir / "vae" / "config.json"), torch_dtype)
@@ -191,9 +245,16 @@ def load_component_file(
             str(path), config=str(config_dir), subfolder=component, dtype=torch_dtype, local_files_only=True
         )
 
-    return mm.register(ComponentSpec(
-        key=f"{path}#{component}@{torch_dtype}", name=component, kind=kind, build=build,
-        files=(path,) if path.suffix == ".safetensors" else (), dtype=torch_dtype,
-        blocks=denoiser_stream_blocks(family, read_json(config_dir / component / "config.json"))
-        if kind == "denoiser" else (),
-    ))
+    return mm.register(
+        ComponentSpec(
+            key=f"{path}#{component}@{torch_dtype}",
+            name=component,
+            kind=kind,
+            build=build,
+            files=(path,) if path.suffix == ".safetensors" else (),
+            dtype=torch_dtype,
+            blocks=denoiser_stream_blocks(family, read_json(config_dir / component / "config.json"))
+            if kind == "denoiser"
+            else (),
+        )
+    )

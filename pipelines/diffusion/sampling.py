@@ -63,8 +63,15 @@ def denoiser_working_bytes(ref: DenoiserRef, height: int, width: int, batch: int
         widths = (int(config.get("num_attention_heads", 16)) * int(config.get("attention_head_dim", 72)),)
         layers = 2
     return diffusion_working_bytes(
-        "denoiser", height=height, width=width, batch=batch, dtype=ref.dtype, block_out_channels=widths,
-        layers_per_block=layers, vae_scale=ref.vae_scale_factor, guidance=guidance,
+        "denoiser",
+        height=height,
+        width=width,
+        batch=batch,
+        dtype=ref.dtype,
+        block_out_channels=widths,
+        layers_per_block=layers,
+        vae_scale=ref.vae_scale_factor,
+        guidance=guidance,
     )
 
 
@@ -87,8 +94,13 @@ def batched_conditioning(cond: Conditioning, batch: int) -> Conditioning:
     def rep(t: torch.Tensor | None) -> torch.Tensor | None:
         return None if t is None else t.repeat(batch, *([1] * (t.ndim - 1)))
 
-    return Conditioning(embeds=rep(cond.embeds), pooled=rep(cond.pooled), attention_mask=rep(cond.attention_mask),
-                        family=cond.family, text=cond.text)
+    return Conditioning(
+        embeds=rep(cond.embeds),
+        pooled=rep(cond.pooled),
+        attention_mask=rep(cond.attention_mask),
+        family=cond.family,
+        text=cond.text,
+    )
 
 
 def _sdxl_time_ids(height: int, width: int, dtype: torch.dtype) -> torch.Tensor:
@@ -97,21 +109,36 @@ def _sdxl_time_ids(height: int, width: int, dtype: torch.dtype) -> torch.Tensor:
 
 
 def _predict_noise(
-    model: torch.nn.Module, ref: DenoiserRef, x: torch.Tensor, t: torch.Tensor, cond: Conditioning,
+    model: torch.nn.Module,
+    ref: DenoiserRef,
+    x: torch.Tensor,
+    t: torch.Tensor,
+    cond: Conditioning,
     added_cond_kwargs: dict[str, Any] | None,
 ) -> torch.Tensor:
     """One denoiser call on a (possibly CFG-doubled) batch."""
     if ref.family.name == "pixart_sigma":
         # PixArt takes the timestep as a batch vector and returns (noise, variance) when it learned sigma.
         timestep = t[None].to(x.device).expand(x.shape[0]) if t.ndim == 0 else t.expand(x.shape[0])
-        out = model(x, encoder_hidden_states=cond.embeds, encoder_attention_mask=cond.attention_mask,
-                    timestep=timestep, added_cond_kwargs={"resolution": None, "aspect_ratio": None},
-                    return_dict=False)[0]
+        out = model(
+            x,
+            encoder_hidden_states=cond.embeds,
+            encoder_attention_mask=cond.attention_mask,
+            timestep=timestep,
+            added_cond_kwargs={"resolution": None, "aspect_ratio": None},
+            return_dict=False,
+        )[0]
         if model.config.out_channels // 2 == x.shape[1]:
             out = out.chunk(2, dim=1)[0]
         return out
-    return model(x, t, encoder_hidden_states=cond.embeds, timestep_cond=None,
-                 added_cond_kwargs=added_cond_kwargs, return_dict=False)[0]
+    return model(
+        x,
+        t,
+        encoder_hidden_states=cond.embeds,
+        timestep_cond=None,
+        added_cond_kwargs=added_cond_kwargs,
+        return_dict=False,
+    )[0]
 
 
 @torch.no_grad()
@@ -155,7 +182,7 @@ def sample(
     if settings.denoise < 1.0:
         init_timestep = min(int(settings.steps * settings.denoise), settings.steps)
         t_start = max(settings.steps - init_timestep, 0)
-        timesteps = timesteps[t_start * scheduler.order:]
+        timesteps = timesteps[t_start * scheduler.order :]
         if len(timesteps) == 0:
             return latents
     if hasattr(scheduler, "set_begin_index"):
@@ -204,7 +231,14 @@ def sample(
             x = scheduler.step(noise_pred, t, x, **extra_step_kwargs, return_dict=False)[0]
 
             if on_step is not None:
-                on_step(StepInfo(step=i + 1, total=len(timesteps), timestep=float(t), latents=x,
-                                 seconds=time.perf_counter() - started))
+                on_step(
+                    StepInfo(
+                        step=i + 1,
+                        total=len(timesteps),
+                        timestep=float(t),
+                        latents=x,
+                        seconds=time.perf_counter() - started,
+                    )
+                )
 
     return Latents(samples=x.cpu(), vae_scale_factor=latents.vae_scale_factor, source="sampled")

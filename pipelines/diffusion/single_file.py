@@ -95,7 +95,8 @@ class ClipTokenizerSource(TokenizerSource):
 
         try:
             self._tokenizer = CLIPTokenizer.from_pretrained(
-                "openai/clip-vit-large-patch14", local_files_only=True, pad_token=pad_token)
+                "openai/clip-vit-large-patch14", local_files_only=True, pad_token=pad_token
+            )
         except OSError as exc:
             raise FileNotFoundError(
                 f"no CLIP tokenizer for this single-file checkpoint: {self.path / self.subfolder} has none, the "
@@ -142,7 +143,11 @@ def clip_tokenizer_from_bpe(bpe_gz: Path, *, pad_token: str = "<|endoftext|>") -
 
 
 def load_single_file(
-    mm: MemoryManager, path: Path, *, dtype: str = "auto", allow_pickle: bool = False,
+    mm: MemoryManager,
+    path: Path,
+    *,
+    dtype: str = "auto",
+    allow_pickle: bool = False,
     config_dir: Path | None = None,
 ) -> LoadedModel:
     """An SD1.x or SDXL original-format checkpoint as lazy handles, with no network access."""
@@ -166,12 +171,14 @@ def load_single_file(
     def build_unet() -> torch.nn.Module:
         state = read_prefixed(path, (UNET_PREFIX,), allow_pickle=allow_pickle)
         return UNet2DConditionModel.from_single_file(
-            state, config=str(config_dir), subfolder="unet", dtype=torch_dtype, local_files_only=True)
+            state, config=str(config_dir), subfolder="unet", dtype=torch_dtype, local_files_only=True
+        )
 
     def build_vae() -> torch.nn.Module:
         state = read_prefixed(path, (VAE_PREFIX,), allow_pickle=allow_pickle)
         return AutoencoderKL.from_single_file(
-            state, config=str(config_dir), subfolder="vae", dtype=vdtype, local_files_only=True)
+            state, config=str(config_dir), subfolder="vae", dtype=vdtype, local_files_only=True
+        )
 
     def text_encoder_builder(slot_index: int) -> Any:
         slot = family.text_encoders[slot_index]
@@ -180,29 +187,47 @@ def load_single_file(
         def build() -> torch.nn.Module:
             state = read_prefixed(path, (prefix,), allow_pickle=allow_pickle)
             return create_diffusers_clip_model_from_ldm(
-                slot.model_class, checkpoint=state, config=str(config_dir), subfolder=slot.subfolder,
-                torch_dtype=torch_dtype, local_files_only=True)
+                slot.model_class,
+                checkpoint=state,
+                config=str(config_dir),
+                subfolder=slot.subfolder,
+                torch_dtype=torch_dtype,
+                local_files_only=True,
+            )
 
         return build
 
     def register(name: str, kind: str, build: Any, dt: torch.dtype, blocks: tuple[str, ...] = ()) -> Any:
         # files=(): the checkpoint holds every component; the manager measures bytes once built.
-        return mm.register(ComponentSpec(key=f"{path}#{name}@{dt}", name=name, kind=kind, build=build,
-                                         dtype=dt, blocks=blocks))
+        return mm.register(
+            ComponentSpec(
+                key=f"{path}#{name}@{dt}", name=name, kind=kind, build=build, dtype=dt, blocks=blocks
+            )
+        )
 
     denoiser = DenoiserRef(
-        handle=register("unet", "denoiser", build_unet, torch_dtype,
-                        denoiser_stream_blocks(family, unet_config)),
-        family=family, config=unet_config,
+        handle=register(
+            "unet", "denoiser", build_unet, torch_dtype, denoiser_stream_blocks(family, unet_config)
+        ),
+        family=family,
+        config=unet_config,
         scheduler_config=read_json(config_dir / "scheduler" / "scheduler_config.json"),
-        dtype=torch_dtype, vae_scale_factor=2 ** (len(vae_config["block_out_channels"]) - 1),
+        dtype=torch_dtype,
+        vae_scale_factor=2 ** (len(vae_config["block_out_channels"]) - 1),
     )
     text_encoder = TextEncoderRef(
-        handles=tuple(register(slot.subfolder, "text_encoder", text_encoder_builder(i), torch_dtype)
-                      for i, slot in enumerate(family.text_encoders)),
-        tokenizers=tuple(ClipTokenizerSource(config_dir, slot.tokenizer_subfolder, slot.model_class)
-                         for slot in family.text_encoders),
-        family=family, dtype=torch_dtype,
+        handles=tuple(
+            register(slot.subfolder, "text_encoder", text_encoder_builder(i), torch_dtype)
+            for i, slot in enumerate(family.text_encoders)
+        ),
+        tokenizers=tuple(
+            ClipTokenizerSource(config_dir, slot.tokenizer_subfolder, slot.model_class)
+            for slot in family.text_encoders
+        ),
+        family=family,
+        dtype=torch_dtype,
     )
-    vae = VaeRef(handle=register("vae", "vae", build_vae, vdtype), family=family, config=vae_config, dtype=vdtype)
+    vae = VaeRef(
+        handle=register("vae", "vae", build_vae, vdtype), family=family, config=vae_config, dtype=vdtype
+    )
     return LoadedModel(denoiser=denoiser, text_encoder=text_encoder, vae=vae)

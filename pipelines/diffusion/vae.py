@@ -18,8 +18,14 @@ from pipelines.diffusion.values import Latents, VaeRef
 
 
 def vae_working_bytes(ref: VaeRef, height: int, width: int, batch: int, kind: str) -> int:
-    return diffusion_working_bytes(kind, height=height, width=width, batch=batch, dtype=ref.dtype,
-                                   block_out_channels=tuple(ref.config.get("block_out_channels", (128, 256))))
+    return diffusion_working_bytes(
+        kind,
+        height=height,
+        width=width,
+        batch=batch,
+        dtype=ref.dtype,
+        block_out_channels=tuple(ref.config.get("block_out_channels", (128, 256))),
+    )
 
 
 def _mean_std(ref: VaeRef, latents: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -73,7 +79,9 @@ def decode(mm: MemoryManager, ref: VaeRef, latents: Latents) -> torch.Tensor:
 def encode(mm: MemoryManager, ref: VaeRef, image: torch.Tensor) -> Latents:
     """IMAGE (B, H, W, C) in [0, 1] -> scaled latents (the distribution's mode: deterministic)."""
     processor = VaeImageProcessor(vae_scale_factor=ref.scale_factor)
-    pixels = processor.preprocess(image.permute(0, 3, 1, 2))  # (B, C, H, W) in [-1, 1], sides multiple of scale
+    pixels = processor.preprocess(
+        image.permute(0, 3, 1, 2)
+    )  # (B, C, H, W) in [-1, 1], sides multiple of scale
     pixels = pixels.to(device=mm.device, dtype=ref.dtype)
     working = vae_working_bytes(ref, pixels.shape[-2], pixels.shape[-1], pixels.shape[0], "vae_encode")
     with mm.use(ref.handle, working_bytes=working) as vae:

@@ -29,7 +29,9 @@ def build_prompt_ids(
     """Token ids to prefill. `chat` uses the chat template when the model has one."""
     if chat and has_chat_template(tokenizer):
         # The template already writes every special token; the tokenizer must add none of its own.
-        return list(tokenizer(chat_text(tokenizer, prompt, system_prompt), add_special_tokens=False)["input_ids"])
+        return list(
+            tokenizer(chat_text(tokenizer, prompt, system_prompt), add_special_tokens=False)["input_ids"]
+        )
     text = f"{system_prompt}\n\n{prompt}" if system_prompt else prompt
     return list(tokenizer(text, add_special_tokens=True)["input_ids"])
 

@@ -31,20 +31,20 @@ class IncrementalDetokenizer:
     def push(self, token_id: int) -> str:
         """Add one token; returns the text it completes (may be "" while a character is incomplete)."""
         self.ids.append(token_id)
-        before = self._decode(self.ids[self.prefix_offset:self.read_offset])
-        after = self._decode(self.ids[self.prefix_offset:])
+        before = self._decode(self.ids[self.prefix_offset : self.read_offset])
+        after = self._decode(self.ids[self.prefix_offset :])
         if len(after) <= len(before) or after.endswith(_INCOMPLETE):
             return ""
         self.prefix_offset = self.read_offset
         self.read_offset = len(self.ids)
-        return after[len(before):]
+        return after[len(before) :]
 
     def flush(self) -> str:
         """Whatever is still held back at the end (an incomplete character comes out as U+FFFD)."""
-        before = self._decode(self.ids[self.prefix_offset:self.read_offset])
-        after = self._decode(self.ids[self.prefix_offset:])
+        before = self._decode(self.ids[self.prefix_offset : self.read_offset])
+        after = self._decode(self.ids[self.prefix_offset :])
         self.prefix_offset = self.read_offset = len(self.ids)
-        return after[len(before):] if len(after) > len(before) else ""
+        return after[len(before) :] if len(after) > len(before) else ""
 
 
 class StopStringFilter:
@@ -76,7 +76,7 @@ class StopStringFilter:
             self.pending = ""
             return text[: min(hits)]
         keep = self._held_back(text)
-        self.pending = text[len(text) - keep:] if keep else ""
+        self.pending = text[len(text) - keep :] if keep else ""
         return text[: len(text) - keep]
 
     def flush(self) -> str:
@@ -87,7 +87,9 @@ class StopStringFilter:
 class TextStream:
     """Detokenizer + stop strings: `push(token)` -> delta to show; `stopped` once a stop string hit."""
 
-    def __init__(self, tokenizer: PreTrainedTokenizerBase, stop_strings: tuple[str, ...] | list[str] = ()) -> None:
+    def __init__(
+        self, tokenizer: PreTrainedTokenizerBase, stop_strings: tuple[str, ...] | list[str] = ()
+    ) -> None:
         self.detokenizer = IncrementalDetokenizer(tokenizer)
         self.stops = StopStringFilter(stop_strings)
         self.text = ""  # everything emitted so far

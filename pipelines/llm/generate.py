@@ -49,15 +49,25 @@ class GenerationResult:
         return n / self.decode_s if n > 0 and self.decode_s > 0 else 0.0
 
 
-def _forward(model: torch.nn.Module, ids: torch.Tensor, cache: KVCache, positions: torch.Tensor) -> torch.Tensor:
+def _forward(
+    model: torch.nn.Module, ids: torch.Tensor, cache: KVCache, positions: torch.Tensor
+) -> torch.Tensor:
     """Logits of the last position, (B, V). ids: (B, S); positions: (S,) the cache slots they fill."""
-    out = model(input_ids=ids, cache=cache.cache, position_ids=positions.unsqueeze(0), use_cache=True,
-                logits_to_keep=1)
+    out = model(
+        input_ids=ids,
+        cache=cache.cache,
+        position_ids=positions.unsqueeze(0),
+        use_cache=True,
+        logits_to_keep=1,
+    )
     return out.logits[:, -1, :]
 
 
 def prefill(
-    model: torch.nn.Module, ids: torch.Tensor, cache: KVCache, params: SamplingParams,
+    model: torch.nn.Module,
+    ids: torch.Tensor,
+    cache: KVCache,
+    params: SamplingParams,
     generator: torch.Generator | None = None,
 ) -> torch.Tensor:
     """ids: (1, S) prompt -> (1, 1) first new token."""
@@ -67,8 +77,13 @@ def prefill(
 
 
 def decode_one_token(
-    model: torch.nn.Module, token: torch.Tensor, position: int, cache: KVCache, params: SamplingParams,
-    seen: torch.Tensor, generator: torch.Generator | None = None,
+    model: torch.nn.Module,
+    token: torch.Tensor,
+    position: int,
+    cache: KVCache,
+    params: SamplingParams,
+    seen: torch.Tensor,
+    generator: torch.Generator | None = None,
 ) -> torch.Tensor:
     """token: (1, 1) at cache slot `position` -> (1, 1) next token."""
     positions = torch.tensor([position], device=token.device)
@@ -77,8 +92,15 @@ def decode_one_token(
 
 
 def decode_n_tokens(
-    model: torch.nn.Module, first: torch.Tensor, prompt: torch.Tensor, cache: KVCache, n: int,
-    params: SamplingParams, *, eos_ids: tuple[int, ...] = (), on_token: OnToken | None = None,
+    model: torch.nn.Module,
+    first: torch.Tensor,
+    prompt: torch.Tensor,
+    cache: KVCache,
+    n: int,
+    params: SamplingParams,
+    *,
+    eos_ids: tuple[int, ...] = (),
+    on_token: OnToken | None = None,
     generator: torch.Generator | None = None,
 ) -> tuple[list[int], str, list[float]]:
     """Feed `first` and keep decoding until eos, `on_token` says stop, or `n` tokens in all.
@@ -112,9 +134,16 @@ def decode_n_tokens(
 
 @torch.inference_mode()
 def generate(
-    model: torch.nn.Module, prompt_ids: list[int], cache: KVCache, *, max_new_tokens: int,
-    params: SamplingParams | None = None, eos_ids: tuple[int, ...] = (), seed: int | None = None,
-    on_token: OnToken | None = None, device: torch.device | None = None,
+    model: torch.nn.Module,
+    prompt_ids: list[int],
+    cache: KVCache,
+    *,
+    max_new_tokens: int,
+    params: SamplingParams | None = None,
+    eos_ids: tuple[int, ...] = (),
+    seed: int | None = None,
+    on_token: OnToken | None = None,
+    device: torch.device | None = None,
 ) -> GenerationResult:
     """Prefill `prompt_ids`, then decode up to `max_new_tokens` new tokens (the first from prefill).
 
@@ -143,7 +172,14 @@ def generate(
 
     started = time.perf_counter()
     tokens, reason, step_s = decode_n_tokens(
-        model, first, prompt, cache, max_new_tokens, params, eos_ids=eos_ids, on_token=on_token,
+        model,
+        first,
+        prompt,
+        cache,
+        max_new_tokens,
+        params,
+        eos_ids=eos_ids,
+        on_token=on_token,
         generator=generator,
     )
     decode_s = time.perf_counter() - started

@@ -54,7 +54,11 @@ def gguf_cache_key(path: Path) -> str:
     stat = path.stat()
     digest = hashlib.sha256(f"{stat.st_size}:{stat.st_mtime_ns}".encode())
     with path.open("rb") as f:
-        for offset in (0, max(0, stat.st_size // 2 - _SAMPLE_BYTES // 2), max(0, stat.st_size - _SAMPLE_BYTES)):
+        for offset in (
+            0,
+            max(0, stat.st_size // 2 - _SAMPLE_BYTES // 2),
+            max(0, stat.st_size - _SAMPLE_BYTES),
+        ):
             f.seek(offset)
             digest.update(f.read(_SAMPLE_BYTES))
     return f"v{CONVERTER_VERSION}-{digest.hexdigest()[:20]}"
@@ -93,8 +97,9 @@ def convert_gguf(path: Path, dest: Path, on_plan: OnPlan | None = None) -> dict[
     save_file(state, str(dest / "model.safetensors"), metadata={"format": "pt"})
     config.save_pretrained(dest)
     eos = end_of_turn_ids(contents, tokens)
-    GenerationConfig(bos_token_id=config.bos_token_id, eos_token_id=eos or None,
-                     pad_token_id=config.pad_token_id).save_pretrained(dest)
+    GenerationConfig(
+        bos_token_id=config.bos_token_id, eos_token_id=eos or None, pad_token_id=config.pad_token_id
+    ).save_pretrained(dest)
     tokenizer.save_pretrained(dest)
     stat = path.stat()
     meta: dict[str, object] = {
@@ -112,7 +117,9 @@ def convert_gguf(path: Path, dest: Path, on_plan: OnPlan | None = None) -> dict[
     return meta
 
 
-def ensure_gguf_converted(path: Path, *, cache_root: Path | None = None, on_plan: OnPlan | None = None) -> Path:
+def ensure_gguf_converted(
+    path: Path, *, cache_root: Path | None = None, on_plan: OnPlan | None = None
+) -> Path:
     """The cache folder for `path`, converting the file first when it is not there yet."""
     path = Path(path)
     root = cache_root or gguf_cache_root()

@@ -82,8 +82,12 @@ class GGUFContents:
         return None if found is None else found.contents()
 
 
-_BIG_ARRAYS = ("tokenizer.ggml.tokens", "tokenizer.ggml.merges", "tokenizer.ggml.token_type",
-               "tokenizer.ggml.scores")
+_BIG_ARRAYS = (
+    "tokenizer.ggml.tokens",
+    "tokenizer.ggml.merges",
+    "tokenizer.ggml.token_type",
+    "tokenizer.ggml.scores",
+)
 
 
 def read_gguf(path: Path) -> GGUFContents:
@@ -133,8 +137,11 @@ def gguf_config(contents: GGUFContents, tokens: list[str]) -> PretrainedConfig:
     config_class, _ = _ARCHITECTURES[contents.architecture]
     hidden = int(contents.arch_value("embedding_length"))
     heads = int(contents.arch_value("attention.head_count"))
-    head_dim = int(contents.arch_value("rope.dimension_count") or contents.arch_value("attention.key_length")
-                   or hidden // heads)
+    head_dim = int(
+        contents.arch_value("rope.dimension_count")
+        or contents.arch_value("attention.key_length")
+        or hidden // heads
+    )
     has_output = any(t.name == "output.weight" for t in contents.reader.tensors)
     eos_ids = end_of_turn_ids(contents, tokens)
     kwargs: dict[str, Any] = dict(
@@ -155,8 +162,11 @@ def gguf_config(contents: GGUFContents, tokens: list[str]) -> PretrainedConfig:
     if config_class is LlamaConfig:
         kwargs["head_dim"] = head_dim
     config = config_class(**kwargs)
-    config.architectures = [{"llama": "LlamaForCausalLM", "mistral": "LlamaForCausalLM",
-                             "qwen2": "Qwen2ForCausalLM"}[contents.architecture]]
+    config.architectures = [
+        {"llama": "LlamaForCausalLM", "mistral": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM"}[
+            contents.architecture
+        ]
+    ]
     return config
 
 
@@ -208,8 +218,11 @@ def gguf_tokenizer(contents: GGUFContents, tokens: list[str]) -> PreTrainedToken
         "pre_tokenizer_type": contents.metadata.get("tokenizer.ggml.pre"),
         "tokens": tokens,
     }
-    for key, name in (("tokenizer.ggml.merges", "merges"), ("tokenizer.ggml.token_type", "token_type"),
-                      ("tokenizer.ggml.scores", "scores")):
+    for key, name in (
+        ("tokenizer.ggml.merges", "merges"),
+        ("tokenizer.ggml.token_type", "token_type"),
+        ("tokenizer.ggml.scores", "scores"),
+    ):
         value = contents.field(key)
         if value is not None:
             tokenizer_dict[name] = list(value)

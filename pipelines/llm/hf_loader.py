@@ -62,7 +62,9 @@ def prepare_llm_files(path: Path, *, allow_pickle: bool = False, on_plan: OnPlan
         return LLMFiles(path, folder, (folder / "model.safetensors",), from_gguf=True)
     if path.is_file():
         check_weights_format(path, allow_pickle=allow_pickle)
-        raise ValueError(f"{path.name}: expected a .gguf file or a transformers model folder (with config.json)")
+        raise ValueError(
+            f"{path.name}: expected a .gguf file or a transformers model folder (with config.json)"
+        )
     if not (path / "config.json").is_file():
         raise ValueError(f"{path}: not a transformers model folder (no config.json)")
     weights = _weight_files(path)
@@ -135,7 +137,10 @@ def build_causal_lm(files: LLMFiles, dtype: torch.dtype = torch.float32) -> torc
     model = None if files.uses_pickle else _build_from_safetensors(files, dtype)
     if model is None:
         model = AutoModelForCausalLM.from_pretrained(
-            files.folder, dtype=dtype, use_safetensors=not files.uses_pickle, attn_implementation="sdpa",
+            files.folder,
+            dtype=dtype,
+            use_safetensors=not files.uses_pickle,
+            attn_implementation="sdpa",
             local_files_only=True,
         )
     model.eval()

@@ -32,14 +32,22 @@ class KVGeometry:
 def kv_geometry(config: PretrainedConfig) -> KVGeometry:
     heads = config.num_attention_heads
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
-    return KVGeometry(config.num_hidden_layers, getattr(config, "num_key_value_heads", None) or heads, head_dim)
+    return KVGeometry(
+        config.num_hidden_layers, getattr(config, "num_key_value_heads", None) or heads, head_dim
+    )
 
 
 class KVCache:
     """One sequence's cache, sized for at most `max_tokens` positions."""
 
-    def __init__(self, config: PretrainedConfig, max_tokens: int, *, kind: str = "dynamic",
-                 dtype: torch.dtype = torch.float32) -> None:
+    def __init__(
+        self,
+        config: PretrainedConfig,
+        max_tokens: int,
+        *,
+        kind: str = "dynamic",
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
         if kind not in ("dynamic", "static"):
             raise ValueError(f"KV cache kind must be 'dynamic' or 'static', not {kind!r}")
         self.kind = kind
@@ -47,7 +55,9 @@ class KVCache:
         self.dtype = dtype
         self.geometry = kv_geometry(config)
         self.cache: Cache = (
-            DynamicCache(config=config) if kind == "dynamic" else StaticCache(config=config, max_cache_len=max_tokens)
+            DynamicCache(config=config)
+            if kind == "dynamic"
+            else StaticCache(config=config, max_cache_len=max_tokens)
         )
 
     @property

@@ -158,12 +158,17 @@ def _check_fits(memory: MemoryManager, llm: LLMModel, kv_bytes: int, context: in
 
 
 def generate_text(
-    memory: MemoryManager, llm: LLMModel, request: GenerationRequest, *,
-    on_text: OnText | None = None, on_step: OnStep | None = None,
+    memory: MemoryManager,
+    llm: LLMModel,
+    request: GenerationRequest,
+    *,
+    on_text: OnText | None = None,
+    on_step: OnStep | None = None,
 ) -> TextGeneration:
     """Budget the KV cache, take the weights from the manager, run prefill + decode, stream text."""
-    prompt_ids = build_prompt_ids(llm.tokenizer, request.prompt, system_prompt=request.system_prompt,
-                                  chat=request.chat)
+    prompt_ids = build_prompt_ids(
+        llm.tokenizer, request.prompt, system_prompt=request.system_prompt, chat=request.chat
+    )
     context = _context_size(llm, request, len(prompt_ids))
     kv_reserved = llm.kv_bytes(context)
     _check_fits(memory, llm, kv_reserved, context)
@@ -183,9 +188,17 @@ def generate_text(
     try:
         with memory.use(llm.handle) as model:
             cache = KVCache(llm.config, context, kind=request.kv_cache, dtype=DTYPE)
-            result = generate(model, prompt_ids, cache, max_new_tokens=request.max_new_tokens,
-                              params=request.sampling, eos_ids=llm.eos_ids, seed=request.seed,
-                              on_token=on_token, device=memory.device)
+            result = generate(
+                model,
+                prompt_ids,
+                cache,
+                max_new_tokens=request.max_new_tokens,
+                params=request.sampling,
+                eos_ids=llm.eos_ids,
+                seed=request.seed,
+                on_token=on_token,
+                device=memory.device,
+            )
             kv_used = cache.nbytes
             del cache, model
     finally:

@@ -42,7 +42,9 @@ def apply_repetition_penalty(logits: torch.Tensor, seen: torch.Tensor, penalty: 
     return logits.scatter(1, seen, score)
 
 
-def logits_to_probs(logits: torch.Tensor, temperature: float, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
+def logits_to_probs(
+    logits: torch.Tensor, temperature: float, top_k: int = 0, top_p: float = 1.0
+) -> torch.Tensor:
     """(B, V) logits -> (B, V) probabilities after temperature, top-k and nucleus filtering."""
     logits = logits / max(temperature, 1e-5)
     if top_k > 0:
@@ -59,7 +61,10 @@ def logits_to_probs(logits: torch.Tensor, temperature: float, top_k: int = 0, to
 
 
 def sample(
-    logits: torch.Tensor, params: SamplingParams, *, seen: torch.Tensor | None = None,
+    logits: torch.Tensor,
+    params: SamplingParams,
+    *,
+    seen: torch.Tensor | None = None,
     generator: torch.Generator | None = None,
 ) -> torch.Tensor:
     """(B, V) logits of the last position -> (B, 1) next token ids."""

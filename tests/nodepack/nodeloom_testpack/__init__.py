@@ -21,11 +21,24 @@ def _slow(ctx: Any, text: str, steps: int, delay: float) -> dict[str, Any]:
 
 
 NODES = (
-    NodeSpec(type="testpack.Shout", title="Shout", category="test pack", run=_shout,
-             inputs=[Input("text", TEXT)], params=[Param("times", "int", default=1, min=1, max=5)],
-             outputs=[Output("text", TEXT)], description="Upper-cases the text."),
-    NodeSpec(type="testpack.Slow", title="Slow", category="test pack", run=_slow,
-             inputs=[Input("text", TEXT)],
-             params=[Param("steps", "int", default=10, min=1, max=100000), Param("delay", "float", default=0.05)],
-             outputs=[Output("text", TEXT)], description="Passes the text through, slowly."),
+    NodeSpec(
+        type="testpack.Shout",
+        title="Shout",
+        category="test pack",
+        run=_shout,
+        inputs=[Input("text", TEXT)],
+        params=[Param("times", "int", default=1, min=1, max=5)],
+        outputs=[Output("text", TEXT)],
+        description="Upper-cases the text.",
+    ),
+    NodeSpec(
+        type="testpack.Slow",
+        title="Slow",
+        category="test pack",
+        run=_slow,
+        inputs=[Input("text", TEXT)],
+        params=[Param("steps", "int", default=10, min=1, max=100000), Param("delay", "float", default=0.05)],
+        outputs=[Output("text", TEXT)],
+        description="Passes the text through, slowly.",
+    ),
 )
