@@ -40,6 +40,7 @@ test: setup-dev
 
 lint: setup-dev
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 bench: setup
 	$(BIN)/python benchmarks/offload_cpu.py
