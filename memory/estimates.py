@@ -11,7 +11,7 @@ import torch
 
 
 def element_size(dtype: torch.dtype) -> int:
-    return torch.empty((), dtype=dtype).element_size()
+    return dtype.itemsize
 
 
 def kv_cache_bytes(

@@ -40,3 +40,12 @@ def registry():
     from nodes.registry import default_registry
 
     return default_registry(entry_point_packs=False)
+
+
+@pytest.fixture
+def cpu_memory(tmp_path: Path):
+    """A CPU MemoryManager (auto policy, its own data dir), closed after the test."""
+    from memory import MemoryConfig, MemoryManager
+
+    with MemoryManager(MemoryConfig(device="cpu", policy="auto", data_dir=tmp_path / "memory-data")) as mm:
+        yield mm
