@@ -179,11 +179,13 @@ class Telemetry:
             self._sampler.start()
 
     def stop_sampler(self) -> None:
+        # Joined under the lock, so a start from another thread can't overlap the old sampler's last sample.
+        # The sampler thread never takes this lock (only `_lock`, in emit), so this can't deadlock.
         with self._sampler_lock:
             sampler, self._sampler = self._sampler, None
             self._stop.set()
-        if sampler is not None and sampler is not threading.current_thread():
-            sampler.join(timeout=5)
+            if sampler is not None and sampler is not threading.current_thread():
+                sampler.join(timeout=5)
 
     @property
     def sampling(self) -> bool:
