@@ -29,7 +29,8 @@ _EXPORTS = {
     "MemoryManager": "memory.manager",
     "Working": "memory.manager",
     "kv_cache_bytes": "memory.estimates",
-    "diffusion_working_bytes": "memory.estimates",
+    "Activations": "memory.estimates",
+    "activation_bytes": "memory.estimates",
     "LoadEvent": "memory.telemetry",
     "NodePeak": "memory.telemetry",
     "Sample": "memory.telemetry",
@@ -41,6 +42,7 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "Activations",
     "BudgetExceeded",
     "ComponentSpec",
     "LoadEvent",
@@ -58,7 +60,7 @@ __all__ = [
     "UnloadEvent",
     "Working",
     "WorkingReserved",
-    "diffusion_working_bytes",
+    "activation_bytes",
     "fmt_bytes",
     "kv_cache_bytes",
     "parse_bytes",
@@ -69,7 +71,7 @@ __all__ = [
 if TYPE_CHECKING:
     from memory.config import MemoryConfig, parse_bytes
     from memory.errors import BudgetExceeded, fmt_bytes
-    from memory.estimates import diffusion_working_bytes, kv_cache_bytes
+    from memory.estimates import Activations, activation_bytes, kv_cache_bytes
     from memory.ledger import ComponentSpec, ModelHandle
     from memory.manager import MemoryManager, Working
     from memory.paths import user_data_dir

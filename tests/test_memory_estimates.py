@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from memory import diffusion_working_bytes, kv_cache_bytes
+from memory import kv_cache_bytes
+from pipelines.diffusion.working import diffusion_working_bytes
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

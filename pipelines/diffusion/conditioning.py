@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import torch
 
-from memory import MemoryManager, Working, diffusion_working_bytes
+from memory import MemoryManager, Working
 from pipelines.diffusion.values import Conditioning, TextEncoderRef
+from pipelines.diffusion.working import diffusion_working_bytes
 
 
 def text_encoder_working_bytes(tokens: int, hidden_size: int, dtype: torch.dtype) -> int:

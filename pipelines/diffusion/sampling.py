@@ -20,9 +20,10 @@ from typing import Any
 import torch
 from diffusers.utils.torch_utils import randn_tensor
 
-from memory import MemoryManager, Working, diffusion_working_bytes
+from memory import MemoryManager, Working
 from pipelines.diffusion.schedulers import make_scheduler
 from pipelines.diffusion.values import Conditioning, DenoiserRef, Latents
+from pipelines.diffusion.working import diffusion_working_bytes
 
 
 @dataclass(frozen=True)
@@ -52,8 +53,8 @@ StepCallback = Callable[[StepInfo], None]
 
 
 def denoiser_working_bytes(ref: DenoiserRef, height: int, width: int, batch: int, guidance: bool) -> int:
-    """Activation estimate for one denoiser call (memory.estimates' UNet formula; a DiT counts as one level
-    of its hidden width). The manager replaces it by the measured peak once the node has run."""
+    """Activation estimate for one denoiser call (pipelines.diffusion.working's UNet facts; a DiT counts as
+    one level of its hidden width). The manager replaces it by the measured peak once the node has run."""
     config = ref.config
     if "block_out_channels" in config:  # UNet
         widths = tuple(config["block_out_channels"])

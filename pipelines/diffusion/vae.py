@@ -13,8 +13,9 @@ from __future__ import annotations
 import torch
 from diffusers.image_processor import VaeImageProcessor
 
-from memory import MemoryManager, Working, diffusion_working_bytes
+from memory import MemoryManager, Working
 from pipelines.diffusion.values import Latents, VaeRef
+from pipelines.diffusion.working import diffusion_working_bytes
 
 
 def vae_working_bytes(ref: VaeRef, height: int, width: int, batch: int, kind: str) -> int:
