@@ -254,3 +254,34 @@ def test_an_out_of_memory_node_is_retried_once_under_a_stricter_policy(tmp_path:
     ex.run(wf, out_dir=tmp_path)
     assert attempts == ["none", "auto"]
     memory.close()
+
+
+def test_a_budget_error_shows_the_ledger_once(tmp_path: Path) -> None:
+    from memory import BudgetExceeded, MemoryConfig, MemoryManager
+    from nodes.spec import Input, NodeSpec, Output
+    from nodes.types import INT
+
+    registry = make_registry(Calls())
+
+    def hungry(ctx, value: int) -> dict:
+        raise BudgetExceeded("activations", 10 * 2**30, 2**30, ctx.memory.ledger_text())
+
+    registry.register(
+        NodeSpec(
+            type="Hungry",
+            title="Hungry",
+            category="test",
+            run=hungry,
+            inputs=[Input("value", INT)],
+            outputs=[Output("value", INT)],
+        )
+    )
+    data = chain_workflow()
+    data["nodes"]["sum"]["inputs"]["a"] = ["hungry", "value"]
+    data["nodes"]["hungry"] = {"type": "Hungry", "inputs": {"value": ["one", "value"]}}
+    with MemoryManager(MemoryConfig(device="cpu", policy="stream", data_dir=tmp_path)) as memory:
+        result = Executor(registry, memory).run(workflow_from_dict(data, registry), out_dir=tmp_path)
+    assert not result.ok and result.failed_node == "hungry"
+    message = result.nodes["hungry"].error["message"]
+    assert "activations needs 10.00 GiB" in message
+    assert message.count("memory policy:") == 1 and message.count("of budget") == 1
