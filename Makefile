@@ -53,10 +53,10 @@ bench-gpu: setup
 
 # Retrain the shipped demo model from scratch (~45 min on 2 cores), then evaluate it.
 train-shapes: setup
-	$(BIN)/python -m pipelines.shapes.train --out resources/models/shapes-sd
+	$(BIN)/python -m training.shapes.train --out resources/models/shapes-sd
 
 eval-shapes: setup
-	$(BIN)/python -m pipelines.shapes.evaluate resources/models/shapes-sd
+	$(BIN)/python -m training.shapes.evaluate resources/models/shapes-sd
 
 clean:
 	rm -rf $(VENV) outputs build *.egg-info

@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
+from app.exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_OK  # noqa: F401 (re-exported)
 from memory import LoadEvent, MemoryConfig, MemoryManager, TransferEvent, UnloadEvent
 from nodes.context import CancelToken
 from nodes.events import (
@@ -35,8 +36,6 @@ from nodes.events import (
 from nodes.executor import Executor, RunResult
 from nodes.registry import NodeRegistry
 from nodes.workflow import Problem, Workflow, WorkflowError, atomic_write_text, load_workflow, validate
-
-EXIT_OK, EXIT_FAILED, EXIT_INVALID, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
 @dataclass(frozen=True)
@@ -254,6 +253,8 @@ def run_headless(args: Any, registry: NodeRegistry) -> int:
     except (ValueError, RuntimeError) as exc:  # a bad --device, --offload or budget
         err.print(f"[red]error[/]: {escape(str(exc))}", highlight=False)
         return EXIT_INVALID
+    for note in memory.ignored_settings():  # a setting that does nothing here must say so
+        err.print(f"[yellow]warning[/]: {escape(note)}", highlight=False)
 
     executor = Executor(registry, memory, allow_pickle=args.allow_pickle)
     cancel = CancelToken()

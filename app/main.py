@@ -28,7 +28,8 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("DIFFUSERS_VERBOSITY", "error")
 
-from app.cli import EXIT_INVALID, run_headless  # noqa: E402  (after the environment above)
+from app.exit_codes import EXIT_INVALID  # noqa: E402  (after the environment above)
+from memory.policy import POLICIES, POLICY_NAMES  # noqa: E402
 from nodes.registry import default_registry  # noqa: E402
 
 
@@ -47,13 +48,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--offload",
         default="auto",
-        choices=["none", "sequential", "auto", "stream"],
-        help="how models share the device (default auto)",
+        choices=POLICY_NAMES,
+        help="how models share the device (default auto): "
+        + "; ".join(f"{p.name}: {p.help}" for p in POLICIES),
     )
     p.add_argument(
-        "--vram-budget", help="device memory budget: bytes (6GiB) or a fraction of free memory (0.5)"
+        "--vram-budget",
+        help="GPU/accelerator memory budget: bytes (6GiB) or a fraction of free memory (0.5); no effect on CPU",
     )
-    p.add_argument("--ram-budget", help="host memory budget for CPU runs: bytes (8GiB) or a fraction (0.5)")
+    p.add_argument(
+        "--ram-budget",
+        help="host RAM budget: bytes (8GiB) or a fraction of available RAM (0.5); on CPU it is the one budget, "
+        "with a GPU it bounds the offloaded copies kept in RAM",
+    )
     p.add_argument(
         "--repeat", type=int, default=1, help="run N times in one process (later runs use the cache)"
     )
@@ -119,6 +126,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.repeat < 1:
             print("error: --repeat must be at least 1", file=sys.stderr)
             return EXIT_INVALID
+        from app.cli import run_headless
+
         return run_headless(args, registry)
     if (
         sys.platform.startswith("linux")

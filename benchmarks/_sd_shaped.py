@@ -17,7 +17,8 @@ from pathlib import Path
 import torch
 from transformers.convert_slow_tokenizer import bytes_to_unicode
 
-from memory import ComponentSpec, MemoryManager, diffusion_working_bytes
+from memory import ComponentSpec, MemoryManager, Working
+from pipelines.diffusion.working import diffusion_working_bytes
 
 # Stable Diffusion 1.x: the UNet's stage widths are 320 x (1, 2, 4, 4); `unet_width` scales the 320.
 SD_VOCAB = 49408
@@ -198,10 +199,9 @@ def txt2img(
             "text_encoder", height=size, width=size, dtype=dtype, guidance=False
         )
         # A measurement from an earlier run (memory.learned) wins over the formula.
-        work = mm.estimate_working_bytes("TextEncode", specs["text_encoder"].key, "2x77", formula)
         with (
-            mm.node_scope("encode", "TextEncode", "2x77"),
-            mm.use(specs["text_encoder"], working_bytes=work) as te,
+            mm.node_scope("encode", "TextEncode"),
+            mm.use(specs["text_encoder"], working=Working(formula, "2x77")) as te,
         ):
             embeds = te(ids.input_ids.to(device))[0]
         times["encode"] = time.perf_counter() - t0
@@ -213,10 +213,9 @@ def txt2img(
         # 3. Denoising loop with classifier-free guidance.
         t0 = time.perf_counter()
         formula = diffusion_working_bytes("denoiser", height=size, width=size, dtype=dtype)
-        work = mm.estimate_working_bytes("Denoise", specs["unet"].key, f"{size}x{size}", formula)
         with (
-            mm.node_scope("denoise", "Denoise", f"{size}x{size}"),
-            mm.use(specs["unet"], working_bytes=work) as unet,
+            mm.node_scope("denoise", "Denoise"),
+            mm.use(specs["unet"], working=Working(formula, f"{size}x{size}")) as unet,
         ):
             for i, t in enumerate(scheduler.timesteps):
                 ts = time.perf_counter()
@@ -233,10 +232,9 @@ def txt2img(
         formula = diffusion_working_bytes(
             "vae_decode", height=size, width=size, dtype=dtype, block_out_channels=channels
         )
-        work = mm.estimate_working_bytes("VaeDecode", specs["vae"].key, f"{size}x{size}", formula)
         with (
-            mm.node_scope("decode", "VaeDecode", f"{size}x{size}"),
-            mm.use(specs["vae"], working_bytes=work) as vae,
+            mm.node_scope("decode", "VaeDecode"),
+            mm.use(specs["vae"], working=Working(formula, f"{size}x{size}")) as vae,
         ):
             image = vae.decode(latents / vae.config.scaling_factor).sample
         times["decode"] = time.perf_counter() - t0

@@ -1,6 +1,8 @@
-"""Memory configuration: the `MemoryConfig` dataclass and byte-size parsing.
+"""Memory configuration: the `MemoryConfig` dataclass, budget rules and byte-size parsing.
 
-May import: stdlib only.
+Lives here: `MemoryConfig`, `parse_bytes`, `parse_budget`, `Budgets`. May import: stdlib, memory.policy.
+Every setting is parsed when the config is built, whatever the device, so a bad value fails at once with the
+setting's name; `ignored_settings(device_type)` says which settings have no effect on a device.
 """
 
 from __future__ import annotations
@@ -10,8 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 
-POLICIES = ("none", "auto", "sequential", "stream")
-"""From loosest to strictest; `MemoryManager.recover_from_oom` walks this order."""
+from memory.policy import POLICY_NAMES, policy_named
 
 # Decimal units mean powers of 1000 and binary units powers of 1024, as the SI/IEC names say;
 # a bare letter (G, M, K) follows `free -h`, `docker --memory` and PyTorch's own reporting: binary.
@@ -66,15 +67,25 @@ def parse_budget(value: str | int | float | None, available: int) -> int:
     return parse_bytes(value)
 
 
+@dataclass(frozen=True)
+class Budgets:
+    """The budgets in bytes: one for the execution device, and one for host copies on an accelerator
+    (None on the CPU, where host RAM *is* the device)."""
+
+    device: int
+    host: int | None
+
+
 @dataclass
 class MemoryConfig:
     """How the memory manager places models.
 
     device: auto | cpu | cuda:N | mps. `auto` picks CUDA, then MPS, then CPU.
-    policy: none | sequential | auto | stream (see `memory.manager` for what each does).
-    vram_budget: device budget: a size, a fraction of the device memory free at start, or None for all free.
-    ram_budget: the same on host RAM (of `available` at start). It is THE budget when the device is the CPU;
-        on an accelerator it bounds the host copies (pageable and pinned) kept to make reloads cheap.
+    policy: one of `memory.policy.POLICY_NAMES` (see `memory.policy` for what each does).
+    vram_budget: the accelerator's budget: a size, a fraction of the device memory free at start, or None for
+        all free. Has no effect on the CPU (`ignored_settings` says so; the CLI and GUI warn).
+    ram_budget: host RAM (of `available` at start). On the CPU it is the device budget; on an accelerator it
+        bounds the host copies (pageable and pinned) kept to make reloads cheap.
     reserve: bytes held back from the budget for memory nobody declared. Default 0: every model's weights
         are counted exactly from their headers and each node's working memory is reserved per use from an
         estimate (a formula, replaced by the measured peak once one exists), so a blanket reserve would count
@@ -89,10 +100,41 @@ class MemoryConfig:
     ram_budget: str | None = None
     reserve: str | None = None
     data_dir: Path | None = None
-    sample_hz: float = 10.0
+    # >= 20 Hz: per-node peaks on the CPU come from these samples (plus a reading at every boundary).
+    sample_hz: float = 20.0
 
     def __post_init__(self) -> None:
-        if self.policy not in POLICIES:
-            raise ValueError(f"unknown memory policy {self.policy!r}; choose one of {', '.join(POLICIES)}")
+        policy_named(self.policy)  # raises with the list of names
+        for name in ("vram_budget", "ram_budget"):
+            value = getattr(self, name)
+            try:
+                parse_budget(value, 2**40)
+            except ValueError as exc:
+                raise ValueError(f"{name.replace('_', '-')}: {exc}") from None
+        if self.reserve is not None:
+            try:
+                parse_bytes(self.reserve)
+            except ValueError as exc:
+                raise ValueError(f"reserve: {exc}") from None
         if self.sample_hz <= 0:
             raise ValueError("sample_hz must be positive")
+
+    def budgets(self, device_type: str, host_available: int, device_free: int) -> Budgets:
+        """Budgets in bytes for a device of `device_type` (the reserve taken off the device budget)."""
+        reserve = parse_bytes(self.reserve) if self.reserve else 0
+        if device_type == "cpu":
+            return Budgets(max(parse_budget(self.ram_budget, host_available) - reserve, 0), None)
+        device = max(parse_budget(self.vram_budget, device_free) - reserve, 0)
+        return Budgets(device, parse_budget(self.ram_budget, host_available))
+
+    def ignored_settings(self, device_type: str) -> list[str]:
+        """Human-readable notes for settings that have no effect on a device of `device_type`."""
+        if device_type == "cpu" and self.vram_budget is not None:
+            return [
+                f"vram-budget {self.vram_budget!r} has no effect on the CPU: there the one budget is "
+                "ram-budget (host RAM)"
+            ]
+        return []
+
+
+__all__ = ["POLICY_NAMES", "Budgets", "MemoryConfig", "parse_budget", "parse_bytes"]

@@ -15,7 +15,6 @@ from pathlib import Path
 import psutil
 import torch
 
-_CLEAR_REFS = Path("/proc/self/clear_refs")
 _STATUS = Path("/proc/self/status")
 
 
@@ -78,7 +77,11 @@ def read_host() -> HostReading:
 
 
 def peak_rss() -> int | None:
-    """The process's peak RSS since start or the last `reset_peak_rss()` (Linux only, else None)."""
+    """The process's peak RSS since start, the kernel's VmHWM (Linux only, else None).
+
+    Read only: Nodeloom never resets it (writing /proc/self/clear_refs would make outside tools such as
+    `/usr/bin/time -v` under-report); per-node peaks come from `memory.peaks` instead.
+    """
     try:
         for line in _STATUS.read_text().splitlines():
             if line.startswith("VmHWM:"):
@@ -86,19 +89,6 @@ def peak_rss() -> int | None:
     except OSError:
         return None
     return None
-
-
-def reset_peak_rss() -> bool:
-    """Reset the kernel's peak-RSS mark (VmHWM) to the current RSS. True when it worked.
-
-    This is what makes a per-node host peak exact instead of sampled. It also resets what
-    `getrusage(...).ru_maxrss` reports, so a caller wanting the whole-process peak must keep its own max.
-    """
-    try:
-        _CLEAR_REFS.write_text("5")
-        return True
-    except OSError:
-        return False
 
 
 def read_device(device: torch.device, nvml: NvmlProbe | None = None) -> DeviceReading:

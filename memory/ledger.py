@@ -1,6 +1,6 @@
 """The ledger: every registered component, its exact weight bytes, where they live, who holds it.
 
-May import: stdlib, torch.
+May import: stdlib, torch, memory.errors.
 The ledger is changed from one thread only (the compute thread, through MemoryManager). Other threads read
 readings, never the ledger.
 """
@@ -13,6 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from memory.errors import fmt_bytes
+
+__all__ = ["LOCATIONS", "ComponentSpec", "Ledger", "ModelHandle", "fmt_bytes"]
 
 LOCATIONS = ("disk", "host", "pinned", "device", "partial")
 
@@ -93,17 +97,6 @@ class ModelHandle:
             f"ModelHandle({self.key!r}, {self.location}, weight_bytes={self.weight_bytes}, "
             f"device_bytes={self.device_bytes}, locks={self.locks})"
         )
-
-
-def fmt_bytes(n: int | None) -> str:
-    if n is None:
-        return "?"
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(value) < 1024 or unit == "GiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.2f} {unit}"
-        value /= 1024
-    return f"{n} B"
 
 
 class Ledger:

@@ -1,54 +1,85 @@
-"""MemoryManager: owns the ledger, places models per policy, measures nodes, and reports.
+"""MemoryManager: owns the ledger, places models per policy, measures nodes and uses, and reports.
 
 May import: stdlib, torch, memory.* (never nodes, pipelines, app or Qt).
 
-Policies (loosest to strictest; `recover_from_oom` walks this order):
+Policies are values (`memory.policy`): none, auto, sequential, stream, loosest to strictest; an OOM retry
+walks that order. What each does is in its flags:
 - none: every model used stays on the device; nothing is evicted. A load that doesn't fit raises BudgetExceeded.
 - auto: models stay resident while the budget allows. A load that doesn't fit evicts unlocked models, least
   recently used first, giving up only some blocks of a streamable model when that frees enough. A model that
   can't fit even alone is streamed (as many blocks resident as fit).
-- sequential: load right before use, unload right after (on an accelerator the weights wait in host RAM
-  when the RAM budget allows, else go back to disk). A model that can't fit alone is streamed, as in auto.
+- sequential: load right before use; unload once the next node to run doesn't use the model (the executor
+  passes `next_users` to `node_scope`; outside a node scope: right after the use). On an accelerator the
+  weights wait in host RAM when the RAM budget allows, else go back to disk.
 - stream: like sequential, but a model with declared blocks keeps only as many blocks resident as the budget
   allows and streams the rest (see memory.policies.stream).
-Locked models (inside `use`) are never evicted. Ledger changes happen on the calling (compute) thread.
+Locked models (inside `use`) are never evicted.
+
+Working memory: `use(handle, working=Working(formula_bytes, shape_key))` reserves the largest peak measured
+earlier for (device kind, node type, model, shape) when one exists, else the formula, and records what this
+use took. Each reservation is reported (`WorkingReserved`: formula or learned).
+
+Threads: the ledger, placer and scopes belong to the compute thread (the one running nodes). The sampler
+thread calls only `sample`, which reads host/device counters and feeds the lock-guarded peak tracker.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
 
-from memory.config import POLICIES, MemoryConfig, parse_budget, parse_bytes
+from memory.config import MemoryConfig, parse_bytes
 from memory.devices import NvmlProbe, read_device, read_host, resolve_device
+from memory.errors import BudgetExceeded, fmt_bytes
 from memory.learned import LearnedPeaks
-from memory.ledger import ComponentSpec, Ledger, ModelHandle, fmt_bytes
+from memory.ledger import ComponentSpec, Ledger, ModelHandle
 from memory.paths import user_data_dir
+from memory.peaks import PeakTracker
 from memory.placement import Placer
-from memory.scope import NodeScope
-from memory.telemetry import LoadEvent, NodePeak, Sample, StepEvent, Telemetry, TransferEvent, UnloadEvent
+from memory.policy import Policy, policy_named, stricter
+from memory.scope import Meter, NodeScope, working_from
+from memory.telemetry import (
+    LoadEvent,
+    NodePeak,
+    Sample,
+    StepEvent,
+    Telemetry,
+    TransferEvent,
+    UnloadEvent,
+    WorkingReserved,
+)
 from memory.weights import header_bytes
 
-__all__ = ["BudgetExceeded", "ComponentSpec", "MemoryManager", "ModelHandle"]
+__all__ = ["BudgetExceeded", "ComponentSpec", "MemoryManager", "ModelHandle", "Working"]
 
 
 # torch's messages: CUDA/MPS "Tried to allocate 2.00 GiB (GPU 0; ...)", CPU "you tried to allocate 123 bytes".
 _TRIED_RE = re.compile(r"[Tt]ried to allocate ([0-9.]+) ?([KMGT]i?B|bytes)")
 
 
-class BudgetExceeded(MemoryError):
-    """A load or reservation can't fit in the budget even after evicting every unlocked model."""
+@dataclass(frozen=True)
+class Working:
+    """What a pipeline declares about one use's working memory: its formula and the shape it depends on.
 
-    def __init__(self, what: str, needs: int, has: int, ledger_text: str) -> None:
-        self.what, self.needs, self.has, self.ledger_text = what, needs, has, ledger_text
-        super().__init__(
-            f"{what} needs {fmt_bytes(needs)} but only {fmt_bytes(has)} of the budget can be freed.\n{ledger_text}"
-        )
+    shape_key: everything the activations scale with ("2x77", "1x64x64"); with the node type, model and
+    device kind it keys the learned peak that replaces `formula_bytes` once measured.
+    """
+
+    formula_bytes: int
+    shape_key: str
+
+
+def failed_allocation_bytes(exc: BaseException) -> int:
+    """The size in an allocator's message ("Tried to allocate 2.00 GiB"), or 0."""
+    match = _TRIED_RE.search(str(exc))
+    if not match:
+        return 0
+    return parse_bytes(match.group(1) + match.group(2).removesuffix("bytes"))
 
 
 class MemoryManager:
@@ -57,26 +88,19 @@ class MemoryManager:
     def __init__(self, config: MemoryConfig | None = None) -> None:
         self.config = config or MemoryConfig()
         self.device: torch.device = resolve_device(self.config.device)
-        self.policy: str = self.config.policy
+        self.policy: Policy = policy_named(self.config.policy)
         self.telemetry = Telemetry()
         self._nvml = NvmlProbe() if self.device.type == "cuda" else None
         host = read_host()
-        reserve = parse_bytes(self.config.reserve) if self.config.reserve else 0
-        if self.device.type == "cpu":
-            device_budget = parse_budget(self.config.ram_budget, host.available) - reserve
-            host_budget = None
-        else:
-            free = read_device(self.device, None).free
-            device_budget = parse_budget(self.config.vram_budget, free) - reserve
-            host_budget = parse_budget(self.config.ram_budget, host.available)
-        self.ledger = Ledger(self.device, max(device_budget, 0), host_budget)
+        free = host.available if self.device.type == "cpu" else read_device(self.device, None).free
+        budgets = self.config.budgets(self.device.type, host.available, free)
+        self.ledger = Ledger(self.device, budgets.device, budgets.host)
         self.learned = LearnedPeaks(self.config.data_dir or user_data_dir())
-        self._placer = Placer(self)
+        self._placer = Placer(self.ledger, self.device, self.telemetry)
+        self._host_peaks = PeakTracker(host.rss)
+        self._meter = Meter(self.device, self._host_peaks)
         self._scope: NodeScope | None = None
-        self._steps: list[StepEvent] = []
-        self.process_peak_rss = host.rss
         self.oom_reserve = 0  # bytes taken off the budget by recover_from_oom (failed allocations)
-        self._last_oom_bytes = 0
 
     # -- properties -------------------------------------------------------------------------------------
 
@@ -90,6 +114,14 @@ class MemoryManager:
         if self.device.type == "cuda":
             return f"cuda:{torch.cuda.get_device_name(self.device)}"
         return self.device.type
+
+    @property
+    def process_peak_rss(self) -> int:
+        """The largest host RSS seen by our own readings (sampler and boundaries) since the manager started."""
+        return self._host_peaks.overall
+
+    def ignored_settings(self) -> list[str]:
+        return self.config.ignored_settings(self.device.type)
 
     # -- registration and use ---------------------------------------------------------------------------
 
@@ -106,25 +138,49 @@ class MemoryManager:
     def handle(self, key: str) -> ModelHandle:
         return self.ledger.handles[key]
 
+    def working_estimate(self, handle: ModelHandle, working: Working) -> tuple[int, int | None]:
+        """(bytes to reserve, learned figure or None) for `working` beside `handle` in the current node."""
+        node_type = self._scope.node_type if self._scope is not None else ""
+        learned = self.learned.get(self.device_kind, node_type, handle.key, working.shape_key)
+        return (learned if learned is not None else working.formula_bytes), learned
+
     @contextmanager
-    def use(self, handle: ModelHandle, *, working_bytes: int = 0) -> Iterator[torch.nn.Module]:
+    def use(
+        self, handle: ModelHandle, *, working_bytes: int = 0, working: Working | None = None
+    ) -> Iterator[torch.nn.Module]:
         """Place `handle` per policy, lock it, and yield the module ready to run on `self.device`.
 
-        `working_bytes` (activations, KV cache) is reserved next to it for the duration. On exit the model is
-        unlocked and, under sequential/stream, unloaded.
+        Working memory (activations) is reserved next to it for the duration: `working` (a formula and a
+        shape key; a learned peak replaces the formula once measured) or a fixed `working_bytes`. On exit the
+        model is unlocked and, under a policy that unloads after use, unloaded unless the next node uses it.
         """
         if self.ledger.handles.get(handle.key) is not handle:
             raise KeyError(f"{handle.key!r} is not registered with this manager")
+        if working is not None and working_bytes:
+            raise ValueError("pass working= or working_bytes=, not both")
         self.start_sampler()
-        window = self._placer.place(handle, working_bytes)
+        scope = self._scope
+        learned: int | None = None
+        if working is not None:
+            working_bytes, learned = self.working_estimate(handle, working)
+        weights_before = self.ledger.device_weights()
+        window_open = self._meter.open()
+        try:
+            window = self._placer.place(handle, working_bytes, self.policy)
+        except BaseException:
+            self._meter.close(window_open)
+            raise
+        weights_after = self.ledger.device_weights()
         self.ledger.touch(handle)
         handle.locks += 1
         slot = f"use:{handle.key}"
         self.ledger.working[slot] = self.ledger.working.get(slot, 0) + working_bytes + window
-        if self._scope is not None:
-            self._scope.saw(handle.key, self.ledger.device_weights())
+        if scope is not None:
+            scope.saw(handle.key, weights_after)
+        ok = False
         try:
             yield handle.module
+            ok = True
         finally:
             handle.locks -= 1
             left = self.ledger.working.get(slot, 0) - working_bytes - window
@@ -132,9 +188,42 @@ class MemoryManager:
                 self.ledger.working[slot] = left
             else:
                 self.ledger.working.pop(slot, None)
+            measured = working_from(self._meter.close(window_open), weights_before, weights_after, window)
+            if working is not None:
+                self._fold_use(handle, working, working_bytes, learned, measured, ok)
             self._report_stream_transfers(handle)
-            if self.policy in ("sequential", "stream") and not handle.is_locked:
+            if self.policy.unloads_after_use and not handle.is_locked and handle.key not in self._keep():
                 self._placer.evict(handle)
+
+    def _fold_use(
+        self,
+        handle: ModelHandle,
+        working: Working,
+        reserved: int,
+        learned: int | None,
+        measured: int,
+        ok: bool,
+    ) -> None:
+        scope = self._scope
+        node_id, node_type = (scope.node_id, scope.node_type) if scope is not None else ("", "")
+        self.telemetry.emit(
+            WorkingReserved(
+                node_id,
+                node_type,
+                handle.spec.name,
+                working.shape_key,
+                working.formula_bytes,
+                learned,
+                reserved,
+                "learned" if learned is not None else "formula",
+                measured,
+            )
+        )
+        if ok:
+            self.learned.record(self.device_kind, node_type, handle.key, working.shape_key, measured)
+
+    def _keep(self) -> frozenset[str]:
+        return self._scope.next_users if self._scope is not None else frozenset()
 
     def _report_stream_transfers(self, handle: ModelHandle) -> None:
         if handle.stream is None:
@@ -146,7 +235,7 @@ class MemoryManager:
             gbps = nbytes / seconds / 1e9 if seconds > 0 else 0.0
             self.telemetry.emit(TransferEvent(f"{handle.spec.name} (streamed)", nbytes, seconds, gbps))
 
-    # -- working memory ---------------------------------------------------------------------------------
+    # -- working memory and budget checks ---------------------------------------------------------------
 
     def reserve_working(self, nbytes: int, what: str) -> None:
         """Reserve `nbytes` of working memory under the name `what`, evicting unlocked models if needed.
@@ -156,13 +245,28 @@ class MemoryManager:
         release is released when its `node_scope` ends.
         """
         current = self.ledger.working.get(what, 0)
-        self._placer.make_room(nbytes - current, what, exclude=None)
+        self._placer.make_room(nbytes - current, what, None, self.policy)
         self.ledger.working[what] = nbytes
         if self._scope is not None:
             self._scope.reserved.add(what)
 
     def release_working(self, what: str) -> None:
         self.ledger.working.pop(what, None)
+
+    def check_fits(self, what: str, extra_bytes: int, handle: ModelHandle | None = None) -> None:
+        """Fail before loading anything when `extra_bytes` (plus `handle`'s weights) can never fit the budget.
+
+        Under a policy that streams, a streamable model's weights need not be resident, so only
+        `extra_bytes` counts for it.
+        """
+        weights = 0
+        if handle is not None and not (self.policy.prefers_streaming and self._placer.can_stream(handle)):
+            weights = handle.weight_bytes or 0
+        needs = weights + extra_bytes
+        if needs > self.budget:
+            if weights:
+                what += f" plus the weights of {handle.spec.name} ({fmt_bytes(weights)})"  # type: ignore[union-attr]
+            raise BudgetExceeded(what, needs, self.budget, self.ledger_text())
 
     def estimate_working_bytes(self, node_type: str, model_key: str, shape_key: str, fallback: int) -> int:
         """The measured peak for (device, node type, model, shape) when one exists, else `fallback`."""
@@ -172,31 +276,35 @@ class MemoryManager:
     # -- nodes and steps --------------------------------------------------------------------------------
 
     @contextmanager
-    def node_scope(self, node_id: str, node_type: str, shape_key: str = "") -> Iterator[None]:
-        """Measure one node run: emits NodePeak and, on success, records its working memory as learned.
+    def node_scope(
+        self, node_id: str, node_type: str, shape_key: str = "", *, next_users: Iterable[str] = ()
+    ) -> Iterator[None]:
+        """Measure one node run (emits NodePeak) and apply the policy at its end.
 
-        Peak: `max_memory_allocated` on CUDA; on CPU the kernel's peak RSS (VmHWM, reset at scope start;
-        sampled RSS where that's unavailable). Working memory = peak - baseline - growth of resident weights
-        during the scope; it's stored under the keys of the models the node used, joined by "+".
+        `next_users`: keys of the models the next node to run will use; a policy that unloads after use keeps
+        those and unloads every other unlocked model when the scope ends. `shape_key` is accepted for old
+        callers and unused: shapes are declared per use (`Working`).
         """
+        del shape_key
         if self._scope is not None:
             raise RuntimeError(f"node_scope({node_id!r}) inside node_scope({self._scope.node_id!r})")
         self.start_sampler()
-        scope = NodeScope(self, node_id, node_type, shape_key)
+        scope = NodeScope(
+            node_id, node_type, self._meter, self.ledger.device_weights(), frozenset(next_users)
+        )
         self._scope = scope
-        ok = False
         try:
             yield
-            ok = True
         finally:
             self._scope = None
             for what in scope.reserved:
                 self.ledger.working.pop(what, None)
-            peak, baseline, working = scope.finish()
-            self.telemetry.emit(NodePeak(node_id, node_type, peak, baseline))
-            if ok and scope.models:
-                model_key = "+".join(sorted(scope.models))
-                self.learned.record(self.device_kind, node_type, model_key, shape_key, working)
+            measurement = scope.finish(self.ledger.device_weights())
+            self.telemetry.emit(NodePeak(node_id, node_type, measurement.peak, measurement.baseline))
+            if self.policy.unloads_after_use:
+                for handle in list(self.ledger.handles.values()):
+                    if not handle.is_locked and handle.key not in scope.next_users:
+                        self._placer.evict(handle)
 
     def record_step(self, node_id: str, kind: str, index: int, total: int, seconds: float) -> None:
         """Record one step ("sampler_step", "prefill", "decode_token", ...) of a node, with its duration."""
@@ -205,32 +313,23 @@ class MemoryManager:
     # -- OOM --------------------------------------------------------------------------------------------
 
     def is_oom(self, exc: BaseException) -> bool:
-        """True for torch's OutOfMemoryError (CUDA), our BudgetExceeded, and allocator failures on CPU/MPS.
-
-        Also remembers the size in the allocator's message ("Tried to allocate 2.00 GiB"), which the next
-        `recover_from_oom` holds back from the budget.
-        """
+        """True for torch's OutOfMemoryError (CUDA), our BudgetExceeded, and allocator failures on CPU/MPS."""
         msg = str(exc)
-        oom = isinstance(exc, torch.OutOfMemoryError | BudgetExceeded | MemoryError) or (
+        return isinstance(exc, torch.OutOfMemoryError | BudgetExceeded | MemoryError) or (
             isinstance(exc, RuntimeError)
             and ("out of memory" in msg.lower() or "can't allocate memory" in msg)
         )
-        if oom:
-            match = _TRIED_RE.search(msg)
-            unit = match.group(2).removesuffix("bytes") if match else ""
-            self._last_oom_bytes = parse_bytes(match.group(1) + unit) if match else 0
-        return oom
 
     def begin_run(self) -> None:
         """Start a run from the configured policy: an OOM retry tightens the policy of the run that hit it,
         not of every later run in a long GUI session. The budget keeps `oom_reserve`: that is a measurement."""
-        self.policy = self.config.policy
+        self.policy = policy_named(self.config.policy)
 
-    def recover_from_oom(self) -> bool:
+    def recover_from_oom(self, exc: BaseException | None = None) -> bool:
         """Free every unlocked model and stale reservation, then switch to the next stricter policy.
 
-        The allocation that failed (from the error last seen by `is_oom`) is a measurement the ledger missed:
-        its size is added to `oom_reserve` and taken off the budget, so the retry leaves that much free.
+        The allocation that failed (the size in `exc`'s message) is a measurement the ledger missed: it is
+        added to `oom_reserve` and taken off the budget, so the retry leaves that much free.
         Returns False when the policy was already the strictest (memory is still freed).
         """
         for handle in list(self.ledger.handles.values()):
@@ -239,23 +338,23 @@ class MemoryManager:
         locked = {f"use:{h.key}" for h in self.ledger.handles.values() if h.is_locked}
         for what in [w for w in self.ledger.working if w not in locked]:
             del self.ledger.working[what]
-        if self._last_oom_bytes:
-            shortfall = min(self._last_oom_bytes, self.ledger.device_budget)
+        failed = failed_allocation_bytes(exc) if exc is not None else 0
+        if failed:
+            shortfall = min(failed, self.ledger.device_budget)
             self.oom_reserve += shortfall
             self.ledger.device_budget -= shortfall
-            self._last_oom_bytes = 0
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
-        i = POLICIES.index(self.policy)
-        if i + 1 >= len(POLICIES):
+        nxt = stricter(self.policy)
+        if nxt is None:
             return False
-        self.policy = POLICIES[i + 1]
+        self.policy = nxt
         return True
 
     # -- reporting --------------------------------------------------------------------------------------
 
     def ledger_text(self) -> str:
-        return f"memory policy: {self.policy}\n{self.ledger.text()}"
+        return f"memory policy: {self.policy.name}\n{self.ledger.text()}"
 
     def report(self) -> dict[str, Any]:
         """JSON-able run report: device, budget, policy, ledger, timeline, events, node peaks, steps."""
@@ -267,7 +366,7 @@ class MemoryManager:
         return {
             "device": str(self.device),
             "device_kind": self.device_kind,
-            "policy": self.policy,
+            "policy": self.policy.name,
             "initial_policy": self.config.policy,
             "budget": {
                 "device_bytes": self.ledger.device_budget,
@@ -275,31 +374,32 @@ class MemoryManager:
                 "reserve": self.config.reserve,
                 "oom_reserve": self.oom_reserve,
             },
+            "ignored_settings": self.ignored_settings(),
             "ledger": self.ledger.rows(),
             "device_reading": asdict(read_device(self.device, self._nvml)),
             "timeline": [asdict(s) for s in self.telemetry.samples()],
             "loads": rows(LoadEvent),
             "unloads": rows(UnloadEvent),
             "transfers": rows(TransferEvent),
+            "reservations": rows(WorkingReserved),
             "node_peaks": rows(NodePeak),
             "steps": rows(StepEvent),
+            # Ours, and the kernel's high-water mark (read, never reset): the larger is the process peak.
             "process_peak_rss": max(self.process_peak_rss, read_host().peak_rss or 0),
         }
 
     # -- sampler and lifetime ---------------------------------------------------------------------------
 
     def sample(self, t: float) -> Sample:
-        """One reading (called from the sampler thread: touches readings only, never the ledger)."""
+        """One reading (called from the sampler thread: touches readings and the peak tracker, never the
+        ledger; the budget is one int read)."""
         host = read_host()
-        self.process_peak_rss = max(self.process_peak_rss, host.rss)
+        self._host_peaks.observe(host.rss)
+        budget = self.ledger.device_budget
         if self.device.type == "cpu":
-            return Sample(
-                t, host.rss, host.rss, host.total, self.ledger.device_budget, host.rss, host.available
-            )
+            return Sample(t, host.rss, host.rss, host.total, budget, host.rss, host.available)
         dev = read_device(self.device, None)
-        return Sample(
-            t, dev.allocated, dev.reserved, dev.total, self.ledger.device_budget, host.rss, host.available
-        )
+        return Sample(t, dev.allocated, dev.reserved, dev.total, budget, host.rss, host.available)
 
     def start_sampler(self) -> None:
         self.telemetry.start_sampler(self.sample, self.config.sample_hz)

@@ -1,6 +1,7 @@
 """Placer: the policy decisions behind `MemoryManager.use`: build, load, stream, evict, make room.
 
-May import: stdlib, torch, memory.* below the manager.
+May import: stdlib, torch, memory.errors, memory.ledger, memory.policy, memory.policies.*, memory.release,
+memory.telemetry, memory.weights (never memory.manager: the placer gets its inputs, it doesn't reach back).
 Runs on the compute thread only; every change ends with `_account`, which re-reads where each tensor of
 the module actually is, so the ledger reports facts rather than intentions.
 """
@@ -9,20 +10,18 @@ from __future__ import annotations
 
 import time
 from itertools import accumulate
-from typing import TYPE_CHECKING
 
 import torch
 
+from memory.errors import BudgetExceeded
 from memory.ledger import Ledger, ModelHandle
 from memory.policies.lru import plan_eviction
 from memory.policies.resident import ResidentConfig, apply_resident, offload_module
 from memory.policies.stream import StreamConfig, apply_streaming, remove_streaming
+from memory.policy import Policy
 from memory.release import malloc_trim
-from memory.telemetry import LoadEvent, TransferEvent, UnloadEvent
+from memory.telemetry import LoadEvent, Telemetry, TransferEvent, UnloadEvent
 from memory.weights import block_names, module_bytes, named_tensors
-
-if TYPE_CHECKING:
-    from memory.manager import MemoryManager
 
 
 def _pinned(t: torch.Tensor) -> bool:
@@ -48,30 +47,38 @@ def _strip(module: torch.nn.Module) -> None:
 
 
 class Placer:
-    def __init__(self, manager: MemoryManager) -> None:
-        self.m = manager
+    """Moves models between disk, host and device for one ledger, reporting each move to `telemetry`.
+
+    The policy is an argument of each decision (`place`, `make_room`), not state: an OOM retry can switch
+    policy between two calls.
+    """
+
+    def __init__(self, ledger: Ledger, device: torch.device, telemetry: Telemetry) -> None:
+        self.ledger = ledger
+        self.device = device
+        self.telemetry = telemetry
         # Per handle key: bytes of each streamable block at the run dtype, and of the whole module.
         self._block_bytes: dict[str, list[int]] = {}
         self._full_bytes: dict[str, int] = {}
 
     @property
-    def ledger(self) -> Ledger:
-        return self.m.ledger
-
-    @property
     def accel(self) -> bool:
-        return self.m.device.type != "cpu"
+        return self.device.type != "cpu"
 
     def _sync(self) -> None:
-        if self.m.device.type == "cuda":
-            torch.cuda.synchronize(self.m.device)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def _over_budget(self, what: str, needs: int, has: int, policy: Policy | None) -> BudgetExceeded:
+        head = f"memory policy: {policy.name}\n" if policy is not None else ""
+        return BudgetExceeded(what, needs, has, head + self.ledger.text())
 
     def can_stream(self, h: ModelHandle) -> bool:
         if not h.spec.blocks:
             return False
-        if self.m.device.type == "cuda":
+        if self.device.type == "cuda":
             return True
-        return self.m.device.type == "cpu" and bool(h.spec.files) and not h.spec.prefixes
+        return self.device.type == "cpu" and bool(h.spec.files) and not h.spec.prefixes
 
     # -- bookkeeping ------------------------------------------------------------------------------------
 
@@ -80,7 +87,7 @@ class Placer:
         if h.module is not None:
             for _, t in named_tensors(h.module):
                 n = t.numel() * t.element_size()
-                if t.device.type == self.m.device.type:
+                if t.device.type == self.device.type:
                     dev += n
                 elif _pinned(t):
                     pinned += n
@@ -109,22 +116,19 @@ class Placer:
 
     # -- placing ----------------------------------------------------------------------------------------
 
-    def place(self, h: ModelHandle, working: int) -> int:
-        """Make `h` runnable on the device per policy, with `working` bytes free beside it.
+    def place(self, h: ModelHandle, working: int, policy: Policy) -> int:
+        """Make `h` runnable on the device per `policy`, with `working` bytes free beside it.
 
         Returns the streaming window (extra bytes the caller must reserve while it runs)."""
-        from memory.manager import BudgetExceeded
-
-        policy = self.m.policy
         before, t0 = h.location, time.perf_counter()
         if (
             h.module is None
             and h.weight_bytes is not None
-            and not (policy == "stream" and self.can_stream(h))
+            and not (policy.prefers_streaming and self.can_stream(h))
         ):
             # Check before building: a model that can't fit shouldn't be read from disk at all.
-            if policy == "none":
-                self.make_room(h.weight_bytes + working, f"loading {h.spec.name}", exclude=h, evict=False)
+            if not policy.may_evict:
+                self.make_room(h.weight_bytes + working, f"loading {h.spec.name}", h, policy)
         built = h.module is None
         if built:
             self._build(h)
@@ -138,26 +142,24 @@ class Placer:
         self._sync()
         after = h.location
         if after != before:
-            self.m.telemetry.emit(
+            self.telemetry.emit(
                 LoadEvent(h.spec.name, h.spec.kind, h.device_bytes, time.perf_counter() - t0, before, after)
             )
         return window
 
-    def _place_built(self, h: ModelHandle, working: int, policy: str) -> int:
-        from memory.manager import BudgetExceeded
-
-        if policy == "stream" and self.can_stream(h):
-            return self._stream(h, working)
+    def _place_built(self, h: ModelHandle, working: int, policy: Policy) -> int:
+        if policy.prefers_streaming and self.can_stream(h):
+            return self._stream(h, working, policy)
         if h.stream is None and h.device_bytes >= self.full_bytes(h):
-            self.make_room(working, f"working memory of {h.spec.name}", exclude=h, evict=policy != "none")
+            self.make_room(working, f"working memory of {h.spec.name}", h, policy)
             return 0
         need = self.full_bytes(h) - h.device_bytes + working
         try:
-            self.make_room(need, f"loading {h.spec.name}", exclude=h, evict=policy != "none")
+            self.make_room(need, f"loading {h.spec.name}", h, policy)
         except BudgetExceeded:
-            if policy == "none" or not self.can_stream(h):
+            if not policy.streams_when_too_big or not self.can_stream(h):
                 raise
-            return self._stream(h, working)
+            return self._stream(h, working, policy)
         self._load_full(h)
         return 0
 
@@ -169,31 +171,29 @@ class Placer:
         moving = max(self.full_bytes(h) - h.device_bytes, 0)
         self._sync()
         t0 = time.perf_counter()
-        apply_resident(h.module, ResidentConfig(self.m.device, h.spec.dtype))
+        apply_resident(h.module, ResidentConfig(self.device, h.spec.dtype))
         self._sync()
         seconds = time.perf_counter() - t0
         self._account(h)
         if self.accel and moving:
             gbps = moving / seconds / 1e9 if seconds > 0 else 0.0
-            self.m.telemetry.emit(TransferEvent(h.spec.name, moving, seconds, gbps))
+            self.telemetry.emit(TransferEvent(h.spec.name, moving, seconds, gbps))
 
-    def _stream(self, h: ModelHandle, working: int) -> int:
+    def _stream(self, h: ModelHandle, working: int, policy: Policy) -> int:
         """Keep as many blocks resident as fit beside the streaming window; stream the rest."""
-        from memory.manager import BudgetExceeded
-
         assert h.module is not None
         sizes = self._block_bytes[h.key]
         fixed = self.full_bytes(h) - sum(sizes)
-        window = max(sizes, default=0) * (2 if self.m.device.type == "cuda" else 1)
+        window = max(sizes, default=0) * (2 if self.device.type == "cuda" else 1)
         least = fixed + window + working
         if least > self.ledger.device_free() + h.device_bytes:
-            self.make_room(least - h.device_bytes, f"streaming {h.spec.name}", exclude=h, evict=True)
+            self.make_room(least - h.device_bytes, f"streaming {h.spec.name}", h, policy)
         room = self.ledger.device_free() + h.device_bytes
         if fixed + sum(sizes) + working <= room:
             count = len(sizes)  # everything fits: no window needed
         else:
             if least > room:
-                raise BudgetExceeded(f"streaming {h.spec.name}", least, room, self.m.ledger_text())
+                raise self._over_budget(f"streaming {h.spec.name}", least, room, policy)
             count, total = 0, least
             for size in sizes:
                 if total + size > room:
@@ -233,7 +233,7 @@ class Placer:
             malloc_trim()
         self._sync()
         self._account(h)
-        self.m.telemetry.emit(UnloadEvent(h.spec.name, freed, time.perf_counter() - t0))
+        self.telemetry.emit(UnloadEvent(h.spec.name, freed, time.perf_counter() - t0))
         if keep:
             self._trim_host_tier()
 
@@ -254,12 +254,12 @@ class Placer:
     def _apply_stream(self, h: ModelHandle, resident_blocks: int) -> None:
         """(Re)wrap `h` so that its first `resident_blocks` blocks stay on the device and the rest stream."""
         config = StreamConfig(
-            self.m.device,
+            self.device,
             h.spec.blocks,
             resident_blocks,
             h.spec.dtype,
             h.spec.files,
-            use_stream=self.m.device.type == "cuda",
+            use_stream=self.device.type == "cuda",
         )
         h.stream = apply_streaming(h.module, config)
 
@@ -278,7 +278,7 @@ class Placer:
         self._sync()
         self._account(h)
         name = f"{h.spec.name} ({resident - count} of {len(sizes)} blocks)"
-        self.m.telemetry.emit(UnloadEvent(name, before - h.device_bytes, time.perf_counter() - t0))
+        self.telemetry.emit(UnloadEvent(name, before - h.device_bytes, time.perf_counter() - t0))
 
     def _partial_steps(self, h: ModelHandle) -> list[int]:
         if h.module is None or not self.can_stream(h) or h.key not in self._block_bytes:
@@ -287,10 +287,8 @@ class Placer:
         resident = len(sizes) if h.stream is None else sum(b.resident for b in h.stream.blocks)
         return list(accumulate(reversed(sizes[:resident])))
 
-    def make_room(self, need: int, what: str, exclude: ModelHandle | None, evict: bool = True) -> None:
-        """Ensure `need` bytes are free in the device budget, evicting unlocked models (LRU) if allowed."""
-        from memory.manager import BudgetExceeded
-
+    def make_room(self, need: int, what: str, exclude: ModelHandle | None, policy: Policy) -> None:
+        """Ensure `need` bytes are free in the device budget, evicting unlocked models (LRU) if the policy may."""
         # A partial eviction's real effect is re-read from the tensors, so re-plan until it's enough.
         for _ in range(8):
             free = self.ledger.device_free()
@@ -298,12 +296,12 @@ class Placer:
                 return
             others = [h for h in self.ledger.handles.values() if h is not exclude]
             evictable = sum(h.device_bytes for h in others if not h.is_locked)
-            if not evict:
-                raise BudgetExceeded(what, need, free, self.m.ledger_text())
+            if not policy.may_evict:
+                raise self._over_budget(what, need, free, policy)
             partial = {h.key: self._partial_steps(h) for h in others}
             plan = plan_eviction(others, need - free, partial)
             if not plan:
-                raise BudgetExceeded(what, need, free + evictable, self.m.ledger_text())
+                raise self._over_budget(what, need, free + evictable, policy)
             for e in plan:
                 victim = self.ledger.handles[e.key]
                 if e.partial:
@@ -311,4 +309,4 @@ class Placer:
                 else:
                     self.evict(victim)
         if need > self.ledger.device_free():
-            raise BudgetExceeded(what, need, self.ledger.device_free(), self.m.ledger_text())
+            raise self._over_budget(what, need, self.ledger.device_free(), policy)

@@ -15,8 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-# 10 minutes at the default 10 Hz: enough for a long run's timeline without growing without bound.
-MAX_SAMPLES = 6000
+# 10 minutes at the default 20 Hz: enough for a long run's timeline without growing without bound.
+MAX_SAMPLES = 12000
 
 
 @dataclass(frozen=True)
@@ -69,6 +69,27 @@ class StepEvent:
 
 
 @dataclass(frozen=True)
+class WorkingReserved:
+    """Working memory reserved beside a model for one `use`, and where the figure came from.
+
+    source: "formula" (the pipeline's estimate) or "learned" (the largest peak measured earlier for the same
+    device kind, node type, model and shape). measured_bytes: what this use actually took (filled when the
+    use ends; -1 when it could not be measured, e.g. outside a node).
+    """
+
+    node_id: str
+    node_type: str
+    component: str
+    shape_key: str
+    formula_bytes: int
+    learned_bytes: int | None
+    reserved_bytes: int
+    source: str
+    measured_bytes: int = -1
+    t: float = 0.0
+
+
+@dataclass(frozen=True)
 class NodePeak:
     node_id: str
     node_type: str
@@ -79,7 +100,7 @@ class NodePeak:
 
 MAX_EVENTS = 200_000
 
-Record = Sample | LoadEvent | UnloadEvent | TransferEvent | StepEvent | NodePeak
+Record = Sample | LoadEvent | UnloadEvent | TransferEvent | StepEvent | NodePeak | WorkingReserved
 
 
 class Telemetry:
@@ -98,6 +119,9 @@ class Telemetry:
         self._events: deque[Record] = deque(maxlen=MAX_EVENTS)
         self._sampler: threading.Thread | None = None
         self._stop = threading.Event()
+        # Start and stop may come from different threads (the GUI's configure, the compute thread's first
+        # `use`): one lock makes "check, then start" a single step.
+        self._sampler_lock = threading.Lock()
 
     def now(self) -> float:
         return time.monotonic() - self._t0
@@ -139,26 +163,31 @@ class Telemetry:
 
     def start_sampler(self, read: Callable[[float], Sample], hz: float) -> None:
         """Start the daemon sampler once: it calls `read(t)` at `hz` and emits the sample."""
-        if self._sampler is not None:
-            return
-        self._stop.clear()
-        period = 1.0 / hz
+        with self._sampler_lock:
+            if self._sampler is not None:
+                return
+            stop = threading.Event()
+            period = 1.0 / hz
 
-        def loop() -> None:
-            while not self._stop.is_set():
-                self.emit(read(self.now()))
-                self._stop.wait(period)
+            def loop() -> None:
+                while not stop.is_set():
+                    self.emit(read(self.now()))
+                    stop.wait(period)
 
-        self._sampler = threading.Thread(target=loop, name="nodeloom-memory-sampler", daemon=True)
-        self._sampler.start()
+            self._stop = stop
+            self._sampler = threading.Thread(target=loop, name="nodeloom-memory-sampler", daemon=True)
+            self._sampler.start()
 
     def stop_sampler(self) -> None:
-        if self._sampler is None:
-            return
-        self._stop.set()
-        self._sampler.join(timeout=5)
-        self._sampler = None
+        # Joined under the lock, so a start from another thread can't overlap the old sampler's last sample.
+        # The sampler thread never takes this lock (only `_lock`, in emit), so this can't deadlock.
+        with self._sampler_lock:
+            sampler, self._sampler = self._sampler, None
+            self._stop.set()
+            if sampler is not None and sampler is not threading.current_thread():
+                sampler.join(timeout=5)
 
     @property
     def sampling(self) -> bool:
-        return self._sampler is not None
+        with self._sampler_lock:
+            return self._sampler is not None

@@ -1,7 +1,8 @@
 """Basic nodes: primitives, text helpers, image and text files.
 
 Lives here: the `NODES` tuple of Nodeloom's own general-purpose node types. Imports `nodes.spec`,
-`nodes.types`, `nodes.context`, `nodes.png`, PIL.
+`nodes.types`, `nodes.context`, PIL; `nodes.png` (torch) inside the run functions, so listing node types
+stays light.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from typing import Any
 from PIL import Image
 
 from nodes.context import NodeContext
-from nodes.png import next_free_path, pil_to_tensor, save_png_with_workflow, tensor_to_pil
 from nodes.spec import Input, NodeSpec, Output, Param
 from nodes.types import BOOL, FLOAT, IMAGE, INT, TEXT
 
@@ -56,6 +56,8 @@ def _run_concat(ctx: NodeContext, a: str, b: str, separator: str) -> dict[str, A
 
 
 def _run_save_text(ctx: NodeContext, text: str, prefix: str) -> dict[str, Any]:
+    from nodes.png import next_free_path  # nodes.png imports torch: only when a node runs
+
     path = next_free_path(ctx.out_dir, prefix, ".txt")
     path.write_text(text, encoding="utf-8")
     ctx.wrote_file(path)
@@ -71,11 +73,15 @@ def _run_load_image(ctx: NodeContext, path: str) -> dict[str, Any]:
     file = Path(path).expanduser()
     if not file.is_file():
         raise FileNotFoundError(f"field 'path': no image at {file}")
+    from nodes.png import pil_to_tensor
+
     with Image.open(file) as image:
         return {"image": pil_to_tensor(image)}
 
 
 def _run_save_image(ctx: NodeContext, image: Any, prefix: str) -> dict[str, Any]:
+    from nodes.png import next_free_path, save_png_with_workflow, tensor_to_pil
+
     for picture in tensor_to_pil(image):
         path = next_free_path(ctx.out_dir, prefix, ".png")
         save_png_with_workflow(picture, path, ctx.workflow_json)
@@ -85,6 +91,8 @@ def _run_save_image(ctx: NodeContext, image: Any, prefix: str) -> dict[str, Any]
 
 
 def _run_preview_image(ctx: NodeContext, image: Any) -> dict[str, Any]:
+    from nodes.png import tensor_to_pil
+
     for picture in tensor_to_pil(image):
         ctx.preview(picture, final=True)
     return {}

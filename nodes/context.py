@@ -12,10 +12,12 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from memory import MemoryManager
 from nodes.events import NodeLog, NodePreview, NodeProgress, NodeText, RunEvent
+
+if TYPE_CHECKING:  # the manager is passed in; listing node types must not import torch
+    from memory import MemoryManager
 
 
 class Cancelled(Exception):

@@ -2,7 +2,9 @@
 
 Lives here: the `NODES` tuple (`LoadDiffusionModel`, `LoadDenoiser`, `LoadVAE`, `TextEncode`, `EmptyLatent`,
 `Sampler`, `VAEDecode`, `VAEEncode`). Imports `nodes.spec`, `nodes.types`, `nodes.context`, `pipelines.paths`
-and `pipelines.diffusion`; the model code lives in pipelines/.
+and `pipelines.diffusion`; the model code lives in pipelines/. At module level only the light facts the specs
+need (`families`, `schedulers`: names, no diffusers); each run function imports its pipeline code, so
+listing node types or painting the editor never imports torch or diffusers.
 
 Every model is used through `ctx.memory.use(...)` inside pipelines/diffusion, so under the sequential policy
 the text encoder is gone before the denoiser loads, and the denoiser before the VAE decodes.
@@ -11,23 +13,19 @@ the text encoder is gone before the denoiser loads, and the denoiser before the 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from nodes.context import NodeContext
 from nodes.spec import Input, NodeSpec, Output, Param
 from nodes.types import CONDITIONING, DENOISER, IMAGE, LATENT, TEXT_ENCODER, VAE
-from pipelines.diffusion.conditioning import encode_prompt
 from pipelines.diffusion.families import FAMILIES
-from pipelines.diffusion.loading import load_component_file, load_model, read_json
-from pipelines.diffusion.previews import latent_preview
-from pipelines.diffusion.sampling import SamplerSettings, StepInfo, sample
 from pipelines.diffusion.schedulers import SCHEDULER_NAMES
-from pipelines.diffusion.single_file import CONFIG_DIRS
-from pipelines.diffusion.vae import decode, encode
-from pipelines.diffusion.values import DenoiserRef, Latents, TextEncoderRef, VaeRef
 from pipelines.paths import resolve_model_path
+
+if TYPE_CHECKING:
+    import torch
+
+    from pipelines.diffusion.values import DenoiserRef, Latents, TextEncoderRef, VaeRef
 
 SEED_MAX = 2**63 - 1
 DTYPES = ("auto", "float32", "float16", "bfloat16")
@@ -35,6 +33,8 @@ _DTYPE_HELP = "auto: float32 on CPU, the family's usual half type (float16) on C
 
 
 def _run_load_model(ctx: NodeContext, path: str, kind: str, dtype: str, config_dir: str) -> dict[str, Any]:
+    from pipelines.diffusion.loading import load_model
+
     loaded = load_model(
         ctx.memory,
         path,
@@ -50,6 +50,8 @@ def _run_load_model(ctx: NodeContext, path: str, kind: str, dtype: str, config_d
 def _component_config_dir(family: str, config_dir: str) -> Path:
     if config_dir:
         return Path(config_dir).expanduser()
+    from pipelines.diffusion.single_file import CONFIG_DIRS
+
     shipped = {"sd": CONFIG_DIRS["sd1"], "sdxl": CONFIG_DIRS["sdxl"]}
     if family not in shipped:
         raise ValueError(
@@ -66,6 +68,9 @@ def _run_load_denoiser(
     config_dir: str,
     reference: DenoiserRef | None,
 ) -> dict[str, Any]:
+    from pipelines.diffusion.loading import load_component_file, read_json
+    from pipelines.diffusion.values import DenoiserRef
+
     fam = FAMILIES[family]
     folder = _component_config_dir(family, config_dir)
     handle = load_component_file(
@@ -95,6 +100,9 @@ def _run_load_denoiser(
 
 
 def _run_load_vae(ctx: NodeContext, path: str, family: str, dtype: str, config_dir: str) -> dict[str, Any]:
+    from pipelines.diffusion.loading import load_component_file, read_json
+    from pipelines.diffusion.values import VaeRef
+
     fam = FAMILIES[family]
     folder = _component_config_dir(family, config_dir)
     handle = load_component_file(
@@ -117,6 +125,8 @@ def _run_load_vae(ctx: NodeContext, path: str, family: str, dtype: str, config_d
 
 
 def _run_text_encode(ctx: NodeContext, text_encoder: TextEncoderRef, text: str) -> dict[str, Any]:
+    from pipelines.diffusion.conditioning import encode_prompt
+
     return {"conditioning": encode_prompt(ctx.memory, text_encoder, text)}
 
 
@@ -128,6 +138,10 @@ def _run_empty_latent(
     height: int,
     batch: int,
 ) -> dict[str, Any]:
+    import torch
+
+    from pipelines.diffusion.values import Latents
+
     # Channels and pixels-per-latent come from the VAE if wired, else the denoiser, else SD's 4 and 8.
     channels, scale = 4, 8
     if vae is not None:
@@ -153,6 +167,9 @@ def _run_sampler(
     denoise: float,
     preview_every: int,
 ) -> dict[str, Any]:
+    from pipelines.diffusion.previews import latent_preview
+    from pipelines.diffusion.sampling import SamplerSettings, StepInfo, sample
+
     settings = SamplerSettings(scheduler=scheduler, steps=steps, cfg=cfg, seed=seed, denoise=denoise)
 
     def on_step(info: StepInfo) -> None:
@@ -165,10 +182,14 @@ def _run_sampler(
 
 
 def _run_vae_decode(ctx: NodeContext, vae: VaeRef, latent: Latents) -> dict[str, Any]:
+    from pipelines.diffusion.vae import decode
+
     return {"image": decode(ctx.memory, vae, latent)}
 
 
 def _run_vae_encode(ctx: NodeContext, vae: VaeRef, image: torch.Tensor) -> dict[str, Any]:
+    from pipelines.diffusion.vae import encode
+
     return {"latent": encode(ctx.memory, vae, image)}
 
 

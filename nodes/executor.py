@@ -7,6 +7,10 @@ signatures of the nodes feeding it, so after an edit only that node and its desc
 (ComfyUI's input-signature cache, without its globals). The executor keeps one cached entry per
 node id, so memory held by the cache is bounded by the graph. A failing node stops the run with the
 error attached to it; a device out-of-memory gets one retry under a stricter offload policy.
+
+Before each node the executor tells the memory manager which models the next node to run will use
+(`node_scope(..., next_users=...)`), so a policy that unloads after use keeps a model across two
+consecutive nodes that share it (the positive and negative prompts' text encoder) and unloads the rest.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from memory import MemoryConfig, MemoryManager
+from memory import BudgetExceeded, MemoryManager, ModelHandle
 from nodes.context import Cancelled, CancelToken, NodeContext
 from nodes.events import (
     NodeCached,
@@ -49,6 +53,21 @@ def _file_stamp(value: Any) -> list[int] | None:
     except OSError:
         return None
     return [st.st_size, st.st_mtime_ns]
+
+
+def model_keys(value: Any) -> set[str]:
+    """Keys of the models a wire value refers to: a `ModelHandle`, or a value with `.handle` / `.handles`
+    (the model references pipelines put on wires: DenoiserRef, TextEncoderRef, VaeRef, LLMModel)."""
+    if isinstance(value, ModelHandle):
+        return {value.key}
+    keys = set()
+    single = getattr(value, "handle", None)
+    if isinstance(single, ModelHandle):
+        keys.add(single.key)
+    for h in getattr(value, "handles", None) or ():
+        if isinstance(h, ModelHandle):
+            keys.add(h.key)
+    return keys
 
 
 class NodeRunError(Exception):
@@ -106,13 +125,13 @@ class RunResult:
 
 
 class Executor:
-    def __init__(
-        self, registry: NodeRegistry, memory: MemoryManager | None = None, *, allow_pickle: bool = False
-    ) -> None:
+    """Runs workflows against one registry and one memory manager (built by the caller, who closes it)."""
+
+    def __init__(self, registry: NodeRegistry, memory: MemoryManager, *, allow_pickle: bool = False) -> None:
+        if memory is None:
+            raise TypeError("Executor needs the app's MemoryManager (it never builds its own)")
         self.registry = registry
-        self.memory = (
-            memory if memory is not None else MemoryManager(MemoryConfig(device="cpu", policy="auto"))
-        )
+        self.memory = memory
         self.allow_pickle = allow_pickle
         # node id -> (signature, outputs, files, metrics): one entry per node, replaced when its
         # signature changes and dropped when the node leaves the graph.
@@ -223,6 +242,8 @@ class Executor:
             result.nodes[nid] = NodeResult("pending", wf.nodes[nid].type)
         started = time.perf_counter()
         emit(RunStarted(run_index, tuple(order)))
+        # The nodes that will really run (cache misses), in order: the "next user" hints follow them.
+        to_run = [nid for nid in order if nid not in self._cache or self._cache[nid][0] != sigs[nid]]
         try:
             for nid in order:
                 if cancel.cancelled:
@@ -242,7 +263,11 @@ class Executor:
                     self._check_wired_param(nid, spec, port, kwargs[port], result, emit)
                 for inp in spec.inputs:
                     kwargs.setdefault(inp.name, None)  # optional inputs left unconnected
-                outputs = self._run_node(nid, spec, kwargs, result, emit, cancel, out_dir, workflow_json)
+                nxt = to_run.index(nid) + 1 if nid in to_run else len(to_run)
+                next_users = self._models_of(wf, to_run[nxt], values) if nxt < len(to_run) else set()
+                outputs = self._run_node(
+                    nid, spec, kwargs, result, emit, cancel, out_dir, workflow_json, next_users
+                )
                 values[nid] = outputs
                 record = result.nodes[nid]
                 self._cache[nid] = (sigs[nid], outputs, list(record.files), dict(record.metrics))
@@ -260,6 +285,16 @@ class Executor:
         result.outputs = values
         emit(RunFinished(run_index, result.ok, result.cancelled, result.seconds, result.error))
         return result
+
+    @staticmethod
+    def _models_of(wf: Workflow, nid: str, values: dict[str, dict[str, Any]]) -> set[str]:
+        """Models the node `nid` will get on its wires, as far as they exist already (a wire from a node
+        that hasn't run yet carries a model that isn't loaded yet, so there is nothing to keep for it)."""
+        keys: set[str] = set()
+        for link in wf.nodes[nid].inputs.values():
+            if link.node in values:
+                keys |= model_keys(values[link.node].get(link.output))
+        return keys
 
     def _check_wired_param(
         self,
@@ -294,6 +329,7 @@ class Executor:
         cancel: CancelToken,
         out_dir: Path,
         workflow_json: dict[str, Any],
+        next_users: set[str],
     ) -> dict[str, Any]:
         record = result.nodes[nid]
         emit(NodeStarted(nid, spec.type))
@@ -311,7 +347,7 @@ class Executor:
                 allow_pickle=self.allow_pickle,
             )
             try:
-                with self.memory.node_scope(nid, spec.type):
+                with self.memory.node_scope(nid, spec.type, next_users=next_users):
                     outputs = spec.run(ctx, **kwargs)
                 break
             except Cancelled:
@@ -319,14 +355,15 @@ class Executor:
                 record.seconds = time.perf_counter() - started
                 raise
             except Exception as exc:  # a node may raise anything; it is reported, never swallowed
-                if not retried and self.memory.is_oom(exc) and self.memory.recover_from_oom():
+                if not retried and self.memory.is_oom(exc) and self.memory.recover_from_oom(exc):
                     retried = True
                     log.warning(
                         "node %s ran out of memory; retrying under policy %r", nid, self.memory.policy
                     )
                     continue
                 message = str(exc) or type(exc).__name__
-                if self.memory.is_oom(exc):
+                if self.memory.is_oom(exc) and not isinstance(exc, BudgetExceeded):
+                    # BudgetExceeded already ends with the ledger; anything else gets it once here.
                     message += "\n\nWhat was where:\n" + self.memory.ledger_text()
                 record.status = "error"
                 record.seconds = time.perf_counter() - started

@@ -1,25 +1,28 @@
 """LLM nodes: load a language model (GGUF or transformers folder) and generate text with it.
 
 Lives here: the `NODES` tuple (`LoadLLM`, `LLMGenerate`). Imports `nodes.spec`, `nodes.types`,
-`nodes.context`, `pipelines.paths` and `pipelines.llm.runtime`; the model code lives in pipelines/.
+`nodes.context`, `pipelines.paths` and `pipelines.llm.runtime` (inside the run functions: it imports torch
+and transformers, which listing node types must not pay for); the model code lives in pipelines/.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nodes.context import NodeContext
 from nodes.spec import Input, NodeSpec, Output, Param
 from nodes.types import LLM, TEXT
-from pipelines.llm.chat import parse_stop_strings
-from pipelines.llm.runtime import GenerationRequest, LLMModel, generate_text, open_llm
-from pipelines.llm.sampling import SamplingParams
 from pipelines.paths import resolve_model_path
+
+if TYPE_CHECKING:
+    from pipelines.llm.runtime import LLMModel
 
 SEED_MAX = 2**63 - 1
 
 
 def _run_load_llm(ctx: NodeContext, path: str) -> dict[str, Any]:
+    from pipelines.llm.runtime import open_llm
+
     resolved = resolve_model_path(path)
     llm = open_llm(ctx.memory, resolved, allow_pickle=ctx.allow_pickle)
     if llm.files.from_gguf:
@@ -44,6 +47,10 @@ def _run_generate(
     context_tokens: int,
     kv_cache: str,
 ) -> dict[str, Any]:
+    from pipelines.llm.chat import parse_stop_strings
+    from pipelines.llm.runtime import GenerationRequest, generate_text
+    from pipelines.llm.sampling import SamplingParams
+
     if not prompt.strip():
         raise ValueError("field 'prompt': the prompt is empty")
     params = (

@@ -40,3 +40,34 @@ def registry():
     from nodes.registry import default_registry
 
     return default_registry(entry_point_packs=False)
+
+
+@pytest.fixture
+def cpu_memory(tmp_path: Path):
+    """A CPU MemoryManager (auto policy, its own data dir), closed after the test."""
+    from memory import MemoryConfig, MemoryManager
+
+    with MemoryManager(MemoryConfig(device="cpu", policy="auto", data_dir=tmp_path / "memory-data")) as mm:
+        yield mm
+
+
+@pytest.fixture(autouse=True)
+def _close_leftover_memory_managers(monkeypatch: pytest.MonkeyPatch):
+    """Close every MemoryManager a test opened and left open: each runs a sampler thread, and dozens of
+    leftover samplers slow every later test on a small machine."""
+    from memory.manager import MemoryManager
+
+    opened: list[MemoryManager] = []
+    original = MemoryManager.__init__
+
+    def tracking_init(self: MemoryManager, *args: object, **kwargs: object) -> None:
+        original(self, *args, **kwargs)
+        opened.append(self)
+
+    monkeypatch.setattr(MemoryManager, "__init__", tracking_init)
+    yield
+    for mm in opened:
+        if mm._scope is None and not any(h.is_locked for h in mm.ledger.handles.values()):
+            mm.close()
+        else:  # still in use by a worker thread the test left behind: stop its sampler only
+            mm.telemetry.stop_sampler()

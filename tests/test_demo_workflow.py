@@ -14,8 +14,8 @@ from PIL import Image
 
 from app.main import main
 from nodes.png import read_embedded_workflow
-from pipelines.shapes.evaluate import measure_scene, score
-from pipelines.shapes.scenes import parse_caption
+from training.shapes.evaluate import measure_scene, score
+from training.shapes.scenes import parse_caption
 
 REPO = Path(__file__).resolve().parent.parent
 TXT2IMG = REPO / "resources/workflows/txt2img.json"

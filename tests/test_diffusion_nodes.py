@@ -70,7 +70,7 @@ def test_loader_is_lazy(data_dir) -> None:
     assert not mm.telemetry.events(LoadEvent)
 
 
-def test_txt2img_runs_and_sequential_offload_unloads_each_model_before_the_next(data_dir, tmp_path) -> None:
+def test_txt2img_sequential_loads_each_model_once_and_unloads_it_before_the_next(data_dir, tmp_path) -> None:
     registry = default_registry(entry_point_packs=False)
     mm = MemoryManager(MemoryConfig(device="cpu", policy="sequential"))
     events: list[object] = []
@@ -81,8 +81,8 @@ def test_txt2img_runs_and_sequential_offload_unloads_each_model_before_the_next(
     assert 0.0 <= image.min().item() and image.max().item() <= 1.0
     assert result.nodes["save"].files and Image.open(result.nodes["save"].files[0]).size == (64, 64)
 
-    # Order of loads and unloads: text encoder (twice: positive and negative), then UNet, then VAE,
-    # each unloaded before the next one is loaded.
+    # Order of loads and unloads: text encoder (once: the negative and positive prompts run back to back,
+    # so it stays for the second), then UNet, then VAE, each unloaded before the next one is loaded.
     timeline = [
         (type(e).__name__[:-5].lower(), e.component)
         for e in mm.telemetry.events()
@@ -91,16 +91,19 @@ def test_txt2img_runs_and_sequential_offload_unloads_each_model_before_the_next(
     assert timeline == [
         ("load", "text_encoder"),
         ("unload", "text_encoder"),
-        ("load", "text_encoder"),
-        ("unload", "text_encoder"),
         ("load", "unet"),
         ("unload", "unet"),
         ("load", "vae"),
         ("unload", "vae"),
     ]
     report = mm.report()
+    mm.close()
     assert [row["location"] for row in report["ledger"]] == ["disk"] * 3
+    assert sorted(load["component"] for load in report["loads"]) == ["text_encoder", "unet", "vae"]
     assert len([s for s in report["steps"] if s["kind"] == "sampler_step"]) == 4
+    # Every working-memory reservation says where its figure came from.
+    assert {r["component"] for r in report["reservations"]} == {"text_encoder", "unet", "vae"}
+    assert all(r["source"] in ("formula", "learned") for r in report["reservations"])
 
     progress = [e for e in events if isinstance(e, NodeProgress) and e.node_id == "sampler"]
     assert [(p.step, p.total) for p in progress] == [(1, 4), (2, 4), (3, 4), (4, 4)]

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
+from memory import MemoryManager
 from nodes.context import CancelToken
 from nodes.events import NodeCached, NodeFailed, NodeFinished, NodeProgress, NodeStarted, RunFinished
 from nodes.executor import Executor
@@ -12,13 +16,17 @@ from nodes.workflow import Link, NodeInstance, workflow_from_dict
 from tests.nodes_for_tests import Calls, chain_workflow, make_registry
 
 
-def _setup() -> tuple[Calls, Executor]:
-    calls = Calls()
-    return calls, Executor(make_registry(calls))
+@pytest.fixture
+def setup(cpu_memory: MemoryManager) -> Callable[[], tuple[Calls, Executor]]:
+    def make() -> tuple[Calls, Executor]:
+        calls = Calls()
+        return calls, Executor(make_registry(calls), cpu_memory)
+
+    return make
 
 
-def test_runs_only_what_the_outputs_need_in_topological_order(tmp_path: Path) -> None:
-    calls, ex = _setup()
+def test_runs_only_what_the_outputs_need_in_topological_order(tmp_path: Path, setup) -> None:
+    calls, ex = setup()
     wf = workflow_from_dict(chain_workflow(), ex.registry)
     started: list[str] = []
     result = ex.run(
@@ -34,8 +42,8 @@ def test_runs_only_what_the_outputs_need_in_topological_order(tmp_path: Path) ->
     assert len(saved) == 1 and Path(saved[0]).read_text() == "3"
 
 
-def test_only_the_edited_node_and_its_descendants_rerun(tmp_path: Path) -> None:
-    calls, ex = _setup()
+def test_only_the_edited_node_and_its_descendants_rerun(tmp_path: Path, setup) -> None:
+    calls, ex = setup()
     wf = workflow_from_dict(chain_workflow(), ex.registry)
     ex.run(wf, out_dir=tmp_path)
     first = dict(calls.by_node)
@@ -54,8 +62,8 @@ def test_only_the_edited_node_and_its_descendants_rerun(tmp_path: Path) -> None:
     assert Path(fourth.nodes["save"].files[0]).read_text() == "10"  # 14 + 2 in hex
 
 
-def test_a_failing_node_stops_the_run_with_its_error(tmp_path: Path) -> None:
-    calls, ex = _setup()
+def test_a_failing_node_stops_the_run_with_its_error(tmp_path: Path, setup) -> None:
+    calls, ex = setup()
     data = chain_workflow()
     data["nodes"]["sum"] = {"type": "Boom", "inputs": {"value": ["one", "value"]}}
     wf = workflow_from_dict(data, ex.registry)
@@ -77,8 +85,8 @@ def test_a_failing_node_stops_the_run_with_its_error(tmp_path: Path) -> None:
     assert fixed.ok and fixed.nodes["one"].status == "cached"
 
 
-def test_cancel_stops_at_the_next_step_and_keeps_earlier_results(tmp_path: Path) -> None:
-    calls, ex = _setup()
+def test_cancel_stops_at_the_next_step_and_keeps_earlier_results(tmp_path: Path, setup) -> None:
+    calls, ex = setup()
     data = chain_workflow()
     data["nodes"]["slow"] = {
         "type": "Steps",
@@ -108,8 +116,8 @@ def test_cancel_stops_at_the_next_step_and_keeps_earlier_results(tmp_path: Path)
     assert again.ok and again.nodes["one"].status == "cached" and again.nodes["slow"].status == "ran"
 
 
-def test_events_carry_progress_rate_and_timings(tmp_path: Path) -> None:
-    calls, ex = _setup()
+def test_events_carry_progress_rate_and_timings(tmp_path: Path, setup) -> None:
+    calls, ex = setup()
     data = chain_workflow()
     data["nodes"]["slow"] = {
         "type": "Steps",
@@ -130,8 +138,8 @@ def test_events_carry_progress_rate_and_timings(tmp_path: Path) -> None:
     assert {e.node_id for e in events if isinstance(e, NodeCached)} == set(finished)
 
 
-def test_save_never_overwrites(tmp_path: Path) -> None:
-    calls, ex = _setup()
+def test_save_never_overwrites(tmp_path: Path, setup) -> None:
+    calls, ex = setup()
     wf = workflow_from_dict(chain_workflow(), ex.registry)
     ex.run(wf, out_dir=tmp_path)
     ex.clear_cache()
@@ -139,8 +147,8 @@ def test_save_never_overwrites(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.glob("sum_*.txt")) == ["sum_00001.txt", "sum_00002.txt"]
 
 
-def test_a_wired_value_gets_the_parameter_checks(tmp_path: Path) -> None:
-    calls, ex = _setup()
+def test_a_wired_value_gets_the_parameter_checks(tmp_path: Path, setup) -> None:
+    calls, ex = setup()
     data = chain_workflow()
     data["nodes"]["steps"] = {
         "type": "Steps",
@@ -161,8 +169,10 @@ def test_a_wired_value_gets_the_parameter_checks(tmp_path: Path) -> None:
     assert "steps" not in calls.by_node  # refused before it ran
 
 
-def test_output_nodes_rerun_for_a_new_output_folder_and_cached_ones_keep_their_files(tmp_path: Path) -> None:
-    calls, ex = _setup()
+def test_output_nodes_rerun_for_a_new_output_folder_and_cached_ones_keep_their_files(
+    tmp_path: Path, setup
+) -> None:
+    calls, ex = setup()
     wf = workflow_from_dict(chain_workflow(), ex.registry)
     first = ex.run(wf, out_dir=tmp_path / "a")
     again = ex.run(wf, out_dir=tmp_path / "a")
@@ -173,10 +183,10 @@ def test_output_nodes_rerun_for_a_new_output_folder_and_cached_ones_keep_their_f
     assert len(list((tmp_path / "b").glob("sum_*.txt"))) == 1
 
 
-def test_a_file_changed_on_disk_invalidates_the_node_that_reads_it(tmp_path: Path) -> None:
+def test_a_file_changed_on_disk_invalidates_the_node_that_reads_it(tmp_path: Path, setup) -> None:
     from PIL import Image
 
-    calls, ex = _setup()
+    calls, ex = setup()
     image = tmp_path / "in.png"
     Image.new("RGB", (4, 4), (10, 20, 30)).save(image)
     data = {
@@ -194,8 +204,8 @@ def test_a_file_changed_on_disk_invalidates_the_node_that_reads_it(tmp_path: Pat
     assert ex.run(wf, out_dir=tmp_path / "o").nodes["img"].status == "ran"
 
 
-def test_deleted_nodes_leave_the_cache(tmp_path: Path) -> None:
-    calls, ex = _setup()
+def test_deleted_nodes_leave_the_cache(tmp_path: Path, setup) -> None:
+    calls, ex = setup()
     wf = workflow_from_dict(chain_workflow(), ex.registry)
     ex.run(wf, out_dir=tmp_path)
     del wf.nodes["save"]
@@ -212,7 +222,7 @@ def test_an_out_of_memory_node_is_retried_once_under_a_stricter_policy(tmp_path:
     attempts: list[str] = []
 
     def hungry(ctx, value: int) -> dict:
-        attempts.append(ctx.memory.policy)
+        attempts.append(ctx.memory.policy.name)
         if len(attempts) == 1:
             raise BudgetExceeded("activations", 10 * 2**30, 2**30, ctx.memory.ledger_text())
         return {"value": value}
@@ -244,3 +254,34 @@ def test_an_out_of_memory_node_is_retried_once_under_a_stricter_policy(tmp_path:
     ex.run(wf, out_dir=tmp_path)
     assert attempts == ["none", "auto"]
     memory.close()
+
+
+def test_a_budget_error_shows_the_ledger_once(tmp_path: Path) -> None:
+    from memory import BudgetExceeded, MemoryConfig, MemoryManager
+    from nodes.spec import Input, NodeSpec, Output
+    from nodes.types import INT
+
+    registry = make_registry(Calls())
+
+    def hungry(ctx, value: int) -> dict:
+        raise BudgetExceeded("activations", 10 * 2**30, 2**30, ctx.memory.ledger_text())
+
+    registry.register(
+        NodeSpec(
+            type="Hungry",
+            title="Hungry",
+            category="test",
+            run=hungry,
+            inputs=[Input("value", INT)],
+            outputs=[Output("value", INT)],
+        )
+    )
+    data = chain_workflow()
+    data["nodes"]["sum"]["inputs"]["a"] = ["hungry", "value"]
+    data["nodes"]["hungry"] = {"type": "Hungry", "inputs": {"value": ["one", "value"]}}
+    with MemoryManager(MemoryConfig(device="cpu", policy="stream", data_dir=tmp_path)) as memory:
+        result = Executor(registry, memory).run(workflow_from_dict(data, registry), out_dir=tmp_path)
+    assert not result.ok and result.failed_node == "hungry"
+    message = result.nodes["hungry"].error["message"]
+    assert "activations needs 10.00 GiB" in message
+    assert message.count("memory policy:") == 1 and message.count("of budget") == 1

@@ -228,7 +228,7 @@ def test_one_executor_across_runs_until_the_device_settings_change(
     reread = AppSettings(QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat))
     assert reread.memory.policy == "sequential"  # persisted
     assert window.runner.executor is not executor
-    assert window.runner.memory.policy == "sequential"
+    assert window.runner.memory.policy.name == "sequential"
 
 
 def test_the_allow_pickle_setting_reaches_the_executor(

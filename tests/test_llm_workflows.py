@@ -24,14 +24,14 @@ def test_llm_workflows_validate(registry, name: str) -> None:
     assert set(data["ui"]["nodes"]) == set(data["nodes"])  # every node has a position in the editor
 
 
-def test_llm_to_image_wires_the_llm_text_into_the_prompt(registry) -> None:
+def test_llm_to_image_wires_the_llm_text_into_the_prompt(registry, cpu_memory) -> None:
     wf = load_workflow(WORKFLOWS / "llm_to_image.json", registry)
     positive = wf.nodes["positive"]
     assert positive.type == "TextEncode"
     assert (positive.inputs["text"].node, positive.inputs["text"].output) == ("request", "text")
     assert wf.nodes["request"].type == "LLMGenerate" and wf.nodes["llm"].type == "LoadLLM"
     # The LLM runs before anything of the diffusion model is needed.
-    order = Executor(registry).plan(wf)
+    order = Executor(registry, cpu_memory).plan(wf)
     assert order.index("request") < order.index("positive") < order.index("sampler")
 
 

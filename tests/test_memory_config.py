@@ -41,7 +41,7 @@ def test_cpu_budget_is_ram_less_reserve(tmp_path) -> None:
     cfg = MemoryConfig(device="cpu", ram_budget="1GiB", reserve="100MiB", data_dir=tmp_path)
     with MemoryManager(cfg) as mm:
         assert mm.budget == 1024**3 - 100 * 1024**2
-        assert str(mm.device) == "cpu" and mm.policy == "auto"
+        assert str(mm.device) == "cpu" and mm.policy.name == "auto"
 
 
 def test_unknown_policy_is_refused() -> None:

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
 
-from memory import MemoryConfig, MemoryManager, diffusion_working_bytes, kv_cache_bytes
-from memory.learned import FILENAME
+from memory import kv_cache_bytes
+from pipelines.diffusion.working import diffusion_working_bytes
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -57,35 +55,3 @@ def test_diffusion_formula_scales_with_pixels_and_batch() -> None:
     assert vae == (256 + 3 * 128) * 512 * 512 * 4
     with pytest.raises(ValueError):
         diffusion_working_bytes("teapot", height=8, width=8)
-
-
-def test_learned_peak_replaces_the_formula_and_persists(tmp_path) -> None:
-    from safetensors.torch import save_file
-
-    torch.manual_seed(0)
-    net = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.Linear(256, 256))
-    save_file(net.state_dict(), tmp_path / "m.safetensors")
-    cfg = MemoryConfig(device="cpu", policy="auto", data_dir=tmp_path)
-    from memory import ComponentSpec
-
-    def build() -> torch.nn.Module:
-        fresh = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.Linear(256, 256))
-        fresh.load_state_dict(net.state_dict())
-        return fresh
-
-    spec = ComponentSpec("m#net", "net", "other", build, (tmp_path / "m.safetensors",))
-    with MemoryManager(cfg) as mm:
-        handle = mm.register(spec)
-        assert mm.estimate_working_bytes("Run", "m#net", "8x256", fallback=123) == 123
-        with mm.node_scope("n1", "Run", "8x256"), mm.use(handle) as module:
-            # ~64 MiB of activations held at once: the peak must see it.
-            held = [module(torch.randn(8192, 256)) for _ in range(8)]
-            del held
-        measured = mm.estimate_working_bytes("Run", "m#net", "8x256", fallback=123)
-        peak = mm.telemetry.events()[-1]
-        assert peak.node_id == "n1" and peak.peak_bytes >= peak.baseline_bytes
-    assert measured >= 8 * 8192 * 256 * 4
-    data = json.loads((tmp_path / FILENAME).read_text())
-    assert any("Run|m#net|8x256" in k for k in data["entries"])
-    with MemoryManager(cfg) as again:
-        assert again.estimate_working_bytes("Run", "m#net", "8x256", fallback=1) == measured

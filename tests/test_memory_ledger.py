@@ -9,7 +9,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from memory import BudgetExceeded, ComponentSpec, MemoryConfig, MemoryManager
+from memory import BudgetExceeded, ComponentSpec, MemoryConfig, MemoryManager, policy_named
 
 
 class Stack(torch.nn.Module):
@@ -173,7 +173,7 @@ def test_ledger_never_exceeds_budget_over_random_use(tmp_path: Path) -> None:
                 pass
             mm.release_working("scratch")
         if rng.random() < 0.1:
-            mm.policy = rng.choice(["auto", "sequential", "stream"])
+            mm.policy = policy_named(rng.choice(["auto", "sequential", "stream"]))
         check()
 
     with mm:

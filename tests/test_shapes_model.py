@@ -1,4 +1,4 @@
-"""Tests for the in-house shapes text-to-image model (pipelines.shapes, resources/models/shapes-sd).
+"""Tests for the in-house shapes text-to-image model (training.shapes, resources/models/shapes-sd).
 
 The renderer/measurer round trip proves the evaluator's judge is right; the data test proves the held-out
 triples really are held out; the shipped-folder tests prove the weights are small, fp16, load offline as
@@ -17,8 +17,8 @@ from PIL import Image
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from pipelines.shapes.evaluate import measure_scene, score  # noqa: E402
-from pipelines.shapes.scenes import (  # noqa: E402
+from training.shapes.evaluate import measure_scene, score  # noqa: E402
+from training.shapes.scenes import (  # noqa: E402
     COLOURS,
     HELD_OUT,
     PALETTE,
@@ -170,7 +170,7 @@ def test_held_out_prompt_draws_the_asked_colours(pipe) -> None:  # noqa: ANN001
 def test_vae_latent_noise_is_bounded_by_the_latents_own_spread() -> None:
     import torch
 
-    from pipelines.shapes.train_vae import noisy_latents
+    from training.shapes.train_vae import noisy_latents
 
     latents = torch.randn(64, 4, 8, 8, generator=torch.Generator().manual_seed(0)) * 3.0
     assert noisy_latents(latents, 0.0, torch.Generator().manual_seed(1)) is latents

@@ -99,8 +99,10 @@ class RunController(QObject):
         self.settings = settings
 
     def now(self) -> float:
-        if self.memory is not None:
-            return float(self.memory.telemetry.now())
+        # One read of the attribute: close() on another thread may set it to None between a check and a use.
+        memory = self.memory
+        if memory is not None:
+            return float(memory.telemetry.now())
         return time.monotonic() - self._t0
 
     def cached_node_ids(self, wf: Workflow) -> set[str]:

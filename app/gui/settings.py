@@ -24,9 +24,10 @@ from PySide6.QtWidgets import (
 )
 
 from app.gui.run_worker import MemorySettings
+from memory.config import MemoryConfig
+from memory.policy import POLICIES, POLICY_NAMES
 
 MAX_RECENT = 10
-POLICIES = ("auto", "none", "sequential", "stream")
 
 
 class AppSettings:
@@ -113,17 +114,20 @@ class SettingsDialog(QDialog):
         self.device.addItems(_device_choices())
         self.device.setCurrentText(memory.device)
         self.policy = QComboBox()
-        self.policy.addItems(POLICIES)
+        self.policy.addItems(POLICY_NAMES)
         self.policy.setCurrentText(memory.policy)
-        self.policy.setToolTip(
-            "auto: keep models resident while they fit, offload when they don't\n"
-            "none: everything stays on the device\nsequential: load one model at a time\n"
-            "stream: stream weights block by block (largest models on small devices)"
-        )
+        self.policy.setToolTip("\n".join(f"{p.name}: {p.help}" for p in POLICIES))
         self.vram = QLineEdit(memory.vram_budget or "")
-        self.vram.setPlaceholderText("all free memory (e.g. 6GiB or 0.8)")
+        self.vram.setPlaceholderText("all free GPU memory (e.g. 6GiB or 0.8)")
         self.ram = QLineEdit(memory.ram_budget or "")
-        self.ram.setPlaceholderText("all available memory (e.g. 8GiB or 0.5)")
+        self.ram.setPlaceholderText("all available RAM (e.g. 8GiB or 0.5)")
+        # Says when a budget is malformed or does nothing on the chosen device (e.g. a VRAM budget on CPU).
+        self.budget_note = QLabel("")
+        self.budget_note.setObjectName("hint")
+        self.budget_note.setWordWrap(True)
+        for edit in (self.vram, self.ram):
+            edit.textChanged.connect(self._check_budgets)
+        self.device.currentTextChanged.connect(self._check_budgets)
         self.out = QLineEdit(str(settings.output_dir))
         browse = QPushButton("Browse…")
         browse.clicked.connect(self._browse)
@@ -138,8 +142,9 @@ class SettingsDialog(QDialog):
         )
         form.addRow("Device", self.device)
         form.addRow("Offload policy", self.policy)
-        form.addRow("Device memory budget", self.vram)
-        form.addRow("Host memory budget", self.ram)
+        form.addRow("GPU memory budget (VRAM)", self.vram)
+        form.addRow("Host RAM budget", self.ram)
+        form.addRow(self.budget_note)
         form.addRow("Output folder", out_row)
         form.addRow("Model files", self.allow_pickle)
         note = QLabel(
@@ -154,6 +159,28 @@ class SettingsDialog(QDialog):
         buttons.accepted.connect(self.accept)
         buttons.rejected.connect(self.reject)
         form.addRow(buttons)
+        self._ok = buttons.button(QDialogButtonBox.StandardButton.Ok)
+        self._check_budgets()
+
+    def _check_budgets(self) -> None:
+        """Refuse a malformed budget (OK disabled) and warn about one that has no effect on the device."""
+        device = self.device.currentText().strip() or "auto"
+        try:
+            config = MemoryConfig(
+                policy=self.policy.currentText(),
+                vram_budget=self.vram.text().strip() or None,
+                ram_budget=self.ram.text().strip() or None,
+            )
+        except ValueError as exc:
+            self.budget_note.setText(f"⚠ {exc}")
+            self._ok.setEnabled(False)
+            return
+        self._ok.setEnabled(True)
+        kind = (
+            "cpu" if device == "cpu" or (device == "auto" and _device_choices() == ["auto", "cpu"]) else "gpu"
+        )
+        notes = config.ignored_settings(kind)
+        self.budget_note.setText("⚠ " + "; ".join(notes) if notes else "")
 
     def _browse(self) -> None:
         folder = QFileDialog.getExistingDirectory(self, "Output folder", self.out.text())

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import torch
 
-from memory import MemoryManager, diffusion_working_bytes
+from memory import MemoryManager, Working
 from pipelines.diffusion.values import Conditioning, TextEncoderRef
+from pipelines.diffusion.working import diffusion_working_bytes
 
 
 def text_encoder_working_bytes(tokens: int, hidden_size: int, dtype: torch.dtype) -> int:
@@ -30,6 +31,11 @@ def text_encoder_working_bytes(tokens: int, hidden_size: int, dtype: torch.dtype
     )
 
 
+def text_encoder_working(tokens: int, hidden_size: int, dtype: torch.dtype) -> Working:
+    """The formula for one prompt of `tokens` tokens, keyed by that length (the learned peak replaces it)."""
+    return Working(text_encoder_working_bytes(tokens, hidden_size, dtype), f"1x{tokens}")
+
+
 @torch.no_grad()
 def encode_clip(mm: MemoryManager, ref: TextEncoderRef, text: str) -> Conditioning:
     # Copied from diffusers' StableDiffusionPipeline.encode_prompt (one prompt, no LoRA/clip_skip).
@@ -42,7 +48,7 @@ def encode_clip(mm: MemoryManager, ref: TextEncoderRef, text: str) -> Conditioni
         return_tensors="pt",
     )
     with mm.use(
-        ref.handles[0], working_bytes=text_encoder_working_bytes(tokenizer.model_max_length, 1024, ref.dtype)
+        ref.handles[0], working=text_encoder_working(tokenizer.model_max_length, 1024, ref.dtype)
     ) as text_encoder:
         attention_mask = None
         if getattr(text_encoder.config, "use_attention_mask", False):
@@ -67,7 +73,7 @@ def encode_clip_sdxl(mm: MemoryManager, ref: TextEncoderRef, text: str) -> Condi
             return_tensors="pt",
         )
         with mm.use(
-            handle, working_bytes=text_encoder_working_bytes(tokenizer.model_max_length, 1280, ref.dtype)
+            handle, working=text_encoder_working(tokenizer.model_max_length, 1280, ref.dtype)
         ) as text_encoder:
             output = text_encoder(text_inputs.input_ids.to(mm.device), output_hidden_states=True)
             # The pooled vector is text_encoder_2's projected EOS embedding (the only 2-D first output).
@@ -94,7 +100,7 @@ def encode_t5(mm: MemoryManager, ref: TextEncoderRef, text: str, *, max_tokens: 
         return_tensors="pt",
     )
     attention_mask = text_inputs.attention_mask
-    with mm.use(ref.handles[0], working_bytes=text_encoder_working_bytes(max_tokens, 4096, ref.dtype)) as te:
+    with mm.use(ref.handles[0], working=text_encoder_working(max_tokens, 4096, ref.dtype)) as te:
         prompt_embeds = te(text_inputs.input_ids.to(mm.device), attention_mask=attention_mask.to(mm.device))[
             0
         ]
@@ -118,7 +124,7 @@ def encode_sd3(mm: MemoryManager, ref: TextEncoderRef, text: str, *, max_tokens:
             return_tensors="pt",
         )
         with mm.use(
-            handle, working_bytes=text_encoder_working_bytes(tokenizer.model_max_length, 1280, ref.dtype)
+            handle, working=text_encoder_working(tokenizer.model_max_length, 1280, ref.dtype)
         ) as clip:
             output = clip(inputs.input_ids.to(mm.device), output_hidden_states=True)
             pooled.append(output[0].cpu())  # text_embeds: the projected EOS vector
@@ -132,7 +138,7 @@ def encode_sd3(mm: MemoryManager, ref: TextEncoderRef, text: str, *, max_tokens:
         add_special_tokens=True,
         return_tensors="pt",
     )
-    with mm.use(ref.handles[2], working_bytes=text_encoder_working_bytes(max_tokens, 4096, ref.dtype)) as t5:
+    with mm.use(ref.handles[2], working=text_encoder_working(max_tokens, 4096, ref.dtype)) as t5:
         t5_embeds = t5(inputs.input_ids.to(mm.device))[0].to(dtype=t5.dtype).cpu()
     # CLIP-L and bigG side by side (768 + 1280), zero-padded to T5's width, then T5's tokens after them.
     clip_prompt_embeds = torch.cat(clip_embeds, dim=-1)
@@ -158,7 +164,7 @@ def encode_flux(mm: MemoryManager, ref: TextEncoderRef, text: str, *, max_tokens
         return_tensors="pt",
     )
     with mm.use(
-        clip_handle, working_bytes=text_encoder_working_bytes(tokenizer.model_max_length, 768, ref.dtype)
+        clip_handle, working=text_encoder_working(tokenizer.model_max_length, 768, ref.dtype)
     ) as clip:
         # Flux takes only CLIP's pooled (EOS) vector, through its `pooled_projections`.
         pooled = clip(clip_inputs.input_ids.to(mm.device), output_hidden_states=False).pooler_output
@@ -167,7 +173,7 @@ def encode_flux(mm: MemoryManager, ref: TextEncoderRef, text: str, *, max_tokens
     t5_inputs = tokenizer_2(
         text, padding="max_length", max_length=max_tokens, truncation=True, return_tensors="pt"
     )
-    with mm.use(t5_handle, working_bytes=text_encoder_working_bytes(max_tokens, 4096, ref.dtype)) as t5:
+    with mm.use(t5_handle, working=text_encoder_working(max_tokens, 4096, ref.dtype)) as t5:
         prompt_embeds = t5(t5_inputs.input_ids.to(mm.device), output_hidden_states=False)[0]
         prompt_embeds = prompt_embeds.to(dtype=t5.dtype).cpu()
     return Conditioning(embeds=prompt_embeds, pooled=pooled, family=ref.family.name, text=text)

@@ -1,28 +1,43 @@
 """Model families: what differs between SD1.x/2.x, SDXL, PixArt-Sigma, SD3 and Flux, declared as data.
 
-Lives here: `Family`, `FAMILIES`, `family_for_pipeline_class`, `detect_single_file_family`, `resolve_dtype`.
-May import: stdlib, torch, diffusers, transformers.
+Lives here: `Family`, `FAMILIES`, `ClassRef`, `family_for_pipeline_class`, `detect_single_file_family`,
+`resolve_dtype`. May import: stdlib at module level; torch, diffusers and transformers when a class or dtype
+is first asked for.
 
 The rest of pipelines/diffusion reads these facts instead of branching on names: which diffusers class holds
 the denoiser, which text encoders and tokenizers a prompt goes through, the usual half type on CUDA and the
-latent-to-RGB projection used for previews.
+latent-to-RGB projection used for previews. Classes and dtypes are named here and resolved on first use
+(`ClassRef`), so that listing node types (whose choices read `FAMILIES`) imports neither torch nor diffusers.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-from diffusers import (
-    AutoencoderKL,
-    FluxTransformer2DModel,
-    PixArtTransformer2DModel,
-    SD3Transformer2DModel,
-    UNet2DConditionModel,
-)
-from transformers import CLIPTextModel, CLIPTextModelWithProjection, T5EncoderModel
+if TYPE_CHECKING:
+    import torch
+
+
+@dataclass(frozen=True)
+class ClassRef:
+    """A class named by module and attribute, imported when `load()` is first called."""
+
+    module: str
+    name: str
+
+    def load(self) -> type:
+        return getattr(importlib.import_module(self.module), self.name)
+
+
+def _diffusers(name: str) -> ClassRef:
+    return ClassRef("diffusers", name)
+
+
+def _transformers(name: str) -> ClassRef:
+    return ClassRef("transformers", name)
 
 
 @dataclass(frozen=True)
@@ -31,7 +46,11 @@ class TextEncoderSlot:
 
     subfolder: str  # "text_encoder", "text_encoder_2"
     tokenizer_subfolder: str  # "tokenizer", "tokenizer_2"
-    model_class: type
+    model_ref: ClassRef
+
+    @property
+    def model_class(self) -> type:
+        return self.model_ref.load()
 
 
 @dataclass(frozen=True)
@@ -40,20 +59,35 @@ class Family:
     title: str
     pipeline_classes: tuple[str, ...]  # model_index.json `_class_name` values of this family
     denoiser_subfolder: str  # "unet" / "transformer"
-    denoiser_class: type
+    denoiser_ref: ClassRef
     text_encoders: tuple[TextEncoderSlot, ...]
-    # The half type the family is published and usually run in on CUDA (CPU always runs float32: FINDINGS).
-    cuda_dtype: torch.dtype
+    # The half type the family is published and usually run in on CUDA (CPU always runs float32: FINDINGS),
+    # as a torch attribute name ("float16").
+    cuda_dtype_name: str
     # Longest prompt in tokens; None means the tokenizer's own `model_max_length` (77 for CLIP).
     max_text_tokens: int | None
     # Latent (C) -> RGB projection for previews, from ComfyUI's latent_formats (fitted on real VAEs).
     latent_rgb_factors: tuple[tuple[float, float, float], ...]
     latent_rgb_bias: tuple[float, float, float] = (0.0, 0.0, 0.0)
-    vae_class: type = AutoencoderKL
+    vae_ref: ClassRef = ClassRef("diffusers", "AutoencoderKL")
     # Blocks the memory manager may stream one at a time (attribute names on the denoiser).
     denoiser_blocks: tuple[str, ...] = ("down_blocks", "up_blocks")
     # Flow matching (rectified flow, Flux/SD3): a different loop and only flow-matching schedulers.
     flow: bool = False
+
+    @property
+    def denoiser_class(self) -> type:
+        return self.denoiser_ref.load()
+
+    @property
+    def vae_class(self) -> type:
+        return self.vae_ref.load()
+
+    @property
+    def cuda_dtype(self) -> torch.dtype:
+        import torch
+
+        return getattr(torch, self.cuda_dtype_name)
 
 
 _SD_RGB = (
@@ -74,9 +108,9 @@ SD = Family(
     title="Stable Diffusion 1.x/2.x",
     pipeline_classes=("StableDiffusionPipeline", "StableDiffusionImg2ImgPipeline"),
     denoiser_subfolder="unet",
-    denoiser_class=UNet2DConditionModel,
-    text_encoders=(TextEncoderSlot("text_encoder", "tokenizer", CLIPTextModel),),
-    cuda_dtype=torch.float16,
+    denoiser_ref=_diffusers("UNet2DConditionModel"),
+    text_encoders=(TextEncoderSlot("text_encoder", "tokenizer", _transformers("CLIPTextModel")),),
+    cuda_dtype_name="float16",
     max_text_tokens=None,
     latent_rgb_factors=_SD_RGB,
 )
@@ -86,12 +120,12 @@ SDXL = Family(
     title="Stable Diffusion XL",
     pipeline_classes=("StableDiffusionXLPipeline", "StableDiffusionXLImg2ImgPipeline"),
     denoiser_subfolder="unet",
-    denoiser_class=UNet2DConditionModel,
+    denoiser_ref=_diffusers("UNet2DConditionModel"),
     text_encoders=(
-        TextEncoderSlot("text_encoder", "tokenizer", CLIPTextModel),
-        TextEncoderSlot("text_encoder_2", "tokenizer_2", CLIPTextModelWithProjection),
+        TextEncoderSlot("text_encoder", "tokenizer", _transformers("CLIPTextModel")),
+        TextEncoderSlot("text_encoder_2", "tokenizer_2", _transformers("CLIPTextModelWithProjection")),
     ),
-    cuda_dtype=torch.float16,
+    cuda_dtype_name="float16",
     max_text_tokens=None,
     latent_rgb_factors=_SDXL_RGB,
     latent_rgb_bias=(0.1084, -0.0175, -0.0011),
@@ -102,9 +136,9 @@ PIXART_SIGMA = Family(
     title="PixArt-Sigma",
     pipeline_classes=("PixArtSigmaPipeline",),
     denoiser_subfolder="transformer",
-    denoiser_class=PixArtTransformer2DModel,
-    text_encoders=(TextEncoderSlot("text_encoder", "tokenizer", T5EncoderModel),),
-    cuda_dtype=torch.float16,
+    denoiser_ref=_diffusers("PixArtTransformer2DModel"),
+    text_encoders=(TextEncoderSlot("text_encoder", "tokenizer", _transformers("T5EncoderModel")),),
+    cuda_dtype_name="float16",
     max_text_tokens=300,  # PixArtSigmaPipeline's max_sequence_length default
     latent_rgb_factors=_SDXL_RGB,  # PixArt-Sigma uses the SDXL VAE
     latent_rgb_bias=(0.1084, -0.0175, -0.0011),
@@ -116,12 +150,14 @@ FLUX = Family(
     title="Flux",
     pipeline_classes=("FluxPipeline",),
     denoiser_subfolder="transformer",
-    denoiser_class=FluxTransformer2DModel,
+    denoiser_ref=_diffusers("FluxTransformer2DModel"),
     text_encoders=(
-        TextEncoderSlot("text_encoder", "tokenizer", CLIPTextModel),  # pooled vector only
-        TextEncoderSlot("text_encoder_2", "tokenizer_2", T5EncoderModel),  # per-token embeddings
+        TextEncoderSlot("text_encoder", "tokenizer", _transformers("CLIPTextModel")),  # pooled vector only
+        TextEncoderSlot(
+            "text_encoder_2", "tokenizer_2", _transformers("T5EncoderModel")
+        ),  # per-token embeddings
     ),
-    cuda_dtype=torch.bfloat16,
+    cuda_dtype_name="bfloat16",
     max_text_tokens=512,  # FluxPipeline's max_sequence_length default (schnell: 256)
     latent_rgb_factors=(),  # 16 latent channels: previews show the first three
     denoiser_blocks=("transformer_blocks", "single_transformer_blocks"),
@@ -133,13 +169,15 @@ SD3 = Family(
     title="Stable Diffusion 3",
     pipeline_classes=("StableDiffusion3Pipeline",),
     denoiser_subfolder="transformer",
-    denoiser_class=SD3Transformer2DModel,
+    denoiser_ref=_diffusers("SD3Transformer2DModel"),
     text_encoders=(
-        TextEncoderSlot("text_encoder", "tokenizer", CLIPTextModelWithProjection),  # CLIP-L
-        TextEncoderSlot("text_encoder_2", "tokenizer_2", CLIPTextModelWithProjection),  # OpenCLIP bigG
-        TextEncoderSlot("text_encoder_3", "tokenizer_3", T5EncoderModel),
+        TextEncoderSlot("text_encoder", "tokenizer", _transformers("CLIPTextModelWithProjection")),  # CLIP-L
+        TextEncoderSlot(
+            "text_encoder_2", "tokenizer_2", _transformers("CLIPTextModelWithProjection")
+        ),  # OpenCLIP bigG
+        TextEncoderSlot("text_encoder_3", "tokenizer_3", _transformers("T5EncoderModel")),
     ),
-    cuda_dtype=torch.bfloat16,  # SD3.5 is published in bf16; SD3-medium also runs in it
+    cuda_dtype_name="bfloat16",  # SD3.5 is published in bf16; SD3-medium also runs in it
     max_text_tokens=256,  # StableDiffusion3Pipeline's max_sequence_length default
     latent_rgb_factors=(),  # 16 latent channels: previews show the first three
     denoiser_blocks=("transformer_blocks",),
@@ -199,7 +237,7 @@ def denoiser_stream_blocks(family: Family, config: dict[str, Any]) -> tuple[str,
     ~40% of SD's weights, so declaring stages would leave `stream` little to save (memory/README.md).
     Listed in execution order: down stages, mid block, up stages.
     """
-    if family.denoiser_class is not UNet2DConditionModel:
+    if family.denoiser_ref.name != "UNet2DConditionModel":
         return family.denoiser_blocks
 
     def parts(prefix: str, block_type: str | None) -> list[str]:
@@ -215,6 +253,8 @@ def denoiser_stream_blocks(family: Family, config: dict[str, Any]) -> tuple[str,
 
 def resolve_dtype(choice: str, family: Family, device: torch.device | str) -> torch.dtype:
     """ "auto" -> float32 on CPU (half is ~55x slower there), the family's usual half type on CUDA."""
+    import torch
+
     if choice != "auto":
         return {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[choice]
     if torch.device(device).type == "cuda":

@@ -27,7 +27,7 @@ from pipelines.diffusion.sampling import (
     StepCallback,
     StepInfo,
     batched_conditioning,
-    denoiser_working_bytes,
+    denoiser_working,
 )
 from pipelines.diffusion.values import Conditioning, DenoiserRef, Latents
 
@@ -152,10 +152,10 @@ def sample_flux(
         guidance = torch.full([1], settings.cfg, device=device, dtype=torch.float32).expand(batch)
 
     # 5. Denoising loop
-    working = denoiser_working_bytes(
+    working = denoiser_working(
         denoiser, h * latents.vae_scale_factor, w * latents.vae_scale_factor, batch, guidance=False
     )
-    with mm.use(denoiser.handle, working_bytes=working) as model:
+    with mm.use(denoiser.handle, working=working) as model:
         for i, t in enumerate(timesteps):
             started = time.perf_counter()
             timestep = t.expand(batch).to(x.dtype)
@@ -245,10 +245,10 @@ def sample_sd3(
     pooled = torch.cat([c.pooled for c in conds]).to(device=device, dtype=denoiser.dtype)
 
     # 5. Denoising loop
-    working = denoiser_working_bytes(
+    working = denoiser_working(
         denoiser, h * latents.vae_scale_factor, w * latents.vae_scale_factor, batch, guidance=do_cfg
     )
-    with mm.use(denoiser.handle, working_bytes=working) as model:
+    with mm.use(denoiser.handle, working=working) as model:
         for i, t in enumerate(timesteps):
             started = time.perf_counter()
             model_input = torch.cat([x] * 2) if do_cfg else x

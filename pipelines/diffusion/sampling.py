@@ -20,9 +20,10 @@ from typing import Any
 import torch
 from diffusers.utils.torch_utils import randn_tensor
 
-from memory import MemoryManager, diffusion_working_bytes
+from memory import MemoryManager, Working
 from pipelines.diffusion.schedulers import make_scheduler
 from pipelines.diffusion.values import Conditioning, DenoiserRef, Latents
+from pipelines.diffusion.working import diffusion_working_bytes
 
 
 @dataclass(frozen=True)
@@ -52,8 +53,8 @@ StepCallback = Callable[[StepInfo], None]
 
 
 def denoiser_working_bytes(ref: DenoiserRef, height: int, width: int, batch: int, guidance: bool) -> int:
-    """Activation estimate for one denoiser call (memory.estimates' UNet formula; a DiT counts as one level
-    of its hidden width). The manager replaces it by the measured peak once the node has run."""
+    """Activation estimate for one denoiser call (pipelines.diffusion.working's UNet facts; a DiT counts as
+    one level of its hidden width). The manager replaces it by the measured peak once the node has run."""
     config = ref.config
     if "block_out_channels" in config:  # UNet
         widths = tuple(config["block_out_channels"])
@@ -73,6 +74,13 @@ def denoiser_working_bytes(ref: DenoiserRef, height: int, width: int, batch: int
         vae_scale=ref.vae_scale_factor,
         guidance=guidance,
     )
+
+
+def denoiser_working(ref: DenoiserRef, height: int, width: int, batch: int, guidance: bool) -> Working:
+    """The formula plus the shape it depends on: the manager replaces the formula by the measured peak
+    for this shape once one exists."""
+    formula = denoiser_working_bytes(ref, height, width, batch, guidance)
+    return Working(formula, f"{batch}x{height}x{width}" + ("+cfg" if guidance else ""))
 
 
 def _extra_step_kwargs(scheduler: Any, generator: torch.Generator, eta: float) -> dict[str, Any]:
@@ -215,8 +223,8 @@ def sample(
         }
 
     # 5. Denoising loop
-    working = denoiser_working_bytes(denoiser, height, width, batch, do_cfg)
-    with mm.use(denoiser.handle, working_bytes=working) as model:
+    working = denoiser_working(denoiser, height, width, batch, do_cfg)
+    with mm.use(denoiser.handle, working=working) as model:
         for i, t in enumerate(timesteps):
             started = time.perf_counter()
             model_input = torch.cat([x] * 2) if do_cfg else x

@@ -1,6 +1,7 @@
 """Scheduler choice by name: the diffusers class behind each sampler name a node offers.
 
-Lives here: `SCHEDULERS`, `make_scheduler`. May import: stdlib, diffusers.
+Lives here: `SCHEDULERS`, `SCHEDULER_NAMES`, `make_scheduler`. May import: stdlib; diffusers inside
+`make_scheduler` only, so a node's choices (`SCHEDULER_NAMES`) are known without importing diffusers.
 
 A scheduler is always built from the model's own `scheduler_config.json` (`Class.from_config(config)`), the
 way diffusers swaps schedulers on a pipeline, so betas, prediction type and timestep spacing stay the
@@ -9,35 +10,30 @@ model's. "default" keeps the class the model was saved with.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import diffusers
-from diffusers import (
-    DDIMScheduler,
-    DPMSolverMultistepScheduler,
-    EulerAncestralDiscreteScheduler,
-    EulerDiscreteScheduler,
-    UniPCMultistepScheduler,
-)
-from diffusers.schedulers.scheduling_utils import SchedulerMixin
+if TYPE_CHECKING:
+    from diffusers.schedulers.scheduling_utils import SchedulerMixin
 
-# name -> (class, config overrides). DPM++ 2M is DPMSolverMultistep's default (dpmsolver++, order 2).
-SCHEDULERS: dict[str, tuple[type[SchedulerMixin], dict[str, Any]]] = {
-    "euler": (EulerDiscreteScheduler, {}),
-    "euler_ancestral": (EulerAncestralDiscreteScheduler, {}),
-    "dpmpp_2m": (DPMSolverMultistepScheduler, {"algorithm_type": "dpmsolver++", "solver_order": 2}),
-    "ddim": (DDIMScheduler, {}),
-    "unipc": (UniPCMultistepScheduler, {}),
+# name -> (diffusers class name, config overrides). DPM++ 2M is DPMSolverMultistep's default (dpmsolver++, order 2).
+SCHEDULERS: dict[str, tuple[str, dict[str, Any]]] = {
+    "euler": ("EulerDiscreteScheduler", {}),
+    "euler_ancestral": ("EulerAncestralDiscreteScheduler", {}),
+    "dpmpp_2m": ("DPMSolverMultistepScheduler", {"algorithm_type": "dpmsolver++", "solver_order": 2}),
+    "ddim": ("DDIMScheduler", {}),
+    "unipc": ("UniPCMultistepScheduler", {}),
 }
 SCHEDULER_NAMES: tuple[str, ...] = ("default", *SCHEDULERS)
 
 
 def make_scheduler(name: str, config: dict[str, Any]) -> SchedulerMixin:
     """A fresh scheduler (schedulers keep per-run state: one per sampling run)."""
+    import diffusers
+
     if name == "default":
         cls = getattr(diffusers, config["_class_name"])
         return cls.from_config(config)
     if name not in SCHEDULERS:
         raise ValueError(f"unknown scheduler {name!r}; choose one of {', '.join(SCHEDULER_NAMES)}")
-    cls, overrides = SCHEDULERS[name]
-    return cls.from_config(config, **overrides)
+    class_name, overrides = SCHEDULERS[name]
+    return getattr(diffusers, class_name).from_config(config, **overrides)

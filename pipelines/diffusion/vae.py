@@ -13,8 +13,9 @@ from __future__ import annotations
 import torch
 from diffusers.image_processor import VaeImageProcessor
 
-from memory import MemoryManager, diffusion_working_bytes
+from memory import MemoryManager, Working
 from pipelines.diffusion.values import Latents, VaeRef
+from pipelines.diffusion.working import diffusion_working_bytes
 
 
 def vae_working_bytes(ref: VaeRef, height: int, width: int, batch: int, kind: str) -> int:
@@ -26,6 +27,10 @@ def vae_working_bytes(ref: VaeRef, height: int, width: int, batch: int, kind: st
         dtype=ref.dtype,
         block_out_channels=tuple(ref.config.get("block_out_channels", (128, 256))),
     )
+
+
+def vae_working(ref: VaeRef, height: int, width: int, batch: int, kind: str) -> Working:
+    return Working(vae_working_bytes(ref, height, width, batch, kind), f"{batch}x{height}x{width}")
 
 
 def _mean_std(ref: VaeRef, latents: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -67,8 +72,8 @@ def decode(mm: MemoryManager, ref: VaeRef, latents: Latents) -> torch.Tensor:
     """Latents -> IMAGE (B, H, W, C) float32 in [0, 1], CPU."""
     samples = latents.samples.to(device=mm.device, dtype=ref.dtype)
     height, width = latents.pixel_size
-    working = vae_working_bytes(ref, height, width, samples.shape[0], "vae_decode")
-    with mm.use(ref.handle, working_bytes=working) as vae:
+    working = vae_working(ref, height, width, samples.shape[0], "vae_decode")
+    with mm.use(ref.handle, working=working) as vae:
         image = vae.decode(_unscale(ref, samples), return_dict=False)[0]
     processor = VaeImageProcessor(vae_scale_factor=ref.scale_factor)
     image = processor.postprocess(image, output_type="pt")  # (B, C, H, W) in [0, 1]
@@ -83,7 +88,7 @@ def encode(mm: MemoryManager, ref: VaeRef, image: torch.Tensor) -> Latents:
         image.permute(0, 3, 1, 2)
     )  # (B, C, H, W) in [-1, 1], sides multiple of scale
     pixels = pixels.to(device=mm.device, dtype=ref.dtype)
-    working = vae_working_bytes(ref, pixels.shape[-2], pixels.shape[-1], pixels.shape[0], "vae_encode")
-    with mm.use(ref.handle, working_bytes=working) as vae:
+    working = vae_working(ref, pixels.shape[-2], pixels.shape[-1], pixels.shape[0], "vae_encode")
+    with mm.use(ref.handle, working=working) as vae:
         latents = vae.encode(pixels).latent_dist.mode()
     return Latents(samples=_scale(ref, latents).cpu(), vae_scale_factor=ref.scale_factor, source="encoded")

@@ -18,8 +18,7 @@ from pathlib import Path
 import torch
 from transformers import PretrainedConfig, PreTrainedTokenizerBase
 
-from memory import BudgetExceeded, ComponentSpec, MemoryManager, ModelHandle
-from memory.ledger import fmt_bytes
+from memory import ComponentSpec, MemoryManager, ModelHandle, fmt_bytes
 from pipelines.llm.chat import build_prompt_ids
 from pipelines.llm.detokenize import TextStream
 from pipelines.llm.generate import GenerationResult, generate
@@ -143,20 +142,6 @@ def _context_size(llm: LLMModel, request: GenerationRequest, prompt_tokens: int)
     return size
 
 
-def _check_fits(memory: MemoryManager, llm: LLMModel, kv_bytes: int, context: int) -> None:
-    """Fail before loading anything when weights + KV cache can never fit the budget.
-
-    Under the stream policy the weights need not all be resident, so only the KV cache counts.
-    """
-    weights = 0 if memory.policy == "stream" else (llm.handle.weight_bytes or 0)
-    needs = weights + kv_bytes
-    if needs > memory.budget:
-        what = f"{llm.name}: a KV cache for {context} tokens ({fmt_bytes(kv_bytes)})"
-        if weights:
-            what += f" plus the weights ({fmt_bytes(weights)})"
-        raise BudgetExceeded(what, needs, memory.budget, memory.ledger_text())
-
-
 def generate_text(
     memory: MemoryManager,
     llm: LLMModel,
@@ -171,7 +156,10 @@ def generate_text(
     )
     context = _context_size(llm, request, len(prompt_ids))
     kv_reserved = llm.kv_bytes(context)
-    _check_fits(memory, llm, kv_reserved, context)
+    # Fail before loading anything when weights + KV cache can never fit (the manager knows the policy).
+    memory.check_fits(
+        f"{llm.name}: a KV cache for {context} tokens ({fmt_bytes(kv_reserved)})", kv_reserved, llm.handle
+    )
     what = f"KV cache of {llm.name} for {context} tokens ({fmt_bytes(kv_reserved)})"
     memory.reserve_working(kv_reserved, what)
     stream = TextStream(llm.tokenizer, request.stop_strings)

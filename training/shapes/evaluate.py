@@ -5,7 +5,7 @@ picture; ``score``: which asked-for attributes a measurement satisfies), the goa
 that generates the held-out prompts with diffusers' ``StableDiffusionPipeline`` (float32, CPU, DPM++ 2M)
 and writes ``eval.json`` and ``contact_sheet.png`` into the model folder.
 
-    python -m pipelines.shapes.evaluate resources/models/shapes-sd [--seeds 4 --cfg 4 --steps 20]
+    python -m training.shapes.evaluate resources/models/shapes-sd [--seeds 4 --cfg 4 --steps 20]
 
 May import only numpy, PIL, torch, diffusers and this package (never ``nodes``/``app``/Qt); the judge
 itself needs only numpy and PIL.
@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from pipelines.shapes.scenes import PALETTE, held_out_prompts
+from training.shapes.scenes import PALETTE, held_out_prompts
 
 PALETTE_NAMES = list(PALETTE)
 PALETTE_RGB = np.array([PALETTE[n] for n in PALETTE_NAMES], dtype=np.float32)

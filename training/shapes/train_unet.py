@@ -5,7 +5,7 @@ Holds the text-encoder and UNet architectures, the DDPM noise schedule used in t
 empty-caption dropout so classifier-free guidance works at sampling time).
 
 May import only torch, diffusers, transformers, numpy and this package (never ``nodes``/``app``/Qt).
-Run alone with ``python -m pipelines.shapes.train_unet --work DIR`` after ``train_vae``.
+Run alone with ``python -m training.shapes.train_unet --work DIR`` after ``train_vae``.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ import torch.nn.functional as F
 from diffusers import AutoencoderKL, DDPMScheduler, UNet2DConditionModel
 from transformers import CLIPTextConfig, CLIPTextModel, CLIPTokenizer
 
-from pipelines.shapes.tokenizer import build_clip_tokenizer, check_tokenizer
-from pipelines.shapes.train_vae import encode_dataset, load_dataset, seed_everything
+from training.shapes.tokenizer import build_clip_tokenizer, check_tokenizer
+from training.shapes.train_vae import encode_dataset, load_dataset, seed_everything
 
 # (steps, peak lr) per round. Each round after the first restarts a cosine schedule from the previous
 # round's EMA weights: shape outlines are the last thing learnt, and every restart at a lower peak kept

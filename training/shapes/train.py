@@ -7,7 +7,7 @@ assemble a standard ``StableDiffusionPipeline`` folder (fp16 safetensors, DPM++ 
 training betas) and optionally evaluate it (``evaluate``). Stage outputs are cached in ``--work`` so an
 interrupted run resumes.
 
-    python -m pipelines.shapes.train --out resources/models/shapes-sd [--work /tmp/shapes-work]
+    python -m training.shapes.train --out resources/models/shapes-sd [--work /tmp/shapes-work]
 
 May import only torch, diffusers, transformers and this package (never ``nodes``/``app``/Qt).
 """
@@ -28,7 +28,7 @@ from diffusers import (
 )
 from transformers import CLIPTextModel, CLIPTokenizer
 
-from pipelines.shapes.train_unet import (
+from training.shapes.train_unet import (
     BETA_END,
     BETA_START,
     PREDICTION_TYPE,
@@ -36,7 +36,7 @@ from pipelines.shapes.train_unet import (
     UNET_ROUNDS,
     train_rounds,
 )
-from pipelines.shapes.train_vae import (
+from training.shapes.train_vae import (
     DECODER_STEPS,
     LATENT_NOISE,
     VAE_STEPS,
@@ -138,7 +138,7 @@ def main() -> None:
     export_pipeline(args.work, args.out, stage)
     print(f"[train] exported {folder_size_mb(args.out):.1f} MB in {time.time() - start:.0f}s", flush=True)
     if not args.no_eval:
-        from pipelines.shapes.evaluate import evaluate
+        from training.shapes.evaluate import evaluate
 
         evaluate(args.out)
 

@@ -2,7 +2,7 @@
 
 Holds the vocabulary (palette, shapes, sizes, positions), the caption grammar, the deterministic PIL
 renderer, the training-set sampler and the held-out (colour, shape, background) triples used as the
-generalisation test. Everything else in ``pipelines.shapes`` builds on these definitions.
+generalisation test. Everything else in ``training.shapes`` builds on these definitions.
 
 May import only the standard library, numpy and PIL (no torch, no diffusers, never ``nodes``/``app``/Qt),
 so that the evaluator and tests can use it cheaply.

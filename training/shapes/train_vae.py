@@ -5,7 +5,7 @@ autoencoder training loop, the latent-std measurement that sets ``scaling_factor
 fine-tune (encoder frozen, so the latents the UNet learns stay the same) that sharpens small shapes.
 
 May import only torch, diffusers, numpy, PIL and this package (never ``nodes``/``app``/Qt).
-Run alone with ``python -m pipelines.shapes.train_vae --work DIR``; ``pipelines.shapes.train`` calls it.
+Run alone with ``python -m training.shapes.train_vae --work DIR``; ``training.shapes.train`` calls it.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from diffusers import AutoencoderKL
 
-from pipelines.shapes.scenes import render_scene, training_scenes
+from training.shapes.scenes import render_scene, training_scenes
 
 DATASET_SIZE = 20_000
 DATA_SEED = 1234

@@ -17,7 +17,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 from transformers import CLIPTokenizer
 from transformers.convert_slow_tokenizer import bytes_to_unicode
 
-from pipelines.shapes.scenes import COLOURS, HELD_OUT, SHAPES, caption, vocabulary_words
+from training.shapes.scenes import COLOURS, HELD_OUT, SHAPES, caption, vocabulary_words
 
 BOS = "<|startoftext|>"
 EOS = "<|endoftext|>"
