@@ -13,7 +13,8 @@ from typing import Any
 from PIL import Image
 
 from nodes.context import NodeContext
-from nodes.png import next_free_path, pil_to_tensor, save_png_with_workflow, tensor_to_pil
+from nodes.files import prefix_problem, write_new_output
+from nodes.png import pil_to_tensor, save_png_with_workflow, tensor_to_pil
 from nodes.spec import Input, NodeSpec, Output, Param
 from nodes.types import BOOL, FLOAT, IMAGE, INT, TEXT
 
@@ -56,8 +57,7 @@ def _run_concat(ctx: NodeContext, a: str, b: str, separator: str) -> dict[str, A
 
 
 def _run_save_text(ctx: NodeContext, text: str, prefix: str) -> dict[str, Any]:
-    path = next_free_path(ctx.out_dir, prefix, ".txt")
-    path.write_text(text, encoding="utf-8")
+    path = write_new_output(ctx.out_dir, prefix, ".txt", lambda tmp: tmp.write_text(text, encoding="utf-8"))
     ctx.wrote_file(path)
     return {}
 
@@ -77,8 +77,12 @@ def _run_load_image(ctx: NodeContext, path: str) -> dict[str, Any]:
 
 def _run_save_image(ctx: NodeContext, image: Any, prefix: str) -> dict[str, Any]:
     for picture in tensor_to_pil(image):
-        path = next_free_path(ctx.out_dir, prefix, ".png")
-        save_png_with_workflow(picture, path, ctx.workflow_json)
+        path = write_new_output(
+            ctx.out_dir,
+            prefix,
+            ".png",
+            lambda tmp, picture=picture: save_png_with_workflow(picture, tmp, ctx.workflow_json),
+        )
         ctx.wrote_file(path)
         ctx.preview(picture, final=True)
     return {}
@@ -176,7 +180,15 @@ NODES: tuple[NodeSpec, ...] = (
         run=_run_save_text,
         is_output=True,
         inputs=[Input("text", TEXT)],
-        params=[Param("prefix", "string", default="text", help="File name prefix; a number follows.")],
+        params=[
+            Param(
+                "prefix",
+                "string",
+                default="text",
+                help="File name prefix; a number follows.",
+                validate=prefix_problem,
+            )
+        ],
         description="Write the text to a numbered .txt file in the output folder.",
     ),
     NodeSpec(
@@ -204,7 +216,15 @@ NODES: tuple[NodeSpec, ...] = (
         run=_run_save_image,
         is_output=True,
         inputs=[Input("image", IMAGE)],
-        params=[Param("prefix", "string", default="nodeloom", help="File name prefix; a number follows.")],
+        params=[
+            Param(
+                "prefix",
+                "string",
+                default="nodeloom",
+                help="File name prefix; a number follows.",
+                validate=prefix_problem,
+            )
+        ],
         description="Write numbered PNGs (never overwriting) with the workflow embedded.",
     ),
     NodeSpec(

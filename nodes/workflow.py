@@ -1,7 +1,8 @@
 """Workflow files, version 1: the data classes, loading with full validation, and atomic saving.
 
 Lives here: `Workflow`, `NodeInstance`, `Link`, `Problem`, `WorkflowError`, `load_workflow`,
-`workflow_from_dict`, `parse_workflow`, `validate`, `save_workflow`. Imports `nodes.spec`, `nodes.types`, `nodes.registry`.
+`workflow_from_dict`, `parse_workflow`, `validate`, `save_workflow`. Imports `nodes.spec`, `nodes.types`,
+`nodes.registry`, `nodes.files`, `nodes.workflow_json` (the limits on untrusted JSON), `nodes.png` (lazily).
 
 The file is JSON:
 
@@ -21,18 +22,27 @@ from __future__ import annotations
 import copy
 import difflib
 import json
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nodes.files import atomic_write_text as atomic_write_text  # re-exported: callers import it from here
 from nodes.registry import NodeRegistry
 from nodes.spec import NodeSpec, Param
 from nodes.types import BOOL, FLOAT, INT, STRING, PortType, can_connect
+from nodes.workflow_json import (
+    MAX_FILE_BYTES,
+    WorkflowFileError,
+    check_json_value,
+    decode_workflow_bytes,
+    is_png,
+    parse_json_text,
+    quote,
+)
 
 FORMAT = "nodeloom.workflow"
 VERSION = 1
+MESSAGE_CHARS = 1500  # a WorkflowError's message stays under 2 KB however many problems there are
 
 # The wire type a parameter accepts when it is fed by a link instead of its widget.
 PARAM_PORT_TYPES: dict[str, PortType] = {
@@ -109,11 +119,11 @@ class Problem:
     reason: str
 
     def __str__(self) -> str:
-        where = self.file
+        where = self.file if len(self.file) <= 300 else f"{self.file[:300]}…"
         if self.node is not None:
-            where += f": node {self.node!r}"
+            where += f": node {quote(self.node)}"
         if self.field is not None:
-            where += f", field {self.field!r}"
+            where += f", field {quote(self.field)}"
         return f"{where}: {self.reason}"
 
 
@@ -123,8 +133,21 @@ class WorkflowError(Exception):
     def __init__(self, problems: list[Problem]) -> None:
         self.problems = problems
         count = len(problems)
-        lines = "\n".join(f"  - {p}" for p in problems)
-        super().__init__(f"{count} problem{'s' if count != 1 else ''} in the workflow:\n{lines}")
+        # A mutated file can have thousands of problems: list them until the message would pass
+        # MESSAGE_CHARS, then count the rest (`problems` keeps them all, for the editor).
+        lines: list[str] = []
+        size = 0
+        for p in problems:
+            line = str(p)
+            line = line if len(line) <= 400 else f"{line[:400]}…"
+            if lines and size + len(line) > MESSAGE_CHARS:
+                break
+            lines.append(f"  - {line}")
+            size += len(line) + 5
+        if count > len(lines):
+            lines.append(f"  ... and {count - len(lines)} more")
+        text = "\n".join(lines)
+        super().__init__(f"{count} problem{'s' if count != 1 else ''} in the workflow:\n{text}")
 
 
 def param_port_type(param: Param) -> PortType:
@@ -141,6 +164,8 @@ def input_port_type(spec: NodeSpec, port: str) -> PortType | None:
 
 
 def _suggest(name: str, options: list[str]) -> str:
+    if len(name) > 64:  # difflib is quadratic; nothing that long is a typo of a real name
+        return ""
     close = difflib.get_close_matches(name, options, n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
 
@@ -182,10 +207,14 @@ def _parse(data: Any, source: str, problems: list[Problem]) -> Workflow:
         problems.append(Problem(source, None, None, "the file is not a JSON object"))
         return wf
     if data.get("format") != FORMAT:
-        problems.append(Problem(source, None, "format", f"expected {FORMAT!r}, got {data.get('format')!r}"))
+        problems.append(
+            Problem(source, None, "format", f"expected {FORMAT!r}, got {quote(data.get('format'))}")
+        )
     version = data.get("version")
     if not isinstance(version, int) or isinstance(version, bool):
-        problems.append(Problem(source, None, "version", f"expected an integer version, got {version!r}"))
+        problems.append(
+            Problem(source, None, "version", f"expected an integer version, got {quote(version)}")
+        )
     elif version != VERSION:
         problems.append(
             Problem(
@@ -218,14 +247,17 @@ def _parse(data: Any, source: str, problems: list[Problem]) -> Workflow:
             ok = isinstance(link, list) and len(link) == 2 and all(isinstance(x, str) for x in link)
             if not ok:
                 problems.append(
-                    Problem(source, node_id, port, f"a link is [node_id, output_name], got {link!r}")
+                    Problem(source, node_id, port, f"a link is [node_id, output_name], got {quote(link)}")
                 )
                 continue
             inputs[port] = Link(link[0], link[1])
         version = raw.get("version")
-        wf.nodes[node_id] = NodeInstance(
-            node_id, raw["type"], dict(params), inputs, version if isinstance(version, int) else None
-        )
+        if version is not None and (not isinstance(version, int) or isinstance(version, bool) or version < 1):
+            problems.append(
+                Problem(source, node_id, "version", f"expected a whole number >= 1, got {quote(version)}")
+            )
+            version = None
+        wf.nodes[node_id] = NodeInstance(node_id, raw["type"], dict(params), inputs, version)
     return wf
 
 
@@ -267,7 +299,10 @@ def validate(wf: Workflow, registry: NodeRegistry) -> list[Problem]:
         if spec is None:
             problems.append(
                 Problem(
-                    src, node_id, "type", f"unknown node type {node.type!r}{_suggest(node.type, known_types)}"
+                    src,
+                    node_id,
+                    "type",
+                    f"unknown node type {quote(node.type)}{_suggest(node.type, known_types)}",
                 )
             )
             continue
@@ -308,7 +343,7 @@ def validate(wf: Workflow, registry: NodeRegistry) -> list[Problem]:
             source_node = wf.nodes.get(link.node)
             if source_node is None:
                 problems.append(
-                    Problem(src, node_id, port, f"linked to node {link.node!r}, which does not exist")
+                    Problem(src, node_id, port, f"linked to node {quote(link.node)}, which does not exist")
                 )
                 continue
             source_spec = registry.get(source_node.type)
@@ -322,8 +357,8 @@ def validate(wf: Workflow, registry: NodeRegistry) -> list[Problem]:
                         src,
                         node_id,
                         port,
-                        f"node {link.node!r} ({source_spec.type}) has no "
-                        f"output {link.output!r}{_suggest(link.output, names)}",
+                        f"node {quote(link.node)} ({source_spec.type}) has no "
+                        f"output {quote(link.output)}{_suggest(link.output, names)}",
                     )
                 )
                 continue
@@ -333,7 +368,7 @@ def validate(wf: Workflow, registry: NodeRegistry) -> list[Problem]:
                         src,
                         node_id,
                         port,
-                        f"type mismatch: {link.node}.{link.output} gives "
+                        f"type mismatch: {quote(link.node)[1:-1]}.{quote(link.output)[1:-1]} gives "
                         f"{out.type.name}, this input takes {target.name}",
                     )
                 )
@@ -349,8 +384,9 @@ def validate(wf: Workflow, registry: NodeRegistry) -> list[Problem]:
                 )
     cycle = find_cycle(wf)
     if cycle:
+        shown = " -> ".join(quote(n, 40)[1:-1] for n in cycle[:8]) + (" -> ..." if len(cycle) > 8 else "")
         for node_id in cycle:
-            problems.append(Problem(src, node_id, "inputs", f"part of a cycle: {' -> '.join(cycle)}"))
+            problems.append(Problem(src, node_id, "inputs", f"part of a cycle: {shown}"))
     return problems
 
 
@@ -362,6 +398,12 @@ def parse_workflow(
     The editor uses this to open an unfinished graph (say, an input not yet wired) for editing.
     """
     problems: list[Problem] = []
+    # Depth and lone surrogates: a value built in memory (a paste, an import) never went through the reader.
+    bad = check_json_value(data)
+    if bad:
+        return Workflow(source=source), [
+            Problem(source, None, where or None, reason) for where, reason in bad
+        ]
     wf = _parse(data, source, problems)
     if not any(p.field in ("format", "version", "nodes") and p.node is None for p in problems):
         problems.extend(validate(wf, registry))
@@ -377,63 +419,41 @@ def workflow_from_dict(data: Any, registry: NodeRegistry, *, source: str = "<mem
 
 
 def read_workflow_json(path: Path) -> Any:
-    """The JSON of a workflow file, or of the workflow embedded in a Nodeloom PNG."""
-    path = Path(path)
-    if path.suffix.lower() == ".png":
-        from nodes.png import read_embedded_workflow
+    """The JSON of a workflow file, or of the workflow embedded in a Nodeloom PNG.
 
-        data = read_embedded_workflow(path)
-        if data is None:
-            raise WorkflowError(
-                [Problem(str(path), None, None, "this PNG has no embedded Nodeloom workflow")]
-            )
-        return data
+    What the file is comes from its content (a PNG renamed .json is read as a PNG); every way it can be
+    unreadable raises `WorkflowError` naming the file."""
+    from nodes.png import EmbeddedWorkflowError, read_embedded_workflow_text
+
+    path = Path(path)
+
+    def fail(reason: str) -> WorkflowError:
+        return WorkflowError([Problem(str(path), None, None, reason)])
+
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise WorkflowError(
-            [
-                Problem(
-                    str(path),
-                    None,
-                    None,
-                    f"not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}",
-                )
-            ]
-        ) from exc
+        with path.open("rb") as f:
+            raw = f.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
-        raise WorkflowError(
-            [Problem(str(path), None, None, f"cannot read the file: {exc.strerror}")]
-        ) from exc
+        raise fail(f"cannot read the file: {exc.strerror or exc}") from None
+    try:
+        if is_png(raw):
+            text = read_embedded_workflow_text(path)
+            if text is None:
+                raise fail("this PNG has no embedded Nodeloom workflow")
+            try:
+                return parse_json_text(text)
+            except WorkflowFileError as exc:
+                raise fail(f"the PNG's embedded workflow is damaged: {exc}") from None
+        if path.suffix.lower() == ".png":
+            raise fail("not a PNG image (or a damaged one)")
+        return decode_workflow_bytes(raw)
+    except (WorkflowFileError, EmbeddedWorkflowError) as exc:
+        raise fail(str(exc)) from None
 
 
 def load_workflow(path: Path | str, registry: NodeRegistry) -> Workflow:
     path = Path(path)
     return workflow_from_dict(read_workflow_json(path), registry, source=str(path))
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write to a temp file in the same folder, fsync, then rename over the target: never a torn file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        # mkstemp makes the file 0600; keep the permissions the file had (or the umask's for a new one).
-        try:
-            mode = path.stat().st_mode & 0o777
-        except FileNotFoundError:
-            umask = os.umask(0)
-            os.umask(umask)
-            mode = 0o666 & ~umask
-        os.chmod(tmp, mode)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def dumps_workflow(wf: Workflow) -> str:
