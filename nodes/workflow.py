@@ -390,6 +390,18 @@ def validate(wf: Workflow, registry: NodeRegistry) -> list[Problem]:
     return problems
 
 
+def _value_problem(source: str, where: tuple[Any, ...], reason: str) -> Problem:
+    """A problem at a key path: `nodes.<id>.params.<name>` names the node and the field."""
+    if len(where) >= 2 and where[0] == "nodes":
+        if len(where) >= 4 and where[2] in ("params", "inputs"):
+            field: Any = where[3]
+        else:
+            field = where[2] if len(where) >= 3 else None
+        return Problem(source, str(where[1]), None if field is None else str(field), reason)
+    path = ".".join(str(k) if len(str(k)) <= 40 else f"{str(k)[:40]}…" for k in where[:8])
+    return Problem(source, None, path or None, reason)
+
+
 def parse_workflow(
     data: Any, registry: NodeRegistry, *, source: str = "<memory>"
 ) -> tuple[Workflow, list[Problem]]:
@@ -401,9 +413,7 @@ def parse_workflow(
     # Depth and lone surrogates: a value built in memory (a paste, an import) never went through the reader.
     bad = check_json_value(data)
     if bad:
-        return Workflow(source=source), [
-            Problem(source, None, where or None, reason) for where, reason in bad
-        ]
+        return Workflow(source=source), [_value_problem(source, where, reason) for where, reason in bad]
     wf = _parse(data, source, problems)
     if not any(p.field in ("format", "version", "nodes") and p.node is None for p in problems):
         problems.extend(validate(wf, registry))

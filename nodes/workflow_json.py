@@ -147,17 +147,17 @@ def decode_workflow_bytes(raw: bytes) -> Any:
     return parse_json_text(_decode_text(raw))
 
 
-def check_json_value(data: Any, limit: int = 3) -> list[tuple[str, str]]:
-    """Problems a parsed value can still have: depth and lone surrogates. Returns (where, reason) pairs.
+def check_json_value(data: Any, limit: int = 3) -> list[tuple[tuple[Any, ...], str]]:
+    """Problems a parsed value can still have: depth and lone surrogates, as (key path, reason) pairs.
 
     Walks iteratively (no recursion), so it is safe on a value built in memory rather than read here.
     """
-    found: list[tuple[str, str]] = []
-    stack: list[tuple[Any, str, int]] = [(data, "", 0)]
+    found: list[tuple[tuple[Any, ...], str]] = []
+    stack: list[tuple[Any, tuple[Any, ...]]] = [(data, ())]
     while stack and len(found) < limit:
-        value, where, depth = stack.pop()
-        if depth > MAX_DEPTH:
-            found.append((where, f"nested more than {MAX_DEPTH} levels deep"))
+        value, where = stack.pop()
+        if len(where) > MAX_DEPTH:
+            found.append((where[:4], f"nested more than {MAX_DEPTH} levels deep"))
             continue
         if isinstance(value, str):
             hit = _SURROGATE.search(value)
@@ -165,17 +165,15 @@ def check_json_value(data: Any, limit: int = 3) -> list[tuple[str, str]]:
                 found.append(
                     (
                         where,
-                        f"text with a lone surrogate {hit.group()!r} at position {hit.start()} "
-                        "is not valid Unicode and could not be saved",
+                        f"text with a lone surrogate {hit.group()!r} at position {hit.start()} is not "
+                        "valid Unicode and could not be saved",
                     )
                 )
         elif isinstance(value, dict):
             for key, item in value.items():
-                name = str(key) if len(str(key)) <= 40 else f"{str(key)[:40]}…"
-                here = f"{where}.{name}" if where else name
                 if isinstance(key, str) and _SURROGATE.search(key):
-                    found.append((where or "(top)", f"the key {quote(key)} contains a lone surrogate"))
-                stack.append((item, here, depth + 1))
+                    found.append((where, f"the key {quote(key)} contains a lone surrogate"))
+                stack.append((item, (*where, key)))
         elif isinstance(value, list):
-            stack.extend((item, f"{where}[{i}]", depth + 1) for i, item in enumerate(value))
-    return [(where if len(where) <= 200 else f"{where[:200]}…", reason) for where, reason in found]
+            stack.extend((item, (*where, i)) for i, item in enumerate(value))
+    return found
