@@ -1,12 +1,11 @@
 """Basic nodes: primitives, text helpers, image and text files.
 
 Lives here: the `NODES` tuple of Nodeloom's own general-purpose node types. Imports `nodes.spec`,
-`nodes.types`, `nodes.context`, `nodes.png`, PIL.
+`nodes.types`, `nodes.context`, `nodes.png`, `nodes.files`, `pipelines.text_limits`, PIL.
 """
 
 from __future__ import annotations
 
-import string
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ from nodes.files import prefix_problem, write_new_output
 from nodes.png import pil_to_tensor, save_png_with_workflow, tensor_to_pil
 from nodes.spec import Input, NodeSpec, Output, Param
 from nodes.types import BOOL, FLOAT, IMAGE, INT, TEXT
+from pipelines.text_limits import format_template, template_problem
 
 SEED_MAX = 2**63 - 1
 
@@ -44,12 +44,7 @@ def _run_seed(ctx: NodeContext, seed: int) -> dict[str, Any]:
 def _run_format(
     ctx: NodeContext, template: str, a: str | None, b: str | None, c: str | None
 ) -> dict[str, Any]:
-    fields = {"a": a or "", "b": b or "", "c": c or ""}
-    used = {name for _, name, _, _ in string.Formatter().parse(template) if name}
-    unknown = used - set(fields)
-    if unknown:
-        raise ValueError(f"template uses {sorted(unknown)}; only {{a}}, {{b}} and {{c}} are available")
-    return {"text": template.format(**fields)}
+    return {"text": format_template(template, {"a": a or "", "b": b or "", "c": c or ""})}
 
 
 def _run_concat(ctx: NodeContext, a: str, b: str, separator: str) -> dict[str, Any]:
@@ -159,7 +154,15 @@ NODES: tuple[NodeSpec, ...] = (
             Input("b", TEXT, optional=True),
             Input("c", TEXT, optional=True),
         ],
-        params=[Param("template", "text", default="{a}", help="Python format string using {a}, {b}, {c}.")],
+        params=[
+            Param(
+                "template",
+                "text",
+                default="{a}",
+                help="Python format string using {a}, {b}, {c}.",
+                validate=template_problem,
+            )
+        ],
         outputs=[Output("text", TEXT)],
         description="Fill a template with up to three texts.",
     ),

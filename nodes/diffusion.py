@@ -28,6 +28,7 @@ from pipelines.diffusion.single_file import CONFIG_DIRS
 from pipelines.diffusion.vae import decode, encode
 from pipelines.diffusion.values import DenoiserRef, Latents, TextEncoderRef, VaeRef
 from pipelines.paths import resolve_model_path
+from pipelines.text_limits import limit_diffusion_prompt
 
 SEED_MAX = 2**63 - 1
 DTYPES = ("auto", "float32", "float16", "bfloat16")
@@ -117,6 +118,9 @@ def _run_load_vae(ctx: NodeContext, path: str, family: str, dtype: str, config_d
 
 
 def _run_text_encode(ctx: NodeContext, text_encoder: TextEncoderRef, text: str) -> dict[str, Any]:
+    text, cut = limit_diffusion_prompt(text)
+    if cut:
+        ctx.log(cut)
     return {"conditioning": encode_prompt(ctx.memory, text_encoder, text)}
 
 

@@ -15,6 +15,7 @@ from pipelines.llm.chat import parse_stop_strings
 from pipelines.llm.runtime import GenerationRequest, LLMModel, generate_text, open_llm
 from pipelines.llm.sampling import SamplingParams
 from pipelines.paths import resolve_model_path
+from pipelines.text_limits import check_llm_prompt
 
 SEED_MAX = 2**63 - 1
 
@@ -46,6 +47,7 @@ def _run_generate(
 ) -> dict[str, Any]:
     if not prompt.strip():
         raise ValueError("field 'prompt': the prompt is empty")
+    check_llm_prompt(prompt + system_prompt, llm.context_length, llm.name)
     params = (
         SamplingParams(repetition_penalty=repetition_penalty)
         if sampling == "greedy"

@@ -183,3 +183,59 @@ def test_many_problems_keep_the_message_short() -> None:
     assert len(caught.value.problems) == 2000
     message = str(caught.value)
     assert len(message.encode()) < 2048 and "more" in message
+
+
+def test_a_huge_format_width_is_refused_at_validation(tmp_path, capsys) -> None:
+    data = _demo()
+    data["nodes"]["fmt"] = {"type": "FormatText", "params": {"template": "{a:>200000000}"}, "inputs": {}}
+    path = tmp_path / "width.json"
+    path.write_text(json.dumps(data))
+    code, err = _run(path, tmp_path, capsys)
+    assert code == 2 and "200,000,000" in err and "'template'" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_format_text_bounds_what_a_wired_template_can_produce() -> None:
+    from pipelines.text_limits import MAX_FORMAT_OUTPUT, format_template
+
+    with pytest.raises(ValueError, match="over the limit"):
+        format_template("{a:>200000000}", {"a": "", "b": "", "c": ""})
+    with pytest.raises(ValueError, match="nested"):
+        format_template("{a:>{b}}", {"a": "", "b": "999999999", "c": ""})
+    with pytest.raises(ValueError, match="over the limit"):
+        format_template("{a}" * 100, {"a": "x" * (MAX_FORMAT_OUTPUT // 50), "b": "", "c": ""})
+    assert format_template("{a:>5}|{b}", {"a": "x", "b": "y", "c": ""}) == "    x|y"
+
+
+class _Ctx:
+    def __init__(self) -> None:
+        self.logs: list[str] = []
+        self.memory = None
+
+    def log(self, message: str) -> None:
+        self.logs.append(message)
+
+
+def test_a_huge_diffusion_prompt_is_cut_before_tokenising_and_says_so(monkeypatch) -> None:
+    import nodes.diffusion as diffusion_nodes
+    from pipelines.text_limits import DIFFUSION_PROMPT_CHARS
+
+    seen: list[int] = []
+    monkeypatch.setattr(diffusion_nodes, "encode_prompt", lambda mm, ref, text: seen.append(len(text)))
+    ctx = _Ctx()
+    diffusion_nodes._run_text_encode(ctx, None, "a red square, " * 250_000)  # 3.5 M characters
+    assert seen == [DIFFUSION_PROMPT_CHARS]
+    (note,) = ctx.logs
+    assert "3,500,000 characters" in note and "cut" in note
+
+
+def test_a_huge_llm_prompt_is_refused_before_tokenising() -> None:
+    from types import SimpleNamespace
+
+    from nodes.llm import _run_generate
+
+    llm = SimpleNamespace(context_length=8192, name="tiny.gguf")  # no tokenizer: reaching it would fail
+    with pytest.raises(ValueError, match=r"3,500,000 characters cannot fit tiny\.gguf's context"):
+        _run_generate(
+            _Ctx(), llm, "x" * 3_500_000, "", True, "greedy", 8, 1.0, 0, 1.0, 1.0, 0, "", 0, "dynamic"
+        )
