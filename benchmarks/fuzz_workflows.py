@@ -105,7 +105,9 @@ def run_valid(valid: list[Path], limit: int, timeout: float, work: Path) -> None
         return
     step = max(1, len(valid) // limit)
     chosen = valid[::step][:limit]
-    print(f"\nrunning {len(chosen)} of the {len(valid)} files that validated (app --run, {timeout:.0f} s each)")
+    print(
+        f"\nrunning {len(chosen)} of the {len(valid)} files that validated (app --run, {timeout:.0f} s each)"
+    )
     codes: collections.Counter = collections.Counter()
     over, max_err, traces = 0, 0, 0
     env = dict(os.environ, PYTHONPATH=str(REPO))
@@ -126,7 +128,9 @@ def run_valid(valid: list[Path], limit: int, timeout: float, work: Path) -> None
         max_err = max(max_err, len(err))
         traces += b"Traceback" in err
         print(f"  {path.name:<40} exit {code} in {time.perf_counter() - t0:5.1f} s, stderr {len(err):,} B")
-    print(f"exit codes {dict(codes)}; over {timeout:.0f} s: {over}; tracebacks: {traces}; max stderr {max_err:,} B")
+    print(
+        f"exit codes {dict(codes)}; over {timeout:.0f} s: {over}; tracebacks: {traces}; max stderr {max_err:,} B"
+    )
 
 
 def pickles(work: Path) -> None:
@@ -175,7 +179,9 @@ def pickles(work: Path) -> None:
                         marker.unlink()
     finally:
         mm.close()
-    print(f"\npickle payloads: {tries} loads ({len(DISGUISES)} disguises x 2 formats x {len(loaders)} loaders)")
+    print(
+        f"\npickle payloads: {tries} loads ({len(DISGUISES)} disguises x 2 formats x {len(loaders)} loaders)"
+    )
     print(f"executed without --allow-pickle: {executions}; refused naming pickles: {refused}")
 
 

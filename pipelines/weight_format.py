@@ -1,8 +1,8 @@
 """What a weights file really is, decided by its content, and the one gate every loader passes.
 
 Lives here: `WeightFormat`, `sniff_weight_format`, `check_weights_format`, `load_pickle_state_dict`,
-`UnsafeFormatError`, `DamagedWeightsError`. Imports stdlib, safetensors and (lazily) torch; nothing from
-Nodeloom.
+`open_gguf_reader`, `UnsafeFormatError`, `DamagedWeightsError`. Imports stdlib, safetensors and (lazily)
+torch and gguf-py; nothing from Nodeloom.
 
 A file name proves nothing: a pickle renamed `model.SAFETENSORS`, `model.gguf` or `model` runs its payload
 the moment `torch.load(weights_only=False)` opens it. So the format comes from the bytes:
@@ -135,3 +135,43 @@ def load_pickle_state_dict(path: Path, *, allow_pickle: bool) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ValueError(f"{path.name}: the pickle holds a {type(data).__name__}, not a dict of tensors")
     return data
+
+
+def open_gguf_reader(path: Path) -> Any:
+    """`gguf.GGUFReader` for `path`; a truncated or corrupt file raises `DamagedWeightsError` saying so.
+
+    gguf-py itself fails on a cut download with a numpy reshape error. The tensor table sits at the start
+    of the file, so the size the file should have is known before any tensor is mapped: compare them.
+    """
+    from gguf import GGUFReader
+
+    path = Path(path)
+
+    class _CheckedReader(GGUFReader):
+        def _build_tensors(self, start_offs: int, fields: list[Any]) -> None:
+            from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+
+            end = start_offs
+            for field in fields:
+                _, _, _, dims, raw_dtype, offset = field.parts
+                block, size = GGML_QUANT_SIZES[GGMLQuantizationType(int(raw_dtype[0]))]
+                count = 1
+                for d in dims.tolist():
+                    count *= int(d)
+                end = max(end, int(start_offs + offset[0]) + count * size // block)
+            if end > len(self.data):
+                missing = end - len(self.data)
+                raise DamagedWeightsError(
+                    f"{path.name}: the file is damaged or incomplete: its tensors need {end:,} bytes but the "
+                    f"file has {len(self.data):,} ({missing:,} bytes missing; was the download finished?)"
+                )
+            super()._build_tensors(start_offs, fields)
+
+    try:
+        return _CheckedReader(str(path), "r")
+    except DamagedWeightsError:
+        raise
+    except (ValueError, IndexError, KeyError, OverflowError, UnicodeDecodeError) as exc:
+        raise DamagedWeightsError(
+            f"{path.name}: not a readable GGUF file (damaged or incomplete: {str(exc)[:200]})"
+        ) from None

@@ -199,7 +199,12 @@ def multi_mb_string(data, text, rng):
     node_id, node = _node(data, rng)
     must_fail = True
     if target == "text":
-        texts = [(n, p) for n, v in data["nodes"].items() for p, x in v.get("params", {}).items() if p in ("text", "prompt")]
+        texts = [
+            (n, p)
+            for n, v in data["nodes"].items()
+            for p, x in v.get("params", {}).items()
+            if p in ("text", "prompt")
+        ]
         if texts:
             n, p = rng.choice(texts)
             data["nodes"][n]["params"][p] = big
@@ -256,7 +261,9 @@ def bad_prefix(data, text, rng):
 
 
 def format_width(data, text, rng):
-    template = rng.choice(["{a:>200000000}", "{a:.999999999}", "{a:{b}}", "{a.__class__}", "{d}", "{a[0]}", "{"])
+    template = rng.choice(
+        ["{a:>200000000}", "{a:.999999999}", "{a:{b}}", "{a.__class__}", "{d}", "{a[0]}", "{"]
+    )
     data["nodes"]["fmt_fuzz"] = {"type": "FormatText", "params": {"template": template}, "inputs": {}}
     return _dump(data), True
 

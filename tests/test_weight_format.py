@@ -146,3 +146,21 @@ def test_with_opt_in_a_plain_checkpoint_loads_with_weights_only(tmp_path) -> Non
     assert torch.equal(state["w"], torch.ones(3))
     with pytest.raises(UnsafeFormatError):
         load_pickle_state_dict(path, allow_pickle=False)
+
+
+def test_a_truncated_gguf_says_it_is_damaged_and_how_much_is_missing(tmp_path) -> None:
+    from gguf import GGMLQuantizationType
+
+    from pipelines.llm.gguf_loader import read_gguf
+    from tests.llm_fixtures import tiny_llama, write_tiny_gguf
+
+    full = tmp_path / "full.gguf"
+    write_tiny_gguf(tiny_llama(), full, GGMLQuantizationType.F32)
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(full.read_bytes()[:-1000])
+    with pytest.raises(DamagedWeightsError, match=r"cut\.gguf.*damaged or incomplete.*1,000 bytes missing"):
+        read_gguf(cut)
+    header_only = tmp_path / "header.gguf"
+    header_only.write_bytes(full.read_bytes()[:40])
+    with pytest.raises(DamagedWeightsError, match=r"header\.gguf"):
+        read_gguf(header_only)
