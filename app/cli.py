@@ -19,7 +19,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from memory import LoadEvent, MemoryConfig, MemoryManager, TransferEvent, UnloadEvent
-from nodes.context import CancelToken
+from nodes.context import Cancelled, CancelToken
 from nodes.events import (
     NodeCached,
     NodeFailed,
@@ -261,8 +261,11 @@ def run_headless(args: Any, registry: NodeRegistry) -> int:
     def on_sigint(signum: int, frame: Any) -> None:
         if cancel.cancelled:
             raise KeyboardInterrupt  # a second Ctrl+C: stop now
-        err.print("\n[yellow]cancelling at the next step (Ctrl+C again to abort)[/]")
         cancel.cancel()
+        if cancel.interruptible:  # a long call with no steps (a GGUF conversion): stop it now
+            err.print("\n[yellow]cancelling[/]")
+            raise Cancelled("cancelled by Ctrl+C")
+        err.print("\n[yellow]cancelling at the next step (Ctrl+C again to abort)[/]")
 
     previous = signal.signal(signal.SIGINT, on_sigint)
     results: list[RunResult] = []

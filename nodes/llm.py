@@ -22,7 +22,8 @@ SEED_MAX = 2**63 - 1
 
 def _run_load_llm(ctx: NodeContext, path: str) -> dict[str, Any]:
     resolved = resolve_model_path(path)
-    llm = open_llm(ctx.memory, resolved, allow_pickle=ctx.allow_pickle)
+    with ctx.interruptible():  # a first GGUF conversion has no steps: Ctrl+C stops it at once
+        llm = open_llm(ctx.memory, resolved, allow_pickle=ctx.allow_pickle)
     if llm.files.from_gguf:
         ctx.log(f"{resolved.name}: using the converted copy in {llm.files.folder}")
     return {"llm": llm}
