@@ -113,6 +113,11 @@ def apply_overrides(wf: Workflow, overrides: list[Override], registry: NodeRegis
     return problems
 
 
+def _capped(message: str, limit: int = 1000) -> str:
+    """A node's error message as shown: a value it quotes whole (a 10 MB text) must not flood the terminal."""
+    return message if len(message) <= limit else f"{message[:limit]}… ({len(message):,} characters)"
+
+
 def _mib(nbytes: int) -> str:
     return f"{nbytes / 2**20:,.1f} MiB"
 
@@ -208,7 +213,7 @@ class HeadlessPrinter:
             # Errors are shown even when quiet.
             self.progress.console.print(
                 f"  [red]{escape(event.node_id)} ({event.node_type}) failed[/]: "
-                f"{event.error_type}: {escape(event.message)}",
+                f"{event.error_type}: {escape(_capped(event.message))}",
                 highlight=False,
             )
         elif isinstance(event, RunFinished):
@@ -294,7 +299,8 @@ def run_headless(args: Any, registry: NodeRegistry) -> int:
     if not report["ok"]:
         failed = results[-1]
         err.print(
-            f"[red]run failed[/] at node {failed.failed_node!r}: {escape(str(failed.error))}", highlight=False
+            f"[red]run failed[/] at node {failed.failed_node!r}: {escape(_capped(str(failed.error)))}",
+            highlight=False,
         )
         return EXIT_FAILED
     if not args.quiet:
