@@ -1,8 +1,9 @@
 """Workflow files, version 1: the data classes, loading with full validation, and atomic saving.
 
-Lives here: `Workflow`, `NodeInstance`, `Link`, `Problem`, `WorkflowError`, `load_workflow`,
-`workflow_from_dict`, `parse_workflow`, `validate`, `save_workflow`. Imports `nodes.spec`, `nodes.types`,
-`nodes.registry`, `nodes.files`, `nodes.workflow_json` (the limits on untrusted JSON), `nodes.png` (lazily).
+Lives here: `Workflow`, `NodeInstance`, `Link`, `load_workflow`, `workflow_from_dict`, `parse_workflow`,
+`validate`, `save_workflow`; re-exports `Problem`, `WorkflowError` (nodes.problems), `read_workflow_json`
+(nodes.workflow_json: reading untrusted files with limits) and `atomic_write_text` (nodes.files).
+Imports `nodes.spec`, `nodes.types`, `nodes.registry`, `nodes.problems`, `nodes.files`, `nodes.workflow_json`.
 
 The file is JSON:
 
@@ -27,22 +28,16 @@ from pathlib import Path
 from typing import Any
 
 from nodes.files import atomic_write_text as atomic_write_text  # re-exported: callers import it from here
+from nodes.problems import Problem as Problem  # re-exported: callers import these from here
+from nodes.problems import WorkflowError as WorkflowError
 from nodes.registry import NodeRegistry
 from nodes.spec import NodeSpec, Param
 from nodes.types import BOOL, FLOAT, INT, STRING, PortType, can_connect
-from nodes.workflow_json import (
-    MAX_FILE_BYTES,
-    WorkflowFileError,
-    check_json_value,
-    decode_workflow_bytes,
-    is_png,
-    parse_json_text,
-    quote,
-)
+from nodes.workflow_json import check_json_value, quote
+from nodes.workflow_json import read_workflow_json as read_workflow_json
 
 FORMAT = "nodeloom.workflow"
 VERSION = 1
-MESSAGE_CHARS = 1500  # a WorkflowError's message stays under 2 KB however many problems there are
 
 # The wire type a parameter accepts when it is fed by a link instead of its widget.
 PARAM_PORT_TYPES: dict[str, PortType] = {
@@ -109,45 +104,6 @@ class Workflow:
             meta=copy.deepcopy(self.meta),
             source=self.source,
         )
-
-
-@dataclass(frozen=True)
-class Problem:
-    file: str
-    node: str | None
-    field: str | None
-    reason: str
-
-    def __str__(self) -> str:
-        where = self.file if len(self.file) <= 300 else f"{self.file[:300]}…"
-        if self.node is not None:
-            where += f": node {quote(self.node)}"
-        if self.field is not None:
-            where += f", field {quote(self.field)}"
-        return f"{where}: {self.reason}"
-
-
-class WorkflowError(Exception):
-    """A workflow that cannot run; `problems` lists every reason at once."""
-
-    def __init__(self, problems: list[Problem]) -> None:
-        self.problems = problems
-        count = len(problems)
-        # A mutated file can have thousands of problems: list them until the message would pass
-        # MESSAGE_CHARS, then count the rest (`problems` keeps them all, for the editor).
-        lines: list[str] = []
-        size = 0
-        for p in problems:
-            line = str(p)
-            line = line if len(line) <= 400 else f"{line[:400]}…"
-            if lines and size + len(line) > MESSAGE_CHARS:
-                break
-            lines.append(f"  - {line}")
-            size += len(line) + 5
-        if count > len(lines):
-            lines.append(f"  ... and {count - len(lines)} more")
-        text = "\n".join(lines)
-        super().__init__(f"{count} problem{'s' if count != 1 else ''} in the workflow:\n{text}")
 
 
 def param_port_type(param: Param) -> PortType:
@@ -426,39 +382,6 @@ def workflow_from_dict(data: Any, registry: NodeRegistry, *, source: str = "<mem
     if problems:
         raise WorkflowError(problems)
     return wf
-
-
-def read_workflow_json(path: Path) -> Any:
-    """The JSON of a workflow file, or of the workflow embedded in a Nodeloom PNG.
-
-    What the file is comes from its content (a PNG renamed .json is read as a PNG); every way it can be
-    unreadable raises `WorkflowError` naming the file."""
-    from nodes.png import EmbeddedWorkflowError, read_embedded_workflow_text
-
-    path = Path(path)
-
-    def fail(reason: str) -> WorkflowError:
-        return WorkflowError([Problem(str(path), None, None, reason)])
-
-    try:
-        with path.open("rb") as f:
-            raw = f.read(MAX_FILE_BYTES + 1)
-    except OSError as exc:
-        raise fail(f"cannot read the file: {exc.strerror or exc}") from None
-    try:
-        if is_png(raw):
-            text = read_embedded_workflow_text(path)
-            if text is None:
-                raise fail("this PNG has no embedded Nodeloom workflow")
-            try:
-                return parse_json_text(text)
-            except WorkflowFileError as exc:
-                raise fail(f"the PNG's embedded workflow is damaged: {exc}") from None
-        if path.suffix.lower() == ".png":
-            raise fail("not a PNG image (or a damaged one)")
-        return decode_workflow_bytes(raw)
-    except (WorkflowFileError, EmbeddedWorkflowError) as exc:
-        raise fail(str(exc)) from None
 
 
 def load_workflow(path: Path | str, registry: NodeRegistry) -> Workflow:

@@ -1,7 +1,8 @@
 """Reading untrusted workflow JSON with explicit limits, and quoting user values in messages.
 
-Lives here: `decode_workflow_bytes`, `check_json_value`, `quote`, `WorkflowFileError` and the limits
-(`MAX_FILE_BYTES`, `MAX_DEPTH`, `QUOTE_CHARS`). Imports only the standard library.
+Lives here: `read_workflow_json`, `decode_workflow_bytes`, `check_json_value`, `quote`, `WorkflowFileError`
+and the limits (`MAX_FILE_BYTES`, `MAX_DEPTH`, `QUOTE_CHARS`). Imports the standard library, and lazily
+`nodes.problems` and `nodes.png` (for reading a workflow file).
 
 A workflow file comes from anywhere (a download, a PNG someone posted), so every way it can be
 malformed becomes one short sentence instead of a traceback: too big, not UTF-8, nested deeper than any
@@ -16,6 +17,7 @@ import json
 import math
 import re
 from itertools import accumulate
+from pathlib import Path
 from typing import Any
 
 MAX_FILE_BYTES = 32 * 2**20  # a big real workflow is ~100 KB
@@ -177,3 +179,37 @@ def check_json_value(data: Any, limit: int = 3) -> list[tuple[tuple[Any, ...], s
         elif isinstance(value, list):
             stack.extend((item, (*where, i)) for i, item in enumerate(value))
     return found
+
+
+def read_workflow_json(path: Path) -> Any:
+    """The JSON of a workflow file, or of the workflow embedded in a Nodeloom PNG.
+
+    What the file is comes from its content (a PNG renamed .json is read as a PNG); every way it can be
+    unreadable raises `WorkflowError` naming the file."""
+    from nodes.png import EmbeddedWorkflowError, read_embedded_workflow_text
+    from nodes.problems import Problem, WorkflowError
+
+    path = Path(path)
+
+    def fail(reason: str) -> Exception:
+        return WorkflowError([Problem(str(path), None, None, reason)])
+
+    try:
+        with path.open("rb") as f:
+            raw = f.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise fail(f"cannot read the file: {exc.strerror or exc}") from None
+    try:
+        if is_png(raw):
+            text = read_embedded_workflow_text(path)
+            if text is None:
+                raise fail("this PNG has no embedded Nodeloom workflow")
+            try:
+                return parse_json_text(text)
+            except WorkflowFileError as exc:
+                raise fail(f"the PNG's embedded workflow is damaged: {exc}") from None
+        if path.suffix.lower() == ".png":
+            raise fail("not a PNG image (or a damaged one)")
+        return decode_workflow_bytes(raw)
+    except (WorkflowFileError, EmbeddedWorkflowError) as exc:
+        raise fail(str(exc)) from None
