@@ -22,7 +22,6 @@ from pathlib import Path
 TEMP_MARKER = "nodeloom"
 # Ours: ".<name>.nodeloom-<pid>-<hex>.tmp"; older versions wrote mkstemp's ".<name>.<8 chars>.tmp".
 _OURS = re.compile(r"\..+\.nodeloom-(\d+)-[0-9a-f]+\.tmp")
-_LEGACY = re.compile(r"\..+\.[a-z0-9_]{8}\.tmp")
 LEGACY_STALE_AFTER_S = 3600.0  # legacy names carry no pid: only delete them once clearly abandoned
 
 
@@ -83,8 +82,13 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def clean_stale_temp_files(folder: Path) -> list[Path]:
-    """Delete our temporary files in `folder` whose writer is gone; returns what was removed."""
+def clean_stale_temp_files(folder: Path, legacy_target: str | None = None) -> list[Path]:
+    """Delete our temporary files in `folder` whose writer is gone; returns what was removed.
+
+    `legacy_target`: also delete, once an hour old, the pid-less `.<legacy_target>.XXXXXXXX.tmp` files that
+    versions before the marker left for that one file (never other programs' files in, say, a home folder).
+    """
+    legacy = re.compile(rf"\.{re.escape(legacy_target)}\.[a-z0-9_]{{8}}\.tmp") if legacy_target else None
     removed: list[Path] = []
     try:
         entries = list(Path(folder).iterdir())
@@ -99,7 +103,7 @@ def clean_stale_temp_files(folder: Path) -> list[Path]:
         try:
             if ours:
                 stale = not _alive(int(ours.group(1)))
-            elif _LEGACY.fullmatch(name):
+            elif legacy is not None and legacy.fullmatch(name):
                 stale = now - entry.stat().st_mtime > LEGACY_STALE_AFTER_S
             else:
                 continue
@@ -131,7 +135,7 @@ def atomic_write_text(path: Path, text: str) -> None:
     """Write to a temp file in the same folder, fsync, rename over the target: never a torn file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    clean_stale_temp_files(path.parent)
+    clean_stale_temp_files(path.parent, legacy_target=path.name)
     try:
         mode = path.stat().st_mode & 0o777  # keep the permissions the file had
     except FileNotFoundError:

@@ -74,15 +74,17 @@ def test_stale_temp_files_of_dead_writers_are_cleaned(tmp_path) -> None:
     dead = tmp_path / f".r.json.nodeloom-{_dead_pid()}-0123abcd.tmp"
     live = tmp_path / f".r.json.nodeloom-{os.getppid()}-0123abcd.tmp"  # a running process's
     legacy_old = tmp_path / ".r.json.abcd1234.tmp"  # what mkstemp-based versions left
-    legacy_new = tmp_path / ".s.json.wxyz9876.tmp"
+    legacy_new = tmp_path / ".r.json.wxyz9876.tmp"  # recent: may still be written by an old version
+    legacy_other = tmp_path / ".notes.txt.abcd1234.tmp"  # not a file we write: never touched
     foreign = tmp_path / ".cache.tmp"
-    for p in (dead, live, legacy_old, legacy_new, foreign):
+    for p in (dead, live, legacy_old, legacy_new, legacy_other, foreign):
         p.write_text("partial")
     day_ago = time.time() - 86400
     os.utime(legacy_old, (day_ago, day_ago))
+    os.utime(legacy_other, (day_ago, day_ago))
     atomic_write_text(tmp_path / "r.json", "{}")
     left = sorted(p.name for p in tmp_path.iterdir())
-    assert left == sorted([live.name, legacy_new.name, foreign.name, "r.json"])
+    assert left == sorted([live.name, legacy_new.name, legacy_other.name, foreign.name, "r.json"])
     assert clean_stale_temp_files(tmp_path) == []
 
 
