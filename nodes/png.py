@@ -1,7 +1,8 @@
 """PNG files that carry their workflow, and IMAGE value conversions.
 
 Lives here: `save_png_with_workflow`, `read_embedded_workflow(_text)`, `EmbeddedWorkflowError`,
-`next_free_path`, `tensor_to_pil`, `pil_to_tensor`. Imports PIL, numpy, torch, `nodes.files`. An IMAGE value is a float32 tensor (B, H, W, C) in [0, 1].
+`next_free_path`, `tensor_to_pil`, `pil_to_tensor`. Imports PIL, numpy, torch, `nodes.files`.
+An IMAGE value is a float32 tensor (B, H, W, C) in [0, 1].
 """
 
 from __future__ import annotations
