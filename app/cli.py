@@ -20,7 +20,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 
 from app.exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_OK  # noqa: F401 (re-exported)
 from memory import LoadEvent, MemoryConfig, MemoryManager, TransferEvent, UnloadEvent
-from nodes.context import CancelToken
+from nodes.context import Cancelled, CancelToken
 from nodes.events import (
     NodeCached,
     NodeFailed,
@@ -110,6 +110,11 @@ def apply_overrides(wf: Workflow, overrides: list[Override], registry: NodeRegis
             continue
         node.params[o.param] = _coerce(o.raw, param.kind)
     return problems
+
+
+def _capped(message: str, limit: int = 1000) -> str:
+    """A node's error message as shown: a value it quotes whole (a 10 MB text) must not flood the terminal."""
+    return message if len(message) <= limit else f"{message[:limit]}… ({len(message):,} characters)"
 
 
 def _mib(nbytes: int) -> str:
@@ -207,7 +212,7 @@ class HeadlessPrinter:
             # Errors are shown even when quiet.
             self.progress.console.print(
                 f"  [red]{escape(event.node_id)} ({event.node_type}) failed[/]: "
-                f"{event.error_type}: {escape(event.message)}",
+                f"{event.error_type}: {escape(_capped(event.message))}",
                 highlight=False,
             )
         elif isinstance(event, RunFinished):
@@ -262,8 +267,11 @@ def run_headless(args: Any, registry: NodeRegistry) -> int:
     def on_sigint(signum: int, frame: Any) -> None:
         if cancel.cancelled:
             raise KeyboardInterrupt  # a second Ctrl+C: stop now
-        err.print("\n[yellow]cancelling at the next step (Ctrl+C again to abort)[/]")
         cancel.cancel()
+        if cancel.interruptible:  # a long call with no steps (a GGUF conversion): stop it now
+            err.print("\n[yellow]cancelling[/]")
+            raise Cancelled("cancelled by Ctrl+C")
+        err.print("\n[yellow]cancelling at the next step (Ctrl+C again to abort)[/]")
 
     previous = signal.signal(signal.SIGINT, on_sigint)
     results: list[RunResult] = []
@@ -292,7 +300,8 @@ def run_headless(args: Any, registry: NodeRegistry) -> int:
     if not report["ok"]:
         failed = results[-1]
         err.print(
-            f"[red]run failed[/] at node {failed.failed_node!r}: {escape(str(failed.error))}", highlight=False
+            f"[red]run failed[/] at node {failed.failed_node!r}: {escape(_capped(str(failed.error)))}",
+            highlight=False,
         )
         return EXIT_FAILED
     if not args.quiet:

@@ -74,7 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--allow-pickle",
         action="store_true",
-        help="allow .ckpt/.pt/.bin checkpoints (they can run code: only for files you trust)",
+        help="allow pickle checkpoints: any model file that is not safetensors or GGUF by content, whatever "
+        "its name (.ckpt/.pt/.bin...); they can run code, so only for files you trust",
     )
     return p
 

@@ -1,21 +1,22 @@
 """Basic nodes: primitives, text helpers, image and text files.
 
 Lives here: the `NODES` tuple of Nodeloom's own general-purpose node types. Imports `nodes.spec`,
-`nodes.types`, `nodes.context`, PIL; `nodes.png` (torch) inside the run functions, so listing node types
-stays light.
+`nodes.types`, `nodes.context`, `nodes.files`, `pipelines.text_limits`, PIL; `nodes.png` (torch) inside the
+run functions, so listing node types stays light.
 """
 
 from __future__ import annotations
 
-import string
 from pathlib import Path
 from typing import Any
 
 from PIL import Image
 
 from nodes.context import NodeContext
+from nodes.files import prefix_problem, write_new_output
 from nodes.spec import Input, NodeSpec, Output, Param
 from nodes.types import BOOL, FLOAT, IMAGE, INT, TEXT
+from pipelines.text_limits import format_template, template_problem
 
 SEED_MAX = 2**63 - 1
 
@@ -43,12 +44,7 @@ def _run_seed(ctx: NodeContext, seed: int) -> dict[str, Any]:
 def _run_format(
     ctx: NodeContext, template: str, a: str | None, b: str | None, c: str | None
 ) -> dict[str, Any]:
-    fields = {"a": a or "", "b": b or "", "c": c or ""}
-    used = {name for _, name, _, _ in string.Formatter().parse(template) if name}
-    unknown = used - set(fields)
-    if unknown:
-        raise ValueError(f"template uses {sorted(unknown)}; only {{a}}, {{b}} and {{c}} are available")
-    return {"text": template.format(**fields)}
+    return {"text": format_template(template, {"a": a or "", "b": b or "", "c": c or ""})}
 
 
 def _run_concat(ctx: NodeContext, a: str, b: str, separator: str) -> dict[str, Any]:
@@ -56,10 +52,7 @@ def _run_concat(ctx: NodeContext, a: str, b: str, separator: str) -> dict[str, A
 
 
 def _run_save_text(ctx: NodeContext, text: str, prefix: str) -> dict[str, Any]:
-    from nodes.png import next_free_path  # nodes.png imports torch: only when a node runs
-
-    path = next_free_path(ctx.out_dir, prefix, ".txt")
-    path.write_text(text, encoding="utf-8")
+    path = write_new_output(ctx.out_dir, prefix, ".txt", lambda tmp: tmp.write_text(text, encoding="utf-8"))
     ctx.wrote_file(path)
     return {}
 
@@ -80,11 +73,15 @@ def _run_load_image(ctx: NodeContext, path: str) -> dict[str, Any]:
 
 
 def _run_save_image(ctx: NodeContext, image: Any, prefix: str) -> dict[str, Any]:
-    from nodes.png import next_free_path, save_png_with_workflow, tensor_to_pil
+    from nodes.png import save_png_with_workflow, tensor_to_pil  # torch: only when a node runs
 
     for picture in tensor_to_pil(image):
-        path = next_free_path(ctx.out_dir, prefix, ".png")
-        save_png_with_workflow(picture, path, ctx.workflow_json)
+        path = write_new_output(
+            ctx.out_dir,
+            prefix,
+            ".png",
+            lambda tmp, picture=picture: save_png_with_workflow(picture, tmp, ctx.workflow_json),
+        )
         ctx.wrote_file(path)
         ctx.preview(picture, final=True)
     return {}
@@ -163,7 +160,15 @@ NODES: tuple[NodeSpec, ...] = (
             Input("b", TEXT, optional=True),
             Input("c", TEXT, optional=True),
         ],
-        params=[Param("template", "text", default="{a}", help="Python format string using {a}, {b}, {c}.")],
+        params=[
+            Param(
+                "template",
+                "text",
+                default="{a}",
+                help="Python format string using {a}, {b}, {c}.",
+                validate=template_problem,
+            )
+        ],
         outputs=[Output("text", TEXT)],
         description="Fill a template with up to three texts.",
     ),
@@ -184,7 +189,15 @@ NODES: tuple[NodeSpec, ...] = (
         run=_run_save_text,
         is_output=True,
         inputs=[Input("text", TEXT)],
-        params=[Param("prefix", "string", default="text", help="File name prefix; a number follows.")],
+        params=[
+            Param(
+                "prefix",
+                "string",
+                default="text",
+                help="File name prefix; a number follows.",
+                validate=prefix_problem,
+            )
+        ],
         description="Write the text to a numbered .txt file in the output folder.",
     ),
     NodeSpec(
@@ -212,7 +225,15 @@ NODES: tuple[NodeSpec, ...] = (
         run=_run_save_image,
         is_output=True,
         inputs=[Input("image", IMAGE)],
-        params=[Param("prefix", "string", default="nodeloom", help="File name prefix; a number follows.")],
+        params=[
+            Param(
+                "prefix",
+                "string",
+                default="nodeloom",
+                help="File name prefix; a number follows.",
+                validate=prefix_problem,
+            )
+        ],
         description="Write numbered PNGs (never overwriting) with the workflow embedded.",
     ),
     NodeSpec(

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,10 +26,15 @@ class Cancelled(Exception):
 
 
 class CancelToken:
-    """A thread-safe flag: the GUI or a Ctrl+C handler sets it, nodes check it between steps."""
+    """A thread-safe flag: the GUI or a Ctrl+C handler sets it, nodes check it between steps.
+
+    `interruptible` is true while a node is in a long call with no steps to check at (a GGUF
+    conversion): a Ctrl+C handler on the running thread may then raise `Cancelled` at once.
+    """
 
     def __init__(self) -> None:
         self._event = threading.Event()
+        self.interruptible = False
 
     def cancel(self) -> None:
         self._event.set()
@@ -73,6 +79,18 @@ class NodeContext:
     @property
     def cancelled(self) -> bool:
         return self._cancel.cancelled
+
+    @contextmanager
+    def interruptible(self) -> Iterator[None]:
+        """Mark a long call without cancellation points (e.g. a first GGUF conversion) as safe to
+        interrupt: `app --run` then stops it on the first Ctrl+C. The call must clean up in `finally`."""
+        self.check_cancelled()
+        self._cancel.interruptible = True
+        try:
+            yield
+        finally:
+            self._cancel.interruptible = False
+        self.check_cancelled()
 
     def check_cancelled(self) -> None:
         if self._cancel.cancelled:

@@ -21,6 +21,7 @@ from nodes.types import CONDITIONING, DENOISER, IMAGE, LATENT, TEXT_ENCODER, VAE
 from pipelines.diffusion.families import FAMILIES
 from pipelines.diffusion.schedulers import SCHEDULER_NAMES
 from pipelines.paths import resolve_model_path
+from pipelines.text_limits import limit_diffusion_prompt
 
 if TYPE_CHECKING:
     import torch
@@ -127,6 +128,9 @@ def _run_load_vae(ctx: NodeContext, path: str, family: str, dtype: str, config_d
 def _run_text_encode(ctx: NodeContext, text_encoder: TextEncoderRef, text: str) -> dict[str, Any]:
     from pipelines.diffusion.conditioning import encode_prompt
 
+    text, cut = limit_diffusion_prompt(text)
+    if cut:
+        ctx.log(cut)
     return {"conditioning": encode_prompt(ctx.memory, text_encoder, text)}
 
 

@@ -13,6 +13,7 @@ from nodes.context import NodeContext
 from nodes.spec import Input, NodeSpec, Output, Param
 from nodes.types import LLM, TEXT
 from pipelines.paths import resolve_model_path
+from pipelines.text_limits import check_llm_prompt
 
 if TYPE_CHECKING:
     from pipelines.llm.runtime import LLMModel
@@ -24,7 +25,8 @@ def _run_load_llm(ctx: NodeContext, path: str) -> dict[str, Any]:
     from pipelines.llm.runtime import open_llm
 
     resolved = resolve_model_path(path)
-    llm = open_llm(ctx.memory, resolved, allow_pickle=ctx.allow_pickle)
+    with ctx.interruptible():  # a first GGUF conversion has no steps: Ctrl+C stops it at once
+        llm = open_llm(ctx.memory, resolved, allow_pickle=ctx.allow_pickle)
     if llm.files.from_gguf:
         ctx.log(f"{resolved.name}: using the converted copy in {llm.files.folder}")
     return {"llm": llm}
@@ -53,6 +55,7 @@ def _run_generate(
 
     if not prompt.strip():
         raise ValueError("field 'prompt': the prompt is empty")
+    check_llm_prompt(prompt + system_prompt, llm.context_length, llm.name)
     params = (
         SamplingParams(repetition_penalty=repetition_penalty)
         if sampling == "greedy"

@@ -1,7 +1,8 @@
 """PNG files that carry their workflow, and IMAGE value conversions.
 
-Lives here: `save_png_with_workflow`, `read_embedded_workflow`, `next_free_path`, `check_prefix`, `tensor_to_pil`,
-`pil_to_tensor`. Imports PIL, numpy, torch. An IMAGE value is a float32 tensor (B, H, W, C) in [0, 1].
+Lives here: `save_png_with_workflow`, `read_embedded_workflow(_text)`, `EmbeddedWorkflowError`,
+`next_free_path`, `tensor_to_pil`, `pil_to_tensor`. Imports PIL, numpy, torch, `nodes.files`.
+An IMAGE value is a float32 tensor (B, H, W, C) in [0, 1].
 """
 
 from __future__ import annotations
@@ -13,7 +14,10 @@ from typing import Any
 
 import numpy as np
 import torch
-from PIL import Image, PngImagePlugin
+from PIL import Image, PngImagePlugin, UnidentifiedImageError
+
+from nodes.files import check_prefix as check_prefix  # re-exported: callers import it from here
+from nodes.files import glob_escape
 
 PNG_WORKFLOW_KEY = "nodeloom.workflow"
 
@@ -30,23 +34,19 @@ def pil_to_tensor(image: Image.Image) -> torch.Tensor:
     return torch.from_numpy(array).unsqueeze(0)  # (1, H, W, C)
 
 
-def check_prefix(prefix: str) -> None:
-    """A file-name prefix must name a file in the output folder, never a path out of it."""
-    if not prefix or prefix in (".", "..") or any(c in prefix for c in "/\\\0") or ".." in prefix:
-        raise ValueError(f"field 'prefix': {prefix!r} must be a plain file name (no folders, no '..')")
-
-
 def next_free_path(folder: Path, prefix: str, suffix: str) -> Path:
-    """`prefix_00001.suffix`, the first number not taken; created exclusively so two runs never clobber."""
+    """`prefix_00001.suffix`, the first number not taken; created exclusively (empty, 0666 & ~umask).
+
+    Prefer `nodes.files.write_new_output`, which never shows an empty or partial file under the name."""
     check_prefix(prefix)
     folder.mkdir(parents=True, exist_ok=True)
-    existing = [p.stem.removeprefix(prefix + "_") for p in folder.glob(f"{prefix}_*{suffix}")]
+    existing = [p.stem.removeprefix(prefix + "_") for p in folder.glob(f"{glob_escape(prefix)}_*{suffix}")]
     numbers = [int(s) for s in existing if s.isdigit()]
     n = max(numbers, default=0) + 1
     while True:
         path = folder / f"{prefix}_{n:05d}{suffix}"
         try:
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666)
         except FileExistsError:
             n += 1
             continue
@@ -61,13 +61,42 @@ def save_png_with_workflow(image: Image.Image, path: Path, workflow: dict[str, A
     image.save(path, format="PNG", pnginfo=info)
 
 
+class EmbeddedWorkflowError(ValueError):
+    """A PNG that cannot be read, or whose embedded workflow is damaged; the message says which."""
+
+
+def read_embedded_workflow_text(path: Path) -> str | None:
+    """The workflow text embedded in a PNG, None when it carries none; `EmbeddedWorkflowError` when the
+    image or its text chunk cannot be read (random bytes, a damaged chunk, a decompression bomb)."""
+    try:
+        with Image.open(path, formats=["PNG"]) as image:
+            text = image.info.get(PNG_WORKFLOW_KEY)
+    except UnidentifiedImageError:
+        raise EmbeddedWorkflowError("not a PNG image (or a damaged one)") from None
+    except ValueError as exc:
+        # PIL refuses a text chunk that decompresses past ImageFile/PngImagePlugin.MAX_TEXT_CHUNK.
+        if "Decompressed" in str(exc) or "Too Large" in str(exc):
+            limit = PngImagePlugin.MAX_TEXT_CHUNK // 2**20
+            raise EmbeddedWorkflowError(
+                f"a text chunk decompresses to more than {limit} MiB; refused (a real workflow is far smaller)"
+            ) from None
+        raise EmbeddedWorkflowError(f"damaged PNG: {str(exc)[:200]}") from None
+    except (OSError, SyntaxError, EOFError) as exc:  # PIL raises SyntaxError for broken chunks
+        raise EmbeddedWorkflowError(f"damaged PNG: {str(exc)[:200]}") from None
+    if text is None:
+        return None
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "replace")
+    return str(text)
+
+
 def read_embedded_workflow(path: Path) -> dict[str, Any] | None:
-    with Image.open(path) as image:
-        text = image.info.get(PNG_WORKFLOW_KEY) if hasattr(image, "info") else None
+    """The embedded workflow as a dict; None when the PNG carries none or it is not a JSON object."""
+    text = read_embedded_workflow_text(path)
     if not text:
         return None
     try:
         data = json.loads(text)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         return None
     return data if isinstance(data, dict) else None

@@ -1,6 +1,7 @@
 """Node types declared as data: ports, parameters and one `run` function.
 
-Lives here: `Param`, `Input`, `Output`, `NodeSpec`. Imports only `nodes.types`.
+Lives here: `Param`, `Input`, `Output`, `NodeSpec`. Imports only `nodes.types` and `nodes.workflow_json`
+(for `quote`, which keeps a huge value out of a message).
 
 A node's `run(ctx, **values)` receives every connected input and every parameter by name and
 returns a dict of outputs by name. Example:
@@ -20,11 +21,15 @@ returns a dict of outputs by name. Example:
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from nodes.types import PortType
+from nodes.workflow_json import quote
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 ParamKind = Literal["int", "float", "string", "text", "bool", "choice", "path", "seed"]
 
@@ -56,6 +61,8 @@ class Param:
     # For kind="path": a file-dialog filter such as "Models (*.safetensors *.gguf)"; "dir" picks folders.
     file_filter: str = ""
     optional: bool = False  # None is allowed
+    # An extra check run at validation, before anything computes (e.g. a save prefix): the reason or None.
+    validate: Callable[[Any], str | None] | None = None
 
     def check(self, value: Any) -> str | None:
         """Why `value` is not acceptable for this parameter, or None when it is."""
@@ -65,21 +72,34 @@ class Param:
         if self.kind in ("int", "seed", "float") and isinstance(value, bool):
             return f"expected a number, got {value!r}"
         if not isinstance(value, _PYTHON_TYPES[self.kind]):
-            return f"expected {self.kind}, got {type(value).__name__} {value!r}"
+            return f"expected {self.kind}, got {type(value).__name__} {quote(value)}"
         if self.kind == "int" or self.kind == "seed":
             if isinstance(value, float):
-                return f"expected an integer, got {value!r}"
-        if self.kind == "float" and not math.isfinite(float(value)):
-            return f"expected a finite number, got {value!r}"
+                return f"expected an integer, got {quote(value)}"
+        if self.kind == "float" and not _finite(value):
+            return f"expected a finite number, got {quote(value)}"
+        if isinstance(value, str):
+            hit = _SURROGATE.search(value)
+            if hit:
+                return f"not valid Unicode: a lone surrogate {hit.group()!r} at position {hit.start()}"
         if self.kind == "choice" and value not in self.choices:
             listed = ", ".join(repr(c) for c in self.choices)
-            return f"{value!r} is not one of {listed}"
+            return f"{quote(value)} is not one of {listed}"
         if self.kind in ("int", "seed", "float"):
             if self.min is not None and value < self.min:
-                return f"{value!r} is below the minimum {self.min:g}"
+                return f"{quote(value)} is below the minimum {self.min:g}"
             if self.max is not None and value > self.max:
-                return f"{value!r} is above the maximum {self.max:g}"
+                return f"{quote(value)} is above the maximum {self.max:g}"
+        if self.validate is not None:
+            return self.validate(value)
         return None
+
+
+def _finite(value: float) -> bool:
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:  # an int too large for a float
+        return False
 
 
 @dataclass(frozen=True)

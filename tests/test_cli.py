@@ -241,7 +241,7 @@ def test_set_on_a_wired_parameter_is_refused(tmp_path: Path, capsys) -> None:
     assert "fed by a wire from name.text" in capsys.readouterr().err
 
 
-def test_a_prefix_cannot_write_outside_the_output_folder(tmp_path: Path) -> None:
+def test_a_prefix_cannot_write_outside_the_output_folder(tmp_path: Path, capsys) -> None:
     out = tmp_path / "a" / "b"
     report = tmp_path / "r.json"
     code = main(
@@ -257,7 +257,9 @@ def test_a_prefix_cannot_write_outside_the_output_folder(tmp_path: Path) -> None
             "--quiet",
         ]
     )
-    assert code == 1
+    # Refused at validation (exit 2), before any node runs, not when the save node is reached.
+    assert code == 2
     assert not list(tmp_path.rglob("escaped*"))
-    error = json.loads(report.read_text())["runs"][0]["nodes"]["save"]["error"]["message"]
-    assert "prefix" in error and "plain file name" in error
+    assert not report.exists()
+    error = capsys.readouterr().err
+    assert "'prefix'" in error and "plain file name" in error

@@ -15,6 +15,7 @@ import torch
 from accelerate import init_empty_weights
 from diffusers import AutoencoderKL, DiffusionPipeline, UNet2DConditionModel
 from diffusers.loaders.single_file_utils import convert_ldm_unet_checkpoint, convert_ldm_vae_checkpoint
+from safetensors.torch import load_file
 from transformers import CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection
 
 from memory import MemoryConfig, MemoryManager
@@ -120,7 +121,9 @@ def test_pickle_component_in_a_folder_is_refused(tiny_checkpoint, tmp_path) -> N
 
     folder = shutil.copytree(tiny_checkpoint[1], tmp_path / "pickled")
     weights = folder / "vae" / "diffusion_pytorch_model.safetensors"
-    weights.rename(folder / "vae" / "diffusion_pytorch_model.bin")
+    # A real pickle (formats are decided by content: a renamed safetensors file would not be one).
+    torch.save(load_file(str(weights)), folder / "vae" / "diffusion_pytorch_model.bin")
+    weights.unlink()
     mm = MemoryManager(MemoryConfig(device="cpu", policy="none"))
     with pytest.raises(UnsafeFormatError):
         load_model(mm, str(folder))

@@ -45,7 +45,7 @@ def test_save_is_atomic_and_leaves_no_temp_files(tmp_path: Path, monkeypatch: py
     def broken_replace(src: str, dst: str) -> None:
         raise OSError("disk full")
 
-    monkeypatch.setattr("nodes.workflow.os.replace", broken_replace)
+    monkeypatch.setattr("nodes.files.os.replace", broken_replace)
     wf.nodes["one"].params["value"] = 50
     with pytest.raises(OSError):
         save_workflow(wf, path)

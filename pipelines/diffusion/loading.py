@@ -51,6 +51,8 @@ def component_weight_files(folder: Path, *, allow_pickle: bool) -> tuple[tuple[P
     safetensors = sorted(folder.glob("*.safetensors"))
     plain = [p for p in safetensors if len(p.suffixes) == 1]
     if plain or safetensors:
+        for p in plain or safetensors:  # by content: a pickle renamed .safetensors is refused here
+            check_weights_format(p, allow_pickle=allow_pickle)
         return tuple(plain or safetensors), True
     pickles = sorted(p for p in folder.iterdir() if p.suffix.lower() in PICKLE_SUFFIXES)
     if not pickles:

@@ -29,7 +29,8 @@ from pipelines.diffusion.families import (
 )
 from pipelines.diffusion.loading import LoadedModel, read_json, vae_dtype
 from pipelines.diffusion.values import DenoiserRef, TextEncoderRef, TokenizerSource, VaeRef
-from pipelines.paths import RESOURCES_DIR, check_weights_format
+from pipelines.paths import RESOURCES_DIR
+from pipelines.weight_format import WeightFormat, check_weights_format, load_pickle_state_dict
 
 CONFIG_DIRS: dict[str, Path] = {
     "sd1": RESOURCES_DIR / "configs" / "sd15",
@@ -47,28 +48,22 @@ TEXT_ENCODER_PREFIXES: dict[str, tuple[str, ...]] = {
 }
 
 
-def _load_pickle_state_dict(path: Path) -> dict[str, torch.Tensor]:
-    # Only reached with allow_pickle: the user trusts this file. Lightning checkpoints nest the weights.
-    data = torch.load(str(path), map_location="cpu", weights_only=False)
-    return data.get("state_dict", data)
-
-
 def read_checkpoint_keys(path: Path, *, allow_pickle: bool) -> list[str]:
     """Tensor names without reading tensors (safetensors header); pickles must be fully loaded."""
-    check_weights_format(path, allow_pickle=allow_pickle)
-    if path.suffix == ".safetensors":
+    # The format comes from the content, never the name (a pickle named .SAFETENSORS is still a pickle).
+    if check_weights_format(path, allow_pickle=allow_pickle) == WeightFormat.SAFETENSORS:
         with safe_open(str(path), framework="pt") as f:
             return list(f.keys())
-    return list(_load_pickle_state_dict(path))
+    return list(load_pickle_state_dict(path, allow_pickle=allow_pickle))
 
 
 def read_prefixed(path: Path, prefixes: tuple[str, ...], *, allow_pickle: bool) -> dict[str, torch.Tensor]:
     """The tensors whose names start with one of `prefixes`, keeping the original names."""
-    check_weights_format(path, allow_pickle=allow_pickle)
-    if path.suffix == ".safetensors":
+    if check_weights_format(path, allow_pickle=allow_pickle) == WeightFormat.SAFETENSORS:
         with safe_open(str(path), framework="pt") as f:
             return {k: f.get_tensor(k) for k in f.keys() if k.startswith(prefixes)}
-    return {k: v for k, v in _load_pickle_state_dict(path).items() if k.startswith(prefixes)}
+    state = load_pickle_state_dict(path, allow_pickle=allow_pickle)
+    return {k: v for k, v in state.items() if k.startswith(prefixes)}
 
 
 class ClipTokenizerSource(TokenizerSource):

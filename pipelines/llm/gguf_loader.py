@@ -21,6 +21,8 @@ from gguf import GGUFReader, GGUFValueType
 from gguf.quants import dequantize
 from transformers import LlamaConfig, PretrainedConfig, PreTrainedTokenizerFast, Qwen2Config
 
+from pipelines.weight_format import open_gguf_reader
+
 # GGUF architectures we turn into a transformers model, and whether llama.cpp's converter permuted
 # the Q/K rows for its rotary layout (it does for llama/mistral, not for qwen2).
 _ARCHITECTURES: dict[str, tuple[type[PretrainedConfig], bool]] = {
@@ -91,7 +93,7 @@ _BIG_ARRAYS = (
 
 
 def read_gguf(path: Path) -> GGUFContents:
-    reader = GGUFReader(str(path), "r")
+    reader = open_gguf_reader(path)  # GGUFReader that says "damaged, N bytes missing" for a cut file
     metadata = {}
     for key, field in reader.fields.items():
         if key in _BIG_ARRAYS or key.startswith("GGUF."):

@@ -57,11 +57,11 @@ def prepare_llm_files(path: Path, *, allow_pickle: bool = False, on_plan: OnPlan
 
     `on_plan(nbytes)` is called before a conversion dequantizes anything (see `gguf_cache`)."""
     path = Path(path)
-    if path.is_file() and path.suffix.lower() == ".gguf":
+    # The format comes from the content: a GGUF is a GGUF whatever its name, a pickle named .gguf is refused.
+    if path.is_file() and check_weights_format(path, allow_pickle=allow_pickle) == "gguf":
         folder = ensure_gguf_converted(path, on_plan=on_plan)
         return LLMFiles(path, folder, (folder / "model.safetensors",), from_gguf=True)
     if path.is_file():
-        check_weights_format(path, allow_pickle=allow_pickle)
         raise ValueError(
             f"{path.name}: expected a .gguf file or a transformers model folder (with config.json)"
         )

@@ -1,0 +1,334 @@
+"""A seeded mutator of workflow files: broken, hostile and absurd variants of every shipped workflow.
+
+Lives here: `Mutant`, `MUTATIONS`, `generate_mutants`, `check_file`. Imports `nodes.workflow`; used by
+tests/test_fuzz_workflows.py (a seeded sample) and benchmarks/fuzz_workflows.py (the full 1,000).
+
+Each mutant is the bytes of a file plus whether it must be refused (`must_fail`): a mutation such as a
+byte flip inside a string may leave a valid workflow, which is fine; a dangling link may not.
+`check_file` goes through the same code path as `app --run` up to the point where the run would start
+(read, parse, validate) and returns the exit code and the message a user would see.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nodes.registry import NodeRegistry
+from nodes.workflow import WorkflowError, load_workflow, validate
+
+REPO = Path(__file__).resolve().parent.parent
+SHIPPED = sorted((REPO / "resources/workflows").glob("*.json"))
+MB = 2**20
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str  # "<workflow>-<mutation>-<index>"
+    mutation: str
+    data: bytes
+    must_fail: bool
+    suffix: str = ".json"
+
+
+# A mutation takes the workflow (dict, a fresh copy), its text and the rng; returns (bytes, must_fail).
+Mutation = Callable[[dict[str, Any], str, random.Random], tuple[bytes, bool]]
+
+
+def _dump(data: Any) -> bytes:
+    return json.dumps(data, indent=2).encode()
+
+
+def _node(data: dict[str, Any], rng: random.Random) -> tuple[str, dict[str, Any]]:
+    node_id = rng.choice(sorted(data["nodes"]))
+    return node_id, data["nodes"][node_id]
+
+
+def _linked(data: dict[str, Any], rng: random.Random) -> tuple[str, dict[str, Any]] | None:
+    with_inputs = sorted(n for n, v in data["nodes"].items() if v.get("inputs"))
+    if not with_inputs:
+        return None
+    node_id = rng.choice(with_inputs)
+    return node_id, data["nodes"][node_id]
+
+
+_WRONG_VALUES: list[Any] = [None, True, False, "12", "", [], [1, 2], {}, {"a": 1}, 3.5, -7, 0]
+
+
+def param_wrong_type(data, text, rng):
+    _, node = _node(data, rng)
+    params = node.setdefault("params", {})
+    name = rng.choice(sorted(params)) if params else "value"
+    old = params.get(name)
+    candidates = [v for v in _WRONG_VALUES if type(v) is not type(old)]
+    params[name] = rng.choice(candidates)
+    return _dump(data), False
+
+
+def missing_field(data, text, rng):
+    where = rng.choice(["format", "version", "nodes", "type", "params", "inputs"])
+    if where in ("format", "version", "nodes"):
+        del data[where]
+        return _dump(data), True
+    _, node = _node(data, rng)
+    node.pop(where, None)
+    return _dump(data), where == "type"
+
+
+def unknown_node(data, text, rng):
+    _, node = _node(data, rng)
+    node["type"] = rng.choice([node["type"].lower(), node["type"] + "X", "Nope", "", "__import__", "a" * 300])
+    return _dump(data), True
+
+
+def dangling_link(data, text, rng):
+    found = _linked(data, rng)
+    if found is None:
+        return unknown_node(data, text, rng)
+    _, node = found
+    port = rng.choice(sorted(node["inputs"]))
+    source, output = node["inputs"][port]
+    node["inputs"][port] = rng.choice([["ghost", output], [source, "no_such_output"], ["", ""]])
+    return _dump(data), True
+
+
+def cycle(data, text, rng):
+    found = _linked(data, rng)
+    if found is None:
+        return unknown_node(data, text, rng)
+    node_id, node = found
+    port = rng.choice(sorted(node["inputs"]))
+    upstream = data["nodes"][node["inputs"][port][0]]
+    upstream.setdefault("inputs", {})[rng.choice(sorted(node["inputs"]))] = [node_id, "x"]
+    upstream["inputs"].update({k: [node_id, k] for k in list(upstream["inputs"])[:1]})
+    return _dump(data), True
+
+
+_NUMBERS = ["1e308", "-1e308", "1e400", "-1e400", "NaN", "Infinity", "-Infinity", "1" + "0" * 40, "-1", "0"]
+_NUMBERS += ["-9223372036854775808", "18446744073709551616", "0.5", "2147483648", "-0.0", "1e-320"]
+
+
+def bad_number(data, text, rng):
+    node_id, node = _node(data, rng)
+    params = node.setdefault("params", {})
+    name = rng.choice(sorted(params)) if params else "value"
+    number = rng.choice(_NUMBERS)
+    params[name] = "@@NUMBER@@"
+    raw = _dump(data).replace(b'"@@NUMBER@@"', number.encode())
+    return raw, number in ("1e400", "-1e400", "NaN", "Infinity", "-Infinity") or len(number) > 30
+
+
+def wrong_json_type(data, text, rng):
+    choice = rng.randrange(7)
+    if choice == 0:
+        return _dump(rng.choice([[], "workflow", 42, None, True, [data]])), True
+    if choice == 1:
+        data["nodes"] = rng.choice([[], "nodes", 3, list(data["nodes"].values())])
+        return _dump(data), True
+    node_id, node = _node(data, rng)
+    if choice == 2:
+        data["nodes"][node_id] = rng.choice([[], "Text", 1, None])
+    elif choice == 3:
+        node["params"] = rng.choice([[], "p", 1])
+    elif choice == 4:
+        node["inputs"] = rng.choice([[], "i", 1])
+    elif choice == 5:
+        node["inputs"] = {"x": rng.choice([{"node": "a"}, "a.b", ["a"], ["a", "b", "c"], [1, 2], None])}
+    else:
+        data["version"] = rng.choice(["1", 1.0, None, [1], 2])
+    return _dump(data), True
+
+
+def _deep(depth: int) -> str:
+    opener = random.Random(depth).choice(["[", '{"k": '])
+    closer = "]" if opener == "[" else "}"
+    return opener * depth + "0" + closer * depth
+
+
+def deep_nesting(data, text, rng):
+    depth = rng.choice([65, 200, 700, 1000, 5000, 100_000])
+    where = rng.choice(["meta", "ui", "param", "top"])
+    if where == "top":
+        return _deep(depth).encode(), True
+    if where == "param":
+        _, node = _node(data, rng)
+        node.setdefault("params", {})["deep"] = "@@DEEP@@"
+    else:
+        data.setdefault(where, {})["deep"] = "@@DEEP@@"
+    return _dump(data).replace(b'"@@DEEP@@"', _deep(depth).encode()), True
+
+
+def non_utf8(data, text, rng):
+    choice = rng.randrange(4)
+    if choice == 0:
+        return text.replace('"', '"\u00e9', 3).encode("latin-1", "replace"), True
+    if choice == 1:
+        return text.encode(rng.choice(["utf-16", "utf-16-le", "utf-32"])), True
+    raw = bytearray(text.encode())
+    for _ in range(rng.randint(1, 5)):
+        raw.insert(rng.randrange(len(raw)), rng.choice([0xFF, 0xC0, 0x80, 0xFE]))
+    if choice == 3:
+        return b"\x89PNG\r\n\x1a\n" + bytes(raw), True  # a damaged "PNG" renamed .json
+    return bytes(raw), True
+
+
+def truncation(data, text, rng):
+    end = text.rindex("}")
+    return text[: rng.randrange(0, end)].encode(), True
+
+
+def duplicate_key(data, text, rng):
+    if rng.random() < 0.5:
+        key = rng.choice(["version", "format", "nodes", "meta"])
+        dup = f'"{key}": {json.dumps(data.get(key, 1))}, '
+        return ("{" + dup + text.lstrip()[1:]).encode(), True
+    node_id = rng.choice(sorted(data["nodes"]))
+    at = text.index('"nodes": {') + len('"nodes": {')
+    dup = f'"{node_id}": {{"type": "Text", "params": {{}}}}, '
+    return (text[:at] + dup + text[at:]).encode(), True
+
+
+def multi_mb_string(data, text, rng):
+    big = rng.choice(["x", "é", "🙂", "a b "]) * (rng.randint(1, 4) * MB // 4)
+    target = rng.choice(["text", "meta", "node_id", "link", "type", "param_name", "prefix"])
+    node_id, node = _node(data, rng)
+    must_fail = True
+    if target == "text":
+        texts = [
+            (n, p)
+            for n, v in data["nodes"].items()
+            for p, x in v.get("params", {}).items()
+            if p in ("text", "prompt")
+        ]
+        if texts:
+            n, p = rng.choice(texts)
+            data["nodes"][n]["params"][p] = big
+            must_fail = False
+        else:
+            data["meta"]["description"] = big
+            must_fail = False
+    elif target == "meta":
+        data.setdefault("meta", {})["description"] = big
+        must_fail = False
+    elif target == "node_id":
+        data["nodes"][big] = {"type": "Nope"}
+    elif target == "link":
+        node.setdefault("inputs", {})["x"] = [big, big]
+    elif target == "type":
+        node["type"] = big
+    elif target == "param_name":
+        node.setdefault("params", {})[big] = 1
+    else:
+        saves = [v for v in data["nodes"].values() if v["type"].startswith("Save")]
+        (saves[0] if saves else node).setdefault("params", {})["prefix"] = big
+    return _dump(data), must_fail
+
+
+def byte_flip(data, text, rng):
+    raw = bytearray(text.encode())
+    for _ in range(rng.randint(1, 8)):
+        raw[rng.randrange(len(raw))] = rng.randrange(32, 127)
+    return bytes(raw), False
+
+
+def lone_surrogate(data, text, rng):
+    where = rng.choice(["node_id", "text", "meta", "key"])
+    node_id, node = _node(data, rng)
+    if where == "node_id":
+        data["nodes"][node_id + "\ud800"] = data["nodes"].pop(node_id)
+    elif where == "text":
+        node.setdefault("params", {})["text"] = "abc \udfff"
+    elif where == "meta":
+        data.setdefault("meta", {})["title"] = "\ud83d"
+    else:
+        node.setdefault("params", {})["\udc00"] = 1
+    return json.dumps(data).encode(), True
+
+
+def bad_prefix(data, text, rng):
+    saves = [v for v in data["nodes"].values() if v["type"].startswith("Save")]
+    if not saves:
+        return unknown_node(data, text, rng)
+    rng.choice(saves).setdefault("params", {})["prefix"] = rng.choice(
+        ["", ".", "..", "../../escape", "/etc/passwd", "a/b", "a\\b", "x\x00y", "p" * 500]
+    )
+    return _dump(data), True
+
+
+def format_width(data, text, rng):
+    template = rng.choice(
+        ["{a:>200000000}", "{a:.999999999}", "{a:{b}}", "{a.__class__}", "{d}", "{a[0]}", "{"]
+    )
+    data["nodes"]["fmt_fuzz"] = {"type": "FormatText", "params": {"template": template}, "inputs": {}}
+    return _dump(data), True
+
+
+def node_version(data, text, rng):
+    _, node = _node(data, rng)
+    node["version"] = rng.choice([1.5, "1", True, 0, -3, 99, None, [1]])
+    return _dump(data), node["version"] is not None
+
+
+def empty_or_junk(data, text, rng):
+    return rng.choice([b"", b"   \n", b"null", b"{}", b"[]", b"\x00" * 64, b"\xef\xbb\xbf"]), True
+
+
+MUTATIONS: dict[str, Mutation] = {
+    "param_wrong_type": param_wrong_type,
+    "missing_field": missing_field,
+    "unknown_node": unknown_node,
+    "dangling_link": dangling_link,
+    "cycle": cycle,
+    "bad_number": bad_number,
+    "wrong_json_type": wrong_json_type,
+    "deep_nesting": deep_nesting,
+    "non_utf8": non_utf8,
+    "truncation": truncation,
+    "duplicate_key": duplicate_key,
+    "multi_mb_string": multi_mb_string,
+    "byte_flip": byte_flip,
+    "lone_surrogate": lone_surrogate,
+    "bad_prefix": bad_prefix,
+    "format_width": format_width,
+    "node_version": node_version,
+    "empty_or_junk": empty_or_junk,
+}
+
+
+def generate_mutants(count: int, seed: int = 0) -> Iterator[Mutant]:
+    """`count` mutants, cycling through every shipped workflow and every mutation, seeded."""
+    rng = random.Random(seed)
+    sources = [(p.stem, p.read_text(encoding="utf-8")) for p in SHIPPED]
+    parsed = [json.loads(t) for _, t in sources]
+    kinds = sorted(MUTATIONS)
+    for i in range(count):
+        (stem, text), data = sources[i % len(sources)], parsed[i % len(sources)]
+        kind = kinds[(i // len(sources)) % len(kinds)] if count >= len(kinds) else rng.choice(kinds)
+        raw, must_fail = MUTATIONS[kind](copy.deepcopy(data), text, rng)
+        yield Mutant(f"{stem}-{kind}-{i:04d}", kind, raw, must_fail)
+
+
+@dataclass(frozen=True)
+class Checked:
+    exit_code: int  # what `app --run` would return before running: 2 invalid, 0 would run
+    message: str
+    error: BaseException | None = None  # anything but a WorkflowError: a traceback reaching the user
+
+
+def check_file(path: Path, registry: NodeRegistry) -> Checked:
+    """Read, parse and validate `path` as `app --run` does, without running it."""
+    try:
+        wf = load_workflow(path, registry)
+        problems = validate(wf, registry)
+        if problems:
+            raise WorkflowError(problems)
+    except WorkflowError as exc:
+        return Checked(2, f"error: {exc}")
+    except Exception as exc:  # noqa: BLE001  (the point: any other exception is a defect)
+        return Checked(1, f"{type(exc).__name__}: {exc}"[:2000], exc)
+    return Checked(0, "")
