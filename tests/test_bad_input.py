@@ -218,10 +218,12 @@ class _Ctx:
 
 def test_a_huge_diffusion_prompt_is_cut_before_tokenising_and_says_so(monkeypatch) -> None:
     import nodes.diffusion as diffusion_nodes
+    import pipelines.diffusion.conditioning as conditioning
     from pipelines.text_limits import DIFFUSION_PROMPT_CHARS
 
     seen: list[int] = []
-    monkeypatch.setattr(diffusion_nodes, "encode_prompt", lambda mm, ref, text: seen.append(len(text)))
+    # The node imports encode_prompt when it runs (listing node types stays light): patch it at its source.
+    monkeypatch.setattr(conditioning, "encode_prompt", lambda mm, ref, text: seen.append(len(text)))
     ctx = _Ctx()
     diffusion_nodes._run_text_encode(ctx, None, "a red square, " * 250_000)  # 3.5 M characters
     assert seen == [DIFFUSION_PROMPT_CHARS]
