@@ -184,16 +184,16 @@ def test_different_seeds_give_different_pictures_and_same_seed_the_same(tmp_path
 
 
 def test_ctrl_c_cancels_the_rest_and_keeps_what_finished(tmp_path: Path, monkeypatch) -> None:
-    import app.batch.cli as batch_cli
+    import app.batch.execute as batch_execute
 
-    real = batch_cli.write_outputs
+    real = batch_execute.write_outputs
 
     def write_then_interrupt(result, out_dir):  # the user presses Ctrl+C once, when the first job is done
         real(result, out_dir)
         if result.index == 0:
             os.kill(os.getpid(), signal.SIGINT)
 
-    monkeypatch.setattr(batch_cli, "write_outputs", write_then_interrupt)
+    monkeypatch.setattr(batch_execute, "write_outputs", write_then_interrupt)
     out = tmp_path / "out"
     code = main(["--run", str(TXT2IMG), "--out", str(out), "--sweep", "sampler.seed=1..5"] + FAST)
     assert code == 130
@@ -213,3 +213,15 @@ def test_sweep_flag_errors_exit_2(tmp_path: Path, capsys) -> None:
         main(["--run", str(TXT2IMG), "--out", str(tmp_path), "--sweep", "sampler.seed=1", "--workers", "2"])
         == 2
     )
+
+
+def test_a_job_whose_model_file_is_missing_says_so_and_the_others_run(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    missing = tmp_path / "no-such-model.safetensors"
+    code = main(
+        ["--run", str(TXT2IMG), "--out", str(out), "--sweep", f"load.path={missing},builtin:shapes-sd"] + FAST
+    )
+    assert code == 1
+    first, second = _report(out / "sweep.json")["jobs"]
+    assert first["status"] == "failed" and f"has no file for: load.path = {missing}" in first["error"]
+    assert second["status"] == "ok" and second["images"] == 1

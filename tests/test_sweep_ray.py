@@ -9,6 +9,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 from PIL import Image
 
@@ -22,10 +23,10 @@ SWEEP = ["--sweep", "sampler.seed=11..16", "--set", "sampler.steps=4", "--thread
 @pytest.fixture(scope="session")
 def ray_cluster() -> Iterator[object]:
     """A private Ray on 127.0.0.1 with 2 CPUs and 2 fake GPUs (Ray hands out GPU ids without a GPU)."""
-    ray = pytest.importorskip("ray")
     from app.batch.cluster import LOOPBACK_ENV, OBJECT_STORE_BYTES
 
-    os.environ.update(LOOPBACK_ENV)
+    os.environ.update(LOOPBACK_ENV)  # before the import: Ray reads it into its constants
+    ray = pytest.importorskip("ray")
     ray.init(
         address="local",
         num_cpus=2,
@@ -78,6 +79,18 @@ def test_two_gpu_workers_make_the_local_pictures_and_load_each_model_once(
         assert worker["memory"]["process_peak_rss"] > 0 and worker["images_per_min"] > 0
     assert sum(w["images"] for w in workers) == report["totals"]["images"] == 6
     assert (remote / "sweep.html").is_file()
+
+
+@pytest.mark.slow
+def test_ray_listens_on_loopback_only(ray_cluster) -> None:
+    listening = [
+        (child.name(), conn.laddr.ip)
+        for child in psutil.Process().children(recursive=True)
+        for conn in child.net_connections(kind="inet")
+        if conn.status == psutil.CONN_LISTEN
+    ]
+    assert listening, "Ray's servers should be children of this process"
+    assert {ip for _, ip in listening} <= {"127.0.0.1", "::ffff:127.0.0.1"}, listening
 
 
 def test_cluster_without_ray_says_how_to_get_it(tmp_path: Path, monkeypatch, capsys) -> None:

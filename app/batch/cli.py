@@ -1,6 +1,6 @@
 """`app --run WF --sweep NODE.PARAM=SPEC ... [--zip] [--cluster ray|ray://HOST:PORT|auto]`.
 
-Lives here: `run_sweep`, `prepare_sweep`, `SweepPlan`, `write_outputs`. Imports `app.cli` (overrides, exit
+Lives here: `run_sweep`. Imports `app.cli` (overrides, exit
 codes), `app.batch.*`, `nodes`, rich. No Qt; Ray only through `app.batch.cluster`, imported when asked for.
 
 Prints a line per job as it ends, a progress bar, and the summary (throughput per worker and in total);
@@ -11,9 +11,7 @@ Ctrl+C cancels the rest and keeps what finished (exit 130); a failed job is repo
 
 from __future__ import annotations
 
-import json
 import signal
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,61 +19,14 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from app.batch.contact_sheet import write_contact_sheet
-from app.batch.local import run_local
-from app.batch.report import SweepOutcome, build_report, summary_lines
+from app.batch.execute import execute_sweep, prepare_sweep
+from app.batch.report import summary_lines
 from app.batch.worker import JobResult, WorkerConfig
 from app.cli import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_OK, apply_overrides, parse_set
 from nodes.context import CancelToken
-from nodes.png import check_prefix
 from nodes.registry import NodeRegistry
-from nodes.sweep import SweepAxis, SweepError, SweepJob, load_key, parse_axis, plan_jobs
-from nodes.workflow import Workflow, WorkflowError, atomic_write_text, load_workflow, validate
-
-
-@dataclass
-class SweepPlan:
-    workflow: Workflow
-    axes: list[SweepAxis]
-    jobs: list[SweepJob]
-    keys: dict[int, str]  # job index -> load key
-    zip_axes: bool
-
-
-def prepare_sweep(
-    wf: Workflow, items: list[str], registry: NodeRegistry, *, zip_axes: bool = False
-) -> SweepPlan:
-    """Parse the --sweep flags against the workflow and plan the jobs; raises `SweepError`."""
-    axes = [parse_axis(item, wf, registry) for item in items]
-    if zip_axes and not axes:
-        raise SweepError("--zip pairs --sweep flags; give at least one --sweep")
-    jobs = plan_jobs(axes, zip_axes=zip_axes) or [SweepJob(0, {})]
-    return SweepPlan(wf, axes, jobs, {j.index: load_key(wf, registry, j) for j in jobs}, zip_axes)
-
-
-def _unique(path: Path) -> Path:
-    n = 1
-    candidate = path
-    while candidate.exists():
-        candidate = path.with_name(f"{path.stem}-{n}{path.suffix}")
-        n += 1
-    return candidate
-
-
-def write_outputs(result: JobResult, out_dir: Path) -> None:
-    """Write the files a remote worker sent back into `out_dir` (names only: never a path out of it)."""
-    if not result.files:
-        return
-    out_dir.mkdir(parents=True, exist_ok=True)
-    written = []
-    for name, data in result.files.items():
-        base = Path(name).name
-        check_prefix(base)
-        path = _unique(out_dir / base)
-        path.write_bytes(data)
-        written.append(str(path))
-    result.files = {}
-    result.outputs = written
+from nodes.sweep import SweepError, SweepJob
+from nodes.workflow import WorkflowError, load_workflow, validate
 
 
 def _job_line(result: JobResult) -> str:
@@ -155,11 +106,7 @@ def run_sweep(args: Any, registry: NodeRegistry) -> int:
     )
     task = progress.add_task("sweep", total=len(plan.jobs))
 
-    finished: list[JobResult] = []
-
     def on_result(result: JobResult) -> None:
-        write_outputs(result, out_dir)
-        finished.append(result)
         progress.advance(task)
         if not args.quiet or result.status == "failed":
             progress.console.print(_job_line(result), highlight=False, soft_wrap=True)
@@ -168,42 +115,35 @@ def run_sweep(args: Any, registry: NodeRegistry) -> int:
         where = f"on {cluster.describe()}" if cluster else "in this process"
         err.print(f"[bold]sweep[/]: {len(plan.jobs)} job(s) of {escape(str(args.run))} {escape(where)}")
     previous = signal.signal(signal.SIGINT, on_sigint)
-    outcome: SweepOutcome | None = None
     try:
         with progress:
-            if cluster is not None:
-                outcome = cluster.run(plan, _worker_config(args, None), cancel=cancel, on_result=on_result)
-            else:
-                outcome = run_local(
-                    wf,
-                    plan.jobs,
-                    plan.keys,
-                    _worker_config(args, out_dir),
-                    registry=registry,
-                    cancel=cancel,
-                    on_result=on_result,
-                )
+            report = execute_sweep(
+                plan,
+                _worker_config(args, None if cluster else out_dir),
+                out_dir,
+                registry=registry,
+                cluster=cluster,
+                cancel=cancel,
+                on_result=on_result,
+                report_path=Path(args.report) if args.report else None,
+            )
     except KeyboardInterrupt:
-        # A second Ctrl+C: no worker telemetry, but the report still lists what finished.
-        err.print("[yellow]aborted[/]")
-        outcome = SweepOutcome(finished, cancelled=True, backend="ray" if cluster else "local")
+        err.print(
+            f"[yellow]aborted[/]; report of what finished: {escape(str(args.report or out_dir / 'sweep.json'))}"
+        )
+        return EXIT_INTERRUPTED
     finally:
         signal.signal(signal.SIGINT, previous)
         if cluster is not None:
             cluster.close()
-    sheet = write_contact_sheet(outcome.results, plan.axes, out_dir, title=f"{wf.source}: sweep")
-    report = build_report(
-        outcome, workflow=wf.source, axes=plan.axes, zip_axes=plan.zip_axes, contact_sheet=sheet
-    )
-    report_path = Path(args.report) if args.report else out_dir / "sweep.json"
-    atomic_write_text(report_path, json.dumps(report, indent=2, default=str) + "\n")
     if not args.quiet:
         for line in summary_lines(report):
             err.print(escape(line), highlight=False, soft_wrap=True)
+        sheet = report["contact_sheet"]
         err.print(
-            f"[bold]report[/] {escape(str(report_path))}"
+            f"[bold]report[/] {escape(report['report'])}"
             + (f"; contact sheet {escape(sheet['html'])}" if sheet else "")
         )
-    if outcome.cancelled:
+    if report["cancelled"]:
         return EXIT_INTERRUPTED
     return EXIT_OK if report["ok"] else EXIT_FAILED

@@ -61,6 +61,9 @@ def connect(address: str, *, workers: int | None = None, threads: int | None = N
     if address not in ("ray", "auto") and not address.startswith("ray://"):
         raise ClusterError(f"--cluster {address!r}: expected ray, ray://HOST:PORT or auto")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    if address == "ray":
+        # Read by Ray when it is imported (ray_constants), so set before the import.
+        os.environ.update(LOOPBACK_ENV)
     ray = _import_ray()
     started = time.perf_counter()
     owns = False
@@ -70,7 +73,6 @@ def connect(address: str, *, workers: int | None = None, threads: int | None = N
                 import torch
 
                 gpus = torch.cuda.device_count()
-                os.environ.update(LOOPBACK_ENV)
                 path = os.pathsep.join(p for p in (_source_root(), os.environ.get("PYTHONPATH", "")) if p)
                 ray.init(
                     address="local",
