@@ -225,3 +225,24 @@ def test_a_job_whose_model_file_is_missing_says_so_and_the_others_run(tmp_path: 
     first, second = _report(out / "sweep.json")["jobs"]
     assert first["status"] == "failed" and f"has no file for: load.path = {missing}" in first["error"]
     assert second["status"] == "ok" and second["images"] == 1
+
+
+def test_report_gives_images_per_minute_and_tokens_per_second_per_worker_and_in_total() -> None:
+    from app.batch.report import SweepOutcome, build_report, summary_lines
+    from app.batch.worker import JobResult
+
+    results = [
+        JobResult(0, {"gen.seed": 1}, "ok", "ray-0", seconds=4.0, images=1, tokens=120),
+        JobResult(1, {"gen.seed": 2}, "ok", "ray-1", seconds=5.0, images=1, tokens=30),
+        JobResult(2, {"gen.seed": 3}, "failed", "ray-1", seconds=1.0, error="boom"),
+    ]
+    workers = [{"worker": "ray-0", "device": "cpu"}, {"worker": "ray-1", "device": "cpu"}]
+    report = build_report(
+        SweepOutcome(results, workers, wall_seconds=10.0), workflow="wf.json", axes=[], zip_axes=False
+    )
+    assert report["totals"]["images_per_min"] == 12.0 and report["totals"]["tokens_per_s"] == 15.0
+    per_worker = {w["worker"]: (w["images_per_min"], w["tokens_per_s"], w["jobs"]) for w in report["workers"]}
+    assert per_worker == {"ray-0": (6.0, 12.0, 1), "ray-1": (6.0, 3.0, 2)}
+    assert report["ok"] is False and report["counts"]["failed"] == 1
+    text = "\n".join(summary_lines(report))
+    assert "12.0 images/min, 15.0 tok/s" in text and "job 2 failed: boom" in text
