@@ -5,7 +5,8 @@
   processes  N separate `app --run txt2img.json --set sampler.seed=I --threads 1`, one after another
 
 Prints images per minute of each sweep (jobs only: from its report, start-up excluded) and the wall time of each
-whole command (start-up included), then the two ratios the sweep is judged by:
+whole command (start-up included), then the two ratios the sweep is judged by (plus the CPU-time ratio of the
+second, from the children's rusage, which a busy machine moves less):
   ray / local images per minute   (goal >= 1.6 on 2 cores)
   processes wall / local wall     (goal >= 1.5)
 and whether the Ray pictures equal the local ones bit for bit. Each command runs in its own process, one at a
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -31,6 +33,11 @@ from PIL import Image
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKFLOW = ROOT / "resources" / "workflows" / "txt2img.json"
+
+
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def app(args: list[str]) -> float:
@@ -68,7 +75,9 @@ def main() -> None:
             flush=True,
         )
 
+        cpu = children_cpu()
         local_wall = app(common + sweep + ["--out", str(out / "local")])
+        local_cpu = children_cpu() - cpu
         local = json.loads((out / "local" / "sweep.json").read_text())
         print(f"  local sweep done in {local_wall:.1f} s", flush=True)
 
@@ -78,10 +87,11 @@ def main() -> None:
         ray = json.loads((out / "ray" / "sweep.json").read_text())
         print(f"  ray sweep done in {ray_wall:.1f} s", flush=True)
 
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), children_cpu()
         for seed in range(1, args.seeds + 1):
             app(common + ["--set", f"sampler.seed={seed}", "--out", str(out / "processes")])
         processes_wall = time.perf_counter() - started
+        processes_cpu = children_cpu() - cpu
         print(f"  {args.seeds} processes done in {processes_wall:.1f} s", flush=True)
 
         same = pictures(ray) == pictures(local)
@@ -108,6 +118,10 @@ def main() -> None:
     print(f"ray / local throughput (jobs only):     {rate(ray) / rate(local):.2f}x  (goal >= 1.6)")
     print(f"ray / local throughput (whole command): {local_wall / ray_wall:.2f}x  (Ray start-up included)")
     print(f"processes / local sweep wall time:      {processes_wall / local_wall:.2f}x  (goal >= 1.5)")
+    print(
+        f"processes / local sweep CPU time:       {processes_cpu / local_cpu:.2f}x  "
+        f"({processes_cpu:.1f} s vs {local_cpu:.1f} s; steadier than wall time on a busy machine)"
+    )
     print(f"ray pictures equal local pictures:      {same}")
 
 
