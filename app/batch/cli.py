@@ -79,15 +79,6 @@ def run_sweep(args: Any, registry: NodeRegistry) -> int:
     except SweepError as exc:
         return invalid(str(exc))
     out_dir = Path(args.out)
-    cluster = None
-    if args.cluster:
-        from app.batch.cluster import ClusterError, connect
-
-        try:
-            cluster = connect(args.cluster, workers=args.workers, threads=args.threads)
-        except ClusterError as exc:
-            return invalid(str(exc))
-
     cancel = CancelToken()
 
     def on_sigint(signum: int, frame: Any) -> None:
@@ -95,6 +86,28 @@ def run_sweep(args: Any, registry: NodeRegistry) -> int:
             raise KeyboardInterrupt  # a second Ctrl+C: stop now
         err.print("\n[yellow]cancelling the rest of the sweep (Ctrl+C again to abort)[/]")
         cancel.cancel()
+
+    # Installed before Ray starts (tens of seconds): a Ctrl+C then still ends cleanly, with Ray shut down.
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    cluster = None
+    if args.cluster:
+        from app.batch.cluster import ClusterError, connect, shutdown_ray_if_started
+
+        try:
+            cluster = connect(args.cluster, workers=args.workers, threads=args.threads)
+        except ClusterError as exc:
+            signal.signal(signal.SIGINT, previous)
+            return invalid(str(exc))
+        except KeyboardInterrupt:  # a second Ctrl+C while Ray was starting
+            cancel.cancel()
+        if cancel.cancelled:
+            if cluster is not None:
+                cluster.close()
+            else:
+                shutdown_ray_if_started()
+            signal.signal(signal.SIGINT, previous)
+            err.print("[yellow]cancelled before any job ran[/]")
+            return EXIT_INTERRUPTED
 
     progress = Progress(
         TextColumn("sweep"),
@@ -114,7 +127,6 @@ def run_sweep(args: Any, registry: NodeRegistry) -> int:
     if not args.quiet:
         where = f"on {cluster.describe()}" if cluster else "in this process"
         err.print(f"[bold]sweep[/]: {len(plan.jobs)} job(s) of {escape(str(args.run))} {escape(where)}")
-    previous = signal.signal(signal.SIGINT, on_sigint)
     try:
         with progress:
             report = execute_sweep(

@@ -1,6 +1,6 @@
 """The Ray backend: one actor per GPU (or `--workers N` on CPU), each a `SweepWorker` that keeps its models.
 
-Lives here: `connect`, `RayCluster`, `ClusterError`, `RAY_HINT`. Imports Ray (only here, only when
+Lives here: `connect`, `RayCluster`, `ClusterError`, `RAY_HINT`, `shutdown_ray_if_started`. Imports Ray (only here, only when
 `--cluster` is given: it is the optional extra `nodeloom[cluster]`), `app.batch.*`, `nodes`.
 
 `--cluster ray` starts a private Ray instance on loopback only (127.0.0.1, no dashboard, no usage stats, a
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +50,13 @@ def _import_ray() -> Any:
     except ImportError as exc:
         raise ClusterError(RAY_HINT) from exc
     return ray
+
+
+def shutdown_ray_if_started() -> None:
+    """After an interrupted `connect`: stop whatever part of Ray had started in this process."""
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        ray.shutdown()
 
 
 def _source_root() -> str:
