@@ -61,6 +61,7 @@ class SweepDialog(QDialog):
         self.table = QTableWidget(0, 2)
         self.table.setHorizontalHeaderLabels(["Parameter", "Values"])
         self.table.horizontalHeader().setStretchLastSection(True)
+        self.table.setColumnWidth(0, 240)  # room for "node.parameter"
         self.table.verticalHeader().setVisible(False)
         add, remove = QPushButton("Add parameter"), QPushButton("Remove")
         add.clicked.connect(lambda: self.add_row())
