@@ -77,6 +77,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="allow pickle checkpoints: any model file that is not safetensors or GGUF by content, whatever "
         "its name (.ckpt/.pt/.bin...); they can run code, so only for files you trust",
     )
+    # Sweeps and clusters (app/batch).
+    p.add_argument(
+        "--sweep",
+        action="append",
+        metavar="NODE.PARAM=SPEC",
+        help="run once per value: a list 1,2,3, a range 1..16 or 0.5..1.5:0.25, or @file.txt; repeatable (grid)",
+    )
+    p.add_argument("--zip", action="store_true", help="pair the --sweep values in order instead of a grid")
+    p.add_argument(
+        "--cluster",
+        metavar="ray|ray://HOST:PORT|auto",
+        help="run the jobs on Ray: a local instance (one worker per GPU) or an existing cluster",
+    )
+    p.add_argument("--workers", type=int, help="Ray workers on a machine without GPUs (default 2)")
     return p
 
 
@@ -127,6 +141,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.repeat < 1:
             print("error: --repeat must be at least 1", file=sys.stderr)
             return EXIT_INVALID
+        if args.sweep or args.cluster or args.zip:
+            from app.batch.cli import run_sweep
+
+            return run_sweep(args, registry)
         from app.cli import run_headless
 
         return run_headless(args, registry)

@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.gui import sweep_panel
 from app.gui.autosave import INTERVAL_MS, Autosave
 from app.gui.edit_ops import EditOpsMixin
 from app.gui.file_ops import FileOpsMixin
@@ -243,6 +244,7 @@ class MainWindow(FileOpsMixin, EditOpsMixin, RunOpsMixin, QMainWindow):
         self.cancel_action.setEnabled(False)
         run.addAction(self.run_action)
         run.addAction(self.cancel_action)
+        self.sweep = sweep_panel.install(self, run)  # Run sweep... (app/gui/sweep_panel.py)
 
         help_menu = bar.addMenu("&Help")
         help_menu.addAction(self._action("Keyboard &Shortcuts", self.show_shortcuts, "F1"))
