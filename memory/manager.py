@@ -28,6 +28,7 @@ from memory.config import POLICIES, MemoryConfig, parse_budget, parse_bytes
 from memory.devices import NvmlProbe, read_device, read_host, resolve_device
 from memory.learned import LearnedPeaks
 from memory.ledger import ComponentSpec, Ledger, ModelHandle, fmt_bytes
+from memory.patches import PatchEvent
 from memory.paths import user_data_dir
 from memory.placement import Placer
 from memory.scope import NodeScope
@@ -283,6 +284,7 @@ class MemoryManager:
             "transfers": rows(TransferEvent),
             "node_peaks": rows(NodePeak),
             "steps": rows(StepEvent),
+            "patches": rows(PatchEvent),  # LoRA patches: fused or on the fly, per model (memory.patches)
             "process_peak_rss": max(self.process_peak_rss, read_host().peak_rss or 0),
         }
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 
 from memory import MemoryManager, diffusion_working_bytes
+from pipelines.diffusion.lora import use_text_encoder
 from pipelines.diffusion.values import Conditioning, TextEncoderRef
 
 
@@ -41,8 +42,8 @@ def encode_clip(mm: MemoryManager, ref: TextEncoderRef, text: str) -> Conditioni
         truncation=True,
         return_tensors="pt",
     )
-    with mm.use(
-        ref.handles[0], working_bytes=text_encoder_working_bytes(tokenizer.model_max_length, 1024, ref.dtype)
+    with use_text_encoder(
+        mm, ref, 0, working_bytes=text_encoder_working_bytes(tokenizer.model_max_length, 1024, ref.dtype)
     ) as text_encoder:
         attention_mask = None
         if getattr(text_encoder.config, "use_attention_mask", False):
@@ -57,7 +58,7 @@ def encode_clip_sdxl(mm: MemoryManager, ref: TextEncoderRef, text: str) -> Condi
     # Copied from diffusers' StableDiffusionXLPipeline.encode_prompt (one prompt, prompt_2 = prompt).
     prompt_embeds_list = []
     pooled_prompt_embeds = None
-    for handle, source in zip(ref.handles, ref.tokenizers, strict=True):
+    for index, source in enumerate(ref.tokenizers):
         tokenizer = source.load()
         text_inputs = tokenizer(
             text,
@@ -66,8 +67,11 @@ def encode_clip_sdxl(mm: MemoryManager, ref: TextEncoderRef, text: str) -> Condi
             truncation=True,
             return_tensors="pt",
         )
-        with mm.use(
-            handle, working_bytes=text_encoder_working_bytes(tokenizer.model_max_length, 1280, ref.dtype)
+        with use_text_encoder(
+            mm,
+            ref,
+            index,
+            working_bytes=text_encoder_working_bytes(tokenizer.model_max_length, 1280, ref.dtype),
         ) as text_encoder:
             output = text_encoder(text_inputs.input_ids.to(mm.device), output_hidden_states=True)
             # The pooled vector is text_encoder_2's projected EOS embedding (the only 2-D first output).
@@ -94,7 +98,9 @@ def encode_t5(mm: MemoryManager, ref: TextEncoderRef, text: str, *, max_tokens: 
         return_tensors="pt",
     )
     attention_mask = text_inputs.attention_mask
-    with mm.use(ref.handles[0], working_bytes=text_encoder_working_bytes(max_tokens, 4096, ref.dtype)) as te:
+    with use_text_encoder(
+        mm, ref, 0, working_bytes=text_encoder_working_bytes(max_tokens, 4096, ref.dtype)
+    ) as te:
         prompt_embeds = te(text_inputs.input_ids.to(mm.device), attention_mask=attention_mask.to(mm.device))[
             0
         ]
@@ -108,7 +114,7 @@ def encode_t5(mm: MemoryManager, ref: TextEncoderRef, text: str, *, max_tokens: 
 def encode_sd3(mm: MemoryManager, ref: TextEncoderRef, text: str, *, max_tokens: int) -> Conditioning:
     # Copied from diffusers' StableDiffusion3Pipeline.encode_prompt (one prompt, all three encoders).
     clip_embeds, pooled = [], []
-    for handle, source in zip(ref.handles[:2], ref.tokenizers[:2], strict=True):
+    for index, source in enumerate(ref.tokenizers[:2]):
         tokenizer = source.load()
         inputs = tokenizer(
             text,
@@ -117,8 +123,11 @@ def encode_sd3(mm: MemoryManager, ref: TextEncoderRef, text: str, *, max_tokens:
             truncation=True,
             return_tensors="pt",
         )
-        with mm.use(
-            handle, working_bytes=text_encoder_working_bytes(tokenizer.model_max_length, 1280, ref.dtype)
+        with use_text_encoder(
+            mm,
+            ref,
+            index,
+            working_bytes=text_encoder_working_bytes(tokenizer.model_max_length, 1280, ref.dtype),
         ) as clip:
             output = clip(inputs.input_ids.to(mm.device), output_hidden_states=True)
             pooled.append(output[0].cpu())  # text_embeds: the projected EOS vector
@@ -132,7 +141,9 @@ def encode_sd3(mm: MemoryManager, ref: TextEncoderRef, text: str, *, max_tokens:
         add_special_tokens=True,
         return_tensors="pt",
     )
-    with mm.use(ref.handles[2], working_bytes=text_encoder_working_bytes(max_tokens, 4096, ref.dtype)) as t5:
+    with use_text_encoder(
+        mm, ref, 2, working_bytes=text_encoder_working_bytes(max_tokens, 4096, ref.dtype)
+    ) as t5:
         t5_embeds = t5(inputs.input_ids.to(mm.device))[0].to(dtype=t5.dtype).cpu()
     # CLIP-L and bigG side by side (768 + 1280), zero-padded to T5's width, then T5's tokens after them.
     clip_prompt_embeds = torch.cat(clip_embeds, dim=-1)
@@ -148,7 +159,6 @@ def encode_sd3(mm: MemoryManager, ref: TextEncoderRef, text: str, *, max_tokens:
 @torch.no_grad()
 def encode_flux(mm: MemoryManager, ref: TextEncoderRef, text: str, *, max_tokens: int) -> Conditioning:
     # Copied from diffusers' FluxPipeline._get_clip_prompt_embeds and _get_t5_prompt_embeds (one prompt).
-    clip_handle, t5_handle = ref.handles
     tokenizer = ref.tokenizers[0].load()
     clip_inputs = tokenizer(
         text,
@@ -157,8 +167,8 @@ def encode_flux(mm: MemoryManager, ref: TextEncoderRef, text: str, *, max_tokens
         truncation=True,
         return_tensors="pt",
     )
-    with mm.use(
-        clip_handle, working_bytes=text_encoder_working_bytes(tokenizer.model_max_length, 768, ref.dtype)
+    with use_text_encoder(
+        mm, ref, 0, working_bytes=text_encoder_working_bytes(tokenizer.model_max_length, 768, ref.dtype)
     ) as clip:
         # Flux takes only CLIP's pooled (EOS) vector, through its `pooled_projections`.
         pooled = clip(clip_inputs.input_ids.to(mm.device), output_hidden_states=False).pooler_output
@@ -167,7 +177,9 @@ def encode_flux(mm: MemoryManager, ref: TextEncoderRef, text: str, *, max_tokens
     t5_inputs = tokenizer_2(
         text, padding="max_length", max_length=max_tokens, truncation=True, return_tensors="pt"
     )
-    with mm.use(t5_handle, working_bytes=text_encoder_working_bytes(max_tokens, 4096, ref.dtype)) as t5:
+    with use_text_encoder(
+        mm, ref, 1, working_bytes=text_encoder_working_bytes(max_tokens, 4096, ref.dtype)
+    ) as t5:
         prompt_embeds = t5(t5_inputs.input_ids.to(mm.device), output_hidden_states=False)[0]
         prompt_embeds = prompt_embeds.to(dtype=t5.dtype).cpu()
     return Conditioning(embeds=prompt_embeds, pooled=pooled, family=ref.family.name, text=text)

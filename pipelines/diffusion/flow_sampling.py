@@ -22,6 +22,7 @@ from diffusers import FlowMatchEulerDiscreteScheduler
 from diffusers.utils.torch_utils import randn_tensor
 
 from memory import MemoryManager
+from pipelines.diffusion.lora import use_denoiser
 from pipelines.diffusion.sampling import (
     SamplerSettings,
     StepCallback,
@@ -155,7 +156,7 @@ def sample_flux(
     working = denoiser_working_bytes(
         denoiser, h * latents.vae_scale_factor, w * latents.vae_scale_factor, batch, guidance=False
     )
-    with mm.use(denoiser.handle, working_bytes=working) as model:
+    with use_denoiser(mm, denoiser, working_bytes=working) as model:
         for i, t in enumerate(timesteps):
             started = time.perf_counter()
             timestep = t.expand(batch).to(x.dtype)
@@ -248,7 +249,7 @@ def sample_sd3(
     working = denoiser_working_bytes(
         denoiser, h * latents.vae_scale_factor, w * latents.vae_scale_factor, batch, guidance=do_cfg
     )
-    with mm.use(denoiser.handle, working_bytes=working) as model:
+    with use_denoiser(mm, denoiser, working_bytes=working) as model:
         for i, t in enumerate(timesteps):
             started = time.perf_counter()
             model_input = torch.cat([x] * 2) if do_cfg else x

@@ -21,6 +21,7 @@ import torch
 from diffusers.utils.torch_utils import randn_tensor
 
 from memory import MemoryManager, diffusion_working_bytes
+from pipelines.diffusion.lora import use_denoiser
 from pipelines.diffusion.schedulers import make_scheduler
 from pipelines.diffusion.values import Conditioning, DenoiserRef, Latents
 
@@ -216,7 +217,7 @@ def sample(
 
     # 5. Denoising loop
     working = denoiser_working_bytes(denoiser, height, width, batch, do_cfg)
-    with mm.use(denoiser.handle, working_bytes=working) as model:
+    with use_denoiser(mm, denoiser, working_bytes=working) as model:
         for i, t in enumerate(timesteps):
             started = time.perf_counter()
             model_input = torch.cat([x] * 2) if do_cfg else x
