@@ -13,17 +13,29 @@ from safetensors.torch import save_file
 
 # Layers a typical SD LoRA trains (attention projections, feed-forward, transformer in/out) plus a resnet
 # conv (LoCon); the text encoder gets attention and MLP layers.
-UNET_LAYERS = (
-    "down_blocks.0.attentions.0.transformer_blocks.0.attn1.to_q",
-    "down_blocks.0.attentions.0.transformer_blocks.0.attn2.to_k",
-    "down_blocks.0.attentions.0.transformer_blocks.0.attn1.to_out.0",
-    "down_blocks.0.attentions.0.transformer_blocks.0.ff.net.2",
-    "down_blocks.0.attentions.0.proj_in",
-    "mid_block.attentions.0.transformer_blocks.0.attn2.to_v",
-    "up_blocks.1.attentions.0.transformer_blocks.0.attn1.to_v",
-    "down_blocks.0.resnets.0.conv1",
+UNET_SUFFIXES = (
+    "attn1.to_q",
+    "attn2.to_k",
+    "attn1.to_out.0",
+    "ff.net.2",
+    "attentions.0.proj_in",
+    "attn2.to_v",
+    "resnets.0.conv1",
 )
-TEXT_LAYERS = ("encoder.layers.1.mlp.fc1",)
+
+
+def unet_layers(unet: torch.nn.Module) -> tuple[str, ...]:
+    """The first layer of the UNet ending with each of `UNET_SUFFIXES`, plus the mid block's attn1.to_v."""
+    names = [n for n, m in unet.named_modules() if isinstance(m, (torch.nn.Linear, torch.nn.Conv2d))]
+    picked = [next(n for n in names if n.endswith(suffix)) for suffix in UNET_SUFFIXES]
+    picked += [n for n in names if n.startswith("mid_block.") and n.endswith("attn1.to_v")][:1]
+    return tuple(dict.fromkeys(picked))
+
+
+TEXT_LAYERS = ("encoder.layers.0.self_attn.q_proj", "encoder.layers.1.mlp.fc1")
+# diffusers' kohya conversion renames CLIP attention to `to_q_lora`, which its loader then fails to place on
+# transformers 5's CLIP: the parity files keep kohya text layers to the MLP (attention is tested by weights).
+KOHYA_TEXT_LAYERS = ("encoder.layers.1.mlp.fc1",)
 FLUX_LAYERS = (
     "transformer_blocks.0.attn.to_q",
     "transformer_blocks.0.attn.add_k_proj",
@@ -33,7 +45,9 @@ FLUX_LAYERS = (
 )
 
 
-def _factors(layer: torch.nn.Module, rank: int, gen: torch.Generator, scale: float) -> tuple[torch.Tensor, ...]:
+def _factors(
+    layer: torch.nn.Module, rank: int, gen: torch.Generator, scale: float
+) -> tuple[torch.Tensor, ...]:
     w = layer.weight
     if w.ndim == 4:  # conv: down carries the kernel, up is 1x1
         down = torch.randn(rank, w.shape[1], *w.shape[2:], generator=gen) * scale
@@ -46,9 +60,14 @@ def _factors(layer: torch.nn.Module, rank: int, gen: torch.Generator, scale: flo
 
 def kohya_name(prefix: str, path: str) -> str:
     # kohya names a layer by its module path with dots as underscores; CLIP paths keep `text_model`.
-    if prefix.startswith("lora_te"):
+    if prefix.startswith("lora_te") and not path.startswith("text_model."):
         path = "text_model." + path
     return prefix + path.replace(".", "_")
+
+
+def real_path(model: torch.nn.Module, path: str) -> str:
+    """transformers 5 builds CLIPTextModel without `text_model`, CLIPTextModelWithProjection with it."""
+    return path if hasattr(model, path.split(".")[0]) else "text_model." + path
 
 
 def write_kohya(
@@ -65,9 +84,12 @@ def write_kohya(
     """A kohya/A1111 file (`lora_unet_*`, `lora_te*_*`, `alpha`); `loha=True` writes LyCORIS LoHa factors."""
     gen = torch.Generator().manual_seed(seed)
     sd: dict[str, torch.Tensor] = {}
-    parts = [("lora_unet_", unet, UNET_LAYERS)] + [(p, m, TEXT_LAYERS) for p, m in text_encoders.items()]
+    parts = [("lora_unet_", unet, unet_layers(unet))] + [
+        (p, m, KOHYA_TEXT_LAYERS) for p, m in text_encoders.items()
+    ]
     for prefix, model, layers in parts:
         for layer_path in layers:
+            layer_path = real_path(model, layer_path)
             layer = model.get_submodule(layer_path)
             name = kohya_name(prefix, layer_path)
             if loha:
@@ -101,6 +123,7 @@ def write_peft(
     sd: dict[str, torch.Tensor] = {}
     for prefix, model in models.items():
         for layer_path in layers[prefix]:
+            layer_path = real_path(model, layer_path)
             down, up = _factors(model.get_submodule(layer_path), rank, gen, scale)
             sd[f"{prefix}.{layer_path}.lora_A.weight"] = down
             sd[f"{prefix}.{layer_path}.lora_B.weight"] = up

@@ -238,21 +238,54 @@ def use_text_encoder(
         yield model
 
 
-def check_lora(
-    path: Path, family: str, denoiser_config: dict[str, Any], text_encoders: int
-) -> tuple[LoraFile, list[str]]:
-    """Read `path` for a `family` model (as LoadLoRA does before anything is placed).
+def _denoiser_layers(ref: DenoiserRef) -> set[str]:
+    """Module paths of the denoiser, from its config on the meta device (no weights read or allocated)."""
+    with torch.device("meta"):
+        model = ref.family.denoiser_class.from_config(ref.config)
+    return {
+        name for name, m in model.named_modules() if isinstance(m._parameters.get("weight"), torch.Tensor)
+    }
 
-    Returns the file and the keys that belong to no target this model has. Raises when the file has no
-    layer this model could use, with a sample of its keys.
+
+def _text_layers(handle: ModelHandle) -> set[str] | None:
+    """Module paths of a text encoder from its safetensors headers; None when they can't be read that way
+    (a single-file checkpoint names them differently): then the check happens when it is placed."""
+    from safetensors import safe_open
+
+    if not handle.spec.files or handle.spec.prefixes:
+        return None
+    names: set[str] = set()
+    for file in handle.spec.files:
+        with safe_open(str(file), framework="pt") as f:
+            names.update(k.removesuffix(".weight") for k in f.keys() if k.endswith(".weight"))
+    return names | {n.removeprefix("text_model.") for n in names}
+
+
+def check_lora(
+    path: Path, denoiser: DenoiserRef, text_encoder: TextEncoderRef | None
+) -> tuple[LoraFile, int, list[str]]:
+    """Read `path` and match it against the models' layer names, before anything is placed (LoadLoRA).
+
+    Returns the file, how many layers will apply and the keys that apply to nothing. Raises when none
+    applies, with a sample of the keys.
     """
-    lora = read_lora(path, family, denoiser_config)
-    usable = ("denoiser",) + _TEXT_TARGETS[:text_encoders]
-    extra = [f"{t}:{m}" for t, layers in lora.targets.items() if t not in usable for m in layers]
-    stray = lora.unread + extra
-    if not any(lora.targets.get(t) for t in usable):
+    lora = read_lora(path, denoiser.family.name, denoiser.config)
+    known: dict[str, set[str] | None] = {"denoiser": _denoiser_layers(denoiser)}
+    if text_encoder is not None:
+        for i, handle in enumerate(text_encoder.handles):
+            known[_TEXT_TARGETS[i]] = _text_layers(handle)
+    applied, stray = 0, list(lora.unread)
+    for target, layers in lora.targets.items():
+        names = known.get(target, set())
+        for module in layers:
+            if names is None or module in names or module.removeprefix("text_model.") in names:
+                applied += 1
+            else:
+                stray.append(f"{target}:{module}")
+    if applied == 0:
         sample = ", ".join(stray[:_SAMPLE]) or "(none)"
         raise ValueError(
-            f"{path.name}: no LoRA layer in this file matches a {family} model ({len(stray)} keys), e.g. {sample}"
+            f"{path.name}: no LoRA layer in this file matches this {denoiser.family.title} model "
+            f"({len(stray)} keys), e.g. {sample}"
         )
-    return lora, stray
+    return lora, applied, stray
