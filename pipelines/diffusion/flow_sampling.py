@@ -29,6 +29,7 @@ from pipelines.diffusion.sampling import (
     StepInfo,
     batched_conditioning,
     denoiser_working_bytes,
+    same_length,
 )
 from pipelines.diffusion.values import Conditioning, DenoiserRef, Latents
 
@@ -241,7 +242,7 @@ def sample_sd3(
         x = scheduler.scale_noise(init, timesteps[:1].repeat(batch), noise)
 
     # 4. Prepare conditioning: negative first, then positive, as one doubled batch under CFG
-    conds = [batched_conditioning(negative, batch), positive] if do_cfg else [positive]
+    conds = same_length([batched_conditioning(negative, batch), positive] if do_cfg else [positive])
     embeds = torch.cat([c.embeds for c in conds]).to(device=device, dtype=denoiser.dtype)
     pooled = torch.cat([c.pooled for c in conds]).to(device=device, dtype=denoiser.dtype)
 

@@ -83,7 +83,8 @@ class TextEncoderRef:
     family: Family
     dtype: torch.dtype
     patches: tuple[LoraPatch, ...] = ()  # LoRAs in the order they stack (LoadLoRA nodes)
-    clip_skip: int = -1  # ComfyUI's CLIPSetLastLayer: -1 = last layer, -2 = penultimate, ...
+    # ComfyUI's CLIPSetLastLayer: -1 = last layer, -2 = the one before, ...; None = the family's usual layer
+    clip_skip: int | None = None
 
 
 @dataclass(frozen=True)
