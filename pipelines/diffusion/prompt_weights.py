@@ -54,7 +54,8 @@ def parse_weights(text: str) -> list[tuple[str, float]]:
 
     def multiply_range(start: int, multiplier: float) -> None:
         for p in range(start, len(res)):
-            res[p][1] *= multiplier
+            if res[p][0] != BREAK:  # a BREAK inside brackets stays a BREAK
+                res[p][1] *= multiplier
 
     for m in _RE_ATTENTION.finditer(text):
         token, weight = m.group(0), m.group(1)
@@ -156,7 +157,8 @@ def apply_weights(
     w = weights.to(device=z.device, dtype=z.dtype)[None, :, None]  # (1, 77, 1)
     if weighting == "comfy":
         assert z_empty is not None, "comfy weighting interpolates from the empty prompt's embedding"
-        return (z - z_empty) * w + z_empty
+        # Only the weighted positions: (z - e) * 1 + e is not bit-identical to z.
+        return torch.where(w != 1.0, (z - z_empty) * w + z_empty, z)
     original_mean = z.float().mean()
     z = z * w
     return z * (original_mean / z.float().mean()).to(z.dtype)
