@@ -22,6 +22,7 @@ from pipelines.diffusion.conditioning import encode_prompt
 from pipelines.diffusion.families import FAMILIES
 from pipelines.diffusion.loading import load_component_file, load_model, read_json
 from pipelines.diffusion.previews import latent_preview
+from pipelines.diffusion.prompt_weights import WEIGHTINGS
 from pipelines.diffusion.sampling import SamplerSettings, StepInfo, sample
 from pipelines.diffusion.schedulers import SCHEDULER_NAMES
 from pipelines.diffusion.single_file import CONFIG_DIRS
@@ -116,8 +117,10 @@ def _run_load_vae(ctx: NodeContext, path: str, family: str, dtype: str, config_d
     }
 
 
-def _run_text_encode(ctx: NodeContext, text_encoder: TextEncoderRef, text: str) -> dict[str, Any]:
-    return {"conditioning": encode_prompt(ctx.memory, text_encoder, text)}
+def _run_text_encode(
+    ctx: NodeContext, text_encoder: TextEncoderRef, text: str, weighting: str = "comfy"
+) -> dict[str, Any]:
+    return {"conditioning": encode_prompt(ctx.memory, text_encoder, text, weighting=weighting)}
 
 
 def _run_empty_latent(
@@ -240,7 +243,16 @@ NODES: tuple[NodeSpec, ...] = (
         title="Text Encode",
         category="diffusion",
         inputs=[Input("text_encoder", TEXT_ENCODER)],
-        params=[Param("text", "text", default="", help="the prompt (may be wired from an LLM's text)")],
+        params=[
+            Param("text", "text", default="", help="the prompt (may be wired from an LLM's text)"),
+            Param(
+                "weighting",
+                "choice",
+                default="comfy",
+                choices=WEIGHTINGS,
+                help="(word:1.3) weights on CLIP encoders: comfy = ComfyUI's, a1111 = A1111's mean-normalised",
+            ),
+        ],
         outputs=[Output("conditioning", CONDITIONING)],
         run=_run_text_encode,
     ),

@@ -1,6 +1,6 @@
-"""LoRA node: attach a LoRA file at given strengths to a denoiser and its text encoder(s).
+"""LoRA and text-encoder tweak nodes: attach a LoRA file at given strengths, set the CLIP skip.
 
-Lives here: the `NODES` tuple (`LoadLoRA`). Imports `nodes.spec`, `nodes.types`, `nodes.context`,
+Lives here: the `NODES` tuple (`LoadLoRA`, `ClipSkip`). Imports `nodes.spec`, `nodes.types`, `nodes.context`,
 `pipelines.paths` and `pipelines.diffusion`; the patching lives in pipelines/diffusion/lora.py.
 
 The node loads no model: it reads the LoRA file once to check that it fits the model (a clear error when
@@ -54,6 +54,12 @@ def _run_load_lora(
     return {"denoiser": out_denoiser, "text_encoder": out_text}
 
 
+def _run_clip_skip(ctx: NodeContext, text_encoder: TextEncoderRef, clip_skip: int) -> dict[str, Any]:
+    if text_encoder.family.name in ("pixart_sigma",):
+        raise ValueError(f"{text_encoder.family.title} has no CLIP text encoder to skip layers of")
+    return {"text_encoder": dataclasses.replace(text_encoder, clip_skip=int(clip_skip))}
+
+
 _STRENGTH_HELP = "how much of the LoRA to add: 1 as trained, 0 none, negative subtracts it"
 
 NODES: tuple[NodeSpec, ...] = (
@@ -79,5 +85,17 @@ NODES: tuple[NodeSpec, ...] = (
             Output("text_encoder", TEXT_ENCODER, depends_on=("text_encoder", "path", "strength_text")),
         ],
         run=_run_load_lora,
+    ),
+    NodeSpec(
+        type="ClipSkip",
+        title="CLIP Skip (Set Last Layer)",
+        category="diffusion/loaders",
+        description="Which CLIP layer the prompt's embeddings come from, as ComfyUI's CLIPSetLastLayer: -1 the "
+        "last, -2 the one before (A1111's 'clip skip 2'). SD1.x/2.x normalise it with CLIP's final layer norm; "
+        "SDXL/SD3 take it raw. Flux uses only CLIP's pooled vector, which this does not change.",
+        inputs=[Input("text_encoder", TEXT_ENCODER)],
+        params=[Param("clip_skip", "int", default=-1, min=-24, max=-1)],
+        outputs=[Output("text_encoder", TEXT_ENCODER)],
+        run=_run_clip_skip,
     ),
 )
