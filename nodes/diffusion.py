@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from memory import user_data_dir
 from nodes.context import NodeContext
 from nodes.spec import Input, NodeSpec, Output, Param
 from nodes.types import CONDITIONING, DENOISER, IMAGE, LATENT, TEXT_ENCODER, VAE
@@ -118,9 +119,11 @@ def _run_load_vae(ctx: NodeContext, path: str, family: str, dtype: str, config_d
 
 
 def _run_text_encode(
-    ctx: NodeContext, text_encoder: TextEncoderRef, text: str, weighting: str = "comfy"
+    ctx: NodeContext, text_encoder: TextEncoderRef, text: str, weighting: str = "comfy", embeddings: str = ""
 ) -> dict[str, Any]:
-    return {"conditioning": encode_prompt(ctx.memory, text_encoder, text, weighting=weighting)}
+    folder = Path(embeddings).expanduser() if embeddings else user_data_dir() / "embeddings"
+    cond = encode_prompt(ctx.memory, text_encoder, text, weighting=weighting, embeddings_dir=folder)
+    return {"conditioning": cond}
 
 
 def _run_empty_latent(
@@ -251,6 +254,14 @@ NODES: tuple[NodeSpec, ...] = (
                 default="comfy",
                 choices=WEIGHTINGS,
                 help="(word:1.3) weights on CLIP encoders: comfy = ComfyUI's, a1111 = A1111's mean-normalised",
+            ),
+            Param(
+                "embeddings",
+                "path",
+                default="",
+                file_filter="dir",
+                help="folder of textual-inversion files for embedding:NAME (default: the user data dir's "
+                "embeddings/)",
             ),
         ],
         outputs=[Output("conditioning", CONDITIONING)],

@@ -151,3 +151,41 @@ def test_clip_skip_matches_diffusers_clip_skip(sd) -> None:
     last = encode_prompt(mm, dataclasses.replace(model.text_encoder, clip_skip=-1), "a red circle").embeds
     assert torch.equal(last, encode_prompt(mm, model.text_encoder, "a red circle").embeds)
     assert not torch.allclose(ours, last)
+
+
+def _token_vectors(mm: MemoryManager, ref, index: int, words: str) -> torch.Tensor:
+    tokenizer = ref.tokenizers[index].load()
+    ids = tokenizer(words, add_special_tokens=False).input_ids
+    with mm.use(ref.handles[index]) as te:
+        return te.get_input_embeddings().weight[ids].detach().clone()
+
+
+@pytest.mark.parametrize("name", ["tiny-sd", "tiny-sdxl"])
+def test_an_embedding_of_the_words_own_vectors_equals_the_words(tmp_path, name: str) -> None:
+    """A textual-inversion file whose vectors are the token embeddings of "red circle" must encode exactly
+    like the words (SD1.x: one tensor; SDXL: clip_l and clip_g)."""
+    from safetensors.torch import save_file
+
+    mm = MemoryManager(MemoryConfig(device="cpu", policy="auto"))
+    try:
+        model = load_model(mm, f"demo:{name}")
+        te = model.text_encoder
+        if name == "tiny-sd":
+            tensors = {"emb_params": _token_vectors(mm, te, 0, "red circle")}
+        else:
+            tensors = {
+                "clip_l": _token_vectors(mm, te, 0, "red circle"),
+                "clip_g": _token_vectors(mm, te, 1, "red circle"),
+            }
+        save_file(tensors, str(tmp_path / "redcircle.safetensors"))
+        words = encode_prompt(mm, te, "a small red circle", embeddings_dir=tmp_path)
+        embedded = encode_prompt(mm, te, "a small embedding:redcircle", embeddings_dir=tmp_path)
+        assert torch.equal(words.embeds, embedded.embeds)
+        if name == "tiny-sdxl":
+            assert torch.equal(words.pooled, embedded.pooled)
+        weighted = encode_prompt(mm, te, "a small (embedding:redcircle:1.4)", embeddings_dir=tmp_path)
+        assert not torch.equal(weighted.embeds, words.embeds)
+        with pytest.raises(FileNotFoundError, match="embedding:missing: no missing.safetensors"):
+            encode_prompt(mm, te, "embedding:missing", embeddings_dir=tmp_path)
+    finally:
+        mm.close()

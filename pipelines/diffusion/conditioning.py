@@ -14,10 +14,12 @@ encoder is used through `mm.use(...)`, so a sequential policy unloads it as soon
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 
 from memory import MemoryManager, diffusion_working_bytes
-from pipelines.diffusion.clip_text import chunk_count, encode_clip_chunks
+from pipelines.diffusion.clip_text import Embeddings, chunk_count, encode_clip_chunks
 from pipelines.diffusion.lora import use_text_encoder
 from pipelines.diffusion.prompt_weights import WEIGHTINGS, strip_weights
 from pipelines.diffusion.values import Conditioning, TextEncoderRef
@@ -35,7 +37,13 @@ def text_encoder_working_bytes(tokens: int, hidden_size: int, dtype: torch.dtype
     )
 
 
-def encode_clip(mm: MemoryManager, ref: TextEncoderRef, text: str, weighting: str = "comfy") -> Conditioning:
+def encode_clip(
+    mm: MemoryManager,
+    ref: TextEncoderRef,
+    text: str,
+    weighting: str = "comfy",
+    embeddings: Embeddings | None = None,
+) -> Conditioning:
     # As diffusers' StableDiffusionPipeline.encode_prompt (one prompt; its clip_skip is our clip_skip - 1),
     # plus weights and 77-token chunks (clip_text.py).
     tokens = ref.tokenizers[0].load().model_max_length
@@ -48,16 +56,21 @@ def encode_clip(mm: MemoryManager, ref: TextEncoderRef, text: str, weighting: st
         default_layer=None,
         normalise_skipped=True,
         working_bytes=text_encoder_working_bytes(tokens, 1024, ref.dtype),
+        embeddings=embeddings,
     )
     return Conditioning(embeds=out.embeds, family=ref.family.name, text=text)
 
 
 def encode_clip_sdxl(
-    mm: MemoryManager, ref: TextEncoderRef, text: str, weighting: str = "comfy"
+    mm: MemoryManager,
+    ref: TextEncoderRef,
+    text: str,
+    weighting: str = "comfy",
+    embeddings: Embeddings | None = None,
 ) -> Conditioning:
     # As diffusers' StableDiffusionXLPipeline.encode_prompt (one prompt, prompt_2 = prompt): both encoders'
     # penultimate layers side by side, the pooled vector is text_encoder_2's projected EOS embedding.
-    chunks = max(chunk_count(ref, i, text) for i in range(2))
+    chunks = max(chunk_count(ref, i, text, embeddings) for i in range(2))
     outs = [
         encode_clip_chunks(
             mm,
@@ -69,6 +82,7 @@ def encode_clip_sdxl(
             normalise_skipped=False,
             min_chunks=chunks,
             working_bytes=text_encoder_working_bytes(77, 1280, ref.dtype),
+            embeddings=embeddings,
         )
         for i in range(2)
     ]
@@ -106,10 +120,16 @@ def encode_t5(mm: MemoryManager, ref: TextEncoderRef, text: str, *, max_tokens: 
 
 @torch.no_grad()
 def encode_sd3(
-    mm: MemoryManager, ref: TextEncoderRef, text: str, *, max_tokens: int, weighting: str = "comfy"
+    mm: MemoryManager,
+    ref: TextEncoderRef,
+    text: str,
+    *,
+    max_tokens: int,
+    weighting: str = "comfy",
+    embeddings: Embeddings | None = None,
 ) -> Conditioning:
     # Copied from diffusers' StableDiffusion3Pipeline.encode_prompt (one prompt, all three encoders).
-    chunks = max(chunk_count(ref, i, text) for i in range(2))
+    chunks = max(chunk_count(ref, i, text, embeddings) for i in range(2))
     outs = [
         encode_clip_chunks(
             mm,
@@ -121,6 +141,7 @@ def encode_sd3(
             normalise_skipped=False,
             min_chunks=chunks,
             working_bytes=text_encoder_working_bytes(77, 1280, ref.dtype),
+            embeddings=embeddings,
         )
         for i in range(2)
     ]
@@ -152,7 +173,14 @@ def encode_sd3(
 
 
 @torch.no_grad()
-def encode_flux(mm: MemoryManager, ref: TextEncoderRef, text: str, *, max_tokens: int) -> Conditioning:
+def encode_flux(
+    mm: MemoryManager,
+    ref: TextEncoderRef,
+    text: str,
+    *,
+    max_tokens: int,
+    embeddings: Embeddings | None = None,
+) -> Conditioning:
     # As diffusers' FluxPipeline._get_clip_prompt_embeds and _get_t5_prompt_embeds (one prompt). Flux takes
     # only CLIP's pooled (EOS) vector of the first chunk, which token weights don't change; T5 gets the text
     # without weighting syntax.
@@ -165,6 +193,7 @@ def encode_flux(mm: MemoryManager, ref: TextEncoderRef, text: str, *, max_tokens
         default_layer=None,
         normalise_skipped=True,
         working_bytes=text_encoder_working_bytes(77, 768, ref.dtype),
+        embeddings=embeddings,
     )
     pooled = out.pooled
     text = strip_weights(text)
@@ -187,18 +216,24 @@ def encode_prompt(
     *,
     max_tokens: int | None = None,
     weighting: str = "comfy",
+    embeddings_dir: Path | None = None,
 ) -> Conditioning:
-    """Encode one prompt with the family's text encoder(s); `weighting`: "comfy" or "a1111" (CLIP only)."""
+    """Encode one prompt with the family's text encoder(s).
+
+    `weighting`: "comfy" or "a1111" (CLIP only). `embeddings_dir`: where `embedding:name` finds
+    `name.safetensors` (None: such words stay text).
+    """
     if weighting not in WEIGHTINGS:
         raise ValueError(f"field 'weighting': {weighting!r} is not one of {', '.join(WEIGHTINGS)}")
+    emb = Embeddings(embeddings_dir) if embeddings_dir is not None else None
     if ref.family.name == "sdxl":
-        return encode_clip_sdxl(mm, ref, text, weighting)
+        return encode_clip_sdxl(mm, ref, text, weighting, emb)
     if ref.family.name == "pixart_sigma":
         return encode_t5(mm, ref, text, max_tokens=max_tokens or ref.family.max_text_tokens or 300)
     if ref.family.name == "sd3":
-        return encode_sd3(
-            mm, ref, text, max_tokens=max_tokens or ref.family.max_text_tokens or 256, weighting=weighting
-        )
+        tokens = max_tokens or ref.family.max_text_tokens or 256
+        return encode_sd3(mm, ref, text, max_tokens=tokens, weighting=weighting, embeddings=emb)
     if ref.family.name == "flux":
-        return encode_flux(mm, ref, text, max_tokens=max_tokens or ref.family.max_text_tokens or 512)
-    return encode_clip(mm, ref, text, weighting)
+        tokens = max_tokens or ref.family.max_text_tokens or 512
+        return encode_flux(mm, ref, text, max_tokens=tokens, embeddings=emb)
+    return encode_clip(mm, ref, text, weighting, emb)

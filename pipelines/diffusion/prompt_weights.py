@@ -1,8 +1,13 @@
 """Prompt weighting for CLIP text encoders: `(word:1.3)`, `(word)`, `[word]`, `\\(` escapes, `BREAK`, and
 prompts longer than 77 tokens in 75-token chunks.
 
-Lives here: `parse_weights`, `PromptChunk`, `chunk_tokens`, `apply_weights`, `WEIGHTINGS`, `strip_weights`.
+Lives here: `parse_weights`, `PromptChunk`, `chunk_tokens`, `apply_weights`, `WEIGHTINGS`, `strip_weights`,
+`EMBEDDING_RE`.
 May import: stdlib, torch.
+
+`embedding:name` (ComfyUI's syntax) in a prompt stands for the vectors of a textual-inversion embedding;
+`chunk_tokens` reserves one position per vector (never split across chunks) and records the vectors, which
+clip_text.py writes over the token embeddings at those positions.
 
 Syntax (A1111's `parse_prompt_attention`, which ComfyUI's parser follows for these cases):
 `(text)` multiplies the weight by 1.1, `[text]` divides it by 1.1, `(text:1.3)` sets a factor of 1.3;
@@ -23,6 +28,7 @@ ids the plain tokenizer call gives, so its embeddings are the pipeline's bit for
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -39,6 +45,7 @@ _RE_ATTENTION = re.compile(
     re.X,
 )
 _RE_BREAK = re.compile(r"\s*\bBREAK\b\s*", re.S)
+EMBEDDING_RE = re.compile(r"embedding:([\w.\-]+)")
 _UP, _DOWN = 1.1, 1 / 1.1
 
 
@@ -109,36 +116,69 @@ def has_weights(runs: list[tuple[str, float]]) -> bool:
 
 @dataclass(frozen=True)
 class PromptChunk:
-    """77 token ids (BOS, tokens, EOS, padding) and one weight per position (1.0 on BOS/EOS/padding)."""
+    """77 token ids (BOS, tokens, EOS, padding) and one weight per position (1.0 on BOS/EOS/padding).
+
+    `vectors`: (position, vector) for embedding positions, whose id is only a placeholder.
+    """
 
     ids: list[int]
     weights: list[float]
+    vectors: tuple[tuple[int, torch.Tensor], ...] = ()
 
 
-def chunk_tokens(tokenizer, runs: list[tuple[str, float]]) -> list[PromptChunk]:
+def chunk_tokens(
+    tokenizer, runs: list[tuple[str, float]], embedding: Callable[[str], torch.Tensor] | None = None
+) -> list[PromptChunk]:
     """Tokenize weighted runs into 77-token chunks (BOS + 75 + EOS, padded), the way A1111 and ComfyUI do.
 
     A chunk ends after 75 tokens or at a BREAK. The tokenizer's BOS, EOS and pad ids come from the tokenizer
-    itself (SDXL's second CLIP pads with "!", not EOS).
+    itself (SDXL's second CLIP pads with "!", not EOS). `embedding(name)` gives the (n, D) vectors of
+    `embedding:name`; without it the words are tokenized as text.
     """
     bos, eos = tokenizer.bos_token_id, tokenizer.eos_token_id
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
-    size = tokenizer.model_max_length
-    chunks: list[tuple[list[int], list[float]]] = [([], [])]
+    room = tokenizer.model_max_length - 2
+    # Per chunk: ids, weights, {position in chunk (after BOS): vector}
+    chunks: list[tuple[list[int], list[float], dict[int, torch.Tensor]]] = [([], [], {})]
+
+    def add(token: int, weight: float, vector: torch.Tensor | None = None) -> None:
+        if len(chunks[-1][0]) == room:
+            chunks.append(([], [], {}))
+        ids, weights, vectors = chunks[-1]
+        if vector is not None:
+            vectors[len(ids) + 1] = vector
+        ids.append(token)
+        weights.append(weight)
+
     for text, weight in runs:
         if text == BREAK:
-            chunks.append(([], []))
+            chunks.append(([], [], {}))
             continue
-        ids = tokenizer(text, add_special_tokens=False, truncation=False).input_ids
-        for token in ids:
-            if len(chunks[-1][0]) == size - 2:
-                chunks.append(([], []))
-            chunks[-1][0].append(token)
-            chunks[-1][1].append(weight)
+        pieces = EMBEDDING_RE.split(text) if embedding is not None else [text]
+        for i, piece in enumerate(pieces):
+            if i % 2 == 1:  # an embedding name
+                vectors = embedding(piece)  # type: ignore[misc]
+                if len(vectors) > room:
+                    raise ValueError(
+                        f"embedding:{piece} has {len(vectors)} vectors; at most {room} fit a chunk"
+                    )
+                if len(chunks[-1][0]) + len(vectors) > room:
+                    chunks.append(([], [], {}))  # never split an embedding across chunks
+                for v in vectors:
+                    add(bos, weight, v)  # BOS as the placeholder id: never taken for the EOS position
+            elif piece:
+                for token in tokenizer(piece, add_special_tokens=False, truncation=False).input_ids:
+                    add(token, weight)
     out = []
-    for ids, weights in chunks:
-        fill = size - 2 - len(ids)
-        out.append(PromptChunk([bos, *ids, eos] + [pad] * fill, [1.0, *weights, 1.0] + [1.0] * fill))
+    for ids, weights, vectors in chunks:
+        fill = room - len(ids)
+        out.append(
+            PromptChunk(
+                [bos, *ids, eos] + [pad] * fill,
+                [1.0, *weights, 1.0] + [1.0] * fill,
+                tuple(sorted(vectors.items(), key=lambda kv: kv[0])),
+            )
+        )
     return out
 
 
