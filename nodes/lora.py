@@ -43,11 +43,13 @@ def _run_load_lora(
             f"warning: {len(stray)} keys of {file.name} apply to nothing in this model "
             f"(e.g. {', '.join(stray[:5])}); {applied} layers will be applied"
         )
-    out_denoiser = dataclasses.replace(
-        denoiser, patches=(*denoiser.patches, make_patch(file, strength_model))
-    )
+    targets = tuple(t for t, layers in lora.targets.items() if layers)
+    model_patch = make_patch(file, strength_model, targets)
+    out_denoiser = dataclasses.replace(denoiser, patches=(*denoiser.patches, model_patch))
     out_text = (
-        dataclasses.replace(text_encoder, patches=(*text_encoder.patches, make_patch(file, strength_text)))
+        dataclasses.replace(
+            text_encoder, patches=(*text_encoder.patches, make_patch(file, strength_text, targets))
+        )
         if text_encoder is not None
         else None
     )

@@ -68,9 +68,9 @@ class LoraWeights(torch.nn.Module):
         }
 
 
-def make_patch(path: Path, strength: float) -> LoraPatch:
+def make_patch(path: Path, strength: float, targets: tuple[str, ...] = ()) -> LoraPatch:
     st = path.stat()
-    return LoraPatch(path=path, strength=float(strength), stamp=(st.st_mtime_ns, st.st_size))
+    return LoraPatch(path=path, strength=float(strength), stamp=(st.st_mtime_ns, st.st_size), targets=targets)
 
 
 def lora_handle(
@@ -173,18 +173,28 @@ def _numel(w: LayerWeights, module: torch.nn.Module) -> int:
     return f["up"].shape[0] * inner
 
 
+def _active(patches: tuple[LoraPatch, ...], target: str) -> tuple[LoraPatch, ...]:
+    # Strength 0 is no LoRA, bit for bit; a file known to have nothing for this model is skipped unread.
+    return tuple(p for p in patches if p.strength != 0.0 and (not p.targets or target in p.targets))
+
+
+def _place_loras(
+    mm: MemoryManager, stack: ExitStack, active: tuple[LoraPatch, ...], family: str, config: dict[str, Any]
+) -> list[LoraWeights]:
+    """Place the LoRA weights before the model they patch, so a streaming plan for the model leaves room."""
+    return [stack.enter_context(mm.use(lora_handle(mm, p, family, config))) for p in active]
+
+
 def _sync(
     mm: MemoryManager,
     stack: ExitStack,
     model: torch.nn.Module,
     handle: ModelHandle,
-    patches: tuple[LoraPatch, ...],
+    active: tuple[LoraPatch, ...],
+    loras: list[LoraWeights],
     target: str,
-    family: str,
-    denoiser_config: dict[str, Any],
 ) -> None:
-    """Make `model` carry exactly `patches` for `target`, in the mode the policy chooses."""
-    active = tuple(p for p in patches if p.strength != 0.0)  # strength 0 is no LoRA, bit for bit
+    """Make `model` carry exactly the `active` patches for `target`, in the mode the policy chooses."""
     mode = patch_mode(mm, handle)
     signature = (target, mode, tuple((str(p.path), p.stamp, p.strength) for p in active))
     state = patch_state(model)
@@ -199,19 +209,17 @@ def _sync(
     if not active:
         return
     t0 = time.perf_counter()
-    pairs = []
-    for p in active:
-        lora = stack.enter_context(mm.use(lora_handle(mm, p, family, denoiser_config)))
-        pairs.append((p, lora.layers(target)))
-    layers, match = _layer_patches(model, pairs)
+    layers, match = _layer_patches(
+        model, [(p, lora.layers(target)) for p, lora in zip(active, loras, strict=True)]
+    )
     if not layers and not match.unapplied:
         return  # these LoRAs have nothing for this model (e.g. a UNet-only LoRA on a text encoder)
-    match.check(", ".join(p.label for p in active))
+    label = ", ".join(p.label for p in active)
+    match.check(label)
     state = apply_patches(model, layers, mode=mode, signature=signature)
     if mode == "on_the_fly":
         # The hooks read the LoRA factors, which the manager may move or drop after this use.
         stack.callback(remove_patches, model)
-    label = ", ".join(p.label for p in active)
     mm.telemetry.emit(
         PatchEvent(handle.spec.name, mode, len(layers), label, state.extra_bytes(), time.perf_counter() - t0)
     )
@@ -220,9 +228,11 @@ def _sync(
 @contextmanager
 def use_denoiser(mm: MemoryManager, ref: DenoiserRef, *, working_bytes: int = 0) -> Iterator[torch.nn.Module]:
     """`mm.use(ref.handle)` with the ref's LoRA patches on the placed model."""
+    active = _active(ref.patches, "denoiser")
     with ExitStack() as stack:
+        loras = _place_loras(mm, stack, active, ref.family.name, ref.config)
         model = stack.enter_context(mm.use(ref.handle, working_bytes=working_bytes))
-        _sync(mm, stack, model, ref.handle, ref.patches, "denoiser", ref.family.name, ref.config)
+        _sync(mm, stack, model, ref.handle, active, loras, "denoiser")
         yield model
 
 
@@ -232,9 +242,12 @@ def use_text_encoder(
 ) -> Iterator[torch.nn.Module]:
     """`mm.use(ref.handles[index])` with the ref's LoRA patches for that encoder on the placed model."""
     handle = ref.handles[index]
+    target = _TEXT_TARGETS[index]
+    active = _active(ref.patches, target)
     with ExitStack() as stack:
+        loras = _place_loras(mm, stack, active, ref.family.name, {})
         model = stack.enter_context(mm.use(handle, working_bytes=working_bytes))
-        _sync(mm, stack, model, handle, ref.patches, _TEXT_TARGETS[index], ref.family.name, {})
+        _sync(mm, stack, model, handle, active, loras, target)
         yield model
 
 

@@ -55,6 +55,8 @@ class LoraPatch:
     path: Path
     strength: float
     stamp: tuple[int, int] = (0, 0)
+    # Which models the file has layers for ("denoiser", "text_encoder", ...); empty: not known yet.
+    targets: tuple[str, ...] = ()
 
     @property
     def label(self) -> str:
