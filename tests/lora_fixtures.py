@@ -129,3 +129,31 @@ def write_peft(
             sd[f"{prefix}.{layer_path}.lora_B.weight"] = up
     save_file(sd, str(path))
     return path
+
+
+# kohya's names for Flux layers (BFL layout: fused qkv) and their shapes in terms of the model's width D and
+# MLP width M. Not `single_blocks_N_linear1` (qkv + mlp in one matrix): diffusers' converter splits it with
+# full-size Flux's widths (3 x 3072 + 12288) written in, so it can't convert one for a tiny model.
+KOHYA_FLUX = {
+    "lora_unet_double_blocks_0_img_attn_qkv": ("D", "3D"),
+    "lora_unet_double_blocks_0_img_attn_proj": ("D", "D"),
+    "lora_unet_double_blocks_0_txt_mlp_0": ("D", "M"),
+    "lora_unet_single_blocks_0_linear2": ("D+M", "D"),
+}
+
+
+def write_kohya_flux(
+    path: Path, transformer: torch.nn.Module, *, seed: int, rank: int = 4, scale: float = 0.2
+) -> Path:
+    """A kohya Flux file (`lora_unet_double_blocks_*`, `lora_unet_single_blocks_*`, `alpha`)."""
+    d = transformer.config.num_attention_heads * transformer.config.attention_head_dim
+    m = transformer.get_submodule("single_transformer_blocks.0.proj_mlp").weight.shape[0]
+    size = {"D": d, "3D": 3 * d, "M": m, "3D+M": 3 * d + m, "D+M": d + m}
+    gen = torch.Generator().manual_seed(seed)
+    sd: dict[str, torch.Tensor] = {}
+    for name, (fan_in, fan_out) in KOHYA_FLUX.items():
+        sd[f"{name}.lora_down.weight"] = torch.randn(rank, size[fan_in], generator=gen) * scale
+        sd[f"{name}.lora_up.weight"] = torch.randn(size[fan_out], rank, generator=gen) * scale
+        sd[f"{name}.alpha"] = torch.tensor(float(rank) / 2)
+    save_file(sd, str(path))
+    return path

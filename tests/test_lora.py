@@ -21,7 +21,15 @@ from pipelines.diffusion.lora_formats import read_lora
 from pipelines.diffusion.sampling import SamplerSettings, sample
 from pipelines.diffusion.vae import decode
 from pipelines.diffusion.values import Latents
-from tests.lora_fixtures import FLUX_LAYERS, TEXT_LAYERS, kohya_name, unet_layers, write_kohya, write_peft
+from tests.lora_fixtures import (
+    FLUX_LAYERS,
+    TEXT_LAYERS,
+    kohya_name,
+    unet_layers,
+    write_kohya,
+    write_kohya_flux,
+    write_peft,
+)
 
 PROMPT = "a small red circle"
 TOLERANCE = 1e-4
@@ -94,6 +102,8 @@ def theirs(pipe: DiffusionPipeline, loras: list[tuple[Path, float]], name: str) 
 
 def _files(pipe: DiffusionPipeline, name: str, tmp_path: Path, layout: str, seed: int) -> Path:
     path = tmp_path / f"{name}-{layout}-{seed}.safetensors"
+    if name == "tiny-flux" and layout == "kohya":
+        return write_kohya_flux(path, pipe.transformer, seed=seed)
     if name == "tiny-flux":
         return write_peft(
             path,
@@ -124,6 +134,7 @@ def _files(pipe: DiffusionPipeline, name: str, tmp_path: Path, layout: str, seed
         ("tiny-sdxl", "kohya"),
         ("tiny-sdxl", "peft"),
         ("tiny-flux", "peft"),
+        ("tiny-flux", "kohya"),
     ],
 )
 def test_lora_matches_diffusers_fuse_lora(pipes, tmp_path, name: str, layout: str) -> None:
