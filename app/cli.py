@@ -19,6 +19,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from memory import LoadEvent, MemoryConfig, MemoryManager, TransferEvent, UnloadEvent
+from memory.patches import PatchEvent
 from nodes.context import CancelToken
 from nodes.events import (
     NodeCached,
@@ -157,6 +158,11 @@ class HeadlessPrinter:
         elif isinstance(event, TransferEvent):
             self._say(
                 f"    [magenta]transfer[/] {escape(event.component)} {_mib(event.nbytes)} at {event.gbps:.1f} GB/s"
+            )
+        elif isinstance(event, PatchEvent) and event.mode != "removed":
+            self._say(
+                f"    [magenta]lora[/] {escape(event.component)}: {escape(event.patches)}, {event.layers} layers "
+                f"{event.mode.replace('_', ' ')} (+{_mib(event.nbytes)})"
             )
 
     def _say(self, message: str) -> None:
