@@ -88,7 +88,8 @@ def lora_handle(
             name=f"lora {patch.path.stem}",
             kind="lora",
             build=build,
-            files=(patch.path,),
+            # No `files`: the bytes are counted from the built module (the factors as converted and cast),
+            # not the file's header, whose alphas, unread keys and fused-qkv layouts differ from it.
             dtype=dtype,
         )
     )
