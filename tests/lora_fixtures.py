@@ -36,6 +36,11 @@ TEXT_LAYERS = ("encoder.layers.0.self_attn.q_proj", "encoder.layers.1.mlp.fc1")
 # diffusers' kohya conversion renames CLIP attention to `to_q_lora`, which its loader then fails to place on
 # transformers 5's CLIP: the parity files keep kohya text layers to the MLP (attention is tested by weights).
 KOHYA_TEXT_LAYERS = ("encoder.layers.1.mlp.fc1",)
+SD3_LAYERS = (
+    "transformer_blocks.0.attn.to_q",
+    "transformer_blocks.0.attn.add_k_proj",
+    "transformer_blocks.0.ff.net.2",
+)
 FLUX_LAYERS = (
     "transformer_blocks.0.attn.to_q",
     "transformer_blocks.0.attn.add_k_proj",

@@ -23,6 +23,7 @@ from pipelines.diffusion.vae import decode
 from pipelines.diffusion.values import Latents
 from tests.lora_fixtures import (
     FLUX_LAYERS,
+    SD3_LAYERS,
     TEXT_LAYERS,
     kohya_name,
     unet_layers,
@@ -41,7 +42,7 @@ def pipes():
 
     def load(name: str) -> DiffusionPipeline:
         pipe = DiffusionPipeline.from_pretrained(str(ensure_demo_model(name)), dtype=torch.float32)
-        if name != "tiny-flux":
+        if name not in ("tiny-flux", "tiny-sd3"):  # flow models keep their flow-matching Euler
             pipe.scheduler = EulerDiscreteScheduler.from_config(pipe.scheduler.config)
         pipe.set_progress_bar_config(disable=True)
         return pipe
@@ -104,6 +105,8 @@ def _files(pipe: DiffusionPipeline, name: str, tmp_path: Path, layout: str, seed
     path = tmp_path / f"{name}-{layout}-{seed}.safetensors"
     if name == "tiny-flux" and layout == "kohya":
         return write_kohya_flux(path, pipe.transformer, seed=seed)
+    if name == "tiny-sd3":
+        return write_peft(path, {"transformer": pipe.transformer}, {"transformer": SD3_LAYERS}, seed=seed)
     if name == "tiny-flux":
         return write_peft(
             path,
@@ -135,6 +138,7 @@ def _files(pipe: DiffusionPipeline, name: str, tmp_path: Path, layout: str, seed
         ("tiny-sdxl", "peft"),
         ("tiny-flux", "peft"),
         ("tiny-flux", "kohya"),
+        ("tiny-sd3", "peft"),
     ],
 )
 def test_lora_matches_diffusers_fuse_lora(pipes, tmp_path, name: str, layout: str) -> None:
