@@ -157,7 +157,14 @@ def _layer_patches(
     for patch, weights in pairs:
         for path, w in weights.items():
             module = _resolve(model, path)
-            if module is None or module._parameters["weight"].numel() not in (0, _numel(w, module)):
+            weight = module._parameters["weight"] if module is not None else None
+            # Wrong size (a LoRA for another model) or not a float weight (int8/fp8/GGUF-quantized layers are
+            # not patched: adding a float delta would need a dequantize-requantize this module doesn't do).
+            if (
+                weight is None
+                or weight.numel() not in (0, _numel(w, module))
+                or not weight.is_floating_point()
+            ):
                 unapplied.append(path)
                 continue
             layers.setdefault(path, LayerPatch(module, [])).deltas.append(_delta_fn(w, patch.strength))
