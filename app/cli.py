@@ -20,6 +20,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 
 from app.exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_OK  # noqa: F401 (re-exported)
 from memory import LoadEvent, MemoryConfig, MemoryManager, TransferEvent, UnloadEvent
+from memory.patches import PatchEvent
 from nodes.context import Cancelled, CancelToken
 from nodes.events import (
     NodeCached,
@@ -161,6 +162,11 @@ class HeadlessPrinter:
         elif isinstance(event, TransferEvent):
             self._say(
                 f"    [magenta]transfer[/] {escape(event.component)} {_mib(event.nbytes)} at {event.gbps:.1f} GB/s"
+            )
+        elif isinstance(event, PatchEvent) and event.mode != "removed":
+            self._say(
+                f"    [magenta]lora[/] {escape(event.component)}: {escape(event.patches)}, {event.layers} layers "
+                f"{event.mode.replace('_', ' ')} (+{_mib(event.nbytes)})"
             )
 
     def _say(self, message: str) -> None:

@@ -38,6 +38,7 @@ from memory.devices import NvmlProbe, read_device, read_host, resolve_device
 from memory.errors import BudgetExceeded, fmt_bytes
 from memory.learned import LearnedPeaks
 from memory.ledger import ComponentSpec, Ledger, ModelHandle
+from memory.patches import PatchEvent
 from memory.paths import user_data_dir
 from memory.peaks import PeakTracker
 from memory.placement import Placer
@@ -384,6 +385,7 @@ class MemoryManager:
             "reservations": rows(WorkingReserved),
             "node_peaks": rows(NodePeak),
             "steps": rows(StepEvent),
+            "patches": rows(PatchEvent),  # LoRA patches: fused or on the fly, per model (memory.patches)
             # Ours, and the kernel's high-water mark (read, never reset): the larger is the process peak.
             "process_peak_rss": max(self.process_peak_rss, read_host().peak_rss or 0),
         }

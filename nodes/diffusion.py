@@ -15,10 +15,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from memory import user_data_dir
 from nodes.context import NodeContext
 from nodes.spec import Input, NodeSpec, Output, Param
 from nodes.types import CONDITIONING, DENOISER, IMAGE, LATENT, TEXT_ENCODER, VAE
 from pipelines.diffusion.families import FAMILIES
+from pipelines.diffusion.prompt_weights import WEIGHTINGS
 from pipelines.diffusion.schedulers import SCHEDULER_NAMES
 from pipelines.paths import resolve_model_path
 from pipelines.text_limits import limit_diffusion_prompt
@@ -125,13 +127,17 @@ def _run_load_vae(ctx: NodeContext, path: str, family: str, dtype: str, config_d
     }
 
 
-def _run_text_encode(ctx: NodeContext, text_encoder: TextEncoderRef, text: str) -> dict[str, Any]:
+def _run_text_encode(
+    ctx: NodeContext, text_encoder: TextEncoderRef, text: str, weighting: str = "comfy", embeddings: str = ""
+) -> dict[str, Any]:
     from pipelines.diffusion.conditioning import encode_prompt
 
     text, cut = limit_diffusion_prompt(text)
     if cut:
         ctx.log(cut)
-    return {"conditioning": encode_prompt(ctx.memory, text_encoder, text)}
+    folder = Path(embeddings).expanduser() if embeddings else user_data_dir() / "embeddings"
+    cond = encode_prompt(ctx.memory, text_encoder, text, weighting=weighting, embeddings_dir=folder)
+    return {"conditioning": cond}
 
 
 def _run_empty_latent(
@@ -265,7 +271,24 @@ NODES: tuple[NodeSpec, ...] = (
         title="Text Encode",
         category="diffusion",
         inputs=[Input("text_encoder", TEXT_ENCODER)],
-        params=[Param("text", "text", default="", help="the prompt (may be wired from an LLM's text)")],
+        params=[
+            Param("text", "text", default="", help="the prompt (may be wired from an LLM's text)"),
+            Param(
+                "weighting",
+                "choice",
+                default="comfy",
+                choices=WEIGHTINGS,
+                help="(word:1.3) weights on CLIP encoders: comfy = ComfyUI's, a1111 = A1111's mean-normalised",
+            ),
+            Param(
+                "embeddings",
+                "path",
+                default="",
+                file_filter="dir",
+                help="folder of textual-inversion files for embedding:NAME (default: the user data dir's "
+                "embeddings/)",
+            ),
+        ],
         outputs=[Output("conditioning", CONDITIONING)],
         run=_run_text_encode,
     ),

@@ -173,6 +173,11 @@ class Executor:
 
     def signatures(self, wf: Workflow, order: list[str], out_dir: Path | None = None) -> dict[str, str]:
         sigs: dict[str, str] = {}
+        out_sigs: dict[tuple[str, str], str] = {}  # (node, output) -> signature, for narrowed outputs
+
+        def link_sig(link: Any) -> list[str]:
+            return [out_sigs.get((link.node, link.output), sigs[link.node]), link.output]
+
         for nid in order:
             node = wf.nodes[nid]
             spec = self.registry[node.type]
@@ -181,9 +186,7 @@ class Executor:
                 "type": node.type,
                 "version": spec.version,
                 "params": params,
-                "inputs": {
-                    port: [sigs[link.node], link.output] for port, link in sorted(node.inputs.items())
-                },
+                "inputs": {port: link_sig(link) for port, link in sorted(node.inputs.items())},
                 # A file edited on disk under the same name is new input.
                 "files": {
                     p.name: _file_stamp(params[p.name])
@@ -195,6 +198,16 @@ class Executor:
                 key["out_dir"] = str(out_dir.resolve())  # writing somewhere else is new work
             blob = json.dumps(key, sort_keys=True, default=repr).encode()
             sigs[nid] = hashlib.sha256(blob).hexdigest()
+            for out in spec.outputs:
+                if out.depends_on is not None:
+                    narrow = {
+                        **key,
+                        "output": out.name,
+                        "params": {k: v for k, v in params.items() if k in out.depends_on},
+                        "inputs": {k: v for k, v in key["inputs"].items() if k in out.depends_on},
+                    }
+                    blob = json.dumps(narrow, sort_keys=True, default=repr).encode()
+                    out_sigs[(nid, out.name)] = hashlib.sha256(blob).hexdigest()
         return sigs
 
     def prune_cache(self, wf: Workflow) -> None:

@@ -82,6 +82,9 @@ def default_registry(*, entry_point_packs: bool = True) -> NodeRegistry:
     registry = NodeRegistry()
     for module in (basic, diffusion, llm):
         registry.register_all(module.NODES)
+    from nodes.lora import NODES as LORA_NODES  # LoadLoRA (issue 15)
+
+    registry.register_all(LORA_NODES)
     if entry_point_packs:
         registry.load_entry_points()
     return registry

@@ -117,6 +117,9 @@ class Output:
     name: str
     type: PortType
     help: str = ""
+    # The inputs and params this output depends on (None: all of them). Lets the executor keep nodes
+    # downstream of one output cached when only another output's param changed (LoadLoRA's strengths).
+    depends_on: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)

@@ -6,15 +6,22 @@ Lives here: `encode_prompt`, `encode_clip`, `encode_clip_sdxl`, `encode_t5`, `en
 May import: torch, memory, pipelines.diffusion.values/families.
 
 Each function mirrors the `encode_prompt` of the matching diffusers pipeline for one prompt (the negative
-prompt is just another `TextEncode` node), so the embeddings are the pipeline's bit for bit. Every text
+prompt is just another `TextEncode` node), so a plain prompt's embeddings are the pipeline's bit for bit.
+CLIP encoders also take weights, `BREAK` and long prompts in 77-token chunks, and CLIP skip (clip_text.py,
+prompt_weights.py); T5 takes the text without weighting syntax. Every text
 encoder is used through `mm.use(...)`, so a sequential policy unloads it as soon as the prompt is encoded.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 
-from memory import MemoryManager, Working
+from memory import MemoryManager
+from pipelines.diffusion.clip_text import Embeddings, chunk_count, encode_clip_chunks
+from pipelines.diffusion.lora import use_text_encoder
+from pipelines.diffusion.prompt_weights import WEIGHTINGS, strip_weights
 from pipelines.diffusion.values import Conditioning, TextEncoderRef
 from pipelines.diffusion.working import diffusion_working_bytes
 
@@ -31,66 +38,66 @@ def text_encoder_working_bytes(tokens: int, hidden_size: int, dtype: torch.dtype
     )
 
 
-def text_encoder_working(tokens: int, hidden_size: int, dtype: torch.dtype) -> Working:
-    """The formula for one prompt of `tokens` tokens, keyed by that length (the learned peak replaces it)."""
-    return Working(text_encoder_working_bytes(tokens, hidden_size, dtype), f"1x{tokens}")
-
-
-@torch.no_grad()
-def encode_clip(mm: MemoryManager, ref: TextEncoderRef, text: str) -> Conditioning:
-    # Copied from diffusers' StableDiffusionPipeline.encode_prompt (one prompt, no LoRA/clip_skip).
-    tokenizer = ref.tokenizers[0].load()
-    text_inputs = tokenizer(
+def encode_clip(
+    mm: MemoryManager,
+    ref: TextEncoderRef,
+    text: str,
+    weighting: str = "comfy",
+    embeddings: Embeddings | None = None,
+) -> Conditioning:
+    # As diffusers' StableDiffusionPipeline.encode_prompt (one prompt; its clip_skip is our clip_skip - 1),
+    # plus weights and 77-token chunks (clip_text.py).
+    tokens = ref.tokenizers[0].load().model_max_length
+    out = encode_clip_chunks(
+        mm,
+        ref,
+        0,
         text,
-        padding="max_length",
-        max_length=tokenizer.model_max_length,
-        truncation=True,
-        return_tensors="pt",
+        weighting=weighting,
+        default_layer=None,
+        normalise_skipped=True,
+        working_bytes=text_encoder_working_bytes(tokens, 1024, ref.dtype),
+        embeddings=embeddings,
     )
-    with mm.use(
-        ref.handles[0], working=text_encoder_working(tokenizer.model_max_length, 1024, ref.dtype)
-    ) as text_encoder:
-        attention_mask = None
-        if getattr(text_encoder.config, "use_attention_mask", False):
-            attention_mask = text_inputs.attention_mask.to(mm.device)
-        prompt_embeds = text_encoder(text_inputs.input_ids.to(mm.device), attention_mask=attention_mask)[0]
-        prompt_embeds = prompt_embeds.to(dtype=text_encoder.dtype)
-    return Conditioning(embeds=prompt_embeds.cpu(), family=ref.family.name, text=text)
+    return Conditioning(embeds=out.embeds, family=ref.family.name, text=text)
 
 
-@torch.no_grad()
-def encode_clip_sdxl(mm: MemoryManager, ref: TextEncoderRef, text: str) -> Conditioning:
-    # Copied from diffusers' StableDiffusionXLPipeline.encode_prompt (one prompt, prompt_2 = prompt).
-    prompt_embeds_list = []
-    pooled_prompt_embeds = None
-    for handle, source in zip(ref.handles, ref.tokenizers, strict=True):
-        tokenizer = source.load()
-        text_inputs = tokenizer(
+def encode_clip_sdxl(
+    mm: MemoryManager,
+    ref: TextEncoderRef,
+    text: str,
+    weighting: str = "comfy",
+    embeddings: Embeddings | None = None,
+) -> Conditioning:
+    # As diffusers' StableDiffusionXLPipeline.encode_prompt (one prompt, prompt_2 = prompt): both encoders'
+    # penultimate layers side by side, the pooled vector is text_encoder_2's projected EOS embedding.
+    chunks = max(chunk_count(ref, i, text, embeddings) for i in range(2))
+    outs = [
+        encode_clip_chunks(
+            mm,
+            ref,
+            i,
             text,
-            padding="max_length",
-            max_length=tokenizer.model_max_length,
-            truncation=True,
-            return_tensors="pt",
+            weighting=weighting,
+            default_layer=-2,
+            normalise_skipped=False,
+            min_chunks=chunks,
+            working_bytes=text_encoder_working_bytes(77, 1280, ref.dtype),
+            embeddings=embeddings,
         )
-        with mm.use(
-            handle, working=text_encoder_working(tokenizer.model_max_length, 1280, ref.dtype)
-        ) as text_encoder:
-            output = text_encoder(text_inputs.input_ids.to(mm.device), output_hidden_states=True)
-            # The pooled vector is text_encoder_2's projected EOS embedding (the only 2-D first output).
-            if pooled_prompt_embeds is None and output[0].ndim == 2:
-                pooled_prompt_embeds = output[0].to(dtype=text_encoder.dtype).cpu()
-            # SDXL conditions on the penultimate layer of both encoders.
-            prompt_embeds_list.append(output.hidden_states[-2].to(dtype=ref.dtype).cpu())
-    prompt_embeds = torch.concat(prompt_embeds_list, dim=-1)  # (B, 77, 768 + 1280)
-    assert pooled_prompt_embeds is not None, "SDXL needs a text encoder with projection (text_encoder_2)"
-    return Conditioning(embeds=prompt_embeds, pooled=pooled_prompt_embeds, family=ref.family.name, text=text)
+        for i in range(2)
+    ]
+    prompt_embeds = torch.concat([o.embeds for o in outs], dim=-1)  # (B, 77 * chunks, 768 + 1280)
+    pooled = outs[1].pooled
+    assert pooled is not None, "SDXL needs a text encoder with projection (text_encoder_2)"
+    return Conditioning(embeds=prompt_embeds, pooled=pooled, family=ref.family.name, text=text)
 
 
 @torch.no_grad()
 def encode_t5(mm: MemoryManager, ref: TextEncoderRef, text: str, *, max_tokens: int) -> Conditioning:
     # Copied from diffusers' PixArtSigmaPipeline.encode_prompt (clean_caption=False: lower-case and strip).
     tokenizer = ref.tokenizers[0].load()
-    text = text.lower().strip()
+    text = strip_weights(text).lower().strip()  # T5 takes plain text: weighting syntax is dropped
     text_inputs = tokenizer(
         text,
         padding="max_length",
@@ -100,7 +107,9 @@ def encode_t5(mm: MemoryManager, ref: TextEncoderRef, text: str, *, max_tokens: 
         return_tensors="pt",
     )
     attention_mask = text_inputs.attention_mask
-    with mm.use(ref.handles[0], working=text_encoder_working(max_tokens, 4096, ref.dtype)) as te:
+    with use_text_encoder(
+        mm, ref, 0, working_bytes=text_encoder_working_bytes(max_tokens, 4096, ref.dtype)
+    ) as te:
         prompt_embeds = te(text_inputs.input_ids.to(mm.device), attention_mask=attention_mask.to(mm.device))[
             0
         ]
@@ -111,24 +120,35 @@ def encode_t5(mm: MemoryManager, ref: TextEncoderRef, text: str, *, max_tokens: 
 
 
 @torch.no_grad()
-def encode_sd3(mm: MemoryManager, ref: TextEncoderRef, text: str, *, max_tokens: int) -> Conditioning:
+def encode_sd3(
+    mm: MemoryManager,
+    ref: TextEncoderRef,
+    text: str,
+    *,
+    max_tokens: int,
+    weighting: str = "comfy",
+    embeddings: Embeddings | None = None,
+) -> Conditioning:
     # Copied from diffusers' StableDiffusion3Pipeline.encode_prompt (one prompt, all three encoders).
-    clip_embeds, pooled = [], []
-    for handle, source in zip(ref.handles[:2], ref.tokenizers[:2], strict=True):
-        tokenizer = source.load()
-        inputs = tokenizer(
+    chunks = max(chunk_count(ref, i, text, embeddings) for i in range(2))
+    outs = [
+        encode_clip_chunks(
+            mm,
+            ref,
+            i,
             text,
-            padding="max_length",
-            max_length=tokenizer.model_max_length,
-            truncation=True,
-            return_tensors="pt",
+            weighting=weighting,
+            default_layer=-2,
+            normalise_skipped=False,
+            min_chunks=chunks,
+            working_bytes=text_encoder_working_bytes(77, 1280, ref.dtype),
+            embeddings=embeddings,
         )
-        with mm.use(
-            handle, working=text_encoder_working(tokenizer.model_max_length, 1280, ref.dtype)
-        ) as clip:
-            output = clip(inputs.input_ids.to(mm.device), output_hidden_states=True)
-            pooled.append(output[0].cpu())  # text_embeds: the projected EOS vector
-            clip_embeds.append(output.hidden_states[-2].to(dtype=ref.dtype).cpu())
+        for i in range(2)
+    ]
+    clip_embeds = [o.embeds for o in outs]
+    pooled = [o.pooled for o in outs]  # text_embeds: the projected EOS vectors
+    text = strip_weights(text)  # T5 takes plain text: weighting syntax is dropped
     tokenizer_3 = ref.tokenizers[2].load()
     inputs = tokenizer_3(
         text,
@@ -138,57 +158,83 @@ def encode_sd3(mm: MemoryManager, ref: TextEncoderRef, text: str, *, max_tokens:
         add_special_tokens=True,
         return_tensors="pt",
     )
-    with mm.use(ref.handles[2], working=text_encoder_working(max_tokens, 4096, ref.dtype)) as t5:
+    with use_text_encoder(
+        mm, ref, 2, working_bytes=text_encoder_working_bytes(max_tokens, 4096, ref.dtype)
+    ) as t5:
         t5_embeds = t5(inputs.input_ids.to(mm.device))[0].to(dtype=t5.dtype).cpu()
     # CLIP-L and bigG side by side (768 + 1280), zero-padded to T5's width, then T5's tokens after them.
     clip_prompt_embeds = torch.cat(clip_embeds, dim=-1)
     clip_prompt_embeds = torch.nn.functional.pad(
         clip_prompt_embeds, (0, t5_embeds.shape[-1] - clip_prompt_embeds.shape[-1])
     )
-    prompt_embeds = torch.cat([clip_prompt_embeds, t5_embeds], dim=-2)  # (B, 77 + max_tokens, 4096)
+    prompt_embeds = torch.cat([clip_prompt_embeds, t5_embeds], dim=-2)  # (B, 77 * chunks + max_tokens, 4096)
     return Conditioning(
         embeds=prompt_embeds, pooled=torch.cat(pooled, dim=-1), family=ref.family.name, text=text
     )
 
 
 @torch.no_grad()
-def encode_flux(mm: MemoryManager, ref: TextEncoderRef, text: str, *, max_tokens: int) -> Conditioning:
-    # Copied from diffusers' FluxPipeline._get_clip_prompt_embeds and _get_t5_prompt_embeds (one prompt).
-    clip_handle, t5_handle = ref.handles
-    tokenizer = ref.tokenizers[0].load()
-    clip_inputs = tokenizer(
+def encode_flux(
+    mm: MemoryManager,
+    ref: TextEncoderRef,
+    text: str,
+    *,
+    max_tokens: int,
+    embeddings: Embeddings | None = None,
+) -> Conditioning:
+    # As diffusers' FluxPipeline._get_clip_prompt_embeds and _get_t5_prompt_embeds (one prompt). Flux takes
+    # only CLIP's pooled (EOS) vector of the first chunk, which token weights don't change; T5 gets the text
+    # without weighting syntax.
+    out = encode_clip_chunks(
+        mm,
+        ref,
+        0,
         text,
-        padding="max_length",
-        max_length=tokenizer.model_max_length,
-        truncation=True,
-        return_tensors="pt",
+        weighting="comfy",
+        default_layer=None,
+        normalise_skipped=True,
+        working_bytes=text_encoder_working_bytes(77, 768, ref.dtype),
+        embeddings=embeddings,
     )
-    with mm.use(
-        clip_handle, working=text_encoder_working(tokenizer.model_max_length, 768, ref.dtype)
-    ) as clip:
-        # Flux takes only CLIP's pooled (EOS) vector, through its `pooled_projections`.
-        pooled = clip(clip_inputs.input_ids.to(mm.device), output_hidden_states=False).pooler_output
-        pooled = pooled.to(dtype=clip.dtype).cpu()
+    pooled = out.pooled
+    text = strip_weights(text)
     tokenizer_2 = ref.tokenizers[1].load()
     t5_inputs = tokenizer_2(
         text, padding="max_length", max_length=max_tokens, truncation=True, return_tensors="pt"
     )
-    with mm.use(t5_handle, working=text_encoder_working(max_tokens, 4096, ref.dtype)) as t5:
+    with use_text_encoder(
+        mm, ref, 1, working_bytes=text_encoder_working_bytes(max_tokens, 4096, ref.dtype)
+    ) as t5:
         prompt_embeds = t5(t5_inputs.input_ids.to(mm.device), output_hidden_states=False)[0]
         prompt_embeds = prompt_embeds.to(dtype=t5.dtype).cpu()
     return Conditioning(embeds=prompt_embeds, pooled=pooled, family=ref.family.name, text=text)
 
 
 def encode_prompt(
-    mm: MemoryManager, ref: TextEncoderRef, text: str, *, max_tokens: int | None = None
+    mm: MemoryManager,
+    ref: TextEncoderRef,
+    text: str,
+    *,
+    max_tokens: int | None = None,
+    weighting: str = "comfy",
+    embeddings_dir: Path | None = None,
 ) -> Conditioning:
-    """Encode one prompt with the family's text encoder(s)."""
+    """Encode one prompt with the family's text encoder(s).
+
+    `weighting`: "comfy" or "a1111" (CLIP only). `embeddings_dir`: where `embedding:name` finds
+    `name.safetensors` (None: such words stay text).
+    """
+    if weighting not in WEIGHTINGS:
+        raise ValueError(f"field 'weighting': {weighting!r} is not one of {', '.join(WEIGHTINGS)}")
+    emb = Embeddings(embeddings_dir) if embeddings_dir is not None else None
     if ref.family.name == "sdxl":
-        return encode_clip_sdxl(mm, ref, text)
+        return encode_clip_sdxl(mm, ref, text, weighting, emb)
     if ref.family.name == "pixart_sigma":
         return encode_t5(mm, ref, text, max_tokens=max_tokens or ref.family.max_text_tokens or 300)
     if ref.family.name == "sd3":
-        return encode_sd3(mm, ref, text, max_tokens=max_tokens or ref.family.max_text_tokens or 256)
+        tokens = max_tokens or ref.family.max_text_tokens or 256
+        return encode_sd3(mm, ref, text, max_tokens=tokens, weighting=weighting, embeddings=emb)
     if ref.family.name == "flux":
-        return encode_flux(mm, ref, text, max_tokens=max_tokens or ref.family.max_text_tokens or 512)
-    return encode_clip(mm, ref, text)
+        tokens = max_tokens or ref.family.max_text_tokens or 512
+        return encode_flux(mm, ref, text, max_tokens=tokens, embeddings=emb)
+    return encode_clip(mm, ref, text, weighting, emb)

@@ -22,12 +22,14 @@ from diffusers import FlowMatchEulerDiscreteScheduler
 from diffusers.utils.torch_utils import randn_tensor
 
 from memory import MemoryManager
+from pipelines.diffusion.lora import use_denoiser
 from pipelines.diffusion.sampling import (
     SamplerSettings,
     StepCallback,
     StepInfo,
     batched_conditioning,
     denoiser_working,
+    same_length,
 )
 from pipelines.diffusion.values import Conditioning, DenoiserRef, Latents
 
@@ -155,7 +157,7 @@ def sample_flux(
     working = denoiser_working(
         denoiser, h * latents.vae_scale_factor, w * latents.vae_scale_factor, batch, guidance=False
     )
-    with mm.use(denoiser.handle, working=working) as model:
+    with use_denoiser(mm, denoiser, working=working) as model:
         for i, t in enumerate(timesteps):
             started = time.perf_counter()
             timestep = t.expand(batch).to(x.dtype)
@@ -240,7 +242,7 @@ def sample_sd3(
         x = scheduler.scale_noise(init, timesteps[:1].repeat(batch), noise)
 
     # 4. Prepare conditioning: negative first, then positive, as one doubled batch under CFG
-    conds = [batched_conditioning(negative, batch), positive] if do_cfg else [positive]
+    conds = same_length([batched_conditioning(negative, batch), positive] if do_cfg else [positive])
     embeds = torch.cat([c.embeds for c in conds]).to(device=device, dtype=denoiser.dtype)
     pooled = torch.cat([c.pooled for c in conds]).to(device=device, dtype=denoiser.dtype)
 
@@ -248,7 +250,7 @@ def sample_sd3(
     working = denoiser_working(
         denoiser, h * latents.vae_scale_factor, w * latents.vae_scale_factor, batch, guidance=do_cfg
     )
-    with mm.use(denoiser.handle, working=working) as model:
+    with use_denoiser(mm, denoiser, working=working) as model:
         for i, t in enumerate(timesteps):
             started = time.perf_counter()
             model_input = torch.cat([x] * 2) if do_cfg else x

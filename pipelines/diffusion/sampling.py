@@ -11,7 +11,9 @@ memory manager loads it per policy and knows what the step needs. The numerics a
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,6 +23,7 @@ import torch
 from diffusers.utils.torch_utils import randn_tensor
 
 from memory import MemoryManager, Working
+from pipelines.diffusion.lora import use_denoiser
 from pipelines.diffusion.schedulers import make_scheduler
 from pipelines.diffusion.values import Conditioning, DenoiserRef, Latents
 from pipelines.diffusion.working import diffusion_working_bytes
@@ -109,6 +112,20 @@ def batched_conditioning(cond: Conditioning, batch: int) -> Conditioning:
         family=cond.family,
         text=cond.text,
     )
+
+
+def same_length(conds: list[Conditioning]) -> list[Conditioning]:
+    """Make the positive and negative token counts equal by repeating each to their least common multiple.
+
+    Long prompts are 77 * n tokens (prompt_weights.py), so under CFG a 2-chunk positive meets a 1-chunk
+    negative; ComfyUI repeats both to the LCM (`CONDCrossAttn.concat`), which leaves cross-attention's
+    softmax over each prompt unchanged.
+    """
+    lengths = {c.embeds.shape[1] for c in conds}
+    if len(lengths) == 1 or any(c.attention_mask is not None for c in conds):
+        return conds
+    target = math.lcm(*lengths)
+    return [dataclasses.replace(c, embeds=c.embeds.repeat(1, target // c.embeds.shape[1], 1)) for c in conds]
 
 
 def _sdxl_time_ids(height: int, width: int, dtype: torch.dtype) -> torch.Tensor:
@@ -209,6 +226,7 @@ def sample(
     # 4. Prepare conditioning: negative first, then positive, as one doubled batch under CFG
     positive = batched_conditioning(positive, batch)
     conds = [batched_conditioning(negative, batch), positive] if do_cfg else [positive]
+    conds = same_length(conds)
     embeds = torch.cat([c.embeds for c in conds]).to(device=device, dtype=denoiser.dtype)
     mask = None
     if positive.attention_mask is not None:
@@ -224,7 +242,7 @@ def sample(
 
     # 5. Denoising loop
     working = denoiser_working(denoiser, height, width, batch, do_cfg)
-    with mm.use(denoiser.handle, working=working) as model:
+    with use_denoiser(mm, denoiser, working=working) as model:
         for i, t in enumerate(timesteps):
             started = time.perf_counter()
             model_input = torch.cat([x] * 2) if do_cfg else x

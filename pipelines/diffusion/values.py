@@ -1,6 +1,7 @@
 """The values that travel on diffusion wires: model references, conditioning and latents.
 
-Lives here: `DenoiserRef`, `TextEncoderRef`, `VaeRef`, `TokenizerSource`, `Conditioning`, `Latents`.
+Lives here: `DenoiserRef`, `TextEncoderRef`, `VaeRef`, `TokenizerSource`, `LoraPatch`, `Conditioning`,
+`Latents`.
 May import: stdlib, torch, transformers, memory, pipelines.diffusion.families.
 
 Model references hold `memory.ModelHandle`s (lazy: registered with the memory manager, loaded only inside
@@ -45,6 +46,24 @@ class TokenizerSource:
 
 
 @dataclass(frozen=True)
+class LoraPatch:
+    """One LoRA file at one strength, attached to a model reference; applied when the model is placed.
+
+    `stamp` (mtime_ns, size) makes a file retrained under the same name a different patch.
+    """
+
+    path: Path
+    strength: float
+    stamp: tuple[int, int] = (0, 0)
+    # Which models the file has layers for ("denoiser", "text_encoder", ...); empty: not known yet.
+    targets: tuple[str, ...] = ()
+
+    @property
+    def label(self) -> str:
+        return f"{self.path.name} x{self.strength:g}"
+
+
+@dataclass(frozen=True)
 class DenoiserRef:
     """A UNet or DiT, lazily loaded, plus what a sampler needs to know without loading it."""
 
@@ -54,6 +73,7 @@ class DenoiserRef:
     scheduler_config: dict[str, Any]  # the folder's scheduler_config.json: betas, prediction type, ...
     dtype: torch.dtype
     vae_scale_factor: int = 8  # pixels per latent (from the VAE config when known)
+    patches: tuple[LoraPatch, ...] = ()  # LoRAs in the order they stack (LoadLoRA nodes)
 
 
 @dataclass(frozen=True)
@@ -64,6 +84,9 @@ class TextEncoderRef:
     tokenizers: tuple[TokenizerSource, ...]
     family: Family
     dtype: torch.dtype
+    patches: tuple[LoraPatch, ...] = ()  # LoRAs in the order they stack (LoadLoRA nodes)
+    # ComfyUI's CLIPSetLastLayer: -1 = last layer, -2 = the one before, ...; None = the family's usual layer
+    clip_skip: int | None = None
 
 
 @dataclass(frozen=True)
