@@ -1,7 +1,7 @@
 """LoRA and text-encoder tweak nodes: attach a LoRA file at given strengths, set the CLIP skip.
 
 Lives here: the `NODES` tuple (`LoadLoRA`, `ClipSkip`). Imports `nodes.spec`, `nodes.types`, `nodes.context`,
-`pipelines.paths` and `pipelines.diffusion`; the patching lives in pipelines/diffusion/lora.py.
+`pipelines.paths`, and `pipelines.diffusion` when a node runs; the patching lives in pipelines/diffusion/lora.py.
 
 The node loads no model: it reads the LoRA file once to check that it fits the model (a clear error when
 nothing matches, a log line with counts when only part does) and returns the references with one more
@@ -12,14 +12,15 @@ the file and its own strength, so changing `strength_model` re-runs the sampler 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nodes.context import NodeContext
 from nodes.spec import Input, NodeSpec, Output, Param
 from nodes.types import DENOISER, TEXT_ENCODER
-from pipelines.diffusion.lora import check_lora, make_patch
-from pipelines.diffusion.values import DenoiserRef, TextEncoderRef
 from pipelines.paths import resolve_model_path
+
+if TYPE_CHECKING:  # torch-heavy: imported when a node runs, so listing node types stays light
+    from pipelines.diffusion.values import DenoiserRef, TextEncoderRef
 
 
 def _run_load_lora(
@@ -30,6 +31,8 @@ def _run_load_lora(
     strength_model: float,
     strength_text: float,
 ) -> dict[str, Any]:
+    from pipelines.diffusion.lora import check_lora, make_patch
+
     if not path:
         raise ValueError("field 'path': choose a LoRA .safetensors file")
     file = resolve_model_path(path)
