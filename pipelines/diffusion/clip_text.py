@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from memory import MemoryManager
+from memory import MemoryManager, Working
 from pipelines.diffusion.lora import use_text_encoder
 from pipelines.diffusion.prompt_weights import (
     PromptChunk,
@@ -129,7 +129,7 @@ def encode_clip_chunks(
     default_layer: int | None,
     normalise_skipped: bool,
     min_chunks: int = 1,
-    working_bytes: int = 0,
+    working: Working | None = None,
     embeddings: Embeddings | None = None,
 ) -> ClipOutput:
     """Encode `text` with CLIP number `index` of `ref` (weights, chunks, embeddings, the ref's clip_skip)."""
@@ -140,7 +140,7 @@ def encode_clip_chunks(
         chunks.append(empty_chunk(tokenizer))
     layer, normalise = clip_layer(default_layer, ref.clip_skip, normalise_skipped=normalise_skipped)
     weighted = has_weights(runs)
-    with use_text_encoder(mm, ref, index, working_bytes=working_bytes) as text_encoder:
+    with use_text_encoder(mm, ref, index, working=working) as text_encoder:
         use_mask = getattr(text_encoder.config, "use_attention_mask", False)
 
         def run(chunk: PromptChunk) -> tuple[torch.Tensor, torch.Tensor | None]:

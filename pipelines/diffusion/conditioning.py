@@ -18,12 +18,17 @@ from pathlib import Path
 
 import torch
 
-from memory import MemoryManager
+from memory import MemoryManager, Working
 from pipelines.diffusion.clip_text import Embeddings, chunk_count, encode_clip_chunks
 from pipelines.diffusion.lora import use_text_encoder
 from pipelines.diffusion.prompt_weights import WEIGHTINGS, strip_weights
 from pipelines.diffusion.values import Conditioning, TextEncoderRef
 from pipelines.diffusion.working import diffusion_working_bytes
+
+
+def text_encoder_working(tokens: int, hidden_size: int, dtype: torch.dtype) -> Working:
+    """The formula for one prompt of `tokens` tokens, keyed by that length (the learned peak replaces it)."""
+    return Working(text_encoder_working_bytes(tokens, hidden_size, dtype), f"1x{tokens}")
 
 
 def text_encoder_working_bytes(tokens: int, hidden_size: int, dtype: torch.dtype) -> int:
@@ -56,7 +61,7 @@ def encode_clip(
         weighting=weighting,
         default_layer=None,
         normalise_skipped=True,
-        working_bytes=text_encoder_working_bytes(tokens, 1024, ref.dtype),
+        working=text_encoder_working(tokens, 1024, ref.dtype),
         embeddings=embeddings,
     )
     return Conditioning(embeds=out.embeds, family=ref.family.name, text=text)
@@ -82,7 +87,7 @@ def encode_clip_sdxl(
             default_layer=-2,
             normalise_skipped=False,
             min_chunks=chunks,
-            working_bytes=text_encoder_working_bytes(77, 1280, ref.dtype),
+            working=text_encoder_working(77, 1280, ref.dtype),
             embeddings=embeddings,
         )
         for i in range(2)
@@ -107,9 +112,7 @@ def encode_t5(mm: MemoryManager, ref: TextEncoderRef, text: str, *, max_tokens: 
         return_tensors="pt",
     )
     attention_mask = text_inputs.attention_mask
-    with use_text_encoder(
-        mm, ref, 0, working_bytes=text_encoder_working_bytes(max_tokens, 4096, ref.dtype)
-    ) as te:
+    with use_text_encoder(mm, ref, 0, working=text_encoder_working(max_tokens, 4096, ref.dtype)) as te:
         prompt_embeds = te(text_inputs.input_ids.to(mm.device), attention_mask=attention_mask.to(mm.device))[
             0
         ]
@@ -141,7 +144,7 @@ def encode_sd3(
             default_layer=-2,
             normalise_skipped=False,
             min_chunks=chunks,
-            working_bytes=text_encoder_working_bytes(77, 1280, ref.dtype),
+            working=text_encoder_working(77, 1280, ref.dtype),
             embeddings=embeddings,
         )
         for i in range(2)
@@ -158,9 +161,7 @@ def encode_sd3(
         add_special_tokens=True,
         return_tensors="pt",
     )
-    with use_text_encoder(
-        mm, ref, 2, working_bytes=text_encoder_working_bytes(max_tokens, 4096, ref.dtype)
-    ) as t5:
+    with use_text_encoder(mm, ref, 2, working=text_encoder_working(max_tokens, 4096, ref.dtype)) as t5:
         t5_embeds = t5(inputs.input_ids.to(mm.device))[0].to(dtype=t5.dtype).cpu()
     # CLIP-L and bigG side by side (768 + 1280), zero-padded to T5's width, then T5's tokens after them.
     clip_prompt_embeds = torch.cat(clip_embeds, dim=-1)
@@ -193,7 +194,7 @@ def encode_flux(
         weighting="comfy",
         default_layer=None,
         normalise_skipped=True,
-        working_bytes=text_encoder_working_bytes(77, 768, ref.dtype),
+        working=text_encoder_working(77, 768, ref.dtype),
         embeddings=embeddings,
     )
     pooled = out.pooled
@@ -202,9 +203,7 @@ def encode_flux(
     t5_inputs = tokenizer_2(
         text, padding="max_length", max_length=max_tokens, truncation=True, return_tensors="pt"
     )
-    with use_text_encoder(
-        mm, ref, 1, working_bytes=text_encoder_working_bytes(max_tokens, 4096, ref.dtype)
-    ) as t5:
+    with use_text_encoder(mm, ref, 1, working=text_encoder_working(max_tokens, 4096, ref.dtype)) as t5:
         prompt_embeds = t5(t5_inputs.input_ids.to(mm.device), output_hidden_states=False)[0]
         prompt_embeds = prompt_embeds.to(dtype=t5.dtype).cpu()
     return Conditioning(embeds=prompt_embeds, pooled=pooled, family=ref.family.name, text=text)
