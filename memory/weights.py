@@ -147,25 +147,30 @@ class WeightSource(Protocol):
 
 
 # safe_open maps the whole file once per handle and slices tensors out of that mapping: every page read stays
-# in RSS until the handle closes (measured: dropping the tensor alone frees nothing). Reopening after this
-# many bytes bounds that transient during a long load.
+# in RSS until the handle closes (measured: dropping the tensor alone frees nothing). Reopening after a
+# thirty-second of what a load reads (at most 128 MiB) bounds that transient to ~3% of the load.
 REOPEN_BYTES = 128 * 1024**2
 
 
+def reopen_bytes(total: int) -> int:
+    """How many bytes to read through one file handle when a load reads `total` bytes in all."""
+    return min(REOPEN_BYTES, max(total // 32, 1024**2))
+
+
 def read_tensors(
-    plan: Iterable[tuple[str, Path, str]], dtype: torch.dtype | None
+    plan: Iterable[tuple[str, Path, str]], dtype: torch.dtype | None, reopen: int = REOPEN_BYTES
 ) -> Iterator[tuple[str, torch.Tensor]]:
     """Yield `(name, tensor)` for each `(name, file, key)` in `plan`, cast to `dtype` when floating.
 
     A tensor already at `dtype` is returned memory-mapped (no copy, like `from_pretrained`); others are cast
-    and the mapping is dropped with the handle, at most every `REOPEN_BYTES`.
+    and the mapping is dropped with the handle, after every `reopen` bytes read.
     """
     handle = None
     opened: Path | None = None
     since = 0
     try:
         for name, path, key in plan:
-            if handle is None or opened != path or since >= REOPEN_BYTES:
+            if handle is None or opened != path or since >= reopen:
                 if handle is not None:
                     handle.__exit__(None, None, None)
                 handle = safe_open(str(path), framework="pt").__enter__()
@@ -191,6 +196,7 @@ class SafetensorsSource:
     def __init__(self, files: Iterable[Path]) -> None:
         self.files = tuple(Path(f) for f in files)
         self._where: dict[str, tuple[Path, str]] = {}
+        self._reopen = reopen_bytes(header_bytes(self.files))
 
     def nbytes(self, dtype: torch.dtype) -> int:
         return header_bytes(self.files, dtype)
@@ -199,7 +205,7 @@ class SafetensorsSource:
         missing = [n for n in names if n not in self._where]
         if missing:
             self._where.update(map_keys(missing, self.files))
-        yield from read_tensors(((n, *self._where[n]) for n in names), dtype)
+        yield from read_tensors(((n, *self._where[n]) for n in names), dtype, self._reopen)
 
 
 def empty_tensor_names(module: torch.nn.Module) -> list[str]:

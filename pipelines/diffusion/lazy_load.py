@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from safetensors import safe_open
 
-from memory.weights import REOPEN_BYTES, cast, fill_empty
+from memory.weights import cast, fill_empty, reopen_bytes
 
 # safetensors dtype tags -> torch dtypes (format spec: https://github.com/huggingface/safetensors).
 _TORCH_DTYPE: dict[str, torch.dtype] = {
@@ -177,25 +177,23 @@ class CheckpointSource:
 
     Reads each tensor memory-mapped, replays its recipe and casts it; file tensors shared by consecutive
     names (q/k/v split from one `in_proj_weight`) are read once. The file handle is reopened every
-    `REOPEN_BYTES` so that pages already converted leave RSS during a long load.
+    thirty-second of the component (`memory.weights.reopen_bytes`), so pages already converted leave RSS.
     """
 
     def __init__(self, path: Path, key_map: KeyMap) -> None:
         self.path = Path(path)
         self.key_map = key_map
+        stored = sum(_numel(r.shape) * r.dtype.itemsize for r in key_map.values())
+        self._reopen = reopen_bytes(stored)
 
     def names(self) -> list[str]:
         return list(self.key_map)
 
     def nbytes(self, dtype: torch.dtype) -> int:
-        total = 0
-        for r in self.key_map.values():
-            numel = 1
-            for d in r.shape:
-                numel *= d
-            size = torch.empty(0, dtype=dtype if r.dtype.is_floating_point else r.dtype).element_size()
-            total += numel * size
-        return total
+        return sum(
+            _numel(r.shape) * (dtype if r.dtype.is_floating_point else r.dtype).itemsize
+            for r in self.key_map.values()
+        )
 
     def load(self, names: Sequence[str], dtype: torch.dtype) -> Iterator[tuple[str, torch.Tensor]]:
         handle = None
@@ -207,7 +205,7 @@ class CheckpointSource:
                 if recipe is None:
                     raise KeyError(f"{self.path.name}: no tensor for {name!r}")
                 raw = {k: v for k, v in raw.items() if k in recipe.keys}
-                if handle is None or (since >= REOPEN_BYTES and not raw):
+                if handle is None or (since >= self._reopen and not raw):
                     if handle is not None:
                         handle.__exit__(None, None, None)
                     handle = safe_open(str(self.path), framework="pt").__enter__()
@@ -242,6 +240,13 @@ class CheckpointSource:
                 f"{self.path.name} does not match {type(module).__name__}: missing {missing[:3]} "
                 f"({len(missing)}), unexpected {unexpected[:3]} ({len(unexpected)}), shapes {wrong[:3]}"
             )
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
 
 
 def empty_module(factory: Callable[[], torch.nn.Module]) -> torch.nn.Module:
