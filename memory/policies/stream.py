@@ -1,6 +1,6 @@
 """Streaming: partial residency, the rest of the blocks brought in one at a time around their forward.
 
-May import: stdlib, torch, memory.weights, memory.policies.hooks.
+May import: stdlib, torch, memory.weights, memory.release, memory.policies.hooks.
 
 `apply_streaming(module, StreamConfig(...))` splits the declared ModuleLists into blocks. The first
 `resident_blocks` (in declaration order, which is execution order for UNets, DiTs and decoder stacks) stay
@@ -36,6 +36,7 @@ from typing import Any
 import torch
 
 from memory.policies.hooks import add_hooks, remove_hooks
+from memory.release import malloc_trim
 from memory.weights import (
     SafetensorsSource,
     WeightSource,
@@ -87,7 +88,9 @@ class _Slot:
     def assign(self, t: torch.Tensor) -> None:
         if self.is_param:
             param = self.owner._parameters[self.attr]
-            if param.is_meta:  # built empty: `.data =` can't change a meta tensor's type, so replace it
+            if (
+                param.is_meta != t.is_meta
+            ):  # `.data =` can't swap meta and real storage: replace the Parameter
                 self.owner._parameters[self.attr] = torch.nn.Parameter(t, requires_grad=param.requires_grad)
             else:
                 param.data = t
@@ -112,6 +115,7 @@ class StreamState:
     def __init__(self, module: torch.nn.Module, config: StreamConfig) -> None:
         self.module = module
         self.config = config
+        self.built_empty = False  # set by apply_streaming: weights came from `source` into meta tensors
         self.source: WeightSource | None = config.source or (
             SafetensorsSource(config.files) if config.files else None
         )
@@ -274,6 +278,10 @@ class StreamState:
     def post_forward(self, block: _Block) -> None:
         if not block.resident:
             self._release(block)
+            if not self.cuda:
+                # glibc keeps freed blocks of this size in its heap once its mmap threshold has adapted to
+                # them, so RSS would keep the last block's bytes on top of the next one.
+                malloc_trim()
 
     def release_idle(self) -> None:
         """Drop streamed blocks left on the device (a prefetch for a call that won't come, e.g. at `use` exit)."""
@@ -299,13 +307,21 @@ class StreamState:
                 block.resident = False
 
     def restore(self) -> None:
-        """Put every block's weights back as plain tensors: pinned host copies (CUDA) or file maps (CPU)."""
+        """Put every block's weights back as plain tensors: pinned host copies (CUDA) or file maps (CPU).
+
+        A module built empty gets meta tensors back on CPU instead: reading (and converting) every streamed
+        block only for the module to be stripped or refilled would materialise it whole, which is what
+        streaming exists to avoid. Whoever keeps it fills the meta tensors from the source again.
+        """
         for block in self.blocks:
             if block.resident or block.live:
                 continue
             if self.cuda:
                 for s in block.slots:
                     s.assign(s.host)
+            elif self.built_empty:
+                for s in block.slots:
+                    s.assign(torch.empty(s.shape, dtype=s.dtype, device="meta"))
             else:
                 for s, t in zip(block.slots, self._read(block), strict=True):
                     s.assign(t)
@@ -358,6 +374,7 @@ def apply_streaming(module: torch.nn.Module, config: StreamConfig) -> StreamStat
     if empty:
         # Everything outside the streamed blocks, tensor by tensor; the streamed blocks hold placeholders.
         fill_empty(module, state.source, config.dtype)
+        state.built_empty = True
     # Non-block weights and resident blocks; streamed blocks hold empty placeholders, so this moves none of them.
     if any(t.is_floating_point() and t.dtype != config.dtype for _, t in named_tensors(module)):
         module.to(dtype=config.dtype)  # only when needed: diffusers warns on every `.to(dtype)`

@@ -177,14 +177,12 @@ class CheckpointSource:
 
     Reads each tensor memory-mapped, replays its recipe and casts it; file tensors shared by consecutive
     names (q/k/v split from one `in_proj_weight`) are read once. The file handle is reopened every
-    thirty-second of the component (`memory.weights.reopen_bytes`), so pages already converted leave RSS.
+    eighth of each request (`memory.weights.reopen_bytes`), so pages already converted leave RSS.
     """
 
     def __init__(self, path: Path, key_map: KeyMap) -> None:
         self.path = Path(path)
         self.key_map = key_map
-        stored = sum(_numel(r.shape) * r.dtype.itemsize for r in key_map.values())
-        self._reopen = reopen_bytes(stored)
 
     def names(self) -> list[str]:
         return list(self.key_map)
@@ -199,13 +197,14 @@ class CheckpointSource:
         handle = None
         since = 0
         raw: dict[str, torch.Tensor] = {}
+        reopen = reopen_bytes(sum(_stored_bytes(self.key_map[n]) for n in names if n in self.key_map))
         try:
             for name in names:
                 recipe = self.key_map.get(name)
                 if recipe is None:
                     raise KeyError(f"{self.path.name}: no tensor for {name!r}")
                 raw = {k: v for k, v in raw.items() if k in recipe.keys}
-                if handle is None or (since >= self._reopen and not raw):
+                if handle is None or (since >= reopen and not raw):
                     if handle is not None:
                         handle.__exit__(None, None, None)
                     handle = safe_open(str(self.path), framework="pt").__enter__()
@@ -240,6 +239,10 @@ class CheckpointSource:
                 f"{self.path.name} does not match {type(module).__name__}: missing {missing[:3]} "
                 f"({len(missing)}), unexpected {unexpected[:3]} ({len(unexpected)}), shapes {wrong[:3]}"
             )
+
+
+def _stored_bytes(r: Recipe) -> int:
+    return _numel(r.shape) * r.dtype.itemsize
 
 
 def _numel(shape: tuple[int, ...]) -> int:
