@@ -270,3 +270,41 @@ def lazy_load(path: Path, key_map: KeyMap, module: torch.nn.Module, dtype: torch
     source.check(module)
     fill_empty(module, source, dtype)
     return module
+
+
+# Original-layout markers per diffusers class name, and the diffusers converter that reads that layout.
+_UNET_PREFIX = "model.diffusion_model."
+_ORIGINAL_LAYOUTS: dict[str, tuple[str, str]] = {
+    "UNet2DConditionModel": ("input_blocks.", "convert_ldm_unet_checkpoint"),
+    "AutoencoderKL": ("encoder.down.", "convert_ldm_vae_checkpoint"),
+    "FluxTransformer2DModel": ("double_blocks.", "convert_flux_transformer_checkpoint_to_diffusers"),
+    "SD3Transformer2DModel": ("joint_blocks.", "convert_sd3_transformer_checkpoint_to_diffusers"),
+}
+
+
+def component_key_map(path: Path, model_class: type, config: dict[str, Any]) -> KeyMap | None:
+    """The key map of a file holding one component, in diffusers or original layout; None if unknown.
+
+    Diffusers names map to themselves; an original layout (told apart by a marker in its key names) goes
+    through diffusers' converter for that class. None: a layout we can't map (the caller falls back to
+    `from_single_file`, which reads the file whole).
+    """
+    from diffusers.loaders import single_file_utils
+
+    with safe_open(str(path), framework="pt") as f:
+        keys = list(f.keys())
+    layout = _ORIGINAL_LAYOUTS.get(model_class.__name__)
+    if layout is None or not any(layout[0] in k for k in keys):
+        return trace_conversion(path, dict)  # diffusers names already
+    convert = getattr(single_file_utils, layout[1])
+    if layout[1] == "convert_ldm_unet_checkpoint":
+        # A standalone UNet may lack the full checkpoint's prefix, which this converter selects by.
+        return trace_conversion(
+            path,
+            lambda sd: convert(
+                {k if k.startswith(_UNET_PREFIX) else _UNET_PREFIX + k: v for k, v in sd.items()}, config
+            ),
+        )
+    if layout[1] == "convert_ldm_vae_checkpoint":
+        return trace_conversion(path, lambda sd: convert(sd, config))
+    return trace_conversion(path, convert)

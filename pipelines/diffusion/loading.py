@@ -26,7 +26,7 @@ from pipelines.diffusion.families import (
     family_for_pipeline_class,
     resolve_dtype,
 )
-from pipelines.diffusion.lazy_load import empty_module
+from pipelines.diffusion.lazy_load import CheckpointSource, component_key_map, empty_module
 from pipelines.diffusion.values import DenoiserRef, TextEncoderRef, TokenizerSource, VaeRef
 from pipelines.paths import PICKLE_SUFFIXES, check_weights_format
 
@@ -249,8 +249,9 @@ def load_component_file(
     """A separate denoiser or VAE file (a fine-tuned UNet, a standalone VAE) as a lazy handle.
 
     `component` is "unet", "transformer" or "vae"; the architecture comes from `config_dir/component`.
-    diffusers' `from_single_file` accepts both diffusers-format and original (CompVis) key names, so
-    e.g. `vae-ft-mse-840000-ema-pruned.safetensors` loads as well as a diffusers `save_pretrained` file.
+    Both diffusers-format and original (CompVis, Flux, SD3) key names load, so e.g.
+    `vae-ft-mse-840000-ema-pruned.safetensors` loads as well as a diffusers `save_pretrained` file: the key
+    map is traced from the header (`lazy_load.component_key_map`) and the module filled per tensor.
     """
     check_weights_format(path, allow_pickle=allow_pickle)
     torch_dtype = resolve_dtype(dtype, family, mm.device)
@@ -266,7 +267,15 @@ def load_component_file(
     if component == "vae":
         torch_dtype = vae_dtype(family, read_json(config_dir / "vae" / "config.json"), torch_dtype)
 
+    config = read_json(config_dir / component / "config.json")
+    key_map = component_key_map(path, model_class, config) if path.suffix == ".safetensors" else None
+    source = CheckpointSource(path, key_map) if key_map is not None else None
+
     def build() -> torch.nn.Module:
+        if source is not None:  # built empty; the manager fills it from `source` tensor by tensor
+            module = empty_module(lambda: model_class.from_config(config))
+            source.check(module)
+            return module
         return model_class.from_single_file(
             str(path), config=str(config_dir), subfolder=component, dtype=torch_dtype, local_files_only=True
         )
@@ -277,8 +286,9 @@ def load_component_file(
             name=component,
             kind=kind,
             build=build,
-            files=(path,) if path.suffix == ".safetensors" else (),
+            files=(path,) if path.suffix == ".safetensors" and source is None else (),
             dtype=torch_dtype,
+            source=source,
             blocks=denoiser_stream_blocks(family, read_json(config_dir / component / "config.json"))
             if kind == "denoiser"
             else (),
