@@ -192,3 +192,31 @@ def test_load_peak_is_weights_plus_largest_tensor(fp16_sd_file) -> None:
     assert unet["bytes"] > 130 * 1024**2
     growth = data["peak"] - unet["before"]
     assert growth <= unet["bytes"] + unet["largest"] + 12 * 1024**2, (growth, unet)
+
+
+def test_traced_recipes_replay_splits_and_concatenations(tmp_path: Path) -> None:
+    # Converters for DiT single files (Flux, SD3) split fused tensors and re-concatenate halves
+    # (`swap_scale_shift`): every op the converter ran on a stub is replayed on the real tensor.
+    from safetensors.torch import save_file
+
+    g = torch.Generator().manual_seed(0)
+    fused = torch.randn(6, 4, generator=g, dtype=torch.float16)
+    mod = torch.randn(8, dtype=torch.float16, generator=g)
+    save_file(
+        {"qkv": fused, "mod": mod, "proj": torch.randn(4, 2, generator=g)}, str(tmp_path / "f.safetensors")
+    )
+
+    def convert(sd: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        q, k, v = torch.chunk(sd.pop("qkv"), 3, dim=0)
+        shift, scale = sd["mod"].chunk(2, dim=0)
+        return {"q": q, "k": k, "v": v, "mod": torch.cat([scale, shift]), "proj": sd["proj"].T.contiguous()}
+
+    key_map = trace_conversion(tmp_path / "f.safetensors", convert)
+    assert key_map["q"].keys == ("qkv",) and key_map["mod"].keys == ("mod",)
+    source = CheckpointSource(tmp_path / "f.safetensors", key_map)
+    assert source.nbytes(torch.float32) == (24 + 8 + 8) * 4
+    with torch.no_grad():
+        real = dict(source.load(list(key_map), torch.float32))
+    expected = convert({"qkv": fused, "mod": mod, "proj": proj})
+    for name in ("q", "k", "v", "mod", "proj"):
+        assert torch.equal(real[name], expected[name].float()), name
