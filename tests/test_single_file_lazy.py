@@ -202,9 +202,8 @@ def test_traced_recipes_replay_splits_and_concatenations(tmp_path: Path) -> None
     g = torch.Generator().manual_seed(0)
     fused = torch.randn(6, 4, generator=g, dtype=torch.float16)
     mod = torch.randn(8, dtype=torch.float16, generator=g)
-    save_file(
-        {"qkv": fused, "mod": mod, "proj": torch.randn(4, 2, generator=g)}, str(tmp_path / "f.safetensors")
-    )
+    proj = torch.randn(4, 2, generator=g)
+    save_file({"qkv": fused, "mod": mod, "proj": proj}, str(tmp_path / "f.safetensors"))
 
     def convert(sd: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         q, k, v = torch.chunk(sd.pop("qkv"), 3, dim=0)
