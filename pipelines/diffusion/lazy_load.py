@@ -2,7 +2,7 @@
 
 Lives here: `Recipe`, `KeyMap`, `header_stubs`, `trace_conversion`, `rename_key_map`, `align_key_map`,
 `CheckpointSource`, `empty_module`, `lazy_load`.
-May import: stdlib, torch, safetensors, accelerate, memory.weights.
+May import: stdlib, torch, safetensors, accelerate, transformers, diffusers, memory.weights.
 
 The key map comes from the header alone and from diffusers' own converters: we run a converter (e.g.
 `convert_ldm_unet_checkpoint`) on a dict of *stubs*, meta tensors with each file tensor's name, shape and
@@ -258,8 +258,10 @@ def empty_module(factory: Callable[[], torch.nn.Module]) -> torch.nn.Module:
     Buffers stay real: non-persistent ones (CLIP's position ids) are made by the constructor, not loaded.
     """
     from accelerate import init_empty_weights
+    from transformers.initialization import no_init_weights
 
-    with init_empty_weights():
+    # Random init of meta tensors is wasted work (2 s for CLIP-L's normal_ calls): skip it, as from_pretrained does.
+    with init_empty_weights(), no_init_weights():
         module = factory()
     return module.eval()
 
