@@ -256,6 +256,7 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep the generated 4 GB of files")
     parser.add_argument("--repeat", type=int, default=2, help="load-time runs per source")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--load-only", action="store_true", help="only the load-time comparison")
     parser.add_argument("--child", nargs=2, metavar=("SOURCE", "POLICY"))
     args = parser.parse_args()
     sys.path[:0] = [str(ROOT)]
@@ -276,6 +277,11 @@ def main() -> None:
                 loads[source].append(r["load_s"])
                 weights = r["weights"]
                 print(f"  load {source:<6} {r['load_s']:5.2f} s  peak {r['peak'] / GiB:.2f} GiB", flush=True)
+        if args.load_only:
+            best = {k: min(v) for k, v in loads.items()}
+            print(f"\nload: single {best['single']:.2f} s, folder {best['folder']:.2f} s -> "
+                  f"{best['single'] / best['folder']:.2f}x (bar <= 1.10x)")  # fmt: skip
+            return
         runs = []
         for source, policy in RUNS:
             r = run_child(source, policy, single, folder, args.threads)
