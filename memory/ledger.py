@@ -35,6 +35,9 @@ class ComponentSpec:
     prefixes: when `files` hold more than this component (a single-file checkpoint), the key prefixes that
         are its weights ("model.diffusion_model."); weight bytes then count only those keys. Key names in
         such files differ from the module's, so on CPU these components are not streamed from disk.
+    source: a `memory.weights.WeightSource`. When given, `build` returns the module empty (meta tensors) and
+        the manager fills it from the source one tensor at a time, or only its resident part when streaming;
+        weight bytes come from `source.nbytes(dtype)`.
     """
 
     key: str
@@ -45,6 +48,7 @@ class ComponentSpec:
     dtype: torch.dtype = torch.float32
     blocks: tuple[str, ...] = ()
     prefixes: tuple[str, ...] = ()
+    source: Any = None
 
 
 class ModelHandle:

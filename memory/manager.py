@@ -132,6 +132,8 @@ class MemoryManager:
         if existing is not None:
             return existing
         weight_bytes = header_bytes(spec.files, spec.dtype, spec.prefixes) if spec.files else None
+        if spec.source is not None:
+            weight_bytes = spec.source.nbytes(spec.dtype)
         handle = ModelHandle(spec, weight_bytes)
         self.ledger.handles[spec.key] = handle
         return handle

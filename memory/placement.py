@@ -21,7 +21,7 @@ from memory.policies.stream import StreamConfig, apply_streaming, remove_streami
 from memory.policy import Policy
 from memory.release import malloc_trim
 from memory.telemetry import LoadEvent, Telemetry, TransferEvent, UnloadEvent
-from memory.weights import block_names, module_bytes, named_tensors
+from memory.weights import block_names, fill_empty, module_bytes, named_tensors
 
 
 def _pinned(t: torch.Tensor) -> bool:
@@ -78,7 +78,8 @@ class Placer:
             return False
         if self.device.type == "cuda":
             return True
-        return self.device.type == "cpu" and bool(h.spec.files) and not h.spec.prefixes
+        has_source = h.spec.source is not None or (bool(h.spec.files) and not h.spec.prefixes)
+        return self.device.type == "cpu" and has_source
 
     # -- bookkeeping ------------------------------------------------------------------------------------
 
@@ -171,6 +172,8 @@ class Placer:
         moving = max(self.full_bytes(h) - h.device_bytes, 0)
         self._sync()
         t0 = time.perf_counter()
+        if h.spec.source is not None:
+            fill_empty(h.module, h.spec.source, h.spec.dtype)  # built empty: load it tensor by tensor
         apply_resident(h.module, ResidentConfig(self.device, h.spec.dtype))
         self._sync()
         seconds = time.perf_counter() - t0
@@ -260,6 +263,7 @@ class Placer:
             h.spec.dtype,
             h.spec.files,
             use_stream=self.device.type == "cuda",
+            source=h.spec.source,
         )
         h.stream = apply_streaming(h.module, config)
 

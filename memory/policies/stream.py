@@ -1,6 +1,6 @@
 """Streaming: partial residency, the rest of the blocks brought in one at a time around their forward.
 
-May import: stdlib, torch, safetensors, memory.weights, memory.policies.hooks.
+May import: stdlib, torch, memory.weights, memory.release, memory.policies.hooks.
 
 `apply_streaming(module, StreamConfig(...))` splits the declared ModuleLists into blocks. The first
 `resident_blocks` (in declaration order, which is execution order for UNets, DiTs and decoder stacks) stay
@@ -12,9 +12,15 @@ released by a forward post-hook.
   on a side CUDA stream, so that copy overlaps block i's compute; the compute stream waits on an event
   before using it and `record_stream` keeps the allocator from reusing the memory too early. Window: two
   blocks on the device at once.
-- CPU: there is no faster tier than RAM, so the weights stay memory-mapped on disk. Each streamed block is
-  read with `safe_open` right before its forward and dropped right after; since safetensors gives each
-  tensor its own mapping, dropping the last reference unmaps it and RSS falls. Window: one block.
+- CPU: there is no faster tier than RAM, so the weights stay on disk. Each streamed block is read from the
+  config's `WeightSource` (memory-mapped, converted per tensor) right before its forward and dropped right
+  after; the source closes its file handle after each block, so the mapping goes and RSS falls. Window:
+  one block.
+
+The module may arrive built empty (meta tensors, see `memory.weights.WeightSource`): then only the weights
+outside the streamed blocks and the resident blocks are ever loaded, one tensor at a time, so a streamed
+model is never materialised whole, not even at load. On CUDA the pinned host copies are filled block by
+block from the source the same way.
 
 Prefetch follows the execution order observed on earlier calls (declared order until then). Inference only:
 weights are swapped under autograd's feet, so don't backpropagate through a streaming module.
@@ -23,16 +29,23 @@ weights are swapped under autograd's feet, so don't backpropagate through a stre
 from __future__ import annotations
 
 import time
-from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import safe_open
 
 from memory.policies.hooks import add_hooks, remove_hooks
-from memory.weights import block_names, map_keys, module_bytes, named_tensors, tensor_bytes
+from memory.release import malloc_trim
+from memory.weights import (
+    SafetensorsSource,
+    WeightSource,
+    block_names,
+    fill_empty,
+    module_bytes,
+    named_tensors,
+    tensor_bytes,
+)
 
 STREAM_HOOK = "nodeloom_stream"
 _STATE_ATTR = "_nodeloom_stream_state"
@@ -44,14 +57,16 @@ class StreamConfig:
     blocks: tuple[str, ...]
     resident_blocks: int = 0
     dtype: torch.dtype = torch.float32
-    files: tuple[Path, ...] = ()  # required on CPU: streamed weights are read back from these
+    files: tuple[Path, ...] = ()  # safetensors files whose keys are the module's names (when no `source`)
     use_stream: bool = True  # CUDA only: prefetch the next block on a side stream
+    # Where weights come from (required on CPU, and for a module built empty); default: `files`.
+    source: WeightSource | None = None
 
 
 class _Slot:
     """One parameter or persistent buffer inside a block."""
 
-    __slots__ = ("owner", "attr", "is_param", "name", "shape", "dtype", "host", "source")
+    __slots__ = ("owner", "attr", "is_param", "name", "shape", "dtype", "host")
 
     def __init__(
         self,
@@ -66,14 +81,19 @@ class _Slot:
         # Floating weights run at the configured dtype; integer buffers keep theirs.
         self.shape, self.dtype = tuple(t.shape), (dtype if t.is_floating_point() else t.dtype)
         self.host: torch.Tensor | None = None  # pinned copy (CUDA)
-        self.source: tuple[Path, str] | None = None  # (file, key) (CPU)
 
     def current(self) -> torch.Tensor:
         return self.owner._parameters[self.attr] if self.is_param else self.owner._buffers[self.attr]
 
     def assign(self, t: torch.Tensor) -> None:
         if self.is_param:
-            self.owner._parameters[self.attr].data = t
+            param = self.owner._parameters[self.attr]
+            if (
+                param.is_meta != t.is_meta
+            ):  # `.data =` can't swap meta and real storage: replace the Parameter
+                self.owner._parameters[self.attr] = torch.nn.Parameter(t, requires_grad=param.requires_grad)
+            else:
+                param.data = t
         else:
             self.owner._buffers[self.attr] = t
 
@@ -95,6 +115,10 @@ class StreamState:
     def __init__(self, module: torch.nn.Module, config: StreamConfig) -> None:
         self.module = module
         self.config = config
+        self.built_empty = False  # set by apply_streaming: weights came from `source` into meta tensors
+        self.source: WeightSource | None = config.source or (
+            SafetensorsSource(config.files) if config.files else None
+        )
         self.blocks: list[_Block] = []
         self.cuda = config.device.type == "cuda"
         self._side = torch.cuda.Stream(config.device) if (self.cuda and config.use_stream) else None
@@ -154,6 +178,13 @@ class StreamState:
         """Make sure a block has its streaming source: a pinned copy (CUDA) or a file mapping (CPU)."""
         if not self.cuda:
             return
+        if any(s.host is None and s.current().is_meta for s in block.slots):
+            # Built empty: fill the pinned copies from the source, one tensor at a time.
+            for s, t in zip(block.slots, self._read(block), strict=True):
+                if s.host is None:
+                    s.host = torch.empty(s.shape, dtype=s.dtype, pin_memory=True)
+                    s.host.copy_(t)
+            return
         for s in block.slots:
             if s.host is None:
                 t = s.current()
@@ -179,7 +210,7 @@ class StreamState:
                 self.copies_on_side_stream += 1
         else:
             t0 = time.perf_counter()
-            tensors = self._read_from_files(block)
+            tensors = self._read(block)
             self._cpu_seconds += time.perf_counter() - t0
             self._cpu_bytes += block.nbytes
         for s, t in zip(block.slots, tensors, strict=True):
@@ -187,22 +218,19 @@ class StreamState:
         block.tensors = tensors
         block.live = True
 
-    def _read_from_files(self, block: _Block) -> list[torch.Tensor]:
-        by_file: dict[Path, list[int]] = defaultdict(list)
-        for i, s in enumerate(block.slots):
-            by_file[s.source[0]].append(i)
-        out: list[torch.Tensor | None] = [None] * len(block.slots)
-        for path, idx in by_file.items():
-            with safe_open(str(path), framework="pt") as f:
-                for i in idx:
-                    s = block.slots[i]
-                    t = f.get_tensor(s.source[1])
-                    if t.dtype != s.dtype:
-                        t = t.to(s.dtype)
-                    if tuple(t.shape) != s.shape:
-                        raise ValueError(f"{s.name}: file has shape {tuple(t.shape)}, module wants {s.shape}")
-                    out[i] = t
-        return out  # type: ignore[return-value]
+    def _read(self, block: _Block) -> list[torch.Tensor]:
+        """The block's weights from the source, in slot order, converted to the run dtype."""
+        assert self.source is not None
+        loaded = dict(self.source.load([s.name for s in block.slots], self.config.dtype))
+        out = []
+        for s in block.slots:
+            t = loaded.pop(s.name)
+            if t.dtype != s.dtype:
+                t = t.to(s.dtype)
+            if tuple(t.shape) != s.shape:
+                raise ValueError(f"{s.name}: source has shape {tuple(t.shape)}, module wants {s.shape}")
+            out.append(t)
+        return out
 
     # -- hooks ------------------------------------------------------------------------------------------
 
@@ -250,6 +278,10 @@ class StreamState:
     def post_forward(self, block: _Block) -> None:
         if not block.resident:
             self._release(block)
+            if not self.cuda:
+                # glibc keeps freed blocks of this size in its heap once its mmap threshold has adapted to
+                # them, so RSS would keep the last block's bytes on top of the next one.
+                malloc_trim()
 
     def release_idle(self) -> None:
         """Drop streamed blocks left on the device (a prefetch for a call that won't come, e.g. at `use` exit)."""
@@ -275,15 +307,23 @@ class StreamState:
                 block.resident = False
 
     def restore(self) -> None:
-        """Put every block's weights back as plain tensors: pinned host copies (CUDA) or file maps (CPU)."""
+        """Put every block's weights back as plain tensors: pinned host copies (CUDA) or file maps (CPU).
+
+        A module built empty gets meta tensors back on CPU instead: reading (and converting) every streamed
+        block only for the module to be stripped or refilled would materialise it whole, which is what
+        streaming exists to avoid. Whoever keeps it fills the meta tensors from the source again.
+        """
         for block in self.blocks:
             if block.resident or block.live:
                 continue
             if self.cuda:
                 for s in block.slots:
                     s.assign(s.host)
+            elif self.built_empty:
+                for s in block.slots:
+                    s.assign(torch.empty(s.shape, dtype=s.dtype, device="meta"))
             else:
-                for s, t in zip(block.slots, self._read_from_files(block), strict=True):
+                for s, t in zip(block.slots, self._read(block), strict=True):
                     s.assign(t)
             block.live = True
 
@@ -325,14 +365,16 @@ def apply_streaming(module: torch.nn.Module, config: StreamConfig) -> StreamStat
         state.blocks.append(
             _Block(name, block, slots, sum(tensor_bytes(s.current(), config.dtype) for s in slots))
         )
-    if not state.cuda:
-        if not config.files:
-            raise ValueError("streaming on CPU reads blocks back from safetensors files; the spec lists none")
-        mapping = map_keys([s.name for b in state.blocks for s in b.slots], config.files)
-        for b in state.blocks:
-            for s in b.slots:
-                s.source = mapping[s.name]
+    empty = any(t.is_meta for _, t in named_tensors(module))
+    if state.source is None and (empty or not state.cuda):
+        raise ValueError(
+            "streaming on CPU (or an empty module) reads blocks from a weight source; none given"
+        )
     state.set_resident(config.resident_blocks)
+    if empty:
+        # Everything outside the streamed blocks, tensor by tensor; the streamed blocks hold placeholders.
+        fill_empty(module, state.source, config.dtype)
+        state.built_empty = True
     # Non-block weights and resident blocks; streamed blocks hold empty placeholders, so this moves none of them.
     if any(t.is_floating_point() and t.dtype != config.dtype for _, t in named_tensors(module)):
         module.to(dtype=config.dtype)  # only when needed: diffusers warns on every `.to(dtype)`

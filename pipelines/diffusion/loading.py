@@ -3,9 +3,9 @@
 Lives here: `LoadedModel`, `load_model`, `load_diffusers_folder`, `load_component_file`, `component_weight_files`.
 May import: stdlib, torch, diffusers, transformers, memory, pipelines.paths, pipelines.diffusion.*.
 
-Nothing here reads weights. Each component becomes a `memory.ComponentSpec` whose `build` runs
-`from_pretrained` (memory-mapped) only when a node enters `mm.use(handle)`; the memory manager counts its
-bytes from the safetensors headers in the meantime. Configs and scheduler settings (small JSON) are read now,
+Nothing here reads weights. Each component becomes a `memory.ComponentSpec` built only when a node enters
+`mm.use(handle)`: diffusers models empty, filled by the manager tensor by tensor from their safetensors
+files; others through `from_pretrained` (memory-mapped). The manager counts bytes from the headers. Configs and scheduler settings (small JSON) are read now,
 so that nodes downstream know channels, scale factors and the family without loading a model.
 """
 
@@ -19,12 +19,14 @@ from typing import Any
 import torch
 
 from memory import ComponentSpec, MemoryManager, ModelHandle
+from memory.weights import SafetensorsSource, header_entries
 from pipelines.diffusion.families import (
     Family,
     denoiser_stream_blocks,
     family_for_pipeline_class,
     resolve_dtype,
 )
+from pipelines.diffusion.lazy_load import CheckpointSource, component_key_map, empty_module
 from pipelines.diffusion.values import DenoiserRef, TextEncoderRef, TokenizerSource, VaeRef
 from pipelines.paths import PICKLE_SUFFIXES, check_weights_format
 
@@ -80,11 +82,20 @@ def _register_pretrained(
     allow_pickle: bool,
     blocks: tuple[str, ...] = (),
 ) -> ModelHandle:
-    """Register `model_class.from_pretrained(root, subfolder=...)` with the manager; loads nothing."""
+    """Register `model_class.from_pretrained(root, subfolder=...)` with the manager; loads nothing.
+
+    diffusers models in safetensors are built empty instead and filled by the manager from the files one
+    tensor at a time (or streamed block by block): `from_pretrained` would cast a float16 file to float32
+    whole, holding the UNet twice for a moment and never letting `stream` bound the process.
+    """
     files, safe = component_weight_files(root / subfolder, allow_pickle=allow_pickle)
     variant = _variant(files) if safe else None
+    source = SafetensorsSource(files) if safe and _lazy_loadable(model_class, files) else None
 
     def build() -> torch.nn.Module:
+        if source is not None:
+            config = model_class.load_config(str(root), subfolder=subfolder, local_files_only=True)
+            return empty_module(lambda: model_class.from_config(config))
         return model_class.from_pretrained(
             str(root),
             subfolder=subfolder,
@@ -103,8 +114,23 @@ def _register_pretrained(
             files=files if safe else (),
             dtype=dtype,
             blocks=blocks,
+            source=source,
         )
     )
+
+
+# Attention names diffusers renamed in 0.14; `from_pretrained` converts folders that still use them.
+_DEPRECATED_ATTENTION = (".query.", ".key.", ".value.", ".proj_attn.")
+
+
+def _lazy_loadable(model_class: type, files: tuple[Path, ...]) -> bool:
+    """A diffusers model whose file keys are its own names (transformers models keep `from_pretrained`:
+    tied embeddings and per-model loading rules live there)."""
+    from diffusers import ModelMixin
+
+    if not issubclass(model_class, ModelMixin):
+        return False
+    return not any(any(d in key for d in _DEPRECATED_ATTENTION) for _, key, _, _ in header_entries(files))
 
 
 def vae_dtype(family: Family, vae_config: dict[str, Any], dtype: torch.dtype) -> torch.dtype:
@@ -225,8 +251,9 @@ def load_component_file(
     """A separate denoiser or VAE file (a fine-tuned UNet, a standalone VAE) as a lazy handle.
 
     `component` is "unet", "transformer" or "vae"; the architecture comes from `config_dir/component`.
-    diffusers' `from_single_file` accepts both diffusers-format and original (CompVis) key names, so
-    e.g. `vae-ft-mse-840000-ema-pruned.safetensors` loads as well as a diffusers `save_pretrained` file.
+    Both diffusers-format and original (CompVis, Flux, SD3) key names load, so e.g.
+    `vae-ft-mse-840000-ema-pruned.safetensors` loads as well as a diffusers `save_pretrained` file: the key
+    map is traced from the header (`lazy_load.component_key_map`) and the module filled per tensor.
     """
     check_weights_format(path, allow_pickle=allow_pickle)
     torch_dtype = resolve_dtype(dtype, family, mm.device)
@@ -242,7 +269,15 @@ def load_component_file(
     if component == "vae":
         torch_dtype = vae_dtype(family, read_json(config_dir / "vae" / "config.json"), torch_dtype)
 
+    config = read_json(config_dir / component / "config.json")
+    key_map = component_key_map(path, model_class, config) if path.suffix == ".safetensors" else None
+    source = CheckpointSource(path, key_map) if key_map is not None else None
+
     def build() -> torch.nn.Module:
+        if source is not None:  # built empty; the manager fills it from `source` tensor by tensor
+            module = empty_module(lambda: model_class.from_config(config))
+            source.check(module)
+            return module
         return model_class.from_single_file(
             str(path), config=str(config_dir), subfolder=component, dtype=torch_dtype, local_files_only=True
         )
@@ -253,8 +288,9 @@ def load_component_file(
             name=component,
             kind=kind,
             build=build,
-            files=(path,) if path.suffix == ".safetensors" else (),
+            files=(path,) if path.suffix == ".safetensors" and source is None else (),
             dtype=torch_dtype,
+            source=source,
             blocks=denoiser_stream_blocks(family, read_json(config_dir / component / "config.json"))
             if kind == "denoiser"
             else (),

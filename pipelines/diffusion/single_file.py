@@ -6,13 +6,15 @@ May import: stdlib, torch, safetensors, diffusers, transformers, memory, pipelin
 diffusers' `from_single_file` guesses the family and fetches its configs from the Hub unless it is given
 `config=<local diffusers folder>` (FINDINGS). We detect the family from the tensor names, then point every
 component at a config-only folder shipped in `resources/configs/<family>/` (configs and, where we can ship
-it, the tokenizer; no weights). Each component reads only its own tensors (by key prefix) when built.
+it, the tokenizer; no weights). Each component's key map is traced from the header through diffusers'
+converters (pipelines/diffusion/lazy_load.py); its tensors are read one at a time when the manager loads it.
 """
 
 from __future__ import annotations
 
 import gzip
 import importlib.util
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +28,14 @@ from pipelines.diffusion.families import (
     denoiser_stream_blocks,
     detect_single_file_family,
     resolve_dtype,
+)
+from pipelines.diffusion.lazy_load import (
+    CheckpointSource,
+    KeyMap,
+    align_key_map,
+    empty_module,
+    rename_key_map,
+    trace_conversion,
 )
 from pipelines.diffusion.loading import LoadedModel, read_json, vae_dtype
 from pipelines.diffusion.values import DenoiserRef, TextEncoderRef, TokenizerSource, VaeRef
@@ -137,6 +147,27 @@ def clip_tokenizer_from_bpe(bpe_gz: Path, *, pad_token: str = "<|endoftext|>") -
     return CLIPTokenizer(vocab=vocab, merges=merges, model_max_length=77, pad_token=pad_token)
 
 
+def _text_encoder_key_map(path: Path, detected: str, slot_index: int, module: torch.nn.Module) -> KeyMap:
+    """diffusers' CLIP converters traced on header stubs; names aligned to the module as diffusers aligns them.
+
+    The dispatch below mirrors `create_diffusers_clip_model_from_ldm` (which can't be given stubs: it loads
+    the weights itself): OpenAI CLIP renames, OpenCLIP (SDXL's second encoder) splits `in_proj` and
+    transposes the projection. `CLIPTextModel` lost its `text_model.` wrapper in transformers 5.6.
+    """
+    from diffusers.loaders.single_file_utils import convert_ldm_clip_checkpoint, convert_open_clip_checkpoint
+
+    prefix = TEXT_ENCODER_PREFIXES[detected][slot_index]
+    if detected == "sdxl" and slot_index == 1:
+        key_map = trace_conversion(
+            path, lambda sd: convert_open_clip_checkpoint(module, sd, prefix=prefix), (prefix,)
+        )
+    else:
+        key_map = trace_conversion(path, convert_ldm_clip_checkpoint, (prefix,))
+    if not hasattr(module, "text_model"):
+        key_map = rename_key_map(key_map, lambda name: name.removeprefix("text_model."))
+    return align_key_map(key_map, module, path)
+
+
 def load_single_file(
     mm: MemoryManager,
     path: Path,
@@ -145,9 +176,15 @@ def load_single_file(
     allow_pickle: bool = False,
     config_dir: Path | None = None,
 ) -> LoadedModel:
-    """An SD1.x or SDXL original-format checkpoint as lazy handles, with no network access."""
+    """An SD1.x or SDXL original-format checkpoint as lazy handles, with no network access.
+
+    A `.safetensors` file: every component is registered with its exact bytes and a `CheckpointSource`
+    (the key map traced from the header through diffusers' converters); the manager builds it empty and
+    fills it one tensor at a time, or streams its blocks. A pickle (with `allow_pickle` only) has no
+    header: each component is converted whole by diffusers, as before.
+    """
     from diffusers import AutoencoderKL, UNet2DConditionModel
-    from diffusers.loaders.single_file_utils import create_diffusers_clip_model_from_ldm
+    from diffusers.loaders.single_file_utils import convert_ldm_unet_checkpoint, convert_ldm_vae_checkpoint
 
     keys = read_checkpoint_keys(path, allow_pickle=allow_pickle)
     detected = detect_single_file_family(keys)
@@ -162,6 +199,96 @@ def load_single_file(
     unet_config = read_json(config_dir / "unet" / "config.json")
     vae_config = read_json(config_dir / "vae" / "config.json")
     vdtype = vae_dtype(family, vae_config, torch_dtype)
+    lazy = path.suffix == ".safetensors"
+    if not lazy:
+        builders = _whole_builders(path, detected, family, config_dir, torch_dtype, vdtype, allow_pickle)
+
+    def lazy_component(
+        key_map: KeyMap, factory: Callable[[], torch.nn.Module]
+    ) -> tuple[Callable[[], torch.nn.Module], CheckpointSource]:
+        source = CheckpointSource(path, key_map)
+
+        def build() -> torch.nn.Module:
+            module = empty_module(factory)
+            source.check(module)
+            return module  # empty: the manager fills it from `source`
+
+        return build, source
+
+    def register(name: str, kind: str, dt: torch.dtype, blocks: tuple[str, ...] = ()) -> Any:
+        if lazy:
+            build, source = components[name]
+        else:
+            build, source = builders[name], None
+        return mm.register(
+            ComponentSpec(
+                key=f"{path}#{name}@{dt}",
+                name=name,
+                kind=kind,
+                build=build,
+                dtype=dt,
+                blocks=blocks,
+                source=source,
+            )
+        )
+
+    if lazy:
+        components = {
+            "unet": lazy_component(
+                trace_conversion(
+                    path, lambda sd: convert_ldm_unet_checkpoint(sd, unet_config), (UNET_PREFIX,)
+                ),
+                lambda: UNet2DConditionModel.from_config(unet_config),
+            ),
+            "vae": lazy_component(
+                trace_conversion(path, lambda sd: convert_ldm_vae_checkpoint(sd, vae_config), (VAE_PREFIX,)),
+                lambda: AutoencoderKL.from_config(vae_config),
+            ),
+        }
+        for i, slot in enumerate(family.text_encoders):
+            config = slot.model_class.config_class.from_pretrained(
+                config_dir, subfolder=slot.subfolder, local_files_only=True
+            )
+
+            def factory(cls: type = slot.model_class, config: Any = config) -> torch.nn.Module:
+                return cls(config)
+
+            key_map = _text_encoder_key_map(path, detected, i, empty_module(factory))
+            components[slot.subfolder] = lazy_component(key_map, factory)
+
+    denoiser = DenoiserRef(
+        handle=register("unet", "denoiser", torch_dtype, denoiser_stream_blocks(family, unet_config)),
+        family=family,
+        config=unet_config,
+        scheduler_config=read_json(config_dir / "scheduler" / "scheduler_config.json"),
+        dtype=torch_dtype,
+        vae_scale_factor=2 ** (len(vae_config["block_out_channels"]) - 1),
+    )
+    text_encoder = TextEncoderRef(
+        handles=tuple(register(slot.subfolder, "text_encoder", torch_dtype) for slot in family.text_encoders),
+        tokenizers=tuple(
+            ClipTokenizerSource(config_dir, slot.tokenizer_subfolder, slot.model_class)
+            for slot in family.text_encoders
+        ),
+        family=family,
+        dtype=torch_dtype,
+    )
+    vae = VaeRef(handle=register("vae", "vae", vdtype), family=family, config=vae_config, dtype=vdtype)
+    return LoadedModel(denoiser=denoiser, text_encoder=text_encoder, vae=vae)
+
+
+def _whole_builders(
+    path: Path,
+    detected: str,
+    family: Any,
+    config_dir: Path,
+    torch_dtype: torch.dtype,
+    vdtype: torch.dtype,
+    allow_pickle: bool,
+) -> dict[str, Callable[[], torch.nn.Module]]:
+    """Pickle checkpoints (opt-in): each component's tensors read whole and converted by diffusers."""
+    from diffusers import AutoencoderKL, UNet2DConditionModel
+    from diffusers.loaders.single_file_utils import create_diffusers_clip_model_from_ldm
 
     def build_unet() -> torch.nn.Module:
         state = read_prefixed(path, (UNET_PREFIX,), allow_pickle=allow_pickle)
@@ -175,7 +302,7 @@ def load_single_file(
             state, config=str(config_dir), subfolder="vae", dtype=vdtype, local_files_only=True
         )
 
-    def text_encoder_builder(slot_index: int) -> Any:
+    def text_encoder_builder(slot_index: int) -> Callable[[], torch.nn.Module]:
         slot = family.text_encoders[slot_index]
         prefix = TEXT_ENCODER_PREFIXES[detected][slot_index]
 
@@ -192,37 +319,7 @@ def load_single_file(
 
         return build
 
-    def register(name: str, kind: str, build: Any, dt: torch.dtype, blocks: tuple[str, ...] = ()) -> Any:
-        # files=(): the checkpoint holds every component; the manager measures bytes once built.
-        return mm.register(
-            ComponentSpec(
-                key=f"{path}#{name}@{dt}", name=name, kind=kind, build=build, dtype=dt, blocks=blocks
-            )
-        )
-
-    denoiser = DenoiserRef(
-        handle=register(
-            "unet", "denoiser", build_unet, torch_dtype, denoiser_stream_blocks(family, unet_config)
-        ),
-        family=family,
-        config=unet_config,
-        scheduler_config=read_json(config_dir / "scheduler" / "scheduler_config.json"),
-        dtype=torch_dtype,
-        vae_scale_factor=2 ** (len(vae_config["block_out_channels"]) - 1),
-    )
-    text_encoder = TextEncoderRef(
-        handles=tuple(
-            register(slot.subfolder, "text_encoder", text_encoder_builder(i), torch_dtype)
-            for i, slot in enumerate(family.text_encoders)
-        ),
-        tokenizers=tuple(
-            ClipTokenizerSource(config_dir, slot.tokenizer_subfolder, slot.model_class)
-            for slot in family.text_encoders
-        ),
-        family=family,
-        dtype=torch_dtype,
-    )
-    vae = VaeRef(
-        handle=register("vae", "vae", build_vae, vdtype), family=family, config=vae_config, dtype=vdtype
-    )
-    return LoadedModel(denoiser=denoiser, text_encoder=text_encoder, vae=vae)
+    builders = {"unet": build_unet, "vae": build_vae}
+    for i, slot in enumerate(family.text_encoders):
+        builders[slot.subfolder] = text_encoder_builder(i)
+    return builders
