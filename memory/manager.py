@@ -169,7 +169,15 @@ class MemoryManager:
         weights_before = self.ledger.device_weights()
         window_open = self._meter.open()
         try:
-            window = self._placer.place(handle, working_bytes, self.policy)
+            try:
+                window = self._placer.place(handle, working_bytes, self.policy)
+            except BudgetExceeded:
+                # A learned peak is a measurement (allocator slack and first-use costs included): it may
+                # refine a reservation, but never refuse a run that the formula admits.
+                if working is None or learned is None or learned <= working.formula_bytes:
+                    raise
+                working_bytes, learned = working.formula_bytes, None
+                window = self._placer.place(handle, working_bytes, self.policy)
         except BaseException:
             self._meter.close(window_open)
             raise

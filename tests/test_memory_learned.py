@@ -66,6 +66,24 @@ def test_the_second_run_reserves_the_learned_peak_instead_of_the_formula(tmp_pat
             assert third.ledger.working[f"use:{handle.key}"] == 77
 
 
+def test_a_learned_peak_over_the_budget_falls_back_to_the_formula_instead_of_failing(tmp_path: Path) -> None:
+    from memory.learned import LearnedPeaks
+
+    spec = _spec(tmp_path)
+    # A peak measured earlier (say, under another policy, with first-use costs) larger than this run's budget.
+    LearnedPeaks(tmp_path).record("cpu", "Run", spec.key, "8x256", 512 * 2**20)
+    cfg = MemoryConfig(device="cpu", policy="sequential", ram_budget="64MiB", data_dir=tmp_path)
+    with MemoryManager(cfg) as mm:
+        handle = mm.register(spec)
+        with (
+            mm.node_scope("n1", "Run"),
+            mm.use(handle, working=Working(formula_bytes=123, shape_key="8x256")),
+        ):
+            assert mm.ledger.working[f"use:{handle.key}"] == 123
+        (reservation,) = mm.report()["reservations"]
+    assert reservation["source"] == "formula"
+
+
 # Each worker is its own process with its own LearnedPeaks, as parallel `app --run`s are.
 WORKER = """
 import sys
