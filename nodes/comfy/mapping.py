@@ -102,15 +102,39 @@ def _model_name(name: Any) -> Any:
     return name
 
 
-def _loader_family(node: ComfyNode, ctx: MapContext, name: Any, fallback: str = "sd") -> str:
+_NAME_HINTS = (("flux", "flux"), ("sd3", "sd3"), ("sd_3", "sd3"), ("xl", "sdxl"))
+# Nodes that only appear in one family's workflows.
+_GRAPH_HINTS = {
+    "CLIPTextEncodeFlux": "flux",
+    "FluxGuidance": "flux",
+    "ModelSamplingFlux": "flux",
+    "TripleCLIPLoader": "sd3",
+    "EmptySD3LatentImage": "sd3",
+    "ModelSamplingSD3": "sd3",
+}
+
+
+def graph_family_hint(graph: ComfyGraph) -> str | None:
+    """The family a workflow's own nodes point at (Flux before SD3: Flux templates use SD3 latents)."""
+    hints = {_GRAPH_HINTS[n.class_type] for n in graph.nodes.values() if n.class_type in _GRAPH_HINTS}
+    for node in graph.nodes.values():
+        if node.class_type in ("CLIPLoader", "DualCLIPLoader") and node.inputs.get("type") in ("flux", "sd3"):
+            hints.add(node.inputs["type"])
+    return "flux" if "flux" in hints else "sd3" if "sd3" in hints else None
+
+
+def _loader_family(node: ComfyNode, ctx: MapContext, name: Any) -> str:
+    """From the file's header when the library has it, else from the name, else from the graph."""
     family = ctx.detect_family(name) if isinstance(name, str) else None
-    if family is None:
-        ctx.graph.note(
-            node,
-            f"model family of {name!r} not detected (file not found in the models library): {fallback!r} assumed",
-        )
-        return fallback
-    return family
+    if family is not None:
+        return family
+    lowered = name.lower() if isinstance(name, str) else ""
+    guess = next((fam for marker, fam in _NAME_HINTS if marker in lowered), None)
+    guess = guess or graph_family_hint(ctx.graph) or "sd"
+    ctx.graph.note(
+        node, f"{name!r} not found in the models library: family {guess!r} guessed from the workflow"
+    )
+    return guess
 
 
 def _checkpoint(node: ComfyNode, ctx: MapContext) -> Emit:

@@ -243,7 +243,11 @@ class _Resolver:
                 self._expand(rn, raws[node_id], sub, prefix)
                 continue
             self.nodes[node_id] = rn
-            self.widgets[node_id] = _named_widgets(rn, raws[node_id], self.graph)
+            if rn.node.class_type in PRIMITIVE_CLASSES:  # [value, control_after_generate?]
+                values = rn.widget_values if isinstance(rn.widget_values, list) else []
+                self.widgets[node_id] = {"value": values[0]} if values else {}
+            else:
+                self.widgets[node_id] = _named_widgets(rn, raws[node_id], self.graph)
 
     def _expand(self, rn: _RawNode, raw: dict[str, Any], sub: dict[str, Any], prefix: str) -> None:
         if self.depth > 16:
@@ -300,9 +304,7 @@ class _Resolver:
         if rn.mode == MUTED:
             return None
         if rn.node.class_type in PRIMITIVE_CLASSES:
-            widgets = self.widgets.get(origin, {})
-            values = rn.widget_values if isinstance(rn.widget_values, list) else []
-            return widgets.get("value", values[0] if values else None)
+            return self.widgets.get(origin, {}).get("value")
         if rn.node.class_type == "Reroute" or rn.mode == BYPASSED:
             return self._pass_through(rn, link, seen)
         return LinkRef(origin, link.origin_slot)
