@@ -158,7 +158,7 @@ def import_command(argv: list[str], registry: NodeRegistry) -> int:
     )
     add_models_dir_argument(p)
     args = p.parse_args(argv)
-    err = Console(stderr=True)
+    err = Console(stderr=True, soft_wrap=True)
     library = library_from(args.models_dir)
     try:
         result = _import(args.file, registry, library)
@@ -186,7 +186,7 @@ def check_command(argv: list[str], registry: NodeRegistry) -> int:
     p.add_argument("file", type=Path)
     add_models_dir_argument(p)
     args = p.parse_args(argv)
-    err = Console(stderr=True)
+    err = Console(stderr=True, soft_wrap=True)
     try:
         problems, notes = _check_problems(args.file, registry, library_from(args.models_dir))
     except (ComfyFormatError, WorkflowError) as exc:
@@ -207,7 +207,7 @@ def export_command(argv: list[str], registry: NodeRegistry) -> int:
     p.add_argument("workflow", type=Path)
     p.add_argument("out", type=Path)
     args = p.parse_args(argv)
-    err = Console(stderr=True)
+    err = Console(stderr=True, soft_wrap=True)
     try:
         wf = workflow_from_dict(read_workflow_json(args.workflow), registry, source=str(args.workflow))
         prompt = export_api(wf, registry)
@@ -234,7 +234,7 @@ def models_library_command(action: str, argv: list[str]) -> int:
     else:
         add_models_dir_argument(p)
     args = p.parse_args(argv)
-    console = Console()
+    console = Console(soft_wrap=True)
     if action == "add-root":
         roots = load_saved_roots()
         folder = args.dir.expanduser().resolve()

@@ -22,12 +22,14 @@ from nodes.comfy.mapping import (
     Emit,
     MapContext,
     PassThrough,
+    graph_family_hint,
 )
 from nodes.registry import NodeRegistry
 from nodes.workflow import FORMAT, VERSION
 
 COMFY_META_KEY = "comfyui"
 _SAMPLERS = ("Sampler", "SamplerAdvanced")
+FLUX_DEFAULT_GUIDANCE = 3.5
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,7 @@ class _Converter:
     def __init__(self, graph: ComfyGraph, ctx: MapContext) -> None:
         self.graph, self.ctx = graph, ctx
         self.mapped: dict[str, Emit | PassThrough] = {}
+        self.guided: set[str] = set()  # samplers whose cfg came from a Flux guidance value
         for node_id, node in graph.nodes.items():
             mapper = MAPPERS.get(node.class_type)
             self.mapped[node_id] = (
@@ -107,6 +110,7 @@ class _Converter:
         if "guidance" in annotations and emit.type in _SAMPLERS and port == "positive":
             guidance, source = annotations["guidance"]
             params["cfg"] = guidance
+            self.guided.add(node_id)
             self.graph.note(
                 node,
                 f"Flux guidance {guidance} (node {source}) becomes cfg: Nodeloom's Flux sampler takes the "
@@ -117,6 +121,15 @@ class _Converter:
 
     def workflow_nodes(self) -> dict[str, dict[str, Any]]:
         nodes = {nid: self.node_json(nid, m) for nid, m in self.mapped.items() if isinstance(m, Emit)}
+        if graph_family_hint(self.graph) == "flux":
+            # Flux without a FluxGuidance node runs at ComfyUI's default guidance, 3.5; ours reads cfg.
+            for nid, data in nodes.items():
+                if data["type"] in _SAMPLERS and nid not in self.guided:
+                    data["params"]["cfg"] = FLUX_DEFAULT_GUIDANCE
+                    self.graph.note(
+                        self.graph.nodes[nid],
+                        f"Flux without FluxGuidance: ComfyUI's default guidance {FLUX_DEFAULT_GUIDANCE} becomes cfg",
+                    )
         # ComfyUI's empty latents know their channels from the node type; ours from a wired model.
         for data in nodes.values():
             if data["type"] not in _SAMPLERS or "latent" not in data["inputs"]:
