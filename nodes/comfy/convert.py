@@ -22,7 +22,7 @@ from nodes.comfy.mapping import (
     Emit,
     MapContext,
     PassThrough,
-    graph_family_hint,
+    family_from_name,
 )
 from nodes.registry import NodeRegistry
 from nodes.workflow import FORMAT, VERSION
@@ -119,17 +119,33 @@ class _Converter:
         if "clip_skip" in annotations and emit.type == "TextEncode" and port == "text_encoder":
             params["clip_skip"] = annotations["clip_skip"][0]
 
+    def _family(self, nodes: dict[str, dict[str, Any]], sampler: dict[str, Any]) -> str | None:
+        """The family of the model a sampler runs: the loader its denoiser comes from (through LoRAs)."""
+        link = sampler["inputs"].get("denoiser")
+        for _ in range(32):
+            source = nodes.get(link[0]) if link else None
+            if source is None:
+                return None
+            if source["type"] == "LoadLoRA":
+                link = source["inputs"].get("denoiser")
+                continue
+            if "family" in source["params"]:
+                return source["params"]["family"]
+            path = source["params"].get("path")
+            family = self.ctx.detect_family(path) if isinstance(path, str) else None
+            return family or family_from_name(path)
+        return None
+
     def workflow_nodes(self) -> dict[str, dict[str, Any]]:
         nodes = {nid: self.node_json(nid, m) for nid, m in self.mapped.items() if isinstance(m, Emit)}
-        if graph_family_hint(self.graph) == "flux":
-            # Flux without a FluxGuidance node runs at ComfyUI's default guidance, 3.5; ours reads cfg.
-            for nid, data in nodes.items():
-                if data["type"] in _SAMPLERS and nid not in self.guided:
-                    data["params"]["cfg"] = FLUX_DEFAULT_GUIDANCE
-                    self.graph.note(
-                        self.graph.nodes[nid],
-                        f"Flux without FluxGuidance: ComfyUI's default guidance {FLUX_DEFAULT_GUIDANCE} becomes cfg",
-                    )
+        for nid, data in nodes.items():
+            if data["type"] in _SAMPLERS and nid not in self.guided and self._family(nodes, data) == "flux":
+                # Flux without a FluxGuidance node runs at ComfyUI's default guidance, 3.5; ours reads cfg.
+                data["params"]["cfg"] = FLUX_DEFAULT_GUIDANCE
+                self.graph.note(
+                    self.graph.nodes[nid],
+                    f"Flux without FluxGuidance: ComfyUI's default guidance {FLUX_DEFAULT_GUIDANCE} becomes cfg",
+                )
         # ComfyUI's empty latents know their channels from the node type; ours from a wired model.
         for data in nodes.values():
             if data["type"] not in _SAMPLERS or "latent" not in data["inputs"]:

@@ -114,6 +114,12 @@ _GRAPH_HINTS = {
 }
 
 
+def family_from_name(name: Any) -> str | None:
+    """flux1-dev.safetensors -> "flux", sd3.5_large... -> "sd3", sd_xl_base... -> "sdxl"."""
+    lowered = name.lower() if isinstance(name, str) else ""
+    return next((fam for marker, fam in _NAME_HINTS if marker in lowered), None)
+
+
 def graph_family_hint(graph: ComfyGraph) -> str | None:
     """The family a workflow's own nodes point at (Flux before SD3: Flux templates use SD3 latents)."""
     hints = {_GRAPH_HINTS[n.class_type] for n in graph.nodes.values() if n.class_type in _GRAPH_HINTS}
@@ -128,9 +134,7 @@ def _loader_family(node: ComfyNode, ctx: MapContext, name: Any) -> str:
     family = ctx.detect_family(name) if isinstance(name, str) else None
     if family is not None:
         return family
-    lowered = name.lower() if isinstance(name, str) else ""
-    guess = next((fam for marker, fam in _NAME_HINTS if marker in lowered), None)
-    guess = guess or graph_family_hint(ctx.graph) or "sd"
+    guess = family_from_name(name) or graph_family_hint(ctx.graph) or "sd"
     ctx.graph.note(
         node, f"{name!r} not found in the models library: family {guess!r} guessed from the workflow"
     )
