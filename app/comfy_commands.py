@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -234,7 +235,8 @@ def models_library_command(action: str, argv: list[str]) -> int:
     else:
         add_models_dir_argument(p)
     args = p.parse_args(argv)
-    console = Console(soft_wrap=True)
+    # Piped output (scripts, tests) gets the whole table, never columns squeezed to 80 characters.
+    console = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 400)
     if action == "add-root":
         roots = load_saved_roots()
         folder = args.dir.expanduser().resolve()

@@ -29,6 +29,8 @@ class _Out:
     params: dict[str, str]  # ComfyUI widget -> our param
     outputs: dict[str, int]  # our output -> ComfyUI slot
     fixed: tuple[tuple[str, Any], ...] = ()
+    # Our inputs ComfyUI's node does without (an empty latent reads its channels from a wired model).
+    drop: frozenset[str] = frozenset()
     convert: Callable[[dict[str, Any]], dict[str, Any]] | None = None
 
 
@@ -87,7 +89,11 @@ EXPORTERS: dict[str, _Out] = {
         "ConditioningZeroOut", {"conditioning": "conditioning"}, {}, {"conditioning": 0}
     ),
     "EmptyLatent": _Out(
-        "EmptyLatentImage", {}, {"width": "width", "height": "height", "batch_size": "batch"}, {"latent": 0}
+        "EmptyLatentImage",
+        {},
+        {"width": "width", "height": "height", "batch_size": "batch"},
+        {"latent": 0},
+        drop=frozenset({"denoiser", "vae"}),
     ),
     "Sampler": _Out(
         "KSampler",
@@ -161,7 +167,13 @@ def export_api(wf: Workflow, registry: NodeRegistry) -> dict[str, Any]:
         wired = {ours: theirs for theirs, ours in out.inputs.items()}
         wired.update({ours: theirs for theirs, ours in out.params.items()})  # a param fed by a wire
         for port, link in node.inputs.items():
-            theirs = wired.get(port, port)
+            if port in out.drop:
+                continue
+            if port not in wired:
+                raise ExportError(
+                    f"{wf.source}: node {nid}: input {port!r} has no {out.class_type} counterpart"
+                )
+            theirs = wired[port]
             source = wf.nodes[link.node]
             slot = EXPORTERS[source.type].outputs.get(link.output)
             if slot is None:
