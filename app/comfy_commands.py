@@ -25,10 +25,11 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from nodes.comfy.api_format import ComfyFormatError
+from nodes.comfy.api_format import ComfyFormatError, is_api_format
 from nodes.comfy.convert import ImportResult, unsupported_nodes
 from nodes.comfy.export import ExportError, export_api
 from nodes.comfy.sources import check_comfy, import_comfy, read_comfy_data
+from nodes.comfy.ui_format import is_ui_format
 from nodes.model_names import resolve_model_names
 from nodes.registry import NodeRegistry
 from nodes.workflow import (
@@ -77,8 +78,11 @@ def _family_detector(library: ModelsLibrary):
     return detect
 
 
-def _is_nodeloom(data: Any) -> bool:
-    return isinstance(data, dict) and data.get("format") == FORMAT
+def _is_comfy(data: Any) -> bool:
+    """A ComfyUI file (anything else, even a damaged Nodeloom file, gets Nodeloom's own validation)."""
+    if isinstance(data, dict) and data.get("format") == FORMAT:
+        return False
+    return is_api_format(data) or is_ui_format(data)
 
 
 def _read_any(path: Path) -> Any:
@@ -102,7 +106,7 @@ def _check_problems(
     source = str(path)
     data = _read_any(path)
     notes: list[str] = []
-    if _is_nodeloom(data):
+    if not _is_comfy(data):
         problems = [
             Problem(source, u.node, "type", f"{u.class_type}: {u.reason}")
             for u in unsupported_nodes(data, registry)
@@ -126,17 +130,20 @@ def load_run_workflow(path: Path, registry: NodeRegistry, library: ModelsLibrary
     """What `app --run` runs: a Nodeloom workflow, or a ComfyUI file imported on the fly; raises
     WorkflowError listing every problem, unsupported ComfyUI nodes first (id, class, reason)."""
     data = _read_any(path)
-    if not _is_nodeloom(data):
+    if _is_comfy(data):
         try:
             data = _import(path, registry, library).workflow
         except ComfyFormatError as exc:
             raise WorkflowError([Problem(str(path), None, None, str(exc))]) from exc
-    unsupported = unsupported_nodes(data, registry)
-    if unsupported:
-        raise WorkflowError(
-            [Problem(str(path), u.node, "type", f"{u.class_type}: {u.reason}") for u in unsupported]
-        )
-    wf = workflow_from_dict(data, registry, source=str(path))
+    problems = [
+        Problem(str(path), u.node, "type", f"{u.class_type}: {u.reason}")
+        for u in unsupported_nodes(data, registry)
+    ]
+    wf, validation = parse_workflow(data, registry, source=str(path))
+    said = {p.node for p in problems}  # an unsupported node's "unknown type" is already said, with its reason
+    problems += [p for p in validation if not (p.node in said and p.field == "type")]
+    if problems:
+        raise WorkflowError(problems)
     if library:
         problems = resolve_model_names(wf, library)
         if problems:

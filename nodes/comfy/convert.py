@@ -179,8 +179,11 @@ def _ui_section(graph: ComfyGraph, node_ids: set[str]) -> dict[str, Any]:
 
 
 def unsupported_nodes(workflow: dict[str, Any], registry: NodeRegistry) -> list[Unsupported]:
-    """Every node of an imported workflow that this build cannot run, with the reason."""
-    classes = (workflow.get("meta") or {}).get(COMFY_META_KEY, {}).get("classes", {})
+    """Every node of an imported (ComfyUI) workflow that this build cannot run, with the reason."""
+    meta = workflow.get("meta") if isinstance(workflow.get("meta"), dict) else {}
+    if not isinstance(meta.get(COMFY_META_KEY), dict):
+        return []  # not an import: the usual validation speaks for unknown types
+    classes = meta[COMFY_META_KEY].get("classes", {})
     out: list[Unsupported] = []
     for node_id, data in (workflow.get("nodes") or {}).items():
         if not isinstance(data, dict):
