@@ -88,10 +88,19 @@ def _models_command(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="app models")
     sub = p.add_subparsers(dest="action", required=True)
     sub.add_parser("make-demo", help="build the tiny random demo models into the user data dir (offline)")
-    for action in ("list", "roots", "add-root", "remove-root"):
-        sub.add_parser(action, help="the models library (app models ACTION --help)", add_help=False)
-    if argv[:1] and argv[0] in ("list", "roots", "add-root", "remove-root"):
-        return models_library_command(argv[0], argv[1:])
+    library_actions = {
+        "list": "the models library: name, kind, family, format, size [--models-dir DIR]",
+        "roots": "the model folders searched, in order",
+        "add-root": "save a model folder in the settings (DIR)",
+        "remove-root": "forget a saved model folder (DIR)",
+    }
+    for action, text in library_actions.items():
+        sub.add_parser(action, help=text, add_help=False)
+    if argv[:1] and argv[0] in library_actions:
+        try:
+            return models_library_command(argv[0], argv[1:])
+        except SystemExit as exc:  # argparse: 2 on bad arguments, 0 on --help
+            return int(exc.code or 0)
     args = p.parse_args(argv)
     if args.action == "make-demo":
         from pipelines.diffusion.demo_models import make_all_demo_models

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from nodes.comfy.families import family_from_name
 from nodes.comfy.graph import ComfyGraph, ImportNote, LinkRef
 from nodes.comfy.mapping import (
     MAPPERS,
@@ -22,7 +23,6 @@ from nodes.comfy.mapping import (
     Emit,
     MapContext,
     PassThrough,
-    family_from_name,
 )
 from nodes.registry import NodeRegistry
 from nodes.workflow import FORMAT, VERSION
@@ -138,6 +138,22 @@ class _Converter:
 
     def workflow_nodes(self) -> dict[str, dict[str, Any]]:
         nodes = {nid: self.node_json(nid, m) for nid, m in self.mapped.items() if isinstance(m, Emit)}
+        for nid, data in nodes.items():
+            family = self._family(nodes, data) if data["type"] in _SAMPLERS else None
+            if family in ("sd3", "flux"):
+                # Flow models run their own flow-matching Euler loop here (k_euler maps onto it).
+                scheduler, schedule = data["params"].get("scheduler"), data["params"].get("sigma_schedule")
+                if scheduler != "k_euler":
+                    self.graph.note(
+                        self.graph.nodes[nid],
+                        f"{family} runs with flow-matching Euler here; {scheduler!r} needs a DDPM model "
+                        "(set the sampler to k_euler)",
+                    )
+                elif schedule not in ("simple", "normal", None):
+                    self.graph.note(
+                        self.graph.nodes[nid],
+                        f"{family} uses the model's own shifted sigmas here, not the {schedule!r} schedule",
+                    )
         for nid, data in nodes.items():
             if data["type"] in _SAMPLERS and nid not in self.guided and self._family(nodes, data) == "flux":
                 # Flux without a FluxGuidance node runs at ComfyUI's default guidance, 3.5; ours reads cfg.
