@@ -24,6 +24,8 @@ $(STAMP): $(BIN)/python pyproject.toml
 
 $(DEV_STAMP): $(STAMP)
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	# The k-diffusion samplers' parity reference (tests/test_k_sampling.py): its own dependencies are not ours.
+	$(BIN)/python -m pip install --quiet --no-deps k-diffusion==0.1.1.post1
 	touch $(DEV_STAMP)
 
 setup: $(STAMP)

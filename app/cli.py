@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
+from app.comfy_commands import library_from, load_run_workflow
 from app.exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_OK  # noqa: F401 (re-exported)
 from memory import LoadEvent, MemoryConfig, MemoryManager, TransferEvent, UnloadEvent
 from memory.patches import PatchEvent
@@ -36,7 +37,7 @@ from nodes.events import (
 )
 from nodes.executor import Executor, RunResult
 from nodes.registry import NodeRegistry
-from nodes.workflow import Problem, Workflow, WorkflowError, atomic_write_text, load_workflow, validate
+from nodes.workflow import Problem, Workflow, WorkflowError, atomic_write_text, validate
 
 
 @dataclass(frozen=True)
@@ -244,7 +245,8 @@ def run_headless(args: Any, registry: NodeRegistry) -> int:
     if set_errors:
         return EXIT_INVALID
     try:
-        wf = load_workflow(args.run, registry)
+        # A Nodeloom workflow, or a ComfyUI file imported on the fly; model names through the library.
+        wf = load_run_workflow(args.run, registry, library_from(getattr(args, "models_dir", None)))
     except WorkflowError as exc:
         err.print(f"[red]error[/]: {escape(str(exc))}", highlight=False)
         return EXIT_INVALID

@@ -7,7 +7,11 @@ Lives here: argument parsing and dispatch (`main`). Imports `app.cli`, `nodes`, 
     app WORKFLOW.json                open the editor on a workflow (or a PNG with one embedded)
     app --run WORKFLOW.json [...]    run it without a window
     app models make-demo             build the tiny demo models offline
+    app models list                  the models library: name, kind, family, format, size
     app nodes                        list the node types (including installed node packs)
+    app import FILE [-o OUT.json]    a ComfyUI workflow (API/UI JSON or PNG) -> a Nodeloom workflow
+    app check FILE                   validate without running (exit 0, or 2 with the problems)
+    app export-comfy WF OUT.json     a workflow of mapped nodes -> ComfyUI API format
 """
 
 from __future__ import annotations
@@ -28,7 +32,14 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("DIFFUSERS_VERBOSITY", "error")
 
-from app.exit_codes import EXIT_INVALID  # noqa: E402  (after the environment above)
+from app.comfy_commands import (  # noqa: E402  (after the environment above)
+    add_models_dir_argument,
+    check_command,
+    export_command,
+    import_command,
+    models_library_command,
+)
+from app.exit_codes import EXIT_INVALID  # noqa: E402
 from memory.policy import POLICIES, POLICY_NAMES  # noqa: E402
 from nodes.registry import default_registry  # noqa: E402
 
@@ -71,6 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="CPU threads for torch (default: torch's choice); 1 is often fastest on a busy small machine",
     )
     p.add_argument("--quiet", action="store_true", help="print only errors")
+    add_models_dir_argument(p)
     p.add_argument(
         "--allow-pickle",
         action="store_true",
@@ -98,6 +110,19 @@ def _models_command(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="app models")
     sub = p.add_subparsers(dest="action", required=True)
     sub.add_parser("make-demo", help="build the tiny random demo models into the user data dir (offline)")
+    library_actions = {
+        "list": "the models library: name, kind, family, format, size [--models-dir DIR]",
+        "roots": "the model folders searched, in order",
+        "add-root": "save a model folder in the settings (DIR)",
+        "remove-root": "forget a saved model folder (DIR)",
+    }
+    for action, text in library_actions.items():
+        sub.add_parser(action, help=text, add_help=False)
+    if argv[:1] and argv[0] in library_actions:
+        try:
+            return models_library_command(argv[0], argv[1:])
+        except SystemExit as exc:  # argparse: 2 on bad arguments, 0 on --help
+            return int(exc.code or 0)
     args = p.parse_args(argv)
     if args.action == "make-demo":
         from pipelines.diffusion.demo_models import make_all_demo_models
@@ -124,6 +149,12 @@ def main(argv: list[str] | None = None) -> int:
         return _models_command(argv[1:])
     if argv[:1] == ["nodes"]:
         return _nodes_command(argv[1:])
+    comfy_commands = {"import": import_command, "check": check_command, "export-comfy": export_command}
+    if argv[:1] and argv[0] in comfy_commands:
+        try:
+            return comfy_commands[argv[0]](argv[1:], default_registry())
+        except SystemExit as exc:  # argparse: 2 on bad arguments, 0 on --help
+            return int(exc.code or 0)
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

@@ -21,7 +21,7 @@ from nodes.spec import Input, NodeSpec, Output, Param
 from nodes.types import CONDITIONING, DENOISER, IMAGE, LATENT, TEXT_ENCODER, VAE
 from pipelines.diffusion.families import FAMILIES
 from pipelines.diffusion.prompt_weights import WEIGHTINGS
-from pipelines.diffusion.schedulers import SCHEDULER_NAMES
+from pipelines.diffusion.schedulers import K_SCHEDULER_NAMES, SCHEDULER_NAMES, SIGMA_SCHEDULES
 from pipelines.paths import resolve_model_path
 from pipelines.text_limits import limit_diffusion_prompt
 
@@ -171,6 +171,7 @@ def _run_sampler(
     negative: Any,
     latent: Latents,
     scheduler: str,
+    sigma_schedule: str,
     steps: int,
     cfg: float,
     seed: int,
@@ -180,7 +181,9 @@ def _run_sampler(
     from pipelines.diffusion.previews import latent_preview
     from pipelines.diffusion.sampling import SamplerSettings, StepInfo, sample
 
-    settings = SamplerSettings(scheduler=scheduler, steps=steps, cfg=cfg, seed=seed, denoise=denoise)
+    settings = SamplerSettings(
+        scheduler=scheduler, sigma_schedule=sigma_schedule, steps=steps, cfg=cfg, seed=seed, denoise=denoise
+    )
 
     def on_step(info: StepInfo) -> None:
         show = preview_every > 0 and (info.step % preview_every == 0 or info.step == info.total)
@@ -320,8 +323,16 @@ NODES: tuple[NodeSpec, ...] = (
                 "scheduler",
                 "choice",
                 default="dpmpp_2m",
-                choices=SCHEDULER_NAMES,
-                help="dpmpp_2m = DPM++ 2M; default = the model's own scheduler; Flux: euler or default",
+                choices=(*SCHEDULER_NAMES, *K_SCHEDULER_NAMES),
+                help="dpmpp_2m = DPM++ 2M; default = the model's own scheduler; Flux: euler or default; "
+                "k_* = ComfyUI's KSampler samplers (same picture as ComfyUI for the same seed)",
+            ),
+            Param(
+                "sigma_schedule",
+                "choice",
+                default="normal",
+                choices=SIGMA_SCHEDULES,
+                help="k_* samplers only: ComfyUI's scheduler (noise levels per step)",
             ),
             Param("steps", "int", default=20, min=1, max=1000),
             Param(

@@ -16,7 +16,7 @@ import inspect
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -39,6 +39,14 @@ class SamplerSettings:
     # input latent to that fraction of the schedule and denoise from there (image-to-image).
     denoise: float = 1.0
     eta: float = 0.0  # DDIM's eta, as the pipelines pass it
+    # The k-diffusion samplers (scheduler "k_<name>", see k_sampling): ComfyUI's `scheduler`, and
+    # KSamplerAdvanced's segment: run steps [start_step, end_step) of the schedule, optionally without
+    # adding noise first and keeping the leftover noise at the end.
+    sigma_schedule: str = "normal"
+    start_step: int = 0
+    end_step: int = 10000
+    add_noise: bool = True
+    force_full_denoise: bool = True
 
 
 @dataclass(frozen=True)
@@ -184,6 +192,14 @@ def sample(
             raise ValueError(f"{name} conditioning is for {cond.family!r}, the denoiser is {family!r}")
     if not 0.0 < settings.denoise <= 1.0:
         raise ValueError(f"denoise must be in (0, 1], got {settings.denoise}")
+    if settings.scheduler.startswith("k_"):
+        if denoiser.family.flow and settings.scheduler == "k_euler":
+            # Flow models keep their flow-matching Euler loop (ComfyUI's euler on a flow model is Euler too).
+            settings = replace(settings, scheduler="euler")
+        else:
+            from pipelines.diffusion.k_sampling import sample_k  # builds on this module: imported late
+
+            return sample_k(mm, denoiser, positive, negative, latents, settings, on_step=on_step)
     if denoiser.family.flow:
         # Flow-matching loops live in flow_sampling, which builds on this module: imported late.
         from pipelines.diffusion.flow_sampling import sample_flux, sample_sd3

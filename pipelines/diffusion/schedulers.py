@@ -25,6 +25,32 @@ SCHEDULERS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 SCHEDULER_NAMES: tuple[str, ...] = ("default", *SCHEDULERS)
 
+# ComfyUI's sampler_name and scheduler values, run by our k-diffusion-style loop (pipelines.diffusion.k_sampling).
+# Declared here, with no torch import, so node types list them without loading any sampler code.
+K_SAMPLER_NAMES: tuple[str, ...] = (
+    "euler",
+    "euler_ancestral",
+    "heun",
+    "dpm_2",
+    "dpmpp_2m",
+    "dpmpp_2m_sde",
+    "dpmpp_sde",
+    "ddim",
+    "uni_pc",
+    "lcm",
+)
+K_PREFIX = "k_"
+K_SCHEDULER_NAMES: tuple[str, ...] = tuple(K_PREFIX + name for name in K_SAMPLER_NAMES)
+SIGMA_SCHEDULES: tuple[str, ...] = (
+    "normal",
+    "karras",
+    "exponential",
+    "sgm_uniform",
+    "simple",
+    "ddim_uniform",
+    "beta",
+)
+
 
 def make_scheduler(name: str, config: dict[str, Any]) -> SchedulerMixin:
     """A fresh scheduler (schedulers keep per-run state: one per sampling run)."""

@@ -1,0 +1,240 @@
+"""A ComfyUI graph -> a Nodeloom workflow (as JSON data), with the report of what the user should know.
+
+Lives here: `ImportResult`, `Unsupported`, `convert_graph`, `unsupported_nodes`, `COMFY_META_KEY`.
+Imports `nodes.comfy.*`, `nodes.registry`, `nodes.workflow` (FORMAT, VERSION).
+
+Node ids stay ComfyUI's ("3", and "12:5" inside a subgraph), so every message points at the node the user
+sees in ComfyUI. The workflow's `meta.comfyui` records each node's ComfyUI class; `unsupported_nodes`
+reads it to refuse a run with one line per node that this build cannot run (a class with no Nodeloom
+equivalent, or a mapped type that this build lacks), naming node id, class and reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from nodes.comfy.families import family_from_name
+from nodes.comfy.graph import ComfyGraph, ImportNote, LinkRef
+from nodes.comfy.mapping import (
+    MAPPERS,
+    MISSING_TYPE_REASONS,
+    PLACEHOLDER_PREFIX,
+    Emit,
+    MapContext,
+    PassThrough,
+)
+from nodes.registry import NodeRegistry
+from nodes.workflow import FORMAT, VERSION
+
+COMFY_META_KEY = "comfyui"
+_SAMPLERS = ("Sampler", "SamplerAdvanced")
+FLUX_DEFAULT_GUIDANCE = 3.5
+
+
+@dataclass(frozen=True)
+class Unsupported:
+    node: str
+    class_type: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"node {self.node} ({self.class_type}): {self.reason}"
+
+
+@dataclass
+class ImportResult:
+    workflow: dict[str, Any]
+    notes: list[ImportNote] = field(default_factory=list)
+    unsupported: list[Unsupported] = field(default_factory=list)
+
+
+def _placeholder(node_id: str, class_type: str, inputs: dict[str, Any]) -> Emit:
+    params = {k: v for k, v in inputs.items() if not isinstance(v, LinkRef)}
+    wired = {k: v for k, v in inputs.items() if isinstance(v, LinkRef)}
+    return Emit(f"{PLACEHOLDER_PREFIX}{class_type}", params, wired, ())
+
+
+class _Converter:
+    def __init__(self, graph: ComfyGraph, ctx: MapContext) -> None:
+        self.graph, self.ctx = graph, ctx
+        self.mapped: dict[str, Emit | PassThrough] = {}
+        self.guided: set[str] = set()  # samplers whose cfg came from a Flux guidance value
+        for node_id, node in graph.nodes.items():
+            mapper = MAPPERS.get(node.class_type)
+            self.mapped[node_id] = (
+                mapper(node, ctx)
+                if mapper is not None
+                else _placeholder(node_id, node.class_type, node.inputs)
+            )
+
+    def resolve(self, value: LinkRef, depth: int = 0) -> tuple[list[str] | None, dict[str, Any]]:
+        """A ComfyUI link -> ([our node, our output], annotations gathered on the way) or (None, ...)."""
+        target = self.mapped.get(value.node)
+        if target is None or depth > 64:
+            return None, {}
+        if isinstance(target, PassThrough):
+            name = target.inputs.get(value.slot)
+            upstream = self.graph.nodes[value.node].inputs.get(name) if name else None
+            if not isinstance(upstream, LinkRef):
+                return None, dict(target.annotations)
+            link, notes = self.resolve(upstream, depth + 1)
+            return link, {**notes, **target.annotations}  # the nearer pass-through wins
+        if target.type.startswith(PLACEHOLDER_PREFIX):
+            return [value.node, f"output_{value.slot}"], {}
+        name = target.outputs[value.slot] if value.slot < len(target.outputs) else None
+        if name is None:
+            return None, {}
+        return [value.node, name], dict(target.annotations.get(value.slot, {}))
+
+    def node_json(self, node_id: str, emit: Emit) -> dict[str, Any]:
+        node = self.graph.nodes[node_id]
+        params = dict(emit.params)
+        inputs: dict[str, list[str]] = {}
+        for port, value in emit.inputs.items():
+            if not isinstance(value, LinkRef):
+                params[port] = value
+                continue
+            link, annotations = self.resolve(value)
+            if link is None:
+                self.graph.note(
+                    node, f"input {port!r} comes from an output Nodeloom does not offer: left unconnected"
+                )
+                continue
+            inputs[port] = link
+            self._apply(node_id, emit, port, params, annotations)
+        return {"type": emit.type, "params": params, "inputs": inputs}
+
+    def _apply(self, node_id: str, emit: Emit, port: str, params: dict[str, Any], annotations: dict) -> None:
+        node = self.graph.nodes[node_id]
+        if "guidance" in annotations and emit.type in _SAMPLERS and port == "positive":
+            guidance, source = annotations["guidance"]
+            params["cfg"] = guidance
+            self.guided.add(node_id)
+            self.graph.note(
+                node,
+                f"Flux guidance {guidance} (node {source}) becomes cfg: Nodeloom's Flux sampler takes the "
+                "distilled guidance as its cfg",
+            )
+        if "clip_skip" in annotations and emit.type == "TextEncode" and port == "text_encoder":
+            params["clip_skip"] = annotations["clip_skip"][0]
+
+    def _family(self, nodes: dict[str, dict[str, Any]], sampler: dict[str, Any]) -> str | None:
+        """The family of the model a sampler runs: the loader its denoiser comes from (through LoRAs)."""
+        link = sampler["inputs"].get("denoiser")
+        for _ in range(32):
+            source = nodes.get(link[0]) if link else None
+            if source is None:
+                return None
+            if source["type"] == "LoadLoRA":
+                link = source["inputs"].get("denoiser")
+                continue
+            if "family" in source["params"]:
+                return source["params"]["family"]
+            path = source["params"].get("path")
+            family = self.ctx.detect_family(path) if isinstance(path, str) else None
+            return family or family_from_name(path)
+        return None
+
+    def workflow_nodes(self) -> dict[str, dict[str, Any]]:
+        nodes = {nid: self.node_json(nid, m) for nid, m in self.mapped.items() if isinstance(m, Emit)}
+        for nid, data in nodes.items():
+            family = self._family(nodes, data) if data["type"] in _SAMPLERS else None
+            if family in ("sd3", "flux"):
+                # Flow models run their own flow-matching Euler loop here (k_euler maps onto it).
+                scheduler, schedule = data["params"].get("scheduler"), data["params"].get("sigma_schedule")
+                if scheduler != "k_euler":
+                    self.graph.note(
+                        self.graph.nodes[nid],
+                        f"{family} runs with flow-matching Euler here; {scheduler!r} needs a DDPM model "
+                        "(set the sampler to k_euler)",
+                    )
+                elif schedule not in ("simple", "normal", None):
+                    self.graph.note(
+                        self.graph.nodes[nid],
+                        f"{family} uses the model's own shifted sigmas here, not the {schedule!r} schedule",
+                    )
+        for nid, data in nodes.items():
+            if data["type"] in _SAMPLERS and nid not in self.guided and self._family(nodes, data) == "flux":
+                # Flux without a FluxGuidance node runs at ComfyUI's default guidance, 3.5; ours reads cfg.
+                data["params"]["cfg"] = FLUX_DEFAULT_GUIDANCE
+                self.graph.note(
+                    self.graph.nodes[nid],
+                    f"Flux without FluxGuidance: ComfyUI's default guidance {FLUX_DEFAULT_GUIDANCE} becomes cfg",
+                )
+        # ComfyUI's empty latents know their channels from the node type; ours from a wired model.
+        for data in nodes.values():
+            if data["type"] not in _SAMPLERS or "latent" not in data["inputs"]:
+                continue
+            source = nodes.get(data["inputs"]["latent"][0])
+            if source is not None and source["type"] == "EmptyLatent" and "denoiser" in data["inputs"]:
+                if "denoiser" not in source["inputs"] and "vae" not in source["inputs"]:
+                    source["inputs"]["denoiser"] = list(data["inputs"]["denoiser"])
+        return nodes
+
+
+def _ui_section(graph: ComfyGraph, node_ids: set[str]) -> dict[str, Any]:
+    ui_nodes: dict[str, Any] = {}
+    for node_id in node_ids:
+        node = graph.nodes[node_id]
+        entry: dict[str, Any] = {}
+        if node.pos is not None:
+            entry["pos"] = list(node.pos)
+        if node.size is not None:
+            entry["size"] = list(node.size)
+        if node.title:
+            entry["title"] = node.title
+        if node.color:
+            entry["color"] = node.color
+        if entry:
+            ui_nodes[node_id] = entry
+    ui: dict[str, Any] = {"nodes": ui_nodes, "groups": list(graph.groups)}
+    if graph.text_notes:
+        ui["notes"] = list(graph.text_notes)
+    return ui
+
+
+def unsupported_nodes(workflow: dict[str, Any], registry: NodeRegistry) -> list[Unsupported]:
+    """Every node of an imported (ComfyUI) workflow that this build cannot run, with the reason."""
+    meta = workflow.get("meta") if isinstance(workflow.get("meta"), dict) else {}
+    if not isinstance(meta.get(COMFY_META_KEY), dict):
+        return []  # not an import: the usual validation speaks for unknown types
+    classes = meta[COMFY_META_KEY].get("classes", {})
+    out: list[Unsupported] = []
+    for node_id, data in (workflow.get("nodes") or {}).items():
+        if not isinstance(data, dict):
+            continue
+        type_ = str(data.get("type", ""))
+        class_type = classes.get(node_id, type_)
+        spec = registry.get(type_)
+        if spec is None:
+            if type_.startswith(PLACEHOLDER_PREFIX):
+                reason = "no Nodeloom node does what this ComfyUI node does (unsupported in this build)"
+            else:
+                reason = MISSING_TYPE_REASONS.get(type_, f"node type {type_!r} is not in this build")
+            out.append(Unsupported(node_id, class_type, reason))
+            continue
+        for name in data.get("params") or {}:
+            if spec.param(name) is None and name in ("clip_skip",):
+                out.append(Unsupported(node_id, class_type, f"needs {type_}.{name}, which this build lacks"))
+    return out
+
+
+def convert_graph(graph: ComfyGraph, registry: NodeRegistry, ctx: MapContext, *, title: str) -> ImportResult:
+    converter = _Converter(graph, ctx)
+    nodes = converter.workflow_nodes()
+    workflow = {
+        "format": FORMAT,
+        "version": VERSION,
+        "meta": {
+            "title": title,
+            "description": f"Imported from a ComfyUI workflow ({graph.source_format} format).",
+            COMFY_META_KEY: {
+                "source_format": graph.source_format,
+                "classes": {nid: graph.nodes[nid].class_type for nid in nodes},
+            },
+        },
+        "nodes": nodes,
+        "ui": _ui_section(graph, set(nodes)),
+    }
+    return ImportResult(workflow, list(graph.notes), unsupported_nodes(workflow, registry))

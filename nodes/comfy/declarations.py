@@ -1,0 +1,108 @@
+"""What Nodeloom knows of ComfyUI's node classes: widget names in order and output names in order.
+
+Lives here: `ComfyClass`, `COMFY_CLASSES`, `CONTROL_VALUES`, `widget_values_by_name`.
+Imports nothing from Nodeloom (pure data and one function).
+
+UI-format files store widget values as a list (`widgets_values`) in the order ComfyUI declares the
+widgets, and API-format links name an output by its index, so both need this table. Widget values are
+matched by name, never by position alone: ComfyUI inserts a `control_after_generate` value ("fixed",
+"randomize", ...) after a seed-like INT, and the number of widgets drifts across ComfyUI versions (a
+CLIPLoader gained `device`, for example); missing trailing values take defaults and extra ones are
+reported, not guessed at.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+# The values ComfyUI stores for a seed widget's "control after generate" companion.
+CONTROL_VALUES = frozenset({"fixed", "increment", "decrement", "randomize"})
+SEED_WIDGETS = frozenset({"seed", "noise_seed"})
+
+
+@dataclass(frozen=True)
+class ComfyClass:
+    widgets: tuple[str, ...] = ()  # in ComfyUI's declaration order
+    outputs: tuple[str, ...] = ()  # ComfyUI output names (types), by index
+
+
+COMFY_CLASSES: dict[str, ComfyClass] = {
+    "CheckpointLoaderSimple": ComfyClass(("ckpt_name",), ("MODEL", "CLIP", "VAE")),
+    "UNETLoader": ComfyClass(("unet_name", "weight_dtype"), ("MODEL",)),
+    "CLIPLoader": ComfyClass(("clip_name", "type", "device"), ("CLIP",)),
+    "DualCLIPLoader": ComfyClass(("clip_name1", "clip_name2", "type", "device"), ("CLIP",)),
+    "TripleCLIPLoader": ComfyClass(("clip_name1", "clip_name2", "clip_name3"), ("CLIP",)),
+    "VAELoader": ComfyClass(("vae_name",), ("VAE",)),
+    "CLIPTextEncode": ComfyClass(("text",), ("CONDITIONING",)),
+    "CLIPTextEncodeFlux": ComfyClass(("clip_l", "t5xxl", "guidance"), ("CONDITIONING",)),
+    "CLIPSetLastLayer": ComfyClass(("stop_at_clip_layer",), ("CLIP",)),
+    "ConditioningZeroOut": ComfyClass((), ("CONDITIONING",)),
+    "FluxGuidance": ComfyClass(("guidance",), ("CONDITIONING",)),
+    "ModelSamplingSD3": ComfyClass(("shift",), ("MODEL",)),
+    "ModelSamplingAuraFlow": ComfyClass(("shift",), ("MODEL",)),
+    "ModelSamplingFlux": ComfyClass(("max_shift", "base_shift", "width", "height"), ("MODEL",)),
+    "EmptyLatentImage": ComfyClass(("width", "height", "batch_size"), ("LATENT",)),
+    "EmptySD3LatentImage": ComfyClass(("width", "height", "batch_size"), ("LATENT",)),
+    "KSampler": ComfyClass(("seed", "steps", "cfg", "sampler_name", "scheduler", "denoise"), ("LATENT",)),
+    "KSamplerAdvanced": ComfyClass(
+        (
+            "add_noise",
+            "noise_seed",
+            "steps",
+            "cfg",
+            "sampler_name",
+            "scheduler",
+            "start_at_step",
+            "end_at_step",
+            "return_with_leftover_noise",
+        ),
+        ("LATENT",),
+    ),
+    "VAEDecode": ComfyClass((), ("IMAGE",)),
+    "VAEEncode": ComfyClass((), ("LATENT",)),
+    "LoadImage": ComfyClass(("image", "upload"), ("IMAGE", "MASK")),
+    "SaveImage": ComfyClass(("filename_prefix",), ()),
+    "PreviewImage": ComfyClass((), ()),
+    "ImageScale": ComfyClass(("upscale_method", "width", "height", "crop"), ("IMAGE",)),
+    "ImageScaleBy": ComfyClass(("upscale_method", "scale_by"), ("IMAGE",)),
+    "LatentUpscale": ComfyClass(("upscale_method", "width", "height", "crop"), ("LATENT",)),
+    "LatentUpscaleBy": ComfyClass(("upscale_method", "scale_by"), ("LATENT",)),
+    "LoraLoader": ComfyClass(("lora_name", "strength_model", "strength_clip"), ("MODEL", "CLIP")),
+    "LoraLoaderModelOnly": ComfyClass(("lora_name", "strength_model"), ("MODEL",)),
+    "ControlNetLoader": ComfyClass(("control_net_name",), ("CONTROL_NET",)),
+    "ControlNetApply": ComfyClass(("strength",), ("CONDITIONING",)),
+    "ControlNetApplyAdvanced": ComfyClass(
+        ("strength", "start_percent", "end_percent"), ("positive", "negative")
+    ),
+    "Note": ComfyClass(("text",), ()),
+    "MarkdownNote": ComfyClass(("text",), ()),
+    "PrimitiveNode": ComfyClass(("value",), ("value",)),
+    "Reroute": ComfyClass((), ("value",)),
+}
+
+
+def widget_values_by_name(
+    names: tuple[str, ...] | list[str], values: list[Any]
+) -> tuple[dict[str, Any], list[str]]:
+    """Name each stored widget value; returns (values by name, notes on what did not line up).
+
+    A control_after_generate value after a seed-like widget is skipped when present (older files and
+    other nodes' INTs have none). Missing trailing values are left out (the caller uses defaults).
+    """
+    named: dict[str, Any] = {}
+    notes: list[str] = []
+    i = 0
+    for name in names:
+        if i >= len(values):
+            missing = list(names[list(names).index(name) :])
+            notes.append(f"no stored value for {', '.join(missing)} (defaults used)")
+            break
+        named[name] = values[i]
+        i += 1
+        if name in SEED_WIDGETS and i < len(values) and values[i] in CONTROL_VALUES:
+            i += 1  # the "control after generate" companion: an editor setting, not an input
+    if i < len(values):
+        extra = values[i:]
+        notes.append(f"{len(extra)} extra widget value(s) ignored: {extra!r}")
+    return named, notes

@@ -1,0 +1,185 @@
+"""A Nodeloom workflow -> ComfyUI API format (the `prompt` a ComfyUI server queues), for graphs made only
+of node types that have a ComfyUI counterpart.
+
+Lives here: `ExportError`, `export_api`, `EXPORTERS`. Imports `nodes.workflow`, `nodes.registry`.
+
+ComfyUI ids are numbered "1", "2", ... in the workflow's order; each node's `_meta.title` keeps our id.
+A diffusers scheduler has no exact ComfyUI twin: the nearest sampler/scheduler pair is written and the
+node is named in `ExportError`-free notes; a node type with no counterpart is an `ExportError` naming it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from nodes.registry import NodeRegistry
+from nodes.workflow import Workflow
+
+
+class ExportError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class _Out:
+    class_type: str
+    inputs: dict[str, str]  # ComfyUI input -> our input port
+    params: dict[str, str]  # ComfyUI widget -> our param
+    outputs: dict[str, int]  # our output -> ComfyUI slot
+    fixed: tuple[tuple[str, Any], ...] = ()
+    # Our inputs ComfyUI's node does without (an empty latent reads its channels from a wired model).
+    drop: frozenset[str] = frozenset()
+    convert: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+
+
+_NEAREST_K = {
+    "euler": "euler",
+    "euler_ancestral": "euler_ancestral",
+    "dpmpp_2m": "dpmpp_2m",
+    "ddim": "ddim",
+    "unipc": "uni_pc",
+}
+
+
+def _sampler_widgets(params: dict[str, Any]) -> dict[str, Any]:
+    scheduler = str(params.get("scheduler", "k_euler"))
+    if scheduler.startswith("k_"):
+        return {
+            "sampler_name": scheduler.removeprefix("k_"),
+            "scheduler": params.get("sigma_schedule", "normal"),
+        }
+    return {"sampler_name": _NEAREST_K.get(scheduler, "euler"), "scheduler": "normal"}
+
+
+def _sampler(p: dict[str, Any]) -> dict[str, Any]:
+    return {
+        **_sampler_widgets(p),
+        "seed": p["seed"],
+        "steps": p["steps"],
+        "cfg": p["cfg"],
+        "denoise": p["denoise"],
+    }
+
+
+def _sampler_advanced(p: dict[str, Any]) -> dict[str, Any]:
+    return {
+        **_sampler_widgets(p),
+        "add_noise": "enable" if p["add_noise"] else "disable",
+        "noise_seed": p["seed"],
+        "steps": p["steps"],
+        "cfg": p["cfg"],
+        "start_at_step": p["start_step"],
+        "end_at_step": p["end_step"],
+        "return_with_leftover_noise": "enable" if p["leftover_noise"] else "disable",
+    }
+
+
+EXPORTERS: dict[str, _Out] = {
+    "LoadDiffusionModel": _Out(
+        "CheckpointLoaderSimple", {}, {"ckpt_name": "path"}, {"denoiser": 0, "text_encoder": 1, "vae": 2}
+    ),
+    "LoadDenoiser": _Out(
+        "UNETLoader", {}, {"unet_name": "path"}, {"denoiser": 0}, (("weight_dtype", "default"),)
+    ),
+    "LoadVAE": _Out("VAELoader", {}, {"vae_name": "path"}, {"vae": 0}),
+    "TextEncode": _Out("CLIPTextEncode", {"clip": "text_encoder"}, {"text": "text"}, {"conditioning": 0}),
+    "ZeroConditioning": _Out(
+        "ConditioningZeroOut", {"conditioning": "conditioning"}, {}, {"conditioning": 0}
+    ),
+    "EmptyLatent": _Out(
+        "EmptyLatentImage",
+        {},
+        {"width": "width", "height": "height", "batch_size": "batch"},
+        {"latent": 0},
+        drop=frozenset({"denoiser", "vae"}),
+    ),
+    "Sampler": _Out(
+        "KSampler",
+        {"model": "denoiser", "positive": "positive", "negative": "negative", "latent_image": "latent"},
+        {},
+        {"latent": 0},
+        convert=_sampler,
+    ),
+    "SamplerAdvanced": _Out(
+        "KSamplerAdvanced",
+        {"model": "denoiser", "positive": "positive", "negative": "negative", "latent_image": "latent"},
+        {},
+        {"latent": 0},
+        convert=_sampler_advanced,
+    ),
+    "VAEDecode": _Out("VAEDecode", {"samples": "latent", "vae": "vae"}, {}, {"image": 0}),
+    "VAEEncode": _Out("VAEEncode", {"pixels": "image", "vae": "vae"}, {}, {"latent": 0}),
+    "LoadImage": _Out("LoadImage", {}, {"image": "path"}, {"image": 0}),
+    "SaveImage": _Out("SaveImage", {"images": "image"}, {"filename_prefix": "prefix"}, {}),
+    "PreviewImage": _Out("PreviewImage", {"images": "image"}, {}, {}),
+    "ImageScale": _Out(
+        "ImageScale",
+        {"image": "image"},
+        {"upscale_method": "method", "width": "width", "height": "height", "crop": "crop"},
+        {"image": 0},
+    ),
+    "ImageScaleBy": _Out(
+        "ImageScaleBy", {"image": "image"}, {"upscale_method": "method", "scale_by": "scale"}, {"image": 0}
+    ),
+    "LatentUpscale": _Out(
+        "LatentUpscale",
+        {"samples": "latent"},
+        {"upscale_method": "method", "width": "width", "height": "height", "crop": "crop"},
+        {"latent": 0},
+    ),
+    "LatentUpscaleBy": _Out(
+        "LatentUpscaleBy",
+        {"samples": "latent"},
+        {"upscale_method": "method", "scale_by": "scale"},
+        {"latent": 0},
+    ),
+    # Our primitives become ComfyUI's core primitive nodes (one output, a "value" widget).
+    "Int": _Out("PrimitiveInt", {}, {"value": "value"}, {"value": 0}),
+    "Float": _Out("PrimitiveFloat", {}, {"value": "value"}, {"value": 0}),
+    "Bool": _Out("PrimitiveBoolean", {}, {"value": "value"}, {"value": 0}),
+    "Seed": _Out("PrimitiveInt", {}, {"value": "seed"}, {"seed": 0}),
+    "Text": _Out("PrimitiveStringMultiline", {}, {"value": "text"}, {"text": 0}),
+}
+
+
+def export_api(wf: Workflow, registry: NodeRegistry) -> dict[str, Any]:
+    """The ComfyUI API prompt for `wf` (validated, so every parameter is filled)."""
+    missing = [f"{nid} ({n.type})" for nid, n in wf.nodes.items() if n.type not in EXPORTERS]
+    if missing:
+        raise ExportError(
+            f"{wf.source}: no ComfyUI counterpart for node(s) {', '.join(missing)}; "
+            f"exportable types: {', '.join(EXPORTERS)}"
+        )
+    ids = {nid: str(i) for i, nid in enumerate(wf.nodes, start=1)}
+    prompt: dict[str, Any] = {}
+    for nid, node in wf.nodes.items():
+        out = EXPORTERS[node.type]
+        params = dict(node.params)
+        widgets = (
+            out.convert(params)
+            if out.convert
+            else {theirs: params.get(ours) for theirs, ours in out.params.items()}
+        )
+        widgets.update(dict(out.fixed))
+        inputs: dict[str, Any] = {k: v for k, v in widgets.items() if v is not None}
+        wired = {ours: theirs for theirs, ours in out.inputs.items()}
+        wired.update({ours: theirs for theirs, ours in out.params.items()})  # a param fed by a wire
+        for port, link in node.inputs.items():
+            if port in out.drop:
+                continue
+            if port not in wired:
+                raise ExportError(
+                    f"{wf.source}: node {nid}: input {port!r} has no {out.class_type} counterpart"
+                )
+            theirs = wired[port]
+            source = wf.nodes[link.node]
+            slot = EXPORTERS[source.type].outputs.get(link.output)
+            if slot is None:
+                raise ExportError(
+                    f"{wf.source}: node {nid}: {source.type}.{link.output} has no ComfyUI output"
+                )
+            inputs[theirs] = [ids[link.node], slot]
+        prompt[ids[nid]] = {"class_type": out.class_type, "inputs": inputs, "_meta": {"title": nid}}
+    return prompt

@@ -1,0 +1,39 @@
+"""Which model family a ComfyUI workflow or file name points at, when the file itself is not at hand.
+
+Lives here: `family_from_name`, `graph_family_hint`. Imports `nodes.comfy.graph`.
+
+The models library reads a file's header when it finds the file; these guesses cover the rest, and every
+guess is reported in the import notes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nodes.comfy.graph import ComfyGraph
+
+_NAME_HINTS = (("flux", "flux"), ("sd3", "sd3"), ("sd_3", "sd3"), ("xl", "sdxl"))
+# Nodes that only appear in one family's workflows.
+_GRAPH_HINTS = {
+    "CLIPTextEncodeFlux": "flux",
+    "FluxGuidance": "flux",
+    "ModelSamplingFlux": "flux",
+    "TripleCLIPLoader": "sd3",
+    "EmptySD3LatentImage": "sd3",
+    "ModelSamplingSD3": "sd3",
+}
+
+
+def family_from_name(name: Any) -> str | None:
+    """flux1-dev.safetensors -> "flux", sd3.5_large... -> "sd3", sd_xl_base... -> "sdxl"."""
+    lowered = name.lower() if isinstance(name, str) else ""
+    return next((fam for marker, fam in _NAME_HINTS if marker in lowered), None)
+
+
+def graph_family_hint(graph: ComfyGraph) -> str | None:
+    """The family a workflow's own nodes point at (Flux before SD3: Flux templates use SD3 latents)."""
+    hints = {_GRAPH_HINTS[n.class_type] for n in graph.nodes.values() if n.class_type in _GRAPH_HINTS}
+    for node in graph.nodes.values():
+        if node.class_type in ("CLIPLoader", "DualCLIPLoader") and node.inputs.get("type") in ("flux", "sd3"):
+            hints.add(node.inputs["type"])
+    return "flux" if "flux" in hints else "sd3" if "sd3" in hints else None

@@ -1,0 +1,397 @@
+"""The table from ComfyUI node classes to Nodeloom node types, one small function per class.
+
+Lives here: `Emit`, `PassThrough`, `MapContext`, `MAPPERS`, `MISSING_TYPE_REASONS`, `map_node`,
+`comfy_sampler_name`. Imports `nodes.comfy.graph` and `pipelines.diffusion.schedulers` (sampler names).
+
+A mapper turns one ComfyUI node into either one of our nodes (`Emit`: type, params, wired inputs and which
+of our outputs stands for each ComfyUI output slot) or a pass-through (`PassThrough`: an output that is one
+of its inputs, e.g. FluxGuidance, whose guidance value is carried to the sampler it reaches). A class with
+no mapper becomes a placeholder node `ComfyUI.<class>` that the check refuses, naming it; never a silent
+drop. Types we expect other parts of Nodeloom to provide (LoadTextEncoder, LoadLoRA, ControlNet) are
+emitted under those names; a build without them says so per node (`MISSING_TYPE_REASONS`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from nodes.comfy.families import family_from_name, graph_family_hint
+from nodes.comfy.graph import ComfyGraph, ComfyNode, LinkRef
+from pipelines.diffusion.schedulers import K_SCHEDULER_NAMES
+
+PLACEHOLDER_PREFIX = "ComfyUI."
+
+MISSING_TYPE_REASONS: dict[str, str] = {
+    "LoadTextEncoder": "separate text-encoder files need the LoadTextEncoder node, which this build lacks",
+    "LoadLoRA": "LoRA needs the LoadLoRA node, which this build lacks",
+    "LoadControlNet": "ControlNet is not supported in this build",
+    "ApplyControlNet": "ControlNet is not supported in this build",
+}
+
+
+@dataclass
+class Emit:
+    type: str
+    params: dict[str, Any] = field(default_factory=dict)
+    inputs: dict[str, Any] = field(default_factory=dict)  # our port -> LinkRef (or a constant param)
+    outputs: tuple[str | None, ...] = ()  # our output name per ComfyUI output slot (None: not offered)
+    annotations: dict[int, dict[str, Any]] = field(default_factory=dict)  # per slot, for consumers
+
+
+@dataclass
+class PassThrough:
+    inputs: dict[int, str]  # ComfyUI output slot -> the ComfyUI input it forwards
+    annotations: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class MapContext:
+    graph: ComfyGraph
+    # Guesses a model file's family ("sd", "sdxl", "sd3", "flux") from its header, when the models
+    # library finds the name; None when it cannot.
+    detect_family: Callable[[str], str | None] = lambda name: None
+
+
+Mapper = Callable[[ComfyNode, MapContext], "Emit | PassThrough"]
+
+
+def _get(node: ComfyNode, name: str, default: Any = None) -> Any:
+    return node.inputs.get(name, default)
+
+
+def _wired(node: ComfyNode, **ports: str) -> dict[str, Any]:
+    """Our port -> the ComfyUI input feeding it (links only; a missing input stays missing)."""
+    return {ours: node.inputs[theirs] for ours, theirs in ports.items() if theirs in node.inputs}
+
+
+def _split(node: ComfyNode, params: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Constants stay params; a widget fed by a wire (a LinkRef) becomes an input of that name."""
+    constants = {k: v for k, v in params.items() if not isinstance(v, LinkRef) and v is not None}
+    wired = {k: v for k, v in params.items() if isinstance(v, LinkRef)}
+    return constants, wired
+
+
+def _emit(
+    node: ComfyNode,
+    type_: str,
+    params: dict[str, Any],
+    outputs: tuple[str | None, ...],
+    **ports: str,
+) -> Emit:
+    constants, wired = _split(node, params)
+    return Emit(type_, constants, {**_wired(node, **ports), **wired}, outputs)
+
+
+def comfy_sampler_name(name: Any, node: ComfyNode, graph: ComfyGraph) -> Any:
+    """ComfyUI's sampler_name -> our k_* scheduler choice (the *_gpu variants run the same algorithm)."""
+    if not isinstance(name, str):
+        return name
+    if name.endswith("_gpu") and f"k_{name.removesuffix('_gpu')}" in K_SCHEDULER_NAMES:
+        graph.note(node, f"sampler {name!r} runs as {name.removesuffix('_gpu')!r} (noise drawn on the CPU)")
+        name = name.removesuffix("_gpu")
+    if f"k_{name}" not in K_SCHEDULER_NAMES:
+        graph.note(
+            node, f"sampler {name!r} is not implemented here; choose one of {', '.join(K_SCHEDULER_NAMES)}"
+        )
+    return f"k_{name}"
+
+
+def _model_name(name: Any) -> Any:
+    return name
+
+
+def _loader_family(node: ComfyNode, ctx: MapContext, name: Any) -> str:
+    """From the file's header when the library has it, else from the name, else from the graph."""
+    family = ctx.detect_family(name) if isinstance(name, str) else None
+    if family is not None:
+        return family
+    guess = family_from_name(name) or graph_family_hint(ctx.graph) or "sd"
+    ctx.graph.note(
+        node, f"{name!r} not found in the models library: family {guess!r} guessed from the workflow"
+    )
+    return guess
+
+
+def _checkpoint(node: ComfyNode, ctx: MapContext) -> Emit:
+    return _emit(
+        node,
+        "LoadDiffusionModel",
+        {"path": _model_name(_get(node, "ckpt_name"))},
+        ("denoiser", "text_encoder", "vae"),
+    )
+
+
+def _unet(node: ComfyNode, ctx: MapContext) -> Emit:
+    name, weight_dtype = _get(node, "unet_name"), _get(node, "weight_dtype", "default")
+    if weight_dtype not in (None, "default"):
+        ctx.graph.note(node, f"weight_dtype {weight_dtype!r}: loaded in the default dtype in this build")
+    family = _loader_family(node, ctx, name)
+    return _emit(node, "LoadDenoiser", {"path": _model_name(name), "family": family}, ("denoiser",))
+
+
+def _clip_loader(*names: str) -> Mapper:
+    def mapper(node: ComfyNode, ctx: MapContext) -> Emit:
+        params: dict[str, Any] = {}
+        for i, name in enumerate(names):
+            params["path" if i == 0 else f"path_{i + 1}"] = _model_name(_get(node, name))
+        params["type"] = _get(node, "type", "sd3" if len(names) == 3 else None)
+        return _emit(node, "LoadTextEncoder", params, ("text_encoder",))
+
+    return mapper
+
+
+def _vae(node: ComfyNode, ctx: MapContext) -> Emit:
+    name = _get(node, "vae_name")
+    return _emit(
+        node, "LoadVAE", {"path": _model_name(name), "family": _loader_family(node, ctx, name)}, ("vae",)
+    )
+
+
+def _text_encode(node: ComfyNode, ctx: MapContext) -> Emit:
+    return _emit(node, "TextEncode", {"text": _get(node, "text", "")}, ("conditioning",), text_encoder="clip")
+
+
+def _text_encode_flux(node: ComfyNode, ctx: MapContext) -> Emit:
+    clip_l, t5 = _get(node, "clip_l", ""), _get(node, "t5xxl", "")
+    if isinstance(clip_l, str) and isinstance(t5, str) and clip_l.strip() and clip_l.strip() != t5.strip():
+        ctx.graph.note(
+            node, "separate clip_l prompt not used: Nodeloom's Flux encoder takes one prompt (t5xxl's)"
+        )
+    emit = _emit(node, "TextEncode", {"text": t5}, ("conditioning",), text_encoder="clip")
+    emit.annotations[0] = {"guidance": (_get(node, "guidance", 3.5), node.id)}
+    return emit
+
+
+def _clip_set_last_layer(node: ComfyNode, ctx: MapContext) -> PassThrough:
+    stop = _get(node, "stop_at_clip_layer", -1)
+    if stop == -1:
+        return PassThrough({0: "clip"})
+    # ComfyUI -2 = the penultimate layer = diffusers' clip_skip 1.
+    return PassThrough({0: "clip"}, {"clip_skip": (-int(stop) - 1, node.id)})
+
+
+def _flux_guidance(node: ComfyNode, ctx: MapContext) -> PassThrough:
+    return PassThrough({0: "conditioning"}, {"guidance": (_get(node, "guidance", 3.5), node.id)})
+
+
+# The shifts our flow loops use (the model's scheduler config): a different value is reported.
+_SHIFT_DEFAULTS = {
+    "ModelSamplingSD3": {"shift": 3.0},
+    "ModelSamplingFlux": {"max_shift": 1.15, "base_shift": 0.5},
+    "ModelSamplingAuraFlow": {"shift": 1.73},
+}
+
+
+def _model_sampling(node: ComfyNode, ctx: MapContext) -> PassThrough:
+    for name, usual in _SHIFT_DEFAULTS[node.class_type].items():
+        value = _get(node, name)
+        if isinstance(value, int | float) and abs(float(value) - usual) > 1e-6:
+            ctx.graph.note(
+                node, f"{name} {value} not applied: the model's own scheduler shift ({usual}) is used"
+            )
+    return PassThrough({0: "model"})
+
+
+def _empty_latent(node: ComfyNode, ctx: MapContext) -> Emit:
+    params = {
+        "width": _get(node, "width", 512),
+        "height": _get(node, "height", 512),
+        "batch": _get(node, "batch_size", 1),
+    }
+    return _emit(node, "EmptyLatent", params, ("latent",))
+
+
+def _ksampler(node: ComfyNode, ctx: MapContext) -> Emit:
+    params = {
+        "scheduler": comfy_sampler_name(_get(node, "sampler_name", "euler"), node, ctx.graph),
+        "sigma_schedule": _get(node, "scheduler", "normal"),
+        "steps": _get(node, "steps", 20),
+        "cfg": _get(node, "cfg", 8.0),
+        "seed": _get(node, "seed", 0),
+        "denoise": _get(node, "denoise", 1.0),
+    }
+    return _emit(
+        node,
+        "Sampler",
+        params,
+        ("latent",),
+        denoiser="model",
+        positive="positive",
+        negative="negative",
+        latent="latent_image",
+    )
+
+
+def _enabled(value: Any) -> Any:
+    return value == "enable" if isinstance(value, str) else value
+
+
+def _ksampler_advanced(node: ComfyNode, ctx: MapContext) -> Emit:
+    params = {
+        "add_noise": _enabled(_get(node, "add_noise", "enable")),
+        "seed": _get(node, "noise_seed", 0),
+        "steps": _get(node, "steps", 20),
+        "cfg": _get(node, "cfg", 8.0),
+        "scheduler": comfy_sampler_name(_get(node, "sampler_name", "euler"), node, ctx.graph),
+        "sigma_schedule": _get(node, "scheduler", "normal"),
+        "start_step": _get(node, "start_at_step", 0),
+        "end_step": _get(node, "end_at_step", 10000),
+        "leftover_noise": _enabled(_get(node, "return_with_leftover_noise", "disable")),
+    }
+    return _emit(
+        node,
+        "SamplerAdvanced",
+        params,
+        ("latent",),
+        denoiser="model",
+        positive="positive",
+        negative="negative",
+        latent="latent_image",
+    )
+
+
+def _vae_decode(node: ComfyNode, ctx: MapContext) -> Emit:
+    return _emit(node, "VAEDecode", {}, ("image",), vae="vae", latent="samples")
+
+
+def _vae_encode(node: ComfyNode, ctx: MapContext) -> Emit:
+    return _emit(node, "VAEEncode", {}, ("latent",), vae="vae", image="pixels")
+
+
+def _load_image(node: ComfyNode, ctx: MapContext) -> Emit:
+    image = _get(node, "image", "")
+    ctx.graph.note(node, f"image {image!r} was in ComfyUI's input folder: set the path if it is elsewhere")
+    return _emit(node, "LoadImage", {"path": image}, ("image", None))
+
+
+def _save_image(node: ComfyNode, ctx: MapContext) -> Emit:
+    prefix = _get(node, "filename_prefix", "ComfyUI")
+    if isinstance(prefix, str):
+        # ComfyUI allows sub-folders and %date% tokens; our prefix is a plain file name in the output folder.
+        clean = re.sub(r"[^A-Za-z0-9._-]+", "_", prefix).strip("._") or "ComfyUI"
+        if clean != prefix:
+            ctx.graph.note(
+                node, f"filename_prefix {prefix!r} becomes {clean!r} (a plain name in the output folder)"
+            )
+        prefix = clean
+    return _emit(node, "SaveImage", {"prefix": prefix}, (), image="images")
+
+
+def _preview_image(node: ComfyNode, ctx: MapContext) -> Emit:
+    return _emit(node, "PreviewImage", {}, (), image="images")
+
+
+def _image_scale(node: ComfyNode, ctx: MapContext) -> Emit:
+    params = {
+        "method": _get(node, "upscale_method"),
+        "width": _get(node, "width"),
+        "height": _get(node, "height"),
+        "crop": _get(node, "crop"),
+    }
+    return _emit(node, "ImageScale", params, ("image",), image="image")
+
+
+def _image_scale_by(node: ComfyNode, ctx: MapContext) -> Emit:
+    params = {"method": _get(node, "upscale_method"), "scale": _get(node, "scale_by")}
+    return _emit(node, "ImageScaleBy", params, ("image",), image="image")
+
+
+def _latent_upscale(node: ComfyNode, ctx: MapContext) -> Emit:
+    params = {
+        "method": _get(node, "upscale_method"),
+        "width": _get(node, "width"),
+        "height": _get(node, "height"),
+        "crop": _get(node, "crop"),
+    }
+    return _emit(node, "LatentUpscale", params, ("latent",), latent="samples")
+
+
+def _latent_upscale_by(node: ComfyNode, ctx: MapContext) -> Emit:
+    params = {"method": _get(node, "upscale_method"), "scale": _get(node, "scale_by")}
+    return _emit(node, "LatentUpscaleBy", params, ("latent",), latent="samples")
+
+
+def _lora(node: ComfyNode, ctx: MapContext) -> Emit:
+    params = {"path": _model_name(_get(node, "lora_name")), "strength": _get(node, "strength_model", 1.0)}
+    if node.class_type == "LoraLoader":
+        params["strength_clip"] = _get(node, "strength_clip", 1.0)
+        return _emit(
+            node, "LoadLoRA", params, ("denoiser", "text_encoder"), denoiser="model", text_encoder="clip"
+        )
+    return _emit(node, "LoadLoRA", params, ("denoiser",), denoiser="model")
+
+
+def _controlnet_loader(node: ComfyNode, ctx: MapContext) -> Emit:
+    return _emit(
+        node, "LoadControlNet", {"path": _model_name(_get(node, "control_net_name"))}, ("control_net",)
+    )
+
+
+def _controlnet_apply(node: ComfyNode, ctx: MapContext) -> Emit:
+    params = {
+        "strength": _get(node, "strength", 1.0),
+        "start": _get(node, "start_percent", 0.0),
+        "end": _get(node, "end_percent", 1.0),
+    }
+    if node.class_type == "ControlNetApply":
+        return _emit(
+            node,
+            "ApplyControlNet",
+            params,
+            ("positive",),
+            positive="conditioning",
+            control_net="control_net",
+            image="image",
+        )
+    return _emit(
+        node,
+        "ApplyControlNet",
+        params,
+        ("positive", "negative"),
+        positive="positive",
+        negative="negative",
+        control_net="control_net",
+        image="image",
+        vae="vae",
+    )
+
+
+MAPPERS: dict[str, Mapper] = {
+    "CheckpointLoaderSimple": _checkpoint,
+    "UNETLoader": _unet,
+    "CLIPLoader": _clip_loader("clip_name"),
+    "DualCLIPLoader": _clip_loader("clip_name1", "clip_name2"),
+    "TripleCLIPLoader": _clip_loader("clip_name1", "clip_name2", "clip_name3"),
+    "VAELoader": _vae,
+    "CLIPTextEncode": _text_encode,
+    "CLIPTextEncodeFlux": _text_encode_flux,
+    "CLIPSetLastLayer": _clip_set_last_layer,
+    "ConditioningZeroOut": lambda node, ctx: _emit(
+        node, "ZeroConditioning", {}, ("conditioning",), conditioning="conditioning"
+    ),
+    "FluxGuidance": _flux_guidance,
+    "ModelSamplingSD3": _model_sampling,
+    "ModelSamplingFlux": _model_sampling,
+    "ModelSamplingAuraFlow": _model_sampling,
+    "EmptyLatentImage": _empty_latent,
+    "EmptySD3LatentImage": _empty_latent,
+    "KSampler": _ksampler,
+    "KSamplerAdvanced": _ksampler_advanced,
+    "VAEDecode": _vae_decode,
+    "VAEEncode": _vae_encode,
+    "LoadImage": _load_image,
+    "SaveImage": _save_image,
+    "PreviewImage": _preview_image,
+    "ImageScale": _image_scale,
+    "ImageScaleBy": _image_scale_by,
+    "LatentUpscale": _latent_upscale,
+    "LatentUpscaleBy": _latent_upscale_by,
+    "LoraLoader": _lora,
+    "LoraLoaderModelOnly": _lora,
+    "ControlNetLoader": _controlnet_loader,
+    "ControlNetApply": _controlnet_apply,
+    "ControlNetApplyAdvanced": _controlnet_apply,
+}

@@ -1,0 +1,237 @@
+"""The models library: one or more model roots, searched by name, listed with size, family and format.
+
+Lives here: `ModelsLibrary`, `ModelEntry`, `MODEL_KINDS`, `KIND_FOLDERS`, `detect_family`,
+`load_saved_roots`, `save_roots`, `roots_from_env`. May import: stdlib, safetensors, memory.paths.
+
+A root is ComfyUI-style when it has any of ComfyUI's model sub-folders (`checkpoints`, `diffusion_models`
+or `unet`, `text_encoders` or `clip`, `vae`, `loras`, `controlnet`, `upscale_models`, `embeddings`), or
+when it is a ComfyUI install with such a `models/` folder; otherwise it is flat and every file under it
+counts. A workflow names a model relative to a root (`sd15/dreamshaper.safetensors`); the library is an
+object handed in (no module state). Family detection reads the safetensors header only (tensor names
+and shapes, through `safe_open`), never the weights.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from memory.paths import user_data_dir
+
+# Our kind -> the ComfyUI sub-folders holding it, first the current name then the legacy one.
+KIND_FOLDERS: dict[str, tuple[str, ...]] = {
+    "checkpoints": ("checkpoints",),
+    "diffusion_models": ("diffusion_models", "unet"),
+    "text_encoders": ("text_encoders", "clip"),
+    "vae": ("vae",),
+    "loras": ("loras",),
+    "controlnet": ("controlnet",),
+    "upscale_models": ("upscale_models",),
+    "embeddings": ("embeddings",),
+}
+MODEL_KINDS: tuple[str, ...] = tuple(KIND_FOLDERS)
+MODEL_SUFFIXES = (".safetensors", ".gguf", ".ckpt", ".pt", ".pth", ".bin", ".sft")
+ROOTS_ENV = "NODELOOM_MODELS_DIRS"
+_SETTINGS_FILE = "models-library.json"
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    name: str  # relative to its root (for a ComfyUI root: relative to the kind's sub-folder)
+    path: Path
+    root: Path
+    kind: str  # one of MODEL_KINDS, or "" for a flat root
+    size: int
+    format: str  # "safetensors", "gguf", "pickle", "diffusers"
+    family: str  # "sd", "sdxl", "sd3", "flux", ... or "?" when the header does not tell
+
+
+def _has_kind_folders(folder: Path) -> bool:
+    return any((folder / sub).is_dir() for subs in KIND_FOLDERS.values() for sub in subs)
+
+
+def detect_family(path: Path) -> str | None:
+    """The model family from tensor names and shapes in a safetensors header (None when unknown)."""
+    if path.is_dir():
+        index = path / "model_index.json"
+        if index.is_file():
+            try:
+                name = json.loads(index.read_text(encoding="utf-8")).get("_class_name", "")
+            except (OSError, json.JSONDecodeError):
+                return None
+            for marker, family in (
+                ("XL", "sdxl"),
+                ("3", "sd3"),
+                ("Flux", "flux"),
+                ("PixArt", "pixart_sigma"),
+            ):
+                if marker in name:
+                    return family
+            return "sd" if name.startswith("StableDiffusion") else None
+        return None
+    if path.suffix.lower() not in (".safetensors", ".sft"):
+        return None
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            keys = list(f.keys())
+            shapes = {k: f.get_slice(k).get_shape() for k in keys if k.endswith("conv_in.weight")}
+    except Exception:  # a damaged or non-safetensors file: no family, the loader reports the real error
+        return None
+    return _family_from_keys(keys, shapes)
+
+
+def _family_from_keys(keys: list[str], shapes: dict[str, list[int]]) -> str | None:
+    def has(fragment: str) -> bool:
+        return any(fragment in k for k in keys)
+
+    if has("double_blocks.") or has("single_transformer_blocks."):
+        return "flux"
+    if has("joint_blocks.") or (has("transformer_blocks.") and has("context_embedder")):
+        return "sd3"
+    if has("conditioner.embedders.1.") or has("add_embedding.linear_1") or has("label_emb.0.0"):
+        return "sdxl"
+    if has("cond_stage_model.") or has("input_blocks.") or has("down_blocks.") and has("attn2"):
+        return "sd"
+    if has("text_model.encoder.") or has("encoder.block.0.") or has("text_projection"):
+        return "text_encoder"
+    latent = next((s[1] for k, s in shapes.items() if "decoder" in k and len(s) > 1), None)
+    if latent is not None:  # a VAE: 4 latent channels (SD/SDXL) or 16 (SD3/Flux)
+        return "sd" if latent == 4 else "sd3" if latent == 16 else None
+    if has("lora_unet_") or has(".lora_A.") or has(".lora_down."):
+        return "lora"
+    return None
+
+
+def _format(path: Path) -> str:
+    if path.is_dir():
+        return "diffusers"
+    suffix = path.suffix.lower()
+    if suffix in (".safetensors", ".sft"):
+        return "safetensors"
+    if suffix == ".gguf":
+        return "gguf"
+    return "pickle"
+
+
+class ModelsLibrary:
+    """Model roots in search order. Cheap to build; listing walks the folders."""
+
+    def __init__(self, roots: Iterable[Path | str] = ()) -> None:
+        resolved: list[Path] = []
+        for root in roots:
+            path = Path(root).expanduser()
+            # A ComfyUI install: its models live in models/.
+            if not _has_kind_folders(path) and _has_kind_folders(path / "models"):
+                path = path / "models"
+            if path not in resolved:
+                resolved.append(path)
+        self.roots: tuple[Path, ...] = tuple(resolved)
+
+    def __bool__(self) -> bool:
+        return bool(self.roots)
+
+    def is_comfy_root(self, root: Path) -> bool:
+        return _has_kind_folders(root)
+
+    def search_folders(self, kinds: Iterable[str] | None = None) -> list[Path]:
+        """Where a name is looked up, in order: per root, the kind's sub-folders (ComfyUI) or the root."""
+        wanted = list(kinds) if kinds else list(MODEL_KINDS)
+        folders: list[Path] = []
+        for root in self.roots:
+            if self.is_comfy_root(root):
+                folders.extend(root / sub for kind in wanted for sub in KIND_FOLDERS.get(kind, ()))
+            else:
+                folders.append(root)
+        return folders
+
+    def find(self, name: str, kinds: Iterable[str] | None = None) -> Path | None:
+        """The file or folder a relative name means, or None. Never leaves a root (no '..', no absolute)."""
+        relative = Path(name)
+        if relative.is_absolute() or ".." in relative.parts:
+            return None
+        for folder in self.search_folders(kinds):
+            candidate = folder / relative
+            if candidate.exists():
+                return candidate
+        return None
+
+    def not_found_message(self, name: str, kinds: Iterable[str] | None = None) -> str:
+        folders = [str(f) for f in self.search_folders(kinds)]
+        if not folders:
+            return f"model {name!r} not found: it is not a path, and no models folder is set (--models-dir)"
+        return f"model {name!r} not found; searched: {', '.join(folders)}"
+
+    def _walk(self, folder: Path) -> Iterator[Path]:
+        if not folder.is_dir():
+            return
+        for dirpath, dirnames, filenames in os.walk(folder):
+            here = Path(dirpath)
+            dirnames.sort()
+            for d in list(dirnames):
+                if (here / d / "model_index.json").is_file():  # a diffusers folder is one model
+                    dirnames.remove(d)
+                    yield here / d
+            for f in sorted(filenames):
+                if f.lower().endswith(MODEL_SUFFIXES):
+                    yield here / f
+
+    def entries(self) -> list[ModelEntry]:
+        out: list[ModelEntry] = []
+        for root in self.roots:
+            places = (
+                [(kind, root / sub) for kind, subs in KIND_FOLDERS.items() for sub in subs]
+                if self.is_comfy_root(root)
+                else [("", root)]
+            )
+            for kind, folder in places:
+                for path in self._walk(folder):
+                    size = (
+                        sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+                        if path.is_dir()
+                        else path.stat().st_size
+                    )
+                    out.append(
+                        ModelEntry(
+                            name=path.relative_to(folder).as_posix(),
+                            path=path,
+                            root=root,
+                            kind=kind,
+                            size=size,
+                            format=_format(path),
+                            family=detect_family(path) or "?",
+                        )
+                    )
+        return out
+
+
+def roots_from_env() -> list[Path]:
+    value = os.environ.get(ROOTS_ENV, "")
+    return [Path(p).expanduser() for p in value.split(os.pathsep) if p.strip()]
+
+
+def _settings_path() -> Path:
+    return user_data_dir() / _SETTINGS_FILE
+
+
+def load_saved_roots() -> list[Path]:
+    """The roots saved as a setting (`app models add-root`), oldest first."""
+    try:
+        data = json.loads(_settings_path().read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return []
+    roots = data.get("roots") if isinstance(data, dict) else None
+    return [Path(r) for r in roots if isinstance(r, str)] if isinstance(roots, list) else []
+
+
+def save_roots(roots: Iterable[Path]) -> Path:
+    path = _settings_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"roots": [str(r) for r in roots]}, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+    return path

@@ -1,0 +1,218 @@
+"""ComfyUI import: hand-written API and UI files covering every mapped node, muted/bypassed nodes, reroutes,
+primitives, a subgraph, converted widgets and drifting widget counts, and PNGs written the way ComfyUI's
+SaveImage writes them; plus `app import` / `app check` / `app --run` on the results.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from PIL import Image, PngImagePlugin
+
+from app.main import main
+from nodes.comfy.api_format import ComfyFormatError
+from nodes.comfy.sources import check_comfy, import_comfy
+from nodes.workflow import workflow_from_dict
+
+DATA = Path(__file__).resolve().parent / "data" / "comfy"
+
+
+def _notes(result) -> list[str]:
+    return [str(n) for n in result.notes]
+
+
+def test_api_file_maps_every_node_to_its_nodeloom_type(registry) -> None:
+    result = import_comfy(DATA / "api_every_node.json", registry)
+    nodes = result.workflow["nodes"]
+    types = {nid: n["type"] for nid, n in nodes.items()}
+    assert types == {
+        "1": "LoadDiffusionModel",
+        "2": "LoadDenoiser",
+        "3": "LoadTextEncoder",
+        "4": "LoadTextEncoder",
+        "5": "LoadTextEncoder",
+        "6": "LoadVAE",
+        "8": "TextEncode",
+        "9": "TextEncode",
+        "10": "TextEncode",
+        "11": "ZeroConditioning",
+        "16": "EmptyLatent",
+        "17": "EmptyLatent",
+        "18": "Sampler",
+        "19": "SamplerAdvanced",
+        "20": "VAEDecode",
+        "21": "VAEEncode",
+        "22": "LoadImage",
+        "23": "SaveImage",
+        "24": "ImageScale",
+        "25": "ImageScaleBy",
+        "26": "PreviewImage",
+        "27": "LatentUpscale",
+        "28": "LatentUpscaleBy",
+        "29": "LoadLoRA",
+        "30": "LoadLoRA",
+        "31": "LoadControlNet",
+        "32": "ApplyControlNet",
+        "33": "ApplyControlNet",
+        "34": "ComfyUI.UpscaleModelLoader",
+        "35": "Sampler",
+    }
+    # Pass-through nodes (CLIPSetLastLayer, FluxGuidance, ModelSampling*) are wired around, their values kept.
+    assert "7" not in nodes and "12" not in nodes and "13" not in nodes
+    assert nodes["18"]["params"] == {
+        "scheduler": "k_dpmpp_2m",
+        "sigma_schedule": "karras",
+        "steps": 20,
+        "cfg": 7.5,
+        "seed": 42,
+        "denoise": 1.0,
+    }
+    assert nodes["18"]["inputs"] == {
+        "denoiser": ["1", "denoiser"],  # through ModelSamplingSD3
+        "positive": ["8", "conditioning"],
+        "negative": ["11", "conditioning"],
+        "latent": ["17", "latent"],
+    }
+    assert nodes["8"]["params"]["clip_skip"] == 1  # CLIPSetLastLayer -2
+    assert nodes["8"]["inputs"]["text_encoder"] == ["1", "text_encoder"]
+    # FluxGuidance 2.5 reaches both samplers it feeds as their cfg.
+    assert nodes["19"]["params"]["cfg"] == 2.5 and nodes["35"]["params"]["cfg"] == 2.5
+    assert nodes["19"]["params"] | {} == {
+        "add_noise": True,
+        "seed": 7,
+        "steps": 30,
+        "cfg": 2.5,
+        "scheduler": "k_euler",
+        "sigma_schedule": "simple",
+        "start_step": 0,
+        "end_step": 20,
+        "leftover_noise": True,
+    }
+    assert nodes["35"]["params"]["scheduler"] == "k_dpmpp_2m_sde"
+    # An empty latent learns its channels from the model its sampler uses.
+    assert nodes["17"]["inputs"] == {"denoiser": ["1", "denoiser"]}
+    assert nodes["10"]["params"]["text"] == "a red fox in snow"
+    assert nodes["23"]["params"]["prefix"] == "flux_date_fox"
+    assert nodes["2"]["params"]["family"] == "flux"  # from the file name
+    notes = "\n".join(_notes(result))
+    assert "node 15 (ModelSamplingAuraFlow): shift 2.0 not applied" in notes
+    assert "node 35 (KSampler): sampler 'dpmpp_2m_sde_gpu' runs as 'dpmpp_2m_sde'" in notes
+    assert "node 2 (UNETLoader): weight_dtype 'fp8_e4m3fn'" in notes
+    unsupported = {u.node: (u.class_type, u.reason) for u in result.unsupported}
+    assert set(unsupported) == {"3", "4", "5", "8", "29", "30", "31", "32", "33", "34"}
+    assert unsupported["34"][0] == "UpscaleModelLoader"
+    assert "LoadTextEncoder" in unsupported["4"][1] and "LoadLoRA" in unsupported["29"][1]
+    assert "clip_skip" in unsupported["8"][1]
+
+
+def test_ui_file_resolves_reroutes_primitives_bypass_mute_and_subgraphs(registry) -> None:
+    result = import_comfy(DATA / "ui_features.json", registry)
+    nodes = result.workflow["nodes"]
+    assert set(nodes) == {"1", "2", "3", "4", "5", "50:1", "6", "8"}
+    sampler = nodes["5"]
+    assert sampler["inputs"]["positive"] == ["2", "conditioning"]  # through the reroute
+    assert sampler["inputs"]["negative"] == ["3", "conditioning"]  # around the bypassed ZeroOut
+    # widgets by name: seed from the primitive (a converted widget), control_after_generate skipped
+    assert sampler["params"] == {
+        "scheduler": "k_euler_ancestral",
+        "sigma_schedule": "karras",
+        "steps": 25,
+        "cfg": 6.5,
+        "seed": 777,
+        "denoise": 1.0,  # missing from the file: KSampler's default
+    }
+    # The subgraph's VAEDecode is wired to the outer checkpoint and sampler; SaveImage reads its output.
+    assert nodes["50:1"] == {
+        "type": "VAEDecode",
+        "params": {},
+        "inputs": {"vae": ["1", "vae"], "latent": ["5", "latent"]},
+    }
+    assert nodes["6"]["inputs"]["image"] == ["50:1", "image"]
+    notes = "\n".join(_notes(result))
+    assert "node 7 (SaveImage): muted in ComfyUI (mode 2): not imported" in notes
+    assert "node 30 (ConditioningZeroOut): bypassed in ComfyUI (mode 4)" in notes
+    assert "node 5 (KSampler): no stored value for denoise (defaults used)" in notes
+    assert "node 8 (CLIPLoader): 1 extra widget value(s) ignored: ['a-future-widget']" in notes
+    assert "subgraph 'Decode' expanded in place" in notes
+    # Missing trailing values take the defaults when the workflow is validated.
+    wf = workflow_from_dict(
+        {**result.workflow, "nodes": {k: v for k, v in nodes.items() if k != "8"}}, registry
+    )
+    assert wf.nodes["5"].params["denoise"] == 1.0
+    ui = result.workflow["ui"]
+    assert ui["nodes"]["1"] == {"pos": [10.0, 20.0], "size": [315.0, 98.0], "title": "My checkpoint"}
+    assert ui["nodes"]["2"]["color"] == "#232"
+    assert ui["groups"] == [{"title": "Model", "rect": [-20.0, -20.0, 380.0, 200.0], "color": "#3f789e"}]
+    assert ui["notes"] == [{"text": "# Cats\nA test workflow.", "title": "Readme", "pos": [10.0, -300.0]}]
+
+
+def _comfy_png(path: Path, prompt: dict | None, workflow: dict | None) -> Path:
+    """A PNG with the text chunks ComfyUI's SaveImage writes: `prompt` (API) and `workflow` (UI)."""
+    info = PngImagePlugin.PngInfo()
+    if prompt is not None:
+        info.add_text("prompt", json.dumps(prompt))
+    if workflow is not None:
+        info.add_text("workflow", json.dumps(workflow))
+    Image.new("RGB", (8, 8), (200, 30, 30)).save(path, pnginfo=info)
+    return path
+
+
+def test_comfy_png_prefers_the_ui_workflow_and_falls_back_to_the_prompt(registry, tmp_path: Path) -> None:
+    prompt = json.loads((DATA / "sd15_default.api.json").read_text())
+    workflow = json.loads((DATA / "real" / "sd15_default.json").read_text())
+    both = import_comfy(_comfy_png(tmp_path / "both.png", prompt, workflow), registry)
+    assert both.workflow["meta"]["comfyui"]["source_format"] == "ui"
+    assert both.workflow["ui"]["nodes"]["3"]["pos"] == [920.0, 170.0]
+    only_prompt = import_comfy(_comfy_png(tmp_path / "prompt.png", prompt, None), registry)
+    assert only_prompt.workflow["meta"]["comfyui"]["source_format"] == "api"
+    # Both give the same graph.
+    assert only_prompt.workflow["nodes"] == both.workflow["nodes"]
+    with pytest.raises(ComfyFormatError, match="no ComfyUI 'workflow' or 'prompt' text chunk"):
+        import_comfy(_comfy_png(tmp_path / "none.png", None, None), registry)
+
+
+def test_check_lists_unsupported_nodes_and_exits_2(capsys) -> None:
+    assert main(["check", str(DATA / "api_every_node.json")]) == 2
+    err = capsys.readouterr().err
+    assert "node '34', field 'type': UpscaleModelLoader: no Nodeloom node" in err
+    assert "node '31', field 'type': ControlNetLoader: ControlNet is not supported in this build" in err
+    assert (
+        "node '4', field 'type': DualCLIPLoader: separate text-encoder files need the LoadTextEncoder" in err
+    )
+
+
+def test_import_always_writes_the_file_and_a_run_of_it_is_refused_with_the_list(
+    tmp_path: Path, capsys
+) -> None:
+    out = tmp_path / "imported.json"
+    assert main(["import", str(DATA / "api_every_node.json"), "-o", str(out)]) == 0
+    assert json.loads(out.read_text())["nodes"]["34"]["type"] == "ComfyUI.UpscaleModelLoader"
+    captured = capsys.readouterr()
+    assert "unsupported: node 34 (UpscaleModelLoader)" in captured.err
+    assert "10 unsupported node(s): it will not run here" in captured.out
+    assert main(["--run", str(out), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "node '33', field 'type': ControlNetApplyAdvanced: ControlNet is not supported" in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_import_refuses_files_that_are_not_comfy_workflows(tmp_path: Path, capsys) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"hello": 1}')
+    assert main(["import", str(bad), "-o", str(tmp_path / "x.json")]) == 2
+    assert "not a ComfyUI workflow" in capsys.readouterr().err
+    broken = tmp_path / "broken.json"
+    broken.write_text("{")
+    assert main(["check", str(broken)]) == 2
+    assert "not valid JSON" in capsys.readouterr().err
+
+
+def test_check_of_a_valid_import_names_the_problem_fields(registry) -> None:
+    result = import_comfy(DATA / "ui_features.json", registry)
+    problems = [str(p) for p in check_comfy(result, registry, "ui_features.json")]
+    assert problems == [
+        "ui_features.json: node '8', field 'type': CLIPLoader: separate text-encoder files need the "
+        "LoadTextEncoder node, which this build lacks"
+    ]

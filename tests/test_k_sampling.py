@@ -1,0 +1,269 @@
+"""The k-diffusion samplers against reference implementations, on a tiny UNet.
+
+For every ComfyUI sampler x scheduler pair: our sampler over our schedule equals the `k-diffusion` package's
+`sample_*` (the reference implementation of the algorithms) over the same denoiser and sigmas, to 1e-5.
+Samplers k-diffusion does not have are checked against another reference: ddim against the DDIM update
+written from its definition, lcm against multistep consistency sampling (Song et al. 2023, Alg. 1), uni_pc
+against diffusers' UniPCMultistepScheduler (bh1, data prediction) stepped over the same sigmas.
+The schedules k-diffusion has (normal = DiscreteSchedule.get_sigmas, karras, exponential) are compared to
+it; the others are checked for the levels their definitions pick.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import types
+from pathlib import Path
+
+import pytest
+import torch
+from diffusers import UNet2DConditionModel, UniPCMultistepScheduler
+
+from memory import MemoryConfig, MemoryManager
+from pipelines.diffusion.families import FAMILIES
+from pipelines.diffusion.k_samplers import K_SAMPLERS, BrownianNoise, SeededNoise
+from pipelines.diffusion.k_sampling import KDenoiser, initial_latent
+from pipelines.diffusion.k_schedules import SIGMA_SCHEDULES, DiscreteSigmas, ksampler_sigmas, make_sigmas
+from pipelines.diffusion.sampling import SamplerSettings, sample
+from pipelines.diffusion.values import Conditioning, DenoiserRef, Latents
+
+SD_SCHEDULER = {"beta_start": 0.00085, "beta_end": 0.012, "beta_schedule": "scaled_linear"}
+SEED = 1234
+STEPS = 5
+
+
+def _k_diffusion():
+    """k_diffusion.sampling and .external without the package __init__ (it imports torchvision, wandb...)."""
+    if "k_diffusion.sampling" in sys.modules:
+        return sys.modules["k_diffusion.sampling"], sys.modules["k_diffusion.external"]
+    found = importlib.util.find_spec("k_diffusion")
+    if found is None:
+        pytest.fail("the k-diffusion package is a dev dependency: pip install -e '.[dev]'")
+    folder = Path(found.submodule_search_locations[0])
+    package = types.ModuleType("k_diffusion")
+    package.__path__ = [str(folder)]
+    utils = types.ModuleType("k_diffusion.utils")
+    utils.append_dims = lambda x, n: x[(...,) + (None,) * (n - x.ndim)]
+    sys.modules.update({"k_diffusion": package, "k_diffusion.utils": utils})
+    loaded = []
+    for name in ("sampling", "external"):
+        spec = importlib.util.spec_from_file_location(f"k_diffusion.{name}", folder / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        spec.loader.exec_module(module)
+        setattr(package, name, module)
+        loaded.append(module)
+    return tuple(loaded)
+
+
+@pytest.fixture(scope="module")
+def kd():
+    return _k_diffusion()
+
+
+@pytest.fixture(scope="module")
+def setup():
+    """A tiny SD-shaped UNet wrapped as a CFG denoiser, the model's sigmas and a starting latent."""
+    torch.manual_seed(0)
+    unet = UNet2DConditionModel(
+        block_out_channels=(8, 16),
+        layers_per_block=1,
+        sample_size=8,
+        in_channels=4,
+        out_channels=4,
+        down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
+        up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"),
+        cross_attention_dim=16,
+        attention_head_dim=2,
+        norm_num_groups=4,
+    ).eval()
+    ref = DenoiserRef(
+        handle=None,
+        family=FAMILIES["sd"],
+        config=dict(unet.config),
+        scheduler_config=SD_SCHEDULER,
+        dtype=torch.float32,
+    )
+    ms = DiscreteSigmas.from_scheduler_config(SD_SCHEDULER)
+    embeds = torch.randn(2, 5, 16, generator=torch.Generator().manual_seed(3))
+    cond = Conditioning(embeds=embeds, family="sd")
+    denoise = KDenoiser(unet, ref, ms, cond, None, cfg=3.0, do_cfg=True)
+    noise = torch.randn(1, 4, 8, 8, generator=torch.Generator().manual_seed(SEED))
+    return torch.no_grad()(denoise), ms, noise
+
+
+def _ignore(i: int, x: torch.Tensor) -> None:
+    pass
+
+
+KD_SAMPLERS = ("euler", "euler_ancestral", "heun", "dpm_2", "dpmpp_2m", "dpmpp_2m_sde", "dpmpp_sde")
+
+
+@pytest.mark.parametrize("schedule", SIGMA_SCHEDULES)
+@pytest.mark.parametrize("name", KD_SAMPLERS)
+def test_sampler_equals_k_diffusion(kd, setup, name: str, schedule: str) -> None:
+    sampling, _ = kd
+    denoise, ms, noise = setup
+    sigmas = make_sigmas(schedule, ms, STEPS)
+    x = initial_latent(torch.zeros_like(noise), noise, sigmas, ms)
+    smin, smax = float(sigmas[sigmas > 0].min()), float(sigmas.max())
+    if name in ("dpmpp_2m_sde", "dpmpp_sde"):
+        ours_noise = BrownianNoise(x, smin, smax, SEED)
+        ref_noise = sampling.BrownianTreeNoiseSampler(x, smin, smax, seed=SEED)
+    else:
+        ours_noise, ref_noise = SeededNoise(x, SEED), SeededNoise(x, SEED)
+    steps: list[int] = []
+    ours = K_SAMPLERS[name](denoise, x, sigmas, ours_noise, lambda i, _x: steps.append(i))
+    kwargs = {"noise_sampler": ref_noise} if name not in ("euler", "heun", "dpm_2", "dpmpp_2m") else {}
+
+    def model(x_in: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
+        return denoise(x_in, sigma[0])  # k-diffusion passes sigma as a batch vector
+
+    reference = getattr(sampling, f"sample_{name}")(model, x, sigmas, disable=True, **kwargs)
+    assert steps == list(range(len(sigmas) - 1))
+    assert torch.isfinite(ours).all()
+    torch.testing.assert_close(ours, reference, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("schedule", SIGMA_SCHEDULES)
+def test_ddim_is_the_ddim_update(setup, schedule: str) -> None:
+    denoise, ms, noise = setup
+    sigmas = make_sigmas(schedule, ms, STEPS)
+    x = initial_latent(torch.zeros_like(noise), noise, sigmas, ms)
+    expected = x
+    for i in range(len(sigmas) - 1):
+        # DDIM (eta 0): predict x0 and eps, then re-form the sample at the next noise level.
+        x0 = denoise(expected, sigmas[i])
+        eps = (expected - x0) / sigmas[i]
+        expected = x0 + sigmas[i + 1] * eps
+    ours = K_SAMPLERS["ddim"](denoise, x, sigmas, SeededNoise(x, SEED), _ignore)
+    torch.testing.assert_close(ours, expected, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("schedule", SIGMA_SCHEDULES)
+def test_lcm_is_multistep_consistency_sampling(setup, schedule: str) -> None:
+    denoise, ms, noise = setup
+    sigmas = make_sigmas(schedule, ms, STEPS)
+    x = initial_latent(torch.zeros_like(noise), noise, sigmas, ms)
+    generator = torch.Generator().manual_seed(SEED)
+    expected = x
+    for i in range(len(sigmas) - 1):
+        expected = denoise(expected, sigmas[i])  # the consistency function's clean estimate
+        if sigmas[i + 1] > 0:
+            expected = expected + sigmas[i + 1] * torch.randn(x.shape, generator=generator)
+    ours = K_SAMPLERS["lcm"](denoise, x, sigmas, SeededNoise(x, SEED), _ignore)
+    torch.testing.assert_close(ours, expected, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("schedule", SIGMA_SCHEDULES)
+def test_uni_pc_equals_diffusers_unipc(setup, schedule: str) -> None:
+    denoise, ms, noise = setup
+    sigmas = make_sigmas(schedule, ms, STEPS)
+    x = initial_latent(torch.zeros_like(noise), noise, sigmas, ms)
+    ours = K_SAMPLERS["uni_pc"](denoise, x, sigmas, SeededNoise(x, SEED), _ignore)
+
+    # diffusers' UniPC in the VP frame over the same sigmas (the last one 0.001, as ComfyUI's uni_pc).
+    scheduler = UniPCMultistepScheduler(
+        **SD_SCHEDULER, solver_order=3, solver_type="bh1", prediction_type="sample", lower_order_final=True
+    )
+    scheduler.set_timesteps(len(sigmas) - 1)
+    grid = sigmas.clone()
+    grid[-1] = 0.001
+    scheduler.sigmas = grid
+    scheduler.timesteps = torch.arange(len(sigmas) - 1, 0, -1)
+    sample_vp = x / (grid[0] ** 2 + 1) ** 0.5
+    for i, t in enumerate(scheduler.timesteps):
+        scale = (grid[i] ** 2 + 1) ** 0.5
+        x0 = denoise(sample_vp * scale, grid[i])
+        sample_vp = scheduler.step(x0, t, sample_vp, return_dict=False)[0]
+    expected = sample_vp * (grid[-1] ** 2 + 1) ** 0.5
+    torch.testing.assert_close(ours, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_schedules_equal_k_diffusion_where_it_has_them(kd) -> None:
+    sampling, external = kd
+    ms = DiscreteSigmas.from_scheduler_config(SD_SCHEDULER)
+    discrete = external.DiscreteSchedule(ms.sigmas, quantize=True)
+    torch.testing.assert_close(make_sigmas("normal", ms, 12), discrete.get_sigmas(12))
+    torch.testing.assert_close(
+        make_sigmas("karras", ms, 12), sampling.get_sigmas_karras(12, ms.sigma_min, ms.sigma_max)
+    )
+    torch.testing.assert_close(
+        make_sigmas("exponential", ms, 12), sampling.get_sigmas_exponential(12, ms.sigma_min, ms.sigma_max)
+    )
+    # The model's levels: SD's scaled-linear betas give sigma_max 14.6146 and sigma_min 0.0292.
+    assert ms.sigma_max == pytest.approx(14.6146, abs=1e-4)
+    assert ms.sigma_min == pytest.approx(0.0292, abs=1e-4)
+
+
+def test_schedules_pick_the_levels_their_definitions_name() -> None:
+    ms = DiscreteSigmas.from_scheduler_config(SD_SCHEDULER)
+    level = ms.sigmas
+    # simple: every 100th level from the top; ddim_uniform: t = 1, 101, ..., 901, high to low.
+    assert make_sigmas("simple", ms, 10)[:-1].tolist() == level[[999 - 100 * i for i in range(10)]].tolist()
+    assert (
+        make_sigmas("ddim_uniform", ms, 10)[:-1].tolist()
+        == level[[901 - 100 * i for i in range(10)]].tolist()
+    )
+    # sgm_uniform: steps + 1 evenly spaced timesteps from 999 to 0, the last dropped.
+    sgm = make_sigmas("sgm_uniform", ms, 4)
+    assert sgm[:-1].tolist() == pytest.approx([float(ms.sigma(t)) for t in (999, 749.25, 499.5, 249.75)])
+    # beta: the Beta(0.6, 0.6) quantiles start at the top level, fall monotonically, end in 0.
+    beta = make_sigmas("beta", ms, 10)
+    assert float(beta[0]) == float(level[-1]) and float(beta[-1]) == 0.0
+    assert (beta[1:] < beta[:-1]).all() and len(beta) <= 11
+    for schedule in SIGMA_SCHEDULES:
+        sigmas = make_sigmas(schedule, ms, 7)
+        assert sigmas.dtype == torch.float32 and float(sigmas[-1]) == 0.0
+
+
+def test_partial_denoise_keeps_the_tail_of_a_longer_schedule() -> None:
+    ms = DiscreteSigmas.from_scheduler_config(SD_SCHEDULER)
+    full = make_sigmas("karras", ms, 20)
+    torch.testing.assert_close(ksampler_sigmas("karras", ms, 10, 0.5), full[-11:])
+    torch.testing.assert_close(ksampler_sigmas("karras", ms, 10, 1.0), make_sigmas("karras", ms, 10))
+
+
+def test_seeded_noise_is_a_cpu_generator_seeded_with_the_seed() -> None:
+    x = torch.zeros(2, 4, 3, 3)
+    draws = SeededNoise(x, 7)
+    generator = torch.Generator("cpu").manual_seed(7)
+    for _ in range(2):
+        torch.testing.assert_close(
+            draws(torch.tensor(1.0), torch.tensor(0.5)), torch.randn(x.shape, generator=generator)
+        )
+
+
+def test_sampler_node_path_runs_comfy_semantics_on_the_demo_model(kd, tmp_path: Path) -> None:
+    """`sample()` with k_euler: one CPU randn of the batch, scaled by sqrt(1 + sigma_max^2), then Euler over
+    the normal schedule with CFG on the denoised estimates: equal to composing those pieces by hand."""
+    from pipelines.diffusion.conditioning import encode_prompt
+    from pipelines.diffusion.loading import load_model
+
+    sampling, _ = kd
+    with MemoryManager(MemoryConfig(device="cpu", policy="none")) as mm:
+        model = load_model(mm, "demo:tiny-sd")
+        positive = encode_prompt(mm, model.text_encoder, "a red square")
+        negative = encode_prompt(mm, model.text_encoder, "")
+        latents = Latents(samples=torch.zeros(2, 4, 8, 8), vae_scale_factor=model.denoiser.vae_scale_factor)
+        settings = SamplerSettings(scheduler="k_euler", sigma_schedule="karras", steps=4, cfg=5.0, seed=SEED)
+        steps: list[int] = []
+        out = sample(
+            mm, model.denoiser, positive, negative, latents, settings, on_step=lambda s: steps.append(s.step)
+        )
+
+        ms = DiscreteSigmas.from_scheduler_config(model.denoiser.scheduler_config)
+        sigmas = make_sigmas("karras", ms, 4)
+        noise = torch.randn(2, 4, 8, 8, generator=torch.Generator("cpu").manual_seed(SEED))
+        embeds = torch.cat([negative.embeds.repeat(2, 1, 1), positive.embeds.repeat(2, 1, 1)])
+        with mm.use(model.denoiser.handle) as unet:
+            denoise = KDenoiser(
+                unet, model.denoiser, ms, Conditioning(embeds, "sd"), None, cfg=5.0, do_cfg=True
+            )
+            with torch.no_grad():
+                expected = sampling.sample_euler(
+                    lambda x, s: denoise(x, s[0]), noise * (1 + sigmas[0] ** 2) ** 0.5, sigmas, disable=True
+                )
+    assert steps == [1, 2, 3, 4]
+    torch.testing.assert_close(out.samples, expected, atol=1e-5, rtol=1e-5)
