@@ -54,11 +54,12 @@ window.close()
 """
     modules = _modules_after(code)["modules"]
     assert "diffusers" not in modules and "transformers" not in modules
-    # Declarations only: families, scheduler names and prompt-weighting names (none imports torch).
+    # Declarations only: families, sampler, prompt-weighting and resize-method names (none imports torch).
     light = {
         "pipelines.diffusion.families",
         "pipelines.diffusion.schedulers",
         "pipelines.diffusion.prompt_weights",
+        "pipelines.diffusion.resize",
     }
     assert not [m for m in modules if m.startswith("pipelines.diffusion.") and m not in light]
 
