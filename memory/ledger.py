@@ -31,6 +31,11 @@ class ComponentSpec:
     prefixes: when `files` hold more than this component (a single-file checkpoint), the key prefixes that
         are its weights ("model.diffusion_model."); weight bytes then count only those keys. Key names in
         such files differ from the module's, so on CPU these components are not streamed from disk.
+    storage: "" for plain weights; else the label of a quantized storage format ("fp8_e4m3fn", "int8",
+        "gguf"): `build` returns the module with its weights already in that format and hooks that upcast
+        each layer to `dtype` right before its forward. The manager then never casts it and counts the bytes
+        as stored; the module may declare `_nodeloom_upcast_bytes` (its largest layer at `dtype`), which is
+        reserved as working memory while it runs.
     """
 
     key: str
@@ -41,6 +46,12 @@ class ComponentSpec:
     dtype: torch.dtype = torch.float32
     blocks: tuple[str, ...] = ()
     prefixes: tuple[str, ...] = ()
+    storage: str = ""
+
+    @property
+    def cast_dtype(self) -> torch.dtype | None:
+        """The dtype the manager casts floating weights to on load; None: keep them as built (quantized)."""
+        return None if self.storage else self.dtype
 
 
 class ModelHandle:
@@ -142,7 +153,7 @@ class Ledger:
                 "key": h.key,
                 "name": h.spec.name,
                 "kind": h.spec.kind,
-                "dtype": str(h.spec.dtype).removeprefix("torch."),
+                "dtype": h.spec.storage or str(h.spec.dtype).removeprefix("torch."),
                 "weight_bytes": h.weight_bytes,
                 "location": h.location,
                 "device_bytes": h.device_bytes,

@@ -93,14 +93,14 @@ class Placer:
     def _build(self, h: ModelHandle) -> None:
         module = h.spec.build()
         h.module = module
-        full = module_bytes(module, h.spec.dtype)  # metadata only: shapes and dtypes, no data touched
+        full = module_bytes(module, h.spec.cast_dtype)  # metadata only: shapes and dtypes, no data touched
         if h.weight_bytes is None:
             h.weight_bytes = full
         # Non-persistent buffers are in the module but not the files: budget for whichever is larger.
         self._full_bytes[h.key] = max(full, h.weight_bytes)
         if h.spec.blocks:
             self._block_bytes[h.key] = [
-                module_bytes(module.get_submodule(n), h.spec.dtype)
+                module_bytes(module.get_submodule(n), h.spec.cast_dtype)
                 for n in block_names(module, h.spec.blocks)
             ]
 
@@ -128,8 +128,10 @@ class Placer:
         built = h.module is None
         if built:
             self._build(h)
+        # Quantized storage: the largest layer's upcast copy exists while it runs.
+        upcast = int(getattr(h.module, "_nodeloom_upcast_bytes", 0))
         try:
-            window = self._place_built(h, working, policy)
+            window = self._place_built(h, working + upcast, policy) + upcast
         except BudgetExceeded:
             if built and h.device_bytes == 0:
                 # Nothing of it was placed: don't keep a module the ledger can't see.
@@ -169,7 +171,7 @@ class Placer:
         moving = max(self.full_bytes(h) - h.device_bytes, 0)
         self._sync()
         t0 = time.perf_counter()
-        apply_resident(h.module, ResidentConfig(self.m.device, h.spec.dtype))
+        apply_resident(h.module, ResidentConfig(self.m.device, h.spec.cast_dtype))
         self._sync()
         seconds = time.perf_counter() - t0
         self._account(h)
@@ -257,7 +259,7 @@ class Placer:
             self.m.device,
             h.spec.blocks,
             resident_blocks,
-            h.spec.dtype,
+            h.spec.cast_dtype,
             h.spec.files,
             use_stream=self.m.device.type == "cuda",
         )

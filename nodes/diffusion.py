@@ -28,10 +28,14 @@ from pipelines.diffusion.single_file import CONFIG_DIRS
 from pipelines.diffusion.vae import decode, encode
 from pipelines.diffusion.values import DenoiserRef, Latents, TextEncoderRef, VaeRef
 from pipelines.paths import resolve_model_path
+from pipelines.quant.storage import STORAGE_CHOICES
 
 SEED_MAX = 2**63 - 1
-DTYPES = ("auto", "float32", "float16", "bfloat16")
-_DTYPE_HELP = "auto: float32 on CPU, the family's usual half type (float16) on CUDA"
+DTYPES = ("auto", "float32", "float16", "bfloat16", *STORAGE_CHOICES)
+_DTYPE_HELP = (
+    "auto: float32 on CPU, the family's usual half type (float16) on CUDA; fp8_e4m3fn / fp8_e5m2 / int8: "
+    "denoiser and text encoder weights kept in 8 bits, each layer upcast to the auto dtype as it runs"
+)
 
 
 def _run_load_model(ctx: NodeContext, path: str, kind: str, dtype: str, config_dir: str) -> dict[str, Any]:

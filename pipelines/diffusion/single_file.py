@@ -162,7 +162,10 @@ def load_single_file(
             f"{path.name}: detected a {detected} checkpoint, but no config folder is shipped for it; "
             "convert it to a diffusers folder, or pass a config folder"
         )
+    from pipelines.quant.storage import apply_storage, split_precision
+
     family = FAMILIES[_FAMILY_OF[detected]]
+    dtype, storage = split_precision(dtype)  # fp8/int8: the UNet and text encoders kept in 8 bits
     torch_dtype = resolve_dtype(dtype, family, mm.device)
     unet_config = read_json(config_dir / "unet" / "config.json")
     vae_config = read_json(config_dir / "vae" / "config.json")
@@ -199,9 +202,16 @@ def load_single_file(
 
     def register(name: str, kind: str, build: Any, dt: torch.dtype, blocks: tuple[str, ...] = ()) -> Any:
         # files=(): the checkpoint holds every component; the manager measures bytes once built.
+        keep = storage if kind != "vae" else ""
         return mm.register(
             ComponentSpec(
-                key=f"{path}#{name}@{dt}", name=name, kind=kind, build=build, dtype=dt, blocks=blocks
+                key=f"{path}#{name}@{keep or dt}",
+                name=name,
+                kind=kind,
+                build=(lambda: apply_storage(build(), keep, dt)) if keep else build,
+                dtype=dt,
+                blocks=blocks,
+                storage=keep,
             )
         )
 
