@@ -1,8 +1,9 @@
 """Diffusion nodes: load a model, encode prompts, sample latents, decode and encode images.
 
-Lives here: the `NODES` tuple (`LoadDiffusionModel`, `LoadDenoiser`, `LoadVAE`, `TextEncode`, `EmptyLatent`,
-`Sampler`, `VAEDecode`, `VAEEncode`). Imports `nodes.spec`, `nodes.types`, `nodes.context`, `pipelines.paths`
-and `pipelines.diffusion`; the model code lives in pipelines/.
+Lives here: the `NODES` tuple (`LoadDiffusionModel`, `TextEncode`, `EmptyLatent`, `Sampler`, `VAEDecode`,
+`VAEEncode`, plus `LoadDenoiser`, `LoadTextEncoder`, `LoadVAE` from nodes.split_loaders). Imports `nodes.spec`,
+`nodes.types`, `nodes.context`, `nodes.split_loaders`, `pipelines.paths` and `pipelines.diffusion`; the model
+code lives in pipelines/.
 
 Every model is used through `ctx.memory.use(...)` inside pipelines/diffusion, so under the sequential policy
 the text encoder is gone before the denoiser loads, and the denoiser before the VAE decodes.
@@ -17,17 +18,16 @@ import torch
 
 from nodes.context import NodeContext
 from nodes.spec import Input, NodeSpec, Output, Param
+from nodes.split_loaders import SPLIT_NODES
 from nodes.types import CONDITIONING, DENOISER, IMAGE, LATENT, TEXT_ENCODER, VAE
 from pipelines.diffusion.conditioning import encode_prompt
 from pipelines.diffusion.families import FAMILIES
-from pipelines.diffusion.loading import load_component_file, load_model, read_json
+from pipelines.diffusion.loading import load_model
 from pipelines.diffusion.previews import latent_preview
 from pipelines.diffusion.sampling import SamplerSettings, StepInfo, sample
 from pipelines.diffusion.schedulers import SCHEDULER_NAMES
-from pipelines.diffusion.single_file import CONFIG_DIRS
 from pipelines.diffusion.vae import decode, encode
 from pipelines.diffusion.values import DenoiserRef, Latents, TextEncoderRef, VaeRef
-from pipelines.paths import resolve_model_path
 from pipelines.quant.storage import STORAGE_CHOICES
 
 SEED_MAX = 2**63 - 1
@@ -49,75 +49,6 @@ def _run_load_model(ctx: NodeContext, path: str, kind: str, dtype: str, config_d
     )
     ctx.log(f"{loaded.denoiser.family.title}, {str(loaded.denoiser.dtype).removeprefix('torch.')}")
     return {"denoiser": loaded.denoiser, "text_encoder": loaded.text_encoder, "vae": loaded.vae}
-
-
-def _component_config_dir(family: str, config_dir: str) -> Path:
-    if config_dir:
-        return Path(config_dir).expanduser()
-    shipped = {"sd": CONFIG_DIRS["sd1"], "sdxl": CONFIG_DIRS["sdxl"]}
-    if family not in shipped:
-        raise ValueError(
-            f"field 'config_dir': no config folder is shipped for {family}; give a diffusers folder"
-        )
-    return shipped[family]
-
-
-def _run_load_denoiser(
-    ctx: NodeContext,
-    path: str,
-    family: str,
-    dtype: str,
-    config_dir: str,
-    reference: DenoiserRef | None,
-) -> dict[str, Any]:
-    fam = FAMILIES[family]
-    folder = _component_config_dir(family, config_dir)
-    handle = load_component_file(
-        ctx.memory,
-        resolve_model_path(path),
-        component=fam.denoiser_subfolder,
-        config_dir=folder,
-        family=fam,
-        dtype=dtype,
-        allow_pickle=ctx.allow_pickle,
-    )
-    scheduler_config = (
-        reference.scheduler_config
-        if reference is not None
-        else read_json(folder / "scheduler" / "scheduler_config.json")
-    )
-    return {
-        "denoiser": DenoiserRef(
-            handle=handle,
-            family=fam,
-            config=read_json(folder / fam.denoiser_subfolder / "config.json"),
-            scheduler_config=scheduler_config,
-            dtype=handle.spec.dtype,
-            vae_scale_factor=2 ** (len(read_json(folder / "vae" / "config.json")["block_out_channels"]) - 1),
-        )
-    }
-
-
-def _run_load_vae(ctx: NodeContext, path: str, family: str, dtype: str, config_dir: str) -> dict[str, Any]:
-    fam = FAMILIES[family]
-    folder = _component_config_dir(family, config_dir)
-    handle = load_component_file(
-        ctx.memory,
-        resolve_model_path(path),
-        component="vae",
-        config_dir=folder,
-        family=fam,
-        dtype=dtype,
-        allow_pickle=ctx.allow_pickle,
-    )
-    return {
-        "vae": VaeRef(
-            handle=handle,
-            family=fam,
-            config=read_json(folder / "vae" / "config.json"),
-            dtype=handle.spec.dtype,
-        )
-    }
 
 
 def _run_text_encode(ctx: NodeContext, text_encoder: TextEncoderRef, text: str) -> dict[str, Any]:
@@ -208,37 +139,7 @@ NODES: tuple[NodeSpec, ...] = (
         outputs=[Output("denoiser", DENOISER), Output("text_encoder", TEXT_ENCODER), Output("vae", VAE)],
         run=_run_load_model,
     ),
-    NodeSpec(
-        type="LoadDenoiser",
-        title="Load UNet / DiT File",
-        category="diffusion/loaders",
-        description="A separate denoiser .safetensors (diffusers or original key names).",
-        inputs=[
-            Input("reference", DENOISER, optional=True, help="take the scheduler settings from this model")
-        ],
-        params=[
-            Param("path", "path", default="", file_filter="Weights (*.safetensors)"),
-            Param("family", "choice", default="sd", choices=_FAMILY_CHOICES),
-            Param("dtype", "choice", default="auto", choices=DTYPES, help=_DTYPE_HELP),
-            Param("config_dir", "path", default="", file_filter="dir"),
-        ],
-        outputs=[Output("denoiser", DENOISER)],
-        run=_run_load_denoiser,
-    ),
-    NodeSpec(
-        type="LoadVAE",
-        title="Load VAE File",
-        category="diffusion/loaders",
-        description="A separate VAE .safetensors (e.g. vae-ft-mse-840000-ema-pruned).",
-        params=[
-            Param("path", "path", default="", file_filter="Weights (*.safetensors)"),
-            Param("family", "choice", default="sd", choices=_FAMILY_CHOICES),
-            Param("dtype", "choice", default="auto", choices=DTYPES, help=_DTYPE_HELP),
-            Param("config_dir", "path", default="", file_filter="dir"),
-        ],
-        outputs=[Output("vae", VAE)],
-        run=_run_load_vae,
-    ),
+    *SPLIT_NODES,  # LoadDenoiser, LoadTextEncoder, LoadVAE (nodes/split_loaders.py)
     NodeSpec(
         type="TextEncode",
         title="Text Encode",

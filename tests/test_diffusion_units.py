@@ -82,6 +82,7 @@ def test_node_declarations() -> None:
     assert set(by_type) == {
         "LoadDiffusionModel",
         "LoadDenoiser",
+        "LoadTextEncoder",
         "LoadVAE",
         "TextEncode",
         "EmptyLatent",

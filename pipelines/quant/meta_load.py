@@ -67,7 +67,14 @@ def build_from_tensors(
         model = make()
     if any(p.is_floating_point() and p.dtype != compute_dtype for p in model.parameters()):
         model.to(dtype=compute_dtype)  # still empty: sets each floating parameter's target dtype
-    apply_storage(model, storage, compute_dtype)  # 8-bit layers now have 8-bit (empty) weights
+    if storage == "gguf":
+        # Quantized Linear weights stay the file's blocks; GGUFLinear dequantizes one layer per call.
+        from pipelines.quant.gguf_files import largest_dequantized_bytes, replace_gguf_linears
+
+        replace_gguf_linears(model, tensors, compute_dtype)
+        model._nodeloom_upcast_bytes = largest_dequantized_bytes(tensors, compute_dtype)
+    else:
+        apply_storage(model, storage, compute_dtype)  # 8-bit layers now have 8-bit (empty) weights
     # Every (module, attribute) that shares a parameter, so a tied weight is assigned everywhere at once.
     owners: dict[int, list[tuple[torch.nn.Module, str]]] = {}
     slots: dict[str, tuple[torch.nn.Module, str, bool]] = {}
@@ -84,22 +91,29 @@ def build_from_tensors(
         mod, attr, is_param = slots[name]
         current = mod._parameters[attr] if is_param else mod._buffers[attr]
         t = tensors[key]
-        if tuple(t.shape) != tuple(current.shape):
+        shape = tuple(getattr(t, "quant_shape", t.shape))  # GGUF: the dequantized shape
+        if shape != tuple(current.shape):
             raise WeightMismatchError(
-                f"{source}: tensor {key!r} has shape {tuple(t.shape)}, the model wants {tuple(current.shape)} "
+                f"{source}: tensor {key!r} has shape {shape}, the model wants {tuple(current.shape)} "
                 "(a different model size or family than the config: pick the family or a config folder)"
             )
         if attr == "weight" and is_int8_layer(mod):
             load_int8_weight(mod, t)
             continue
-        if t.is_floating_point() and t.dtype != current.dtype:
-            t = t.to(current.dtype)
-        if is_param:
-            new = torch.nn.Parameter(t, requires_grad=False)
-            for owner, owner_attr in owners[id(current)]:
-                owner._parameters[owner_attr] = new
+        if not is_param:
+            mod._buffers[attr] = t.to(current.dtype) if t.is_floating_point() else t
+            continue
+        if isinstance(t, torch.nn.Parameter):  # a GGUFParameter: keep its class (it carries the quant type)
+            param = t
         else:
-            mod._buffers[attr] = t
+            param = torch.nn.Parameter(
+                t.to(current.dtype) if t.is_floating_point() else t, requires_grad=False
+            )
+        for owner, owner_attr in owners[id(current)]:
+            owner._parameters[owner_attr] = param
+    if callable(getattr(model, "tie_weights", None)):
+        # transformers 5 ties at load time (T5: encoder.embed_tokens <- shared), not when the module is built.
+        model.tie_weights()
     missing = [n for n, (m, a, p) in slots.items() if (m._parameters[a] if p else m._buffers[a]).is_meta]
     if missing:
         raise WeightMismatchError(
