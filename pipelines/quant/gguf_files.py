@@ -20,7 +20,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-GGUF_WRITE_TYPES = ("Q8_0", "Q5_0", "Q5_1", "Q4_0", "Q4_1", "Q6_K", "Q5_K", "Q4_K", "Q3_K", "Q2_K")
+# What `write_gguf_denoiser` can write: the `gguf` package quantizes these (it only dequantizes K-quants),
+# plus our Q4_K below. Reading takes every type diffusers dequantizes.
+GGUF_WRITE_TYPES = ("Q8_0", "Q5_0", "Q5_1", "Q4_0", "Q4_1", "Q4_K")
 
 
 def gguf_shapes(path: Path) -> dict[str, tuple[int, ...]]:
@@ -71,10 +73,11 @@ def write_gguf_denoiser(state: Mapping[str, torch.Tensor], path: Path, qtype: st
     block, _ = gguf.GGML_QUANT_SIZES[kind]
     writer = gguf.GGUFWriter(str(path), arch=arch)
     writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
+    quantize = quantize_q4_k if qtype == "Q4_K" else (lambda a: gguf.quants.quantize(a, kind))
     for name, t in state.items():
         data = t.detach().float().cpu().numpy()
         if t.ndim == 2 and t.shape[-1] % block == 0:
-            writer.add_tensor(name, gguf.quants.quantize(data, kind), raw_dtype=kind)
+            writer.add_tensor(name, quantize(data), raw_dtype=kind)
         else:
             writer.add_tensor(name, data)
     writer.write_header_to_file()
@@ -82,3 +85,37 @@ def write_gguf_denoiser(state: Mapping[str, torch.Tensor], path: Path, qtype: st
     writer.write_tensors_to_file()
     writer.close()
     return path
+
+
+def quantize_q4_k(data: np.ndarray) -> np.ndarray:
+    """Q4_K blocks (ggml's layout) for a float32 (rows, cols) array, cols a multiple of 256.
+
+    A block holds 256 values as 8 sub-blocks of 32: value = d * sc_j * q - dmin * m_j with 4-bit q and 6-bit
+    sc_j, m_j packed into 12 bytes, d and dmin in float16 (the layout `gguf.quants.Q4_K` dequantizes). A
+    plain min/max fit per sub-block; llama.cpp searches scales further, so its files are a little closer.
+    """
+    rows = data.shape[0]
+    x = data.reshape(-1, 8, 32).astype(np.float32)  # (blocks, sub-block, value)
+    lo = np.minimum(x.min(axis=-1), 0.0)
+    scale = (x.max(axis=-1) - lo) / 15.0
+    d = (scale.max(axis=-1) / 63.0).astype(np.float16)
+    dmin = (np.maximum(-lo, 0).max(axis=-1) / 63.0).astype(np.float16)
+    df, dminf = d.astype(np.float32)[:, None], dmin.astype(np.float32)[:, None]
+    sc = np.clip(np.round(np.divide(scale, df, out=np.zeros_like(scale), where=df > 0)), 0, 63).astype(
+        np.uint8
+    )
+    mn = np.clip(np.round(np.divide(-lo, dminf, out=np.zeros_like(lo), where=dminf > 0)), 0, 63).astype(
+        np.uint8
+    )
+    step = (df * sc)[..., None]
+    q = np.divide(x + (dminf * mn)[..., None], step, out=np.zeros_like(x), where=step > 0)
+    q = np.clip(np.round(q), 0, 15).astype(np.uint8)  # (blocks, 8, 32)
+    packed = np.empty((x.shape[0], 12), dtype=np.uint8)
+    packed[:, 0:4] = sc[:, :4] | ((sc[:, 4:] >> 4) << 6)
+    packed[:, 4:8] = mn[:, :4] | ((mn[:, 4:] >> 4) << 6)
+    packed[:, 8:12] = (sc[:, 4:] & 0x0F) | ((mn[:, 4:] & 0x0F) << 4)
+    qs = (q[:, 0::2] | (q[:, 1::2] << 4)).reshape(x.shape[0], 128)  # sub-blocks 2g (low) and 2g+1 (high)
+    blocks = np.concatenate(
+        [d.view(np.uint8).reshape(-1, 2), dmin.view(np.uint8).reshape(-1, 2), packed, qs], axis=1
+    )
+    return blocks.reshape(rows, -1)

@@ -114,6 +114,15 @@ def build_from_tensors(
     if callable(getattr(model, "tie_weights", None)):
         # transformers 5 ties at load time (T5: encoder.embed_tokens <- shared), not when the module is built.
         model.tie_weights()
+        # An int8 layer tied to another shares its weight, so it shares the scales too.
+        scales = {
+            id(m.weight): m.weight_scale
+            for m in model.modules()
+            if is_int8_layer(m) and not m.weight_scale.is_meta
+        }
+        for m in model.modules():
+            if is_int8_layer(m) and m.weight_scale.is_meta and id(m.weight) in scales:
+                m.weight_scale = scales[id(m.weight)]
     missing = [n for n, (m, a, p) in slots.items() if (m._parameters[a] if p else m._buffers[a]).is_meta]
     if missing:
         raise WeightMismatchError(
