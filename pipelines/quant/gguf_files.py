@@ -4,8 +4,9 @@ Lives here: `gguf_shapes`, `gguf_tensors`, `replace_gguf_linears`, `gguf_block_b
 `GGUF_WRITE_TYPES`. May import: stdlib, numpy, torch, gguf, diffusers.
 
 Reading uses diffusers' GGUF support: `load_gguf_checkpoint` gives each quantized tensor as a
-`GGUFParameter` (the file's blocks as uint8 rows, plus the quant type), `GGUFLinear` dequantizes its weight
-with diffusers' torch kernels (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K..Q6_K, IQ4) right before each matmul. So
+`GGUFParameter` (the file's blocks as uint8 rows, plus the quant type), and `GGUFLinear` (diffusers' class,
+with the kernels run at the compute dtype) dequantizes its weight with diffusers' torch kernels (Q4_0, Q4_1,
+Q5_0, Q5_1, Q8_0, Q2_K..Q6_K, IQ4) right before each matmul. So
 the model stays quantized in memory and only one layer is ever dequantized: the ledger's bytes are the
 file's block bytes, and the largest layer's dequantized copy is its extra working memory. Writing uses the
 `gguf` package (`GGUFWriter`, `gguf.quants.quantize`), with city96's convention: 2-D weights quantized, the
@@ -52,10 +53,72 @@ def gguf_tensors(path: Path, strip: str = "") -> dict[str, torch.Tensor]:
 def replace_gguf_linears(
     model: torch.nn.Module, state: Mapping[str, torch.Tensor], dtype: torch.dtype
 ) -> None:
-    """Swap each Linear whose weight is quantized in `state` for diffusers' `GGUFLinear` (meta model)."""
-    from diffusers.quantizers.gguf.utils import _replace_with_gguf_linear
+    """Swap each Linear (diffusers' `GGUFLinear`) and Embedding (`GGUFEmbedding`) whose weight is quantized in
+    `state` (a meta model, before its tensors are assigned)."""
+    for name, module in list(model.named_modules()):
+        if type(module) not in (torch.nn.Linear, torch.nn.Embedding):
+            continue
+        if not hasattr(state.get(f"{name}.weight"), "quant_type"):
+            continue
+        if isinstance(module, torch.nn.Linear):
+            new: torch.nn.Module = GGUFLinear(
+                module.in_features, module.out_features, module.bias is not None, dtype
+            )
+        else:
+            new = GGUFEmbedding(module.num_embeddings, module.embedding_dim, device="meta")
+            new.compute_dtype = dtype
+        parent, _, attr = name.rpartition(".")
+        setattr(model.get_submodule(parent) if parent else model, attr, new)
 
-    _replace_with_gguf_linear(model, dtype, state)
+
+def dequantize(w: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A `GGUFParameter`'s values at `dtype`, with diffusers' kernels computing in `dtype`.
+
+    diffusers' `dequantize_gguf_tensor` leaves the kernels at their default, float16 arithmetic, which is
+    ~50x slower than float32 on CPUs without native half support (FINDINGS): same kernels, dtype passed.
+    """
+    from diffusers.quantizers.gguf.utils import GGML_QUANT_SIZES, dequantize_functions
+
+    block, type_size = GGML_QUANT_SIZES[w.quant_type]
+    data = w.as_tensor().view(torch.uint8)
+    shape = (*data.shape[:-1], data.shape[-1] // type_size * block)
+    values = dequantize_functions[w.quant_type](data.reshape(-1, type_size), block, type_size, dtype=dtype)
+    return values.reshape(shape).to(dtype)
+
+
+def _diffusers_gguf_linear() -> type:
+    from diffusers.quantizers.gguf.utils import GGUFLinear as DiffusersGGUFLinear
+
+    return DiffusersGGUFLinear
+
+
+class GGUFLinear(_diffusers_gguf_linear()):
+    """diffusers' `GGUFLinear` (weight kept as GGUF blocks, dequantized right before the matmul; fused kernels
+    on CUDA when diffusers has them), with the CPU kernels run at the compute dtype (see `dequantize`)."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool, compute_dtype: torch.dtype) -> None:
+        super().__init__(in_features, out_features, bias, compute_dtype=compute_dtype, device="meta")
+
+    def forward_native(self, inputs: torch.Tensor) -> torch.Tensor:
+        w = self.weight
+        weight = dequantize(w, self.compute_dtype) if hasattr(w, "quant_type") else w.to(self.compute_dtype)
+        bias = self.bias.to(self.compute_dtype) if self.bias is not None else None
+        return torch.nn.functional.linear(inputs, weight, bias)
+
+
+class GGUFEmbedding(torch.nn.Embedding):
+    """An embedding table kept quantized: a lookup dequantizes only the rows asked for (each row is whole
+    blocks, so a row of the uint8 data is a row of the table)."""
+
+    compute_dtype: torch.dtype = torch.float32
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        from diffusers.quantizers.gguf.utils import GGUFParameter
+
+        w = self.weight
+        rows = w.as_tensor()[ids.reshape(-1)]  # (n, bytes per row)
+        values = dequantize(GGUFParameter(rows, quant_type=w.quant_type), self.compute_dtype)
+        return values.reshape(*ids.shape, -1)
 
 
 def largest_dequantized_bytes(state: Mapping[str, torch.Tensor], dtype: torch.dtype) -> int:
