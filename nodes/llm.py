@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from memory.ledger import fmt_bytes
 from nodes.context import NodeContext
 from nodes.spec import Input, NodeSpec, Output, Param
 from nodes.types import LLM, TEXT
@@ -19,10 +20,12 @@ from pipelines.paths import resolve_model_path
 SEED_MAX = 2**63 - 1
 
 
-def _run_load_llm(ctx: NodeContext, path: str) -> dict[str, Any]:
+def _run_load_llm(ctx: NodeContext, path: str, keep_quantized: bool = True) -> dict[str, Any]:
     resolved = resolve_model_path(path)
-    llm = open_llm(ctx.memory, resolved, allow_pickle=ctx.allow_pickle)
-    if llm.files.from_gguf:
+    llm = open_llm(ctx.memory, resolved, allow_pickle=ctx.allow_pickle, keep_quantized=keep_quantized)
+    if llm.files.from_gguf and llm.handle.spec.storage:
+        ctx.log(f"{resolved.name}: weights kept quantized ({fmt_bytes(llm.handle.weight_bytes)})")
+    elif llm.files.from_gguf:
         ctx.log(f"{resolved.name}: using the converted copy in {llm.files.folder}")
     return {"llm": llm}
 
@@ -97,7 +100,14 @@ NODES: tuple[NodeSpec, ...] = (
                 file_filter="LLM (*.gguf)",
                 help="A .gguf file, a transformers model folder (safetensors), or builtin:smollm2. "
                 "A GGUF is converted once and cached, so later loads take a few seconds.",
-            )
+            ),
+            Param(
+                "keep_quantized",
+                "bool",
+                default=True,
+                help="GGUF only: keep the file's quantization in memory (~4-6x less RAM than float32), each "
+                "layer dequantized as it runs; off: run the float32 copy (faster per token on CPU)",
+            ),
         ],
         outputs=[Output("llm", LLM)],
         description="A language model, loaded by the memory manager only while a node uses it.",

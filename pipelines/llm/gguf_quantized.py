@@ -1,7 +1,8 @@
 """A GGUF LLM kept in its own quantization: built from the file's blocks, dequantized one layer at a time.
 
-Lives here: `build_quantized_llm`, `quantized_weight_bytes`, `gguf_llm_state`. Imports gguf-py, numpy, torch,
-transformers, diffusers' GGUF kernels (through pipelines.quant) and `pipelines.llm.gguf_loader`.
+Lives here: `register_quantized_llm`, `build_quantized_llm`, `quantized_weight_bytes`, `gguf_llm_state`.
+Imports gguf-py, numpy, torch, transformers, memory, diffusers' GGUF kernels (through pipelines.quant) and
+`pipelines.llm.gguf_loader`.
 
 The float32 cache (gguf_cache) holds ~4x the file's bytes in RAM once loaded; here every quantized tensor
 stays as the file's uint8 blocks (`GGUFParameter`) in a diffusers `GGUFLinear` (dequantized right before its
@@ -20,6 +21,7 @@ from gguf import GGMLQuantizationType
 from gguf.quants import dequantize
 from transformers import AutoModelForCausalLM, PretrainedConfig
 
+from memory import ComponentSpec, MemoryManager, ModelHandle
 from pipelines.llm.gguf_loader import (
     _ARCHITECTURES,
     _IGNORED_TENSORS,
@@ -83,3 +85,24 @@ def build_quantized_llm(
         storage="gguf",
         source=str(path),
     )
+
+
+def register_quantized_llm(
+    memory: MemoryManager, path: Path, config: PretrainedConfig, dtype: torch.dtype = torch.float32
+) -> ModelHandle:
+    """Register the kept-quantized model; its weight bytes (the file's blocks) are known before loading, so
+    the KV-cache budget check counts them, not the float32 size."""
+    handle = memory.register(
+        ComponentSpec(
+            key=f"{Path(path).resolve()}#llm-gguf",
+            name="llm",
+            kind="llm",
+            build=lambda: build_quantized_llm(path, config, dtype),
+            dtype=dtype,
+            blocks=("model.layers",),
+            storage="gguf",
+        )
+    )
+    if handle.weight_bytes is None:
+        handle.weight_bytes = quantized_weight_bytes(path)
+    return handle
