@@ -34,7 +34,7 @@ SEED_MAX = 2**63 - 1
 DTYPES = ("auto", "float32", "float16", "bfloat16", *STORAGE_CHOICES)
 _DTYPE_HELP = (
     "auto: float32 on CPU, the family's usual half type (float16) on CUDA; fp8_e4m3fn / fp8_e5m2 / int8: "
-    "denoiser and text encoder weights kept in 8 bits, each layer upcast to the auto dtype as it runs"
+    "the model's weights kept in 8 bits, each layer upcast to the auto dtype as it runs"
 )
 
 

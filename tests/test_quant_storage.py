@@ -51,7 +51,8 @@ def test_ledger_counts_stored_bytes(storage: str) -> None:
     with MemoryManager(MemoryConfig(device="cpu", policy="none")) as mm:
         full = load_model(mm, "builtin:shapes-sd", dtype="float32")
         small = load_model(mm, "builtin:shapes-sd", dtype=storage)
-        for ref, handle in ((full.denoiser.handle, small.denoiser.handle),) + tuple(
+        pairs = [(full.denoiser.handle, small.denoiser.handle), (full.vae.handle, small.vae.handle)]
+        for ref, handle in pairs + list(
             zip(full.text_encoder.handles, small.text_encoder.handles, strict=True)
         ):
             with mm.use(handle) as module:

@@ -178,7 +178,14 @@ def load_diffusers_folder(
     vdtype = vae_dtype(family, vae_config, torch_dtype)
     vae = VaeRef(
         handle=_register_pretrained(
-            mm, root, "vae", family.vae_class, kind="vae", dtype=vdtype, allow_pickle=allow_pickle
+            mm,
+            root,
+            "vae",
+            family.vae_class,
+            kind="vae",
+            dtype=vdtype,
+            allow_pickle=allow_pickle,
+            storage=storage,
         ),
         family=family,
         config=vae_config,

@@ -165,7 +165,7 @@ def load_single_file(
     from pipelines.quant.storage import apply_storage, split_precision
 
     family = FAMILIES[_FAMILY_OF[detected]]
-    dtype, storage = split_precision(dtype)  # fp8/int8: the UNet and text encoders kept in 8 bits
+    dtype, storage = split_precision(dtype)  # fp8/int8: every component kept in 8 bits
     torch_dtype = resolve_dtype(dtype, family, mm.device)
     unet_config = read_json(config_dir / "unet" / "config.json")
     vae_config = read_json(config_dir / "vae" / "config.json")
@@ -202,16 +202,15 @@ def load_single_file(
 
     def register(name: str, kind: str, build: Any, dt: torch.dtype, blocks: tuple[str, ...] = ()) -> Any:
         # files=(): the checkpoint holds every component; the manager measures bytes once built.
-        keep = storage if kind != "vae" else ""
         return mm.register(
             ComponentSpec(
-                key=f"{path}#{name}@{keep or dt}",
+                key=f"{path}#{name}@{storage or dt}",
                 name=name,
                 kind=kind,
-                build=(lambda: apply_storage(build(), keep, dt)) if keep else build,
+                build=(lambda: apply_storage(build(), storage, dt)) if storage else build,
                 dtype=dt,
                 blocks=blocks,
-                storage=keep,
+                storage=storage,
             )
         )
 
