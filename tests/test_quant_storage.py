@@ -35,12 +35,12 @@ def stored_bytes(module: torch.nn.Module) -> int:
     return sum(seen.values())
 
 
-def run_txt2img(registry, dtype: str, out: Path) -> torch.Tensor:
+def run_txt2img(registry, dtype: str, out: Path, policy: str = "none", steps: int = 8) -> torch.Tensor:
     data = json.loads(WORKFLOW.read_text())
     data["nodes"]["load"]["params"]["dtype"] = dtype
-    data["nodes"]["sampler"]["params"].update(steps=8, preview_every=0)
+    data["nodes"]["sampler"]["params"].update(steps=steps, preview_every=0)
     data["nodes"]["latent"]["params"].update(width=64, height=64)
-    with MemoryManager(MemoryConfig(device="cpu", policy="none")) as mm:
+    with MemoryManager(MemoryConfig(device="cpu", policy=policy)) as mm:
         result = Executor(registry, memory=mm).run(workflow_from_dict(data, registry), out_dir=out)
         assert result.ok, result.error
         return result.outputs["decode"]["image"]
@@ -86,3 +86,9 @@ def test_8bit_pictures_stay_close_to_float32(registry, tmp_path: Path) -> None:
     print("PSNR vs float32 (dB):", {k: round(v, 1) for k, v in figures.items()})
     assert figures["int8"] >= 30.0
     assert figures["fp8_e4m3fn"] >= 20.0
+
+
+@pytest.mark.parametrize("policy", ["sequential", "stream"])
+def test_8bit_models_give_the_same_picture_under_every_policy(registry, tmp_path: Path, policy: str) -> None:
+    resident = run_txt2img(registry, "int8", tmp_path / "none", steps=2)
+    assert torch.equal(run_txt2img(registry, "int8", tmp_path / policy, policy=policy, steps=2), resident)
