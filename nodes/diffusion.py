@@ -21,7 +21,6 @@ from nodes.spec import Input, NodeSpec, Output, Param
 from nodes.split_loaders import SPLIT_NODES
 from nodes.types import CONDITIONING, DENOISER, IMAGE, LATENT, TEXT_ENCODER, VAE
 from pipelines.diffusion.conditioning import encode_prompt
-from pipelines.diffusion.families import FAMILIES
 from pipelines.diffusion.loading import load_model
 from pipelines.diffusion.previews import latent_preview
 from pipelines.diffusion.sampling import SamplerSettings, StepInfo, sample
@@ -108,7 +107,6 @@ def _run_vae_encode(ctx: NodeContext, vae: VaeRef, image: torch.Tensor) -> dict[
 
 
 _MODEL_FILTER = "Diffusion models (*.safetensors *.ckpt model_index.json);;Folders (dir)"
-_FAMILY_CHOICES = tuple(FAMILIES)
 
 NODES: tuple[NodeSpec, ...] = (
     NodeSpec(
