@@ -37,12 +37,19 @@ _LAYERS = (
 )
 
 
-def quantize_per_channel(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(int8 weight, float32 scale broadcastable to it): symmetric, one scale per output channel (dim 0)."""
-    w = w.float()
-    amax = w.abs().amax(dim=tuple(range(1, w.ndim)), keepdim=True)  # (out, 1, ...)
-    scale = (amax / 127.0).clamp(min=torch.finfo(torch.float32).tiny)
-    q = torch.round(w / scale).clamp_(-127, 127).to(torch.int8)
+def quantize_per_channel(w: torch.Tensor, rows: int = 1024) -> tuple[torch.Tensor, torch.Tensor]:
+    """(int8 weight, float32 scale broadcastable to it): symmetric, one scale per output channel (dim 0).
+
+    Done `rows` channels at a time, so the float temporaries stay small next to a 49k-token embedding table.
+    """
+    q = torch.empty(w.shape, dtype=torch.int8, device=w.device)
+    scale = torch.empty((w.shape[0],) + (1,) * (w.ndim - 1), dtype=torch.float32, device=w.device)
+    for i in range(0, w.shape[0], rows):
+        chunk = w[i : i + rows].float()
+        amax = chunk.abs().amax(dim=tuple(range(1, w.ndim)), keepdim=True)  # (rows, 1, ...)
+        s = (amax / 127.0).clamp(min=torch.finfo(torch.float32).tiny)
+        q[i : i + rows] = torch.round(chunk / s).clamp_(-127, 127)
+        scale[i : i + rows] = s
     return q, scale
 
 
@@ -81,6 +88,23 @@ class Int8WeightHook(ModelHook):
             module.weight.data = self._stored
             self._stored = None
         return output
+
+
+class Int8EmbeddingHook(Int8WeightHook):
+    """An int8 embedding table: a lookup upcasts only the rows asked for, never the whole table."""
+
+    def pre_forward(self, module: torch.nn.Module, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+        return args, kwargs
+
+    def post_forward(self, module: torch.nn.Module, output: Any) -> Any:
+        return output
+
+    def new_forward(
+        self, module: torch.nn.Module, ids: torch.Tensor, *args: Any, **kwargs: Any
+    ) -> torch.Tensor:
+        dt = self.compute_dtype
+        rows = module.weight[ids].to(dt)  # (..., dim)
+        return rows * module.weight_scale.reshape(-1)[ids].unsqueeze(-1).to(dt)
 
 
 def apply_int8(

@@ -55,7 +55,8 @@ def apply_storage(module: torch.nn.Module, storage: str, compute_dtype: torch.dt
         apply_layerwise_casting(module, FP8[storage], compute_dtype, skip_modules_pattern=skip)
         layers = [m for m in module.modules() if _has_hook(m, "layerwise_casting")]
     elif storage == "int8":
-        layers = apply_int8(module, compute_dtype, skip)
+        # Embedding lookups upcast only their rows (Int8EmbeddingHook): not an upcast buffer of the table.
+        layers = [m for m in apply_int8(module, compute_dtype, skip) if not isinstance(m, torch.nn.Embedding)]
     else:
         raise ValueError(f"unknown weight storage {storage!r} (one of {', '.join(STORAGE_CHOICES)})")
     largest = max((sum(p.numel() for p in m.parameters(recurse=False)) for m in layers), default=0)
