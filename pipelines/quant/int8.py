@@ -75,9 +75,9 @@ class Int8WeightHook(ModelHook):
     def pre_forward(self, module: torch.nn.Module, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
         self._stored = module.weight.data
         dt = self.compute_dtype
-        module.weight.data = self._stored.to(dt) * module.weight_scale.to(
-            device=self._stored.device, dtype=dt
-        )
+        # One allocation (int8 x float promotes to float): the layer's only float copy.
+        scale = module.weight_scale.to(device=self._stored.device, dtype=dt)
+        module.weight.data = torch.mul(self._stored, scale)
         bias = getattr(module, "bias", None)
         if bias is not None and bias.dtype != dt:
             bias.data = bias.data.to(dt)

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 import torch
 
+from memory.release import malloc_trim
 from pipelines.quant.int8 import is_int8_layer, load_int8_weight
 from pipelines.quant.storage import apply_storage
 
@@ -129,4 +130,6 @@ def build_from_tensors(
             f"{source}: {len(missing)} weights of the model are not in the file (first: {missing[:3]}); "
             "is it the right component and family?"
         )
+    # The full-precision tensors read from the file were freed one by one; hand their pages back to the OS.
+    malloc_trim()
     return model.eval()
