@@ -38,6 +38,11 @@ class ComponentSpec:
     source: a `memory.weights.WeightSource`. When given, `build` returns the module empty (meta tensors) and
         the manager fills it from the source one tensor at a time, or only its resident part when streaming;
         weight bytes come from `source.nbytes(dtype)`.
+    storage: "" for plain weights; else the label of a quantized storage format ("fp8_e4m3fn", "int8",
+        "gguf"): `build` returns the module with its weights already in that format and hooks that upcast
+        each layer to `dtype` right before its forward. The manager then never casts it and counts the bytes
+        as stored; the module may declare `_nodeloom_upcast_bytes` (its largest layer at `dtype`), which is
+        reserved as working memory while it runs.
     """
 
     key: str
@@ -49,6 +54,12 @@ class ComponentSpec:
     blocks: tuple[str, ...] = ()
     prefixes: tuple[str, ...] = ()
     source: Any = None
+    storage: str = ""
+
+    @property
+    def cast_dtype(self) -> torch.dtype | None:
+        """The dtype the manager casts floating weights to on load; None: keep them as built (quantized)."""
+        return None if self.storage else self.dtype
 
 
 class ModelHandle:
@@ -139,7 +150,7 @@ class Ledger:
                 "key": h.key,
                 "name": h.spec.name,
                 "kind": h.spec.kind,
-                "dtype": str(h.spec.dtype).removeprefix("torch."),
+                "dtype": h.spec.storage or str(h.spec.dtype).removeprefix("torch."),
                 "weight_bytes": h.weight_bytes,
                 "location": h.location,
                 "device_bytes": h.device_bytes,

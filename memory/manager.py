@@ -131,7 +131,7 @@ class MemoryManager:
         existing = self.ledger.handles.get(spec.key)
         if existing is not None:
             return existing
-        weight_bytes = header_bytes(spec.files, spec.dtype, spec.prefixes) if spec.files else None
+        weight_bytes = header_bytes(spec.files, spec.cast_dtype, spec.prefixes) if spec.files else None
         if spec.source is not None:
             weight_bytes = spec.source.nbytes(spec.dtype)
         handle = ModelHandle(spec, weight_bytes)

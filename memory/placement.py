@@ -101,14 +101,14 @@ class Placer:
     def _build(self, h: ModelHandle) -> None:
         module = h.spec.build()
         h.module = module
-        full = module_bytes(module, h.spec.dtype)  # metadata only: shapes and dtypes, no data touched
+        full = module_bytes(module, h.spec.cast_dtype)  # metadata only: shapes and dtypes, no data touched
         if h.weight_bytes is None:
             h.weight_bytes = full
         # Non-persistent buffers are in the module but not the files: budget for whichever is larger.
         self._full_bytes[h.key] = max(full, h.weight_bytes)
         if h.spec.blocks:
             self._block_bytes[h.key] = [
-                module_bytes(module.get_submodule(n), h.spec.dtype)
+                module_bytes(module.get_submodule(n), h.spec.cast_dtype)
                 for n in block_names(module, h.spec.blocks)
             ]
 
@@ -133,8 +133,10 @@ class Placer:
         built = h.module is None
         if built:
             self._build(h)
+        # Quantized storage: the largest layer's upcast copy exists while it runs.
+        upcast = int(getattr(h.module, "_nodeloom_upcast_bytes", 0))
         try:
-            window = self._place_built(h, working, policy)
+            window = self._place_built(h, working + upcast, policy) + upcast
         except BudgetExceeded:
             if built and h.device_bytes == 0:
                 # Nothing of it was placed: don't keep a module the ledger can't see.
@@ -174,7 +176,7 @@ class Placer:
         t0 = time.perf_counter()
         if h.spec.source is not None:
             fill_empty(h.module, h.spec.source, h.spec.dtype)  # built empty: load it tensor by tensor
-        apply_resident(h.module, ResidentConfig(self.device, h.spec.dtype))
+        apply_resident(h.module, ResidentConfig(self.device, h.spec.cast_dtype))
         self._sync()
         seconds = time.perf_counter() - t0
         self._account(h)
@@ -260,7 +262,7 @@ class Placer:
             self.device,
             h.spec.blocks,
             resident_blocks,
-            h.spec.dtype,
+            h.spec.cast_dtype,
             h.spec.files,
             use_stream=self.device.type == "cuda",
             source=h.spec.source,

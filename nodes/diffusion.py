@@ -1,10 +1,11 @@
 """Diffusion nodes: load a model, encode prompts, sample latents, decode and encode images.
 
-Lives here: the `NODES` tuple (`LoadDiffusionModel`, `LoadDenoiser`, `LoadVAE`, `TextEncode`, `EmptyLatent`,
-`Sampler`, `VAEDecode`, `VAEEncode`). Imports `nodes.spec`, `nodes.types`, `nodes.context`, `pipelines.paths`
-and `pipelines.diffusion`; the model code lives in pipelines/. At module level only the light facts the specs
-need (`families`, `schedulers`: names, no diffusers); each run function imports its pipeline code, so
-listing node types or painting the editor never imports torch or diffusers.
+Lives here: the `NODES` tuple (`LoadDiffusionModel`, `TextEncode`, `EmptyLatent`, `Sampler`, `VAEDecode`,
+`VAEEncode`, plus `LoadDenoiser`, `LoadTextEncoder`, `LoadVAE` from nodes.split_loaders). Imports `nodes.spec`,
+`nodes.types`, `nodes.context`, `nodes.split_loaders`, `pipelines.paths` and `pipelines.diffusion`; the model
+code lives in pipelines/. At module level only the light facts the specs need (`families`, `schedulers`,
+`prompt_weights`, `quant.formats`: names, no torch); each run function imports its pipeline code, so listing
+node types or painting the editor never imports torch or diffusers.
 
 Every model is used through `ctx.memory.use(...)` inside pipelines/diffusion, so under the sequential policy
 the text encoder is gone before the denoiser loads, and the denoiser before the VAE decodes.
@@ -18,11 +19,11 @@ from typing import TYPE_CHECKING, Any
 from memory import user_data_dir
 from nodes.context import NodeContext
 from nodes.spec import Input, NodeSpec, Output, Param
+from nodes.split_loaders import SPLIT_NODES
 from nodes.types import CONDITIONING, DENOISER, IMAGE, LATENT, TEXT_ENCODER, VAE
-from pipelines.diffusion.families import FAMILIES
 from pipelines.diffusion.prompt_weights import WEIGHTINGS
 from pipelines.diffusion.schedulers import K_SCHEDULER_NAMES, SCHEDULER_NAMES, SIGMA_SCHEDULES
-from pipelines.paths import resolve_model_path
+from pipelines.quant.formats import STORAGE_CHOICES
 from pipelines.text_limits import limit_diffusion_prompt
 
 if TYPE_CHECKING:
@@ -31,8 +32,11 @@ if TYPE_CHECKING:
     from pipelines.diffusion.values import DenoiserRef, Latents, TextEncoderRef, VaeRef
 
 SEED_MAX = 2**63 - 1
-DTYPES = ("auto", "float32", "float16", "bfloat16")
-_DTYPE_HELP = "auto: float32 on CPU, the family's usual half type (float16) on CUDA"
+DTYPES = ("auto", "float32", "float16", "bfloat16", *STORAGE_CHOICES)
+_DTYPE_HELP = (
+    "auto: float32 on CPU, the family's usual half type (float16) on CUDA; fp8_e4m3fn / fp8_e5m2 / int8: "
+    "the model's weights kept in 8 bits, each layer upcast to the auto dtype as it runs"
+)
 
 
 def _run_load_model(ctx: NodeContext, path: str, kind: str, dtype: str, config_dir: str) -> dict[str, Any]:
@@ -48,83 +52,6 @@ def _run_load_model(ctx: NodeContext, path: str, kind: str, dtype: str, config_d
     )
     ctx.log(f"{loaded.denoiser.family.title}, {str(loaded.denoiser.dtype).removeprefix('torch.')}")
     return {"denoiser": loaded.denoiser, "text_encoder": loaded.text_encoder, "vae": loaded.vae}
-
-
-def _component_config_dir(family: str, config_dir: str) -> Path:
-    if config_dir:
-        return Path(config_dir).expanduser()
-    from pipelines.diffusion.single_file import CONFIG_DIRS
-
-    shipped = {"sd": CONFIG_DIRS["sd1"], "sdxl": CONFIG_DIRS["sdxl"]}
-    if family not in shipped:
-        raise ValueError(
-            f"field 'config_dir': no config folder is shipped for {family}; give a diffusers folder"
-        )
-    return shipped[family]
-
-
-def _run_load_denoiser(
-    ctx: NodeContext,
-    path: str,
-    family: str,
-    dtype: str,
-    config_dir: str,
-    reference: DenoiserRef | None,
-) -> dict[str, Any]:
-    from pipelines.diffusion.loading import load_component_file, read_json
-    from pipelines.diffusion.values import DenoiserRef
-
-    fam = FAMILIES[family]
-    folder = _component_config_dir(family, config_dir)
-    handle = load_component_file(
-        ctx.memory,
-        resolve_model_path(path),
-        component=fam.denoiser_subfolder,
-        config_dir=folder,
-        family=fam,
-        dtype=dtype,
-        allow_pickle=ctx.allow_pickle,
-    )
-    scheduler_config = (
-        reference.scheduler_config
-        if reference is not None
-        else read_json(folder / "scheduler" / "scheduler_config.json")
-    )
-    return {
-        "denoiser": DenoiserRef(
-            handle=handle,
-            family=fam,
-            config=read_json(folder / fam.denoiser_subfolder / "config.json"),
-            scheduler_config=scheduler_config,
-            dtype=handle.spec.dtype,
-            vae_scale_factor=2 ** (len(read_json(folder / "vae" / "config.json")["block_out_channels"]) - 1),
-        )
-    }
-
-
-def _run_load_vae(ctx: NodeContext, path: str, family: str, dtype: str, config_dir: str) -> dict[str, Any]:
-    from pipelines.diffusion.loading import load_component_file, read_json
-    from pipelines.diffusion.values import VaeRef
-
-    fam = FAMILIES[family]
-    folder = _component_config_dir(family, config_dir)
-    handle = load_component_file(
-        ctx.memory,
-        resolve_model_path(path),
-        component="vae",
-        config_dir=folder,
-        family=fam,
-        dtype=dtype,
-        allow_pickle=ctx.allow_pickle,
-    )
-    return {
-        "vae": VaeRef(
-            handle=handle,
-            family=fam,
-            config=read_json(folder / "vae" / "config.json"),
-            dtype=handle.spec.dtype,
-        )
-    }
 
 
 def _run_text_encode(
@@ -207,7 +134,6 @@ def _run_vae_encode(ctx: NodeContext, vae: VaeRef, image: torch.Tensor) -> dict[
 
 
 _MODEL_FILTER = "Diffusion models (*.safetensors *.ckpt model_index.json);;Folders (dir)"
-_FAMILY_CHOICES = tuple(FAMILIES)
 
 NODES: tuple[NodeSpec, ...] = (
     NodeSpec(
@@ -238,37 +164,7 @@ NODES: tuple[NodeSpec, ...] = (
         outputs=[Output("denoiser", DENOISER), Output("text_encoder", TEXT_ENCODER), Output("vae", VAE)],
         run=_run_load_model,
     ),
-    NodeSpec(
-        type="LoadDenoiser",
-        title="Load UNet / DiT File",
-        category="diffusion/loaders",
-        description="A separate denoiser .safetensors (diffusers or original key names).",
-        inputs=[
-            Input("reference", DENOISER, optional=True, help="take the scheduler settings from this model")
-        ],
-        params=[
-            Param("path", "path", default="", file_filter="Weights (*.safetensors)"),
-            Param("family", "choice", default="sd", choices=_FAMILY_CHOICES),
-            Param("dtype", "choice", default="auto", choices=DTYPES, help=_DTYPE_HELP),
-            Param("config_dir", "path", default="", file_filter="dir"),
-        ],
-        outputs=[Output("denoiser", DENOISER)],
-        run=_run_load_denoiser,
-    ),
-    NodeSpec(
-        type="LoadVAE",
-        title="Load VAE File",
-        category="diffusion/loaders",
-        description="A separate VAE .safetensors (e.g. vae-ft-mse-840000-ema-pruned).",
-        params=[
-            Param("path", "path", default="", file_filter="Weights (*.safetensors)"),
-            Param("family", "choice", default="sd", choices=_FAMILY_CHOICES),
-            Param("dtype", "choice", default="auto", choices=DTYPES, help=_DTYPE_HELP),
-            Param("config_dir", "path", default="", file_filter="dir"),
-        ],
-        outputs=[Output("vae", VAE)],
-        run=_run_load_vae,
-    ),
+    *SPLIT_NODES,  # LoadDenoiser, LoadTextEncoder, LoadVAE (nodes/split_loaders.py)
     NodeSpec(
         type="TextEncode",
         title="Text Encode",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from memory.errors import fmt_bytes
 from nodes.context import NodeContext
 from nodes.spec import Input, NodeSpec, Output, Param
 from nodes.types import LLM, TEXT
@@ -21,13 +22,19 @@ if TYPE_CHECKING:
 SEED_MAX = 2**63 - 1
 
 
-def _run_load_llm(ctx: NodeContext, path: str) -> dict[str, Any]:
+KEEP_QUANTIZED = ("auto", "on", "off")
+
+
+def _run_load_llm(ctx: NodeContext, path: str, keep_quantized: str = "auto") -> dict[str, Any]:
     from pipelines.llm.runtime import open_llm
 
     resolved = resolve_model_path(path)
+    keep = keep_quantized == "on" or (keep_quantized == "auto" and ctx.device.type != "cpu")
     with ctx.interruptible():  # a first GGUF conversion has no steps: Ctrl+C stops it at once
-        llm = open_llm(ctx.memory, resolved, allow_pickle=ctx.allow_pickle)
-    if llm.files.from_gguf:
+        llm = open_llm(ctx.memory, resolved, allow_pickle=ctx.allow_pickle, keep_quantized=keep)
+    if llm.files.from_gguf and llm.handle.spec.storage:
+        ctx.log(f"{resolved.name}: weights kept quantized ({fmt_bytes(llm.handle.weight_bytes)})")
+    elif llm.files.from_gguf:
         ctx.log(f"{resolved.name}: using the converted copy in {llm.files.folder}")
     return {"llm": llm}
 
@@ -107,7 +114,16 @@ NODES: tuple[NodeSpec, ...] = (
                 file_filter="LLM (*.gguf)",
                 help="A .gguf file, a transformers model folder (safetensors), or builtin:smollm2. "
                 "A GGUF is converted once and cached, so later loads take a few seconds.",
-            )
+            ),
+            Param(
+                "keep_quantized",
+                "choice",
+                default="auto",
+                choices=KEEP_QUANTIZED,
+                help="GGUF only. on: keep the file's quantization in memory (~5x less RAM than float32), each "
+                "layer dequantized as it runs; off: run the float32 copy; auto: on with a GPU, off on a CPU "
+                "(with no quantized matmul kernel there, dequantizing every token made decoding ~16x slower)",
+            ),
         ],
         outputs=[Output("llm", LLM)],
         description="A language model, loaded by the memory manager only while a node uses it.",

@@ -82,6 +82,7 @@ def test_node_declarations() -> None:
     assert set(by_type) == {
         "LoadDiffusionModel",
         "LoadDenoiser",
+        "LoadTextEncoder",
         "LoadVAE",
         "TextEncode",
         "EmptyLatent",
@@ -92,7 +93,15 @@ def test_node_declarations() -> None:
     load = by_type["LoadDiffusionModel"]
     assert load.param("path").default == "builtin:shapes-sd"
     assert load.param("kind").choices == ("auto", "folder", "single_file")
-    assert load.param("dtype").choices == ("auto", "float32", "float16", "bfloat16")
+    assert load.param("dtype").choices == (
+        "auto",
+        "float32",
+        "float16",
+        "bfloat16",
+        "fp8_e4m3fn",
+        "fp8_e5m2",
+        "int8",
+    )
     assert [o.name for o in load.outputs] == ["denoiser", "text_encoder", "vae"]
     assert by_type["TextEncode"].param("text").kind == "text"
     sampler = by_type["Sampler"]

@@ -15,7 +15,7 @@ from memory.weights import module_bytes, named_tensors
 @dataclass(frozen=True)
 class ResidentConfig:
     device: torch.device
-    dtype: torch.dtype = torch.float32
+    dtype: torch.dtype | None = torch.float32  # None: keep the dtypes as built (quantized storage)
 
 
 def apply_resident(module: torch.nn.Module, config: ResidentConfig) -> int:
@@ -23,7 +23,9 @@ def apply_resident(module: torch.nn.Module, config: ResidentConfig) -> int:
 
     On CPU with a file already at `dtype` this copies nothing: the memory-mapped tensors stay mapped.
     """
-    if any(t.is_floating_point() and t.dtype != config.dtype for _, t in named_tensors(module)):
+    if config.dtype is not None and any(
+        t.is_floating_point() and t.dtype != config.dtype for _, t in named_tensors(module)
+    ):
         # Only when needed: diffusers warns on every `.to(dtype)`, even a no-op one.
         module.to(dtype=config.dtype)
     module.to(config.device)

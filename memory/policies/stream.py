@@ -56,7 +56,7 @@ class StreamConfig:
     device: torch.device
     blocks: tuple[str, ...]
     resident_blocks: int = 0
-    dtype: torch.dtype = torch.float32
+    dtype: torch.dtype | None = torch.float32  # None: blocks move in their stored (quantized) dtypes
     files: tuple[Path, ...] = ()  # safetensors files whose keys are the module's names (when no `source`)
     use_stream: bool = True  # CUDA only: prefetch the next block on a side stream
     # Where weights come from (required on CPU, and for a module built empty); default: `files`.
@@ -75,11 +75,12 @@ class _Slot:
         is_param: bool,
         name: str,
         t: torch.Tensor,
-        dtype: torch.dtype,
+        dtype: torch.dtype | None,
     ) -> None:
         self.owner, self.attr, self.is_param, self.name = owner, attr, is_param, name
-        # Floating weights run at the configured dtype; integer buffers keep theirs.
-        self.shape, self.dtype = tuple(t.shape), (dtype if t.is_floating_point() else t.dtype)
+        # Floating weights run at the configured dtype; integer buffers (and quantized storage) keep theirs.
+        cast = dtype is not None and t.is_floating_point()
+        self.shape, self.dtype = tuple(t.shape), (dtype if cast else t.dtype)
         self.host: torch.Tensor | None = None  # pinned copy (CUDA)
 
     def current(self) -> torch.Tensor:
@@ -335,7 +336,7 @@ def _pinned(t: torch.Tensor) -> bool:
         return False
 
 
-def _collect_slots(block_name: str, block: torch.nn.Module, dtype: torch.dtype) -> list[_Slot]:
+def _collect_slots(block_name: str, block: torch.nn.Module, dtype: torch.dtype | None) -> list[_Slot]:
     slots = []
     for sub_name, sub in block.named_modules():
         prefix = f"{block_name}.{sub_name}" if sub_name else block_name
@@ -376,7 +377,9 @@ def apply_streaming(module: torch.nn.Module, config: StreamConfig) -> StreamStat
         fill_empty(module, state.source, config.dtype)
         state.built_empty = True
     # Non-block weights and resident blocks; streamed blocks hold empty placeholders, so this moves none of them.
-    if any(t.is_floating_point() and t.dtype != config.dtype for _, t in named_tensors(module)):
+    if config.dtype is not None and any(
+        t.is_floating_point() and t.dtype != config.dtype for _, t in named_tensors(module)
+    ):
         module.to(dtype=config.dtype)  # only when needed: diffusers warns on every `.to(dtype)`
     module.to(config.device)
     for block in state.blocks:

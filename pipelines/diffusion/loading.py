@@ -81,15 +81,23 @@ def _register_pretrained(
     dtype: torch.dtype,
     allow_pickle: bool,
     blocks: tuple[str, ...] = (),
+    storage: str = "",
 ) -> ModelHandle:
     """Register `model_class.from_pretrained(root, subfolder=...)` with the manager; loads nothing.
 
     diffusers models in safetensors are built empty instead and filled by the manager from the files one
     tensor at a time (or streamed block by block): `from_pretrained` would cast a float16 file to float32
     whole, holding the UNet twice for a moment and never letting `stream` bound the process.
+    With `storage` (fp8/int8, pipelines.quant.storage) the weights are kept in 8 bits and upcast per layer.
     """
     files, safe = component_weight_files(root / subfolder, allow_pickle=allow_pickle)
     variant = _variant(files) if safe else None
+    if storage and safe:
+        from pipelines.quant.split import register_quantized_folder_component
+
+        return register_quantized_folder_component(
+            mm, root, subfolder, model_class, files, kind=kind, dtype=dtype, storage=storage, blocks=blocks
+        )
     source = SafetensorsSource(files) if safe and _lazy_loadable(model_class, files) else None
 
     def build() -> torch.nn.Module:
@@ -144,8 +152,11 @@ def load_diffusers_folder(
     mm: MemoryManager, root: Path, *, dtype: str = "auto", allow_pickle: bool = False
 ) -> LoadedModel:
     """A folder with `model_index.json` (what `DiffusionPipeline.save_pretrained` writes)."""
+    from pipelines.quant.storage import split_precision
+
     index = read_json(root / "model_index.json")
     family = family_for_pipeline_class(index["_class_name"])
+    dtype, storage = split_precision(dtype)  # "int8" -> compute at "auto", weights kept in int8
     torch_dtype = resolve_dtype(dtype, family, mm.device)
 
     denoiser_config = read_json(root / family.denoiser_subfolder / "config.json")
@@ -162,6 +173,7 @@ def load_diffusers_folder(
             dtype=torch_dtype,
             allow_pickle=allow_pickle,
             blocks=denoiser_stream_blocks(family, denoiser_config),
+            storage=storage,
         ),
         family=family,
         config=denoiser_config,
@@ -179,6 +191,7 @@ def load_diffusers_folder(
                 kind="text_encoder",
                 dtype=torch_dtype,
                 allow_pickle=allow_pickle,
+                storage=storage,
             )
             for slot in family.text_encoders
         ),
@@ -191,7 +204,14 @@ def load_diffusers_folder(
     vdtype = vae_dtype(family, vae_config, torch_dtype)
     vae = VaeRef(
         handle=_register_pretrained(
-            mm, root, "vae", family.vae_class, kind="vae", dtype=vdtype, allow_pickle=allow_pickle
+            mm,
+            root,
+            "vae",
+            family.vae_class,
+            kind="vae",
+            dtype=vdtype,
+            allow_pickle=allow_pickle,
+            storage=storage,
         ),
         family=family,
         config=vae_config,

@@ -194,12 +194,16 @@ def load_single_file(
             f"{path.name}: detected a {detected} checkpoint, but no config folder is shipped for it; "
             "convert it to a diffusers folder, or pass a config folder"
         )
+    from pipelines.quant.storage import apply_storage, split_precision
+
     family = FAMILIES[_FAMILY_OF[detected]]
+    dtype, storage = split_precision(dtype)  # fp8/int8: every component kept in 8 bits
     torch_dtype = resolve_dtype(dtype, family, mm.device)
     unet_config = read_json(config_dir / "unet" / "config.json")
     vae_config = read_json(config_dir / "vae" / "config.json")
     vdtype = vae_dtype(family, vae_config, torch_dtype)
-    lazy = path.suffix == ".safetensors"
+    # 8-bit storage converts each component whole, then quantizes it (no per-tensor source for those yet).
+    lazy = path.suffix == ".safetensors" and not storage
     if not lazy:
         builders = _whole_builders(path, detected, family, config_dir, torch_dtype, vdtype, allow_pickle)
 
@@ -220,15 +224,19 @@ def load_single_file(
             build, source = components[name]
         else:
             build, source = builders[name], None
+        if storage:
+            whole = build
+            build = lambda: apply_storage(whole(), storage, dt)  # noqa: E731
         return mm.register(
             ComponentSpec(
-                key=f"{path}#{name}@{dt}",
+                key=f"{path}#{name}@{storage or dt}",
                 name=name,
                 kind=kind,
                 build=build,
                 dtype=dt,
                 blocks=blocks,
                 source=source,
+                storage=storage,
             )
         )
 

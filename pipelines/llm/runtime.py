@@ -58,8 +58,13 @@ class LLMModel:
         return kv_geometry(self.config).bytes_for(tokens, DTYPE)
 
 
-def open_llm(memory: MemoryManager, path: Path, *, allow_pickle: bool = False) -> LLMModel:
+def open_llm(
+    memory: MemoryManager, path: Path, *, allow_pickle: bool = False, keep_quantized: bool = False
+) -> LLMModel:
     """Prepare `path` (GGUF converted once and cached) and register its weights with `memory`.
+
+    `keep_quantized`: a GGUF's weights stay in the file's quantization, dequantized per layer as they run
+    (pipelines.llm.gguf_quantized); the ledger then counts the file's block bytes. Ignored for other files.
 
     A first-time GGUF conversion holds every tensor in float32 for a moment: that is budgeted as
     working memory for the duration, so it cannot silently push the process past the budget.
@@ -77,6 +82,11 @@ def open_llm(memory: MemoryManager, path: Path, *, allow_pickle: bool = False) -
         if reserved:
             memory.release_working(what)
     config = load_config(files)
+    if keep_quantized and files.from_gguf:
+        from pipelines.llm.gguf_quantized import register_quantized_llm
+
+        handle = register_quantized_llm(memory, files.source, config, DTYPE)
+        return LLMModel(files, handle, load_tokenizer(files), config, end_of_turn_ids(files, config))
     spec = ComponentSpec(
         key=f"{files.source.resolve()}#llm",
         name="llm",

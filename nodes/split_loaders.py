@@ -1,0 +1,165 @@
+"""Loader nodes for split model files: `LoadDenoiser`, `LoadTextEncoder`, `LoadVAE`.
+
+Lives here: the `SPLIT_NODES` tuple (included in `nodes.diffusion.NODES`). Imports `nodes.spec`,
+`nodes.types`, `nodes.context` and `pipelines.quant`; the loading itself is in pipelines/quant/split_files.py.
+
+The files people download for modern models: a transformer-only or UNet-only file (`flux1-dev.safetensors`,
+an fp8 release, a city96 `.gguf`), text encoder files (`clip_l`, `clip_g`, `t5xxl_fp16`) and a VAE
+(`ae.safetensors`). The family is detected from tensor names and shapes when left on auto, and every node
+logs what it found.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from nodes.context import NodeContext
+from nodes.spec import Input, NodeSpec, Output, Param
+from nodes.types import DENOISER, TEXT_ENCODER, VAE
+from pipelines.diffusion.families import FAMILIES
+from pipelines.quant.formats import STORAGE_CHOICES
+
+_FAMILIES = ("auto", *FAMILIES)
+_DTYPES = ("auto", "float32", "float16", "bfloat16", *STORAGE_CHOICES)
+_DTYPE_HELP = (
+    "auto: float32 on CPU, the family's half type on CUDA; fp8_e4m3fn / fp8_e5m2 / int8: weights kept in "
+    "8 bits, each layer upcast as it runs (a .gguf keeps its own quantization)"
+)
+_CONFIG_HELP = "a config-only diffusers folder of the model (default: the one shipped for the family)"
+_WEIGHTS = "Weights (*.safetensors *.gguf)"
+
+
+def resolve_split_path(spec: str) -> Path:
+    from pipelines.quant.demo_split import resolve_split_path as resolve  # torch: only when a node runs
+
+    return resolve(spec)
+
+
+def _config(config_dir: str) -> Path | None:
+    return resolve_split_path(config_dir) if config_dir else None
+
+
+def _run_load_denoiser(
+    ctx: NodeContext, path: str, family: str, dtype: str, config_dir: str, reference: Any = None
+) -> dict[str, Any]:
+    from pipelines.quant.split_files import load_denoiser_file
+
+    ref, message = load_denoiser_file(
+        ctx.memory,
+        resolve_split_path(path),
+        family=family,
+        dtype=dtype,
+        config_dir=_config(config_dir),
+        allow_pickle=ctx.allow_pickle,
+        scheduler_config=reference.scheduler_config if reference is not None else None,
+    )
+    ctx.log(f"detected {message}")
+    return {"denoiser": ref}
+
+
+def _run_load_text_encoder(
+    ctx: NodeContext, path: str, path_2: str, path_3: str, family: str, dtype: str, config_dir: str
+) -> dict[str, Any]:
+    from pipelines.quant.split_files import load_text_encoder_files
+
+    paths = [resolve_split_path(p) for p in (path, path_2, path_3) if p]
+    if not paths:
+        raise ValueError("field 'path': give at least one text encoder file")
+    ref, message = load_text_encoder_files(
+        ctx.memory,
+        paths,
+        family=family,
+        dtype=dtype,
+        config_dir=_config(config_dir),
+        allow_pickle=ctx.allow_pickle,
+    )
+    ctx.log(f"detected {message}")
+    return {"text_encoder": ref}
+
+
+def _run_load_vae(ctx: NodeContext, path: str, family: str, dtype: str, config_dir: str) -> dict[str, Any]:
+    from pipelines.quant.split_files import load_vae_file
+
+    ref, message = load_vae_file(
+        ctx.memory,
+        resolve_split_path(path),
+        family=family,
+        dtype=dtype,
+        config_dir=_config(config_dir),
+        allow_pickle=ctx.allow_pickle,
+    )
+    ctx.log(f"detected {message}")
+    return {"vae": ref}
+
+
+SPLIT_NODES: tuple[NodeSpec, ...] = (
+    NodeSpec(
+        type="LoadDenoiser",
+        title="Load UNet / DiT File",
+        category="diffusion/loaders",
+        description="A transformer-only or UNet-only file (.safetensors in diffusers or the release's layout, "
+        "fp8 or not, or .gguf kept quantized).",
+        inputs=[
+            Input("reference", DENOISER, optional=True, help="take the scheduler settings from this model")
+        ],
+        params=[
+            Param("path", "path", default="", file_filter=_WEIGHTS),
+            Param("family", "choice", default="auto", choices=_FAMILIES, help="auto: from the tensor names"),
+            Param("dtype", "choice", default="auto", choices=_DTYPES, help=_DTYPE_HELP),
+            Param("config_dir", "path", default="", file_filter="dir", help=_CONFIG_HELP),
+        ],
+        outputs=[Output("denoiser", DENOISER)],
+        run=_run_load_denoiser,
+    ),
+    NodeSpec(
+        type="LoadTextEncoder",
+        title="Load Text Encoder Files",
+        category="diffusion/loaders",
+        description="One to three text encoder files (CLIP-L, CLIP-G, T5-XXL) for sd1, sdxl, sd3 or flux.",
+        params=[
+            Param("path", "path", default="", file_filter="Weights (*.safetensors)"),
+            Param(
+                "path_2",
+                "path",
+                default="",
+                file_filter="Weights (*.safetensors)",
+                help="second file, if any",
+            ),
+            Param(
+                "path_3", "path", default="", file_filter="Weights (*.safetensors)", help="third file (SD3)"
+            ),
+            Param(
+                "family",
+                "choice",
+                default="auto",
+                choices=_FAMILIES,
+                help="auto: from the files (CLIP-L: sd; +CLIP-G: sdxl; CLIP-L + T5: flux; all three: sd3)",
+            ),
+            Param("dtype", "choice", default="auto", choices=_DTYPES, help=_DTYPE_HELP),
+            Param("config_dir", "path", default="", file_filter="dir", help=_CONFIG_HELP),
+        ],
+        outputs=[Output("text_encoder", TEXT_ENCODER)],
+        run=_run_load_text_encoder,
+    ),
+    NodeSpec(
+        type="LoadVAE",
+        title="Load VAE File",
+        category="diffusion/loaders",
+        description="A separate VAE .safetensors (ae.safetensors, vae-ft-mse-840000-ema-pruned, a diffusers file).",
+        params=[
+            Param("path", "path", default="", file_filter="Weights (*.safetensors)"),
+            Param(
+                "family",
+                "choice",
+                default="auto",
+                choices=_FAMILIES,
+                help="auto: 4 latent channels -> sd, 16 -> flux (SDXL and SD3 VAEs have the same shapes: pick them)",
+            ),
+            Param("dtype", "choice", default="auto", choices=_DTYPES, help=_DTYPE_HELP),
+            Param("config_dir", "path", default="", file_filter="dir", help=_CONFIG_HELP),
+        ],
+        outputs=[Output("vae", VAE)],
+        run=_run_load_vae,
+    ),
+)

@@ -1,0 +1,96 @@
+"""Registering components kept in 8 bits or loaded from split files, as lazy memory-manager handles.
+
+Lives here: `module_factory`, `register_built`, `register_quantized_folder_component`.
+May import: stdlib, torch, diffusers, transformers, memory, pipelines.quant.
+
+Every builder here goes through `meta_load.build_from_tensors`. A component kept in 8 bits (or GGUF) is
+registered with `storage` set and no files: the manager counts its bytes from the built module (the stored
+bytes), never casts it, and does not stream it from disk on CPU (the files hold full-precision tensors).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import torch
+
+from memory import ComponentSpec, MemoryManager, ModelHandle
+from pipelines.quant.meta_load import build_from_tensors
+from pipelines.quant.tensor_files import SafetensorsTensors
+
+
+def module_factory(model_class: type, config_dir: Path) -> Callable[[], torch.nn.Module]:
+    """A function building `model_class` (diffusers or transformers) from `config_dir/config.json`, offline."""
+    from diffusers import ModelMixin
+
+    if issubclass(model_class, ModelMixin):
+        config = model_class.load_config(str(config_dir), local_files_only=True)
+        return lambda: model_class.from_config(config)
+    config = model_class.config_class.from_pretrained(str(config_dir), local_files_only=True)
+    return lambda: model_class(config)
+
+
+def register_built(
+    mm: MemoryManager,
+    *,
+    key: str,
+    name: str,
+    kind: str,
+    make: Callable[[], torch.nn.Module],
+    tensors: Callable[[], Mapping[str, torch.Tensor]],
+    dtype: torch.dtype,
+    storage: str,
+    source: str,
+    files: tuple[Path, ...] = (),
+    blocks: tuple[str, ...] = (),
+) -> ModelHandle:
+    """Register a component built by `build_from_tensors(make, tensors())` when first used.
+
+    `files`: the safetensors files when their tensors are exactly the module's (diffusers names, plain
+    storage): then the manager knows the bytes before loading and can stream blocks from disk on CPU.
+    """
+
+    def build() -> torch.nn.Module:
+        return build_from_tensors(make, tensors(), compute_dtype=dtype, storage=storage, source=source)
+
+    label = storage or str(dtype).removeprefix("torch.")
+    return mm.register(
+        ComponentSpec(
+            key=f"{key}@{label}",
+            name=name,
+            kind=kind,
+            build=build,
+            files=() if storage else files,
+            dtype=dtype,
+            blocks=blocks,
+            storage=storage,
+        )
+    )
+
+
+def register_quantized_folder_component(
+    mm: MemoryManager,
+    root: Path,
+    subfolder: str,
+    model_class: type,
+    files: tuple[Path, ...],
+    *,
+    kind: str,
+    dtype: torch.dtype,
+    storage: str,
+    blocks: tuple[str, ...] = (),
+) -> ModelHandle:
+    """A diffusers-folder component kept in `storage` (fp8/int8), read tensor by tensor from its files."""
+    return register_built(
+        mm,
+        key=f"{root}#{subfolder}",
+        name=subfolder,
+        kind=kind,
+        make=module_factory(model_class, root / subfolder),
+        tensors=lambda: SafetensorsTensors(files),
+        dtype=dtype,
+        storage=storage,
+        source=str(root / subfolder),
+        blocks=blocks,
+    )

@@ -1,0 +1,270 @@
+"""Separate component files, the way users store them: a transformer/UNet file, text encoder files, a VAE.
+
+Lives here: `load_denoiser_file`, `load_text_encoder_files`, `load_vae_file`, `SPLIT_CONFIG_DIRS`,
+`T5TokenizerSource`. May import: stdlib, torch, diffusers, transformers, memory, pipelines.paths,
+pipelines.diffusion, pipelines.quant.
+
+Each function reads only headers now (names and shapes: what the file is), registers a lazy handle whose
+builder fills a meta-device module tensor by tensor (`meta_load.build_from_tensors`), and returns the same
+reference types a diffusers folder gives, plus a sentence saying what was detected. Architectures come from a
+config-only diffusers folder: the one given, else the one shipped in `resources/configs/<family>/`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from memory import MemoryManager
+from pipelines.diffusion.families import (
+    FAMILIES,
+    Family,
+    UnsupportedModelError,
+    denoiser_stream_blocks,
+    resolve_dtype,
+)
+from pipelines.diffusion.loading import read_json, vae_dtype
+from pipelines.diffusion.single_file import ClipTokenizerSource
+from pipelines.diffusion.values import DenoiserRef, TextEncoderRef, TokenizerSource, VaeRef
+from pipelines.paths import RESOURCES_DIR, check_weights_format
+from pipelines.quant.detect import clip_width, detect_denoiser, detect_text_encoder, detect_vae
+from pipelines.quant.gguf_files import gguf_shapes, gguf_tensors
+from pipelines.quant.layouts import flux_bfl_to_diffusers, flux_config_from_shapes
+from pipelines.quant.split import module_factory, register_built
+from pipelines.quant.storage import split_precision
+from pipelines.quant.tensor_files import SafetensorsTensors
+
+SPLIT_CONFIG_DIRS: dict[str, Path] = {
+    "sd": RESOURCES_DIR / "configs" / "sd15",
+    "sdxl": RESOURCES_DIR / "configs" / "sdxl",
+    "flux": RESOURCES_DIR / "configs" / "flux",
+}
+# Which text encoder files make which family: (CLIP files, T5 files) -> family.
+_TEXT_FAMILIES = {(1, 0): "sd", (2, 0): "sdxl", (1, 1): "flux", (2, 1): "sd3", (0, 1): "pixart_sigma"}
+
+
+class T5TokenizerSource(TokenizerSource):
+    """A T5 tokenizer from the config folder, with a message saying where to put one when it is missing."""
+
+    def load(self) -> Any:
+        if not (self.path / self.subfolder).is_dir():
+            raise FileNotFoundError(
+                f"no T5 tokenizer in {self.path / self.subfolder}: a T5 file carries none. Give a config folder "
+                f"with {self.subfolder}/ (spiece.model or tokenizer.json), e.g. the model's diffusers folder"
+            )
+        return super().load()
+
+
+def _config_dir(family: str, config_dir: Path | None) -> Path:
+    if config_dir is not None:
+        return config_dir
+    if family not in SPLIT_CONFIG_DIRS:
+        raise UnsupportedModelError(
+            f"no config folder is shipped for {FAMILIES[family].title}; field 'config_dir': give a "
+            "diffusers folder of the model (configs only are enough)"
+        )
+    return SPLIT_CONFIG_DIRS[family]
+
+
+def _family(choice: str, detected: str, what: str) -> Family:
+    # A VAE's shapes don't tell its family (SD and SDXL VAEs are the same shape): the user's choice wins.
+    if choice not in ("auto", detected) and what != "VAE":
+        raise UnsupportedModelError(
+            f"field 'family' says {FAMILIES[choice].title}, but the {what} file is {FAMILIES[detected].title}"
+        )
+    return FAMILIES[detected if choice == "auto" else choice]
+
+
+def _resolve(dtype: str, family: Family, mm: MemoryManager) -> tuple[torch.dtype, str]:
+    compute, storage = split_precision(dtype)
+    return resolve_dtype(compute, family, mm.device), storage
+
+
+def _ldm_unet(tensors: Mapping[str, torch.Tensor], config: dict[str, Any]) -> dict[str, torch.Tensor]:
+    from diffusers.loaders.single_file_utils import convert_ldm_unet_checkpoint
+
+    return convert_ldm_unet_checkpoint({f"model.diffusion_model.{k}": tensors[k] for k in tensors}, config)
+
+
+def _ldm_vae(tensors: Mapping[str, torch.Tensor], config: dict[str, Any]) -> dict[str, torch.Tensor]:
+    from diffusers.loaders.single_file_utils import convert_ldm_vae_checkpoint
+
+    return convert_ldm_vae_checkpoint({k: tensors[k] for k in tensors}, config)
+
+
+def load_denoiser_file(
+    mm: MemoryManager,
+    path: Path,
+    *,
+    family: str = "auto",
+    dtype: str = "auto",
+    config_dir: Path | None = None,
+    allow_pickle: bool = False,
+    scheduler_config: dict[str, Any] | None = None,
+) -> tuple[DenoiserRef, str]:
+    """A transformer-only or UNet-only `.safetensors` (diffusers or the release's layout, any float/fp8 dtype)
+    or `.gguf` file. Returns the reference and what was detected."""
+    check_weights_format(path, allow_pickle=allow_pickle)
+    suffix = path.suffix.lower()
+    if suffix not in (".safetensors", ".gguf"):
+        raise UnsupportedModelError(f"{path.name}: a denoiser file must be .safetensors or .gguf")
+    is_gguf = suffix == ".gguf"
+    shapes = gguf_shapes(path) if is_gguf else SafetensorsTensors((path,)).shapes()
+    found = detect_denoiser(shapes)
+    fam = _family(family, found.family, "denoiser")
+    folder = _config_dir(fam.name, config_dir)
+    config = read_json(folder / fam.denoiser_subfolder / "config.json")
+    message = f"{path.name}: {found.message}" + (", GGUF kept quantized" if is_gguf else "")
+    if found.layout == "bfl":
+        shaped = flux_config_from_shapes({k.removeprefix(found.prefix): v for k, v in shapes.items()})
+        if config_dir is None:
+            config = {**config, "guidance_embeds": shaped["guidance_embeds"]}
+        wanted = {**config, "out_channels": config.get("out_channels") or config["in_channels"]}
+        mismatch = [k for k, v in shaped.items() if k != "axes_dims_rope" and wanted.get(k) != v]
+        if mismatch:
+            raise UnsupportedModelError(
+                f"{path.name}: the file's shapes differ from the config in {folder} ({', '.join(mismatch)}); "
+                "field 'config_dir': give the model's own config folder"
+            )
+    source = None if is_gguf else SafetensorsTensors((path,), strip=found.prefix)
+
+    def read() -> Mapping[str, torch.Tensor]:
+        # GGUF: the quantized blocks are read into memory (they are the stored size); safetensors: mapped.
+        return gguf_tensors(path, strip=found.prefix) if source is None else source
+
+    builders: dict[str, Callable[[], Mapping[str, torch.Tensor]]] = {
+        "diffusers": read,
+        "bfl": lambda: flux_bfl_to_diffusers(read()),
+    }
+    if not is_gguf:
+        builders["ldm"] = lambda: _ldm_unet(read(), config)
+    if found.layout not in builders:
+        raise UnsupportedModelError(
+            f"{path.name}: {found.message}{' in GGUF' if is_gguf else ''} is not supported yet; "
+            "use a diffusers-layout file"
+        )
+    torch_dtype, storage = _resolve(dtype, fam, mm)
+    if is_gguf:
+        if storage:
+            message += f" (dtype {storage} ignored: a GGUF keeps its own quantization)"
+        storage = "gguf"
+    handle = register_built(
+        mm,
+        key=f"{path}#{fam.denoiser_subfolder}",
+        name=fam.denoiser_subfolder,
+        kind="denoiser",
+        make=lambda: fam.denoiser_class.from_config(config),
+        tensors=builders[found.layout],
+        dtype=torch_dtype,
+        storage=storage,
+        source=str(path),
+        files=(path,) if (found.layout == "diffusers" and not found.prefix) else (),
+        blocks=denoiser_stream_blocks(fam, config),
+    )
+    vae_config = folder / "vae" / "config.json"
+    ref = DenoiserRef(
+        handle=handle,
+        family=fam,
+        config=config,
+        scheduler_config=scheduler_config or read_json(folder / "scheduler" / "scheduler_config.json"),
+        dtype=torch_dtype,
+        vae_scale_factor=2 ** (len(read_json(vae_config)["block_out_channels"]) - 1)
+        if vae_config.exists()
+        else 8,
+    )
+    return ref, message
+
+
+def load_text_encoder_files(
+    mm: MemoryManager,
+    paths: list[Path],
+    *,
+    family: str = "auto",
+    dtype: str = "auto",
+    config_dir: Path | None = None,
+    allow_pickle: bool = False,
+) -> tuple[TextEncoderRef, str]:
+    """One to three text encoder files (CLIP-L, CLIP-G, T5-XXL in transformers' layout) for one family."""
+    found = []
+    for path in paths:
+        check_weights_format(path, allow_pickle=allow_pickle)
+        shapes = SafetensorsTensors((path,)).shapes()
+        found.append((path, shapes, detect_text_encoder(shapes)))
+    clips = [f for f in found if f[2].layout == "clip"]
+    t5s = [f for f in found if f[2].layout == "t5"]
+    detected = _TEXT_FAMILIES.get((len(clips), len(t5s)), "")
+    if family == "auto" and not detected:
+        raise UnsupportedModelError(
+            f"{len(clips)} CLIP and {len(t5s)} T5 files match no family (sd1: CLIP-L; sdxl: CLIP-L + CLIP-G; "
+            "flux: CLIP-L + T5; sd3: CLIP-L + CLIP-G + T5)"
+        )
+    fam = FAMILIES[detected if family == "auto" else family]
+    wants = [s.model_class.__name__.startswith("T5") for s in fam.text_encoders]
+    if (sum(not w for w in wants), sum(wants)) != (len(clips), len(t5s)):
+        raise UnsupportedModelError(
+            f"{fam.title} takes {sum(not w for w in wants)} CLIP and {sum(wants)} T5 files; "
+            f"got {len(clips)} CLIP and {len(t5s)} T5"
+        )
+    clips.sort(key=lambda f: clip_width(f[1]))  # CLIP-L (768) before CLIP-G (1280); stable for equal widths
+    folder = _config_dir(fam.name, config_dir)
+    torch_dtype, storage = _resolve(dtype, fam, mm)
+    handles, tokenizers, names = [], [], []
+    for slot, is_t5 in zip(fam.text_encoders, wants, strict=True):
+        path, _, what = (t5s if is_t5 else clips).pop(0)
+        source = SafetensorsTensors((path,))
+        handles.append(
+            register_built(
+                mm,
+                key=f"{path}#{slot.subfolder}",
+                name=slot.subfolder,
+                kind="text_encoder",
+                make=module_factory(slot.model_class, folder / slot.subfolder),
+                tensors=lambda source=source: source,
+                dtype=torch_dtype,
+                storage=storage,
+                source=str(path),
+            )
+        )
+        token_source = T5TokenizerSource if is_t5 else ClipTokenizerSource
+        tokenizers.append(token_source(folder, slot.tokenizer_subfolder, slot.model_class))
+        names.append(f"{path.name}: {what.message}")
+    ref = TextEncoderRef(handles=tuple(handles), tokenizers=tuple(tokenizers), family=fam, dtype=torch_dtype)
+    return ref, f"{fam.title} text encoders: " + "; ".join(names)
+
+
+def load_vae_file(
+    mm: MemoryManager,
+    path: Path,
+    *,
+    family: str = "auto",
+    dtype: str = "auto",
+    config_dir: Path | None = None,
+    allow_pickle: bool = False,
+) -> tuple[VaeRef, str]:
+    """A VAE file: diffusers layout or the original one (`ae.safetensors`, `vae-ft-mse-840000`, ...)."""
+    check_weights_format(path, allow_pickle=allow_pickle)
+    found = detect_vae(SafetensorsTensors((path,)).shapes())
+    fam = _family(family, found.family, "VAE")
+    folder = _config_dir(fam.name, config_dir)
+    config = read_json(folder / "vae" / "config.json")
+    source = SafetensorsTensors((path,), strip=found.prefix)
+    torch_dtype, storage = _resolve(dtype, fam, mm)
+    torch_dtype = vae_dtype(fam, config, torch_dtype)
+    handle = register_built(
+        mm,
+        key=f"{path}#vae",
+        name="vae",
+        kind="vae",
+        make=lambda: fam.vae_class.from_config(config),
+        tensors=(lambda: source) if found.layout == "diffusers" else (lambda: _ldm_vae(source, config)),
+        dtype=torch_dtype,
+        storage=storage,
+        source=str(path),
+        files=(path,) if (found.layout == "diffusers" and not found.prefix) else (),
+    )
+    return VaeRef(
+        handle=handle, family=fam, config=config, dtype=torch_dtype
+    ), f"{path.name}: {found.message}"
