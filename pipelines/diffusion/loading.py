@@ -152,7 +152,7 @@ def load_diffusers_folder(
     mm: MemoryManager, root: Path, *, dtype: str = "auto", allow_pickle: bool = False
 ) -> LoadedModel:
     """A folder with `model_index.json` (what `DiffusionPipeline.save_pretrained` writes)."""
-    from pipelines.quant.storage import split_precision
+    from pipelines.quant.formats import split_precision
 
     index = read_json(root / "model_index.json")
     family = family_for_pipeline_class(index["_class_name"])

@@ -194,7 +194,8 @@ def load_single_file(
             f"{path.name}: detected a {detected} checkpoint, but no config folder is shipped for it; "
             "convert it to a diffusers folder, or pass a config folder"
         )
-    from pipelines.quant.storage import apply_storage, split_precision
+    from pipelines.quant.formats import split_precision
+    from pipelines.quant.storage import apply_storage
 
     family = FAMILIES[_FAMILY_OF[detected]]
     dtype, storage = split_precision(dtype)  # fp8/int8: every component kept in 8 bits

@@ -31,10 +31,10 @@ from pipelines.diffusion.single_file import ClipTokenizerSource
 from pipelines.diffusion.values import DenoiserRef, TextEncoderRef, TokenizerSource, VaeRef
 from pipelines.paths import RESOURCES_DIR, check_weights_format
 from pipelines.quant.detect import clip_width, detect_denoiser, detect_text_encoder, detect_vae
+from pipelines.quant.formats import split_precision
 from pipelines.quant.gguf_files import gguf_shapes, gguf_tensors
 from pipelines.quant.layouts import flux_bfl_to_diffusers, flux_config_from_shapes
 from pipelines.quant.split import module_factory, register_built
-from pipelines.quant.storage import split_precision
 from pipelines.quant.tensor_files import SafetensorsTensors
 
 SPLIT_CONFIG_DIRS: dict[str, Path] = {
