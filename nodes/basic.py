@@ -13,9 +13,10 @@ from typing import Any
 from PIL import Image
 
 from nodes.context import NodeContext
-from nodes.png import next_free_path, pil_to_tensor, save_png_with_workflow, tensor_to_pil
+from nodes.png import alpha_mask, next_free_path, pil_to_tensor, save_png_with_workflow, tensor_to_pil
 from nodes.spec import Input, NodeSpec, Output, Param
-from nodes.types import BOOL, FLOAT, IMAGE, INT, TEXT
+from nodes.types import BOOL, FLOAT, IMAGE, INT, MASK, TEXT
+from pipelines.paths import RESOURCES_DIR
 
 SEED_MAX = 2**63 - 1
 
@@ -68,11 +69,16 @@ def _run_show_text(ctx: NodeContext, text: str) -> dict[str, Any]:
 
 
 def _run_load_image(ctx: NodeContext, path: str) -> dict[str, Any]:
-    file = Path(path).expanduser()
+    # builtin:images/NAME is a picture shipped in resources/ (so shipped workflows run as they are).
+    file = (
+        RESOURCES_DIR / path.removeprefix("builtin:")
+        if path.startswith("builtin:")
+        else Path(path).expanduser()
+    )
     if not file.is_file():
         raise FileNotFoundError(f"field 'path': no image at {file}")
     with Image.open(file) as image:
-        return {"image": pil_to_tensor(image)}
+        return {"image": pil_to_tensor(image), "mask": alpha_mask(image)}
 
 
 def _run_save_image(ctx: NodeContext, image: Any, prefix: str) -> dict[str, Any]:
@@ -194,8 +200,8 @@ NODES: tuple[NodeSpec, ...] = (
         category="image",
         run=_run_load_image,
         params=[Param("path", "path", default="", file_filter="Images (*.png *.jpg *.jpeg *.webp)")],
-        outputs=[Output("image", IMAGE)],
-        description="Read an image file.",
+        outputs=[Output("image", IMAGE), Output("mask", MASK)],
+        description="Read an image file; its alpha channel becomes the mask (transparent = repaint).",
     ),
     NodeSpec(
         type="SaveImage",

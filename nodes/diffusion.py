@@ -25,6 +25,7 @@ from pipelines.diffusion.previews import latent_preview
 from pipelines.diffusion.sampling import SamplerSettings, StepInfo, sample
 from pipelines.diffusion.schedulers import SCHEDULER_NAMES
 from pipelines.diffusion.single_file import CONFIG_DIRS
+from pipelines.diffusion.tiled_vae import decode_tiled, plan_decode
 from pipelines.diffusion.vae import decode, encode
 from pipelines.diffusion.values import DenoiserRef, Latents, TextEncoderRef, VaeRef
 from pipelines.paths import resolve_model_path
@@ -165,6 +166,13 @@ def _run_sampler(
 
 
 def _run_vae_decode(ctx: NodeContext, vae: VaeRef, latent: Latents) -> dict[str, Any]:
+    # Tiles only when the memory manager predicts a full decode won't fit (VAEDecodeTiled gives control).
+    plan = plan_decode(ctx.memory, vae, latent)
+    if plan.tiled:
+        ctx.metric("vae_tiled", 1.0)
+        ctx.metric("vae_tile_px", plan.tile_px)
+        ctx.log(f"tiled VAE decode, {plan.tile_px}px tiles: {plan.reason}")
+        return {"image": decode_tiled(ctx.memory, vae, latent, plan)}
     return {"image": decode(ctx.memory, vae, latent)}
 
 

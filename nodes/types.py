@@ -32,6 +32,8 @@ LLM = PortType("LLM", "#4db6ac")
 CONDITIONING = PortType("CONDITIONING", "#ffa726")
 LATENT = PortType("LATENT", "#f48fb1")
 IMAGE = PortType("IMAGE", "#64b5f6")
+# (B, H, W) float in [0, 1]; 1 marks the region to repaint.
+MASK = PortType("MASK", "#90a4ae")
 TEXT = PortType("TEXT", "#aed581")
 STRING = PortType("STRING", "#c5e1a5", feeds=frozenset({"TEXT"}))
 INT = PortType("INT", "#80deea", feeds=frozenset({"FLOAT"}))
@@ -48,6 +50,7 @@ BUILTIN_TYPES: tuple[PortType, ...] = (
     CONDITIONING,
     LATENT,
     IMAGE,
+    MASK,
     TEXT,
     STRING,
     INT,

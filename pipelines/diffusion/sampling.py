@@ -141,6 +141,22 @@ def _predict_noise(
     )[0]
 
 
+def _keep_unmasked(
+    scheduler: Any,
+    x: torch.Tensor,
+    keep: tuple[torch.Tensor, torch.Tensor],
+    noise: torch.Tensor,
+    timesteps: torch.Tensor,
+    i: int,
+) -> torch.Tensor:
+    """Outside the noise mask, put back the original latents noised to the next step's level (exact at the
+    last step), as diffusers' StableDiffusionInpaintPipeline does for 4-channel UNets."""
+    mask, original = keep
+    if i < len(timesteps) - 1:
+        original = scheduler.add_noise(original, noise, timesteps[i + 1 : i + 2].repeat(original.shape[0]))
+    return (1 - mask) * original + mask * x
+
+
 @torch.no_grad()
 def sample(
     mm: MemoryManager,
@@ -159,6 +175,8 @@ def sample(
             raise ValueError(f"{name} conditioning is for {cond.family!r}, the denoiser is {family!r}")
     if not 0.0 < settings.denoise <= 1.0:
         raise ValueError(f"denoise must be in (0, 1], got {settings.denoise}")
+    if denoiser.family.flow and latents.noise_mask is not None:
+        raise ValueError(f"a latent noise mask (inpainting) is not supported for {family!r} models yet")
     if denoiser.family.flow:
         # Flow-matching loops live in flow_sampling, which builds on this module: imported late.
         from pipelines.diffusion.flow_sampling import sample_flux, sample_sd3
@@ -197,6 +215,12 @@ def sample(
         init = latents.samples.to(device=device, dtype=denoiser.dtype)
         x = scheduler.add_noise(init, noise, timesteps[:1].repeat(batch))
     extra_step_kwargs = _extra_step_kwargs(scheduler, generator, settings.eta)
+    keep = None
+    if latents.noise_mask is not None:  # inpainting with an ordinary model: (mask, original latents)
+        keep = (
+            latents.noise_mask.to(device=device, dtype=denoiser.dtype),
+            latents.samples.to(device, denoiser.dtype),
+        )
 
     # 4. Prepare conditioning: negative first, then positive, as one doubled batch under CFG
     positive = batched_conditioning(positive, batch)
@@ -229,6 +253,8 @@ def sample(
                 noise_pred = noise_pred_uncond + settings.cfg * (noise_pred_text - noise_pred_uncond)
 
             x = scheduler.step(noise_pred, t, x, **extra_step_kwargs, return_dict=False)[0]
+            if keep is not None:
+                x = _keep_unmasked(scheduler, x, keep, noise, timesteps, i)
 
             if on_step is not None:
                 on_step(
@@ -241,4 +267,9 @@ def sample(
                     )
                 )
 
-    return Latents(samples=x.cpu(), vae_scale_factor=latents.vae_scale_factor, source="sampled")
+    return Latents(
+        samples=x.cpu(),
+        vae_scale_factor=latents.vae_scale_factor,
+        source="sampled",
+        noise_mask=latents.noise_mask,
+    )

@@ -103,6 +103,8 @@ class Latents:
     # Where the samples came from: "empty" (EmptyLatent: only the shape matters), "encoded" (VAEEncode),
     # "sampled" (a sampler's output).
     source: str = "empty"
+    # Inpainting with an ordinary model: (B or 1, 1, H / scale, W / scale), 1 = repaint, 0 = keep the samples.
+    noise_mask: torch.Tensor | None = None
 
     @property
     def pixel_size(self) -> tuple[int, int]:

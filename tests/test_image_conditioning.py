@@ -1,0 +1,188 @@
+"""Large pictures and local edits without extra models: tiled VAE, latent upscale, masks, inpainting.
+
+What a user checks: a tiled decode looks like diffusers' tiled decode; with a small budget the decode
+tiles by itself and the report says so; masks grow, feather and invert as drawn; an inpainting run keeps
+the unmasked part of the picture; the shipped hires-fix and inpaint workflows run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from diffusers import AutoencoderKL
+from diffusers.image_processor import VaeImageProcessor
+from PIL import Image
+
+from memory import MemoryConfig, MemoryManager
+from nodes.executor import Executor
+from nodes.png import alpha_mask
+from nodes.registry import default_registry
+from nodes.workflow import load_workflow, workflow_from_dict
+from pipelines.diffusion.latent_ops import latent_noise_mask, upscale_latent
+from pipelines.diffusion.loading import load_model
+from pipelines.diffusion.tiled_vae import decode_tiled, plan_decode
+from pipelines.diffusion.values import Latents
+from pipelines.image import ops
+
+REPO = Path(__file__).resolve().parent.parent
+WORKFLOWS = REPO / "resources" / "workflows"
+
+
+@pytest.fixture(scope="module")
+def data_dir():
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HF_HUB_OFFLINE", "1")
+        yield Path(os.environ["NODELOOM_DATA_DIR"])
+
+
+@pytest.fixture
+def cpu_manager():
+    managers: list[MemoryManager] = []
+
+    def make(**kwargs: object) -> MemoryManager:
+        mm = MemoryManager(MemoryConfig(device="cpu", **kwargs))
+        managers.append(mm)
+        return mm
+
+    yield make
+    for mm in managers:
+        mm.close()
+
+
+def test_tiled_decode_equals_diffusers_enable_tiling(data_dir, cpu_manager) -> None:
+    mm = cpu_manager(policy="sequential")
+    model = load_model(mm, "builtin:shapes-sd")
+    latents = Latents(samples=torch.randn(1, 4, 24, 24, generator=torch.Generator().manual_seed(0)))
+    plan = plan_decode(mm, model.vae, latents, tiling="on", tile_px=64)
+    assert plan.tiled and plan.tile_px == 64
+    ours = decode_tiled(mm, model.vae, latents, plan)
+
+    vae = AutoencoderKL.from_pretrained(REPO / "resources/models/shapes-sd", subfolder="vae")
+    vae.enable_tiling()
+    vae.tile_sample_min_size, vae.tile_latent_min_size = 64, 8
+    with torch.no_grad():
+        pixels = vae.decode(latents.samples / vae.config.scaling_factor, return_dict=False)[0]
+    theirs = VaeImageProcessor(vae_scale_factor=8).postprocess(pixels, output_type="pt").permute(0, 2, 3, 1)
+    assert ours.shape == (1, 192, 192, 3)
+    assert (ours - theirs).abs().max().item() <= 1e-4
+    # And the tiles really were blended: the picture differs from a full decode (seams are smoothed).
+    with torch.no_grad():
+        vae.disable_tiling()
+        full = vae.decode(latents.samples / vae.config.scaling_factor, return_dict=False)[0]
+    assert (
+        VaeImageProcessor().postprocess(full, output_type="pt").permute(0, 2, 3, 1) - ours
+    ).abs().max() > 1e-3
+
+
+def _decode_graph(registry, width: int) -> dict:
+    return {
+        "format": "nodeloom.workflow",
+        "version": 1,
+        "nodes": {
+            "load": {"type": "LoadDiffusionModel", "params": {"path": "builtin:shapes-sd"}, "inputs": {}},
+            "latent": {
+                "type": "EmptyLatent",
+                "params": {"width": width, "height": width, "batch": 1},
+                "inputs": {"vae": ["load", "vae"]},
+            },
+            "decode": {
+                "type": "VAEDecode",
+                "params": {},
+                "inputs": {"vae": ["load", "vae"], "latent": ["latent", "latent"]},
+            },
+        },
+    }
+
+
+def test_decode_tiles_by_itself_when_the_budget_is_too_small_and_the_report_says_so(
+    data_dir, cpu_manager, tmp_path
+) -> None:
+    registry = default_registry(entry_point_packs=False)
+    wf = workflow_from_dict(_decode_graph(registry, 1024), registry)
+    # The full 1024x1024 decode of the shapes VAE is predicted at (32 + 3 x 16) x 1024^2 x 4 B = 320 MiB.
+    small = cpu_manager(policy="sequential", ram_budget="96MiB")
+    result = Executor(registry, memory=small).run(wf, out_dir=tmp_path, targets=["decode"])
+    assert result.ok, result.error
+    metrics = result.nodes["decode"].metrics
+    assert metrics["vae_tiled"] == 1.0 and 64 <= metrics["vae_tile_px"] < 1024
+    assert result.outputs["decode"]["image"].shape == (1, 1024, 1024, 3)
+    roomy = cpu_manager(policy="sequential", ram_budget="4GiB")
+    result = Executor(registry, memory=roomy).run(wf, out_dir=tmp_path, targets=["decode"])
+    assert result.ok and "vae_tiled" not in result.nodes["decode"].metrics
+
+
+def test_upscale_latent_by_factor_and_to_size() -> None:
+    latents = Latents(samples=torch.arange(16.0).view(1, 1, 4, 4))
+    doubled = upscale_latent(latents, scale_by=2.0, method="nearest-exact")
+    assert doubled.samples.shape == (1, 1, 8, 8) and doubled.pixel_size == (64, 64)
+    assert torch.equal(doubled.samples[0, 0, ::2, ::2], latents.samples[0, 0])
+    sized = upscale_latent(latents, width=48, height=40, method="bilinear")
+    assert sized.pixel_size == (40, 48)
+    with pytest.raises(ValueError, match="multiples of 8"):
+        upscale_latent(latents, width=50, height=40)
+    with pytest.raises(ValueError, match="method must be one of"):
+        upscale_latent(latents, method="lanczos")
+
+
+def test_masks_grow_feather_invert_and_come_from_alpha() -> None:
+    mask = torch.zeros(1, 9, 9)
+    mask[0, 4, 4] = 1.0
+    grown = ops.mask_grow(mask, 2)
+    assert grown.sum().item() == 25 and grown[0, 2:7, 2:7].min().item() == 1.0
+    assert torch.equal(ops.mask_grow(grown, -2), mask)
+    soft = ops.mask_feather(grown, 2)
+    assert 0.0 < soft[0, 1, 4].item() < 1.0 and soft[0, 0, 0].item() < soft[0, 4, 4].item()
+    assert torch.equal(ops.mask_invert(ops.mask_invert(mask)), mask)
+    rgba = Image.new("RGBA", (4, 2), (255, 0, 0, 255))
+    rgba.putpixel((1, 0), (0, 0, 0, 0))
+    from_alpha = alpha_mask(rgba)
+    assert from_alpha.shape == (1, 2, 4) and from_alpha.sum().item() == 1.0 and from_alpha[0, 0, 1] == 1.0
+    assert alpha_mask(Image.new("RGB", (4, 2))).sum().item() == 0.0
+
+
+def test_canny_and_lineart_find_the_square() -> None:
+    image = torch.zeros(1, 32, 32, 3)
+    image[0, 8:24, 8:24] = 1.0
+    edges = ops.canny(image)
+    assert edges.shape == image.shape
+    assert edges[0, 8:24, 7:9].max().item() == 1.0 and edges[0, 14:18, 14:18].max().item() == 0.0
+    lines = ops.lineart(ops.invert(image), threshold=0.5)
+    assert torch.equal(lines, image)
+    with pytest.raises(ValueError, match="low <= high"):
+        ops.canny(image, 200, 100)
+
+
+def test_noise_mask_keeps_the_unmasked_latents_exactly(data_dir, cpu_manager) -> None:
+    from pipelines.diffusion.conditioning import encode_prompt
+    from pipelines.diffusion.sampling import SamplerSettings, sample
+
+    mm = cpu_manager(policy="none")
+    model = load_model(mm, "builtin:shapes-sd")
+    original = Latents(
+        samples=torch.randn(1, 4, 8, 8, generator=torch.Generator().manual_seed(1)), source="encoded"
+    )
+    mask = torch.zeros(1, 64, 64)
+    mask[0, :, 32:] = 1.0  # repaint the right half
+    masked = latent_noise_mask(original, mask)
+    positive = encode_prompt(mm, model.text_encoder, "a small red circle on a black background")
+    out = sample(mm, model.denoiser, positive, None, masked, SamplerSettings(steps=6, cfg=1.0, seed=3))
+    assert torch.equal(out.samples[..., :4], original.samples[..., :4])
+    assert not torch.allclose(out.samples[..., 4:], original.samples[..., 4:])
+
+
+@pytest.mark.parametrize("name", ["hires_fix.json", "inpaint.json"])
+def test_shipped_workflows_run(name: str, data_dir, cpu_manager, tmp_path) -> None:
+    registry = default_registry(entry_point_packs=False)
+    wf = load_workflow(WORKFLOWS / name, registry)
+    data = json.loads((WORKFLOWS / name).read_text())
+    assert data["meta"]["title"]
+    result = Executor(registry, memory=cpu_manager(policy="sequential")).run(wf, out_dir=tmp_path)
+    assert result.ok, result.error
+    pngs = sorted(tmp_path.glob("*.png"))
+    assert pngs, "the workflow saved no picture"
+    with Image.open(pngs[-1]) as picture:
+        assert picture.size == (128, 128) if name == "hires_fix.json" else picture.size == (64, 64)
