@@ -77,10 +77,10 @@ class NodeRegistry:
 
 def default_registry(*, entry_point_packs: bool = True) -> NodeRegistry:
     """A fresh registry with Nodeloom's own nodes and, unless disabled, installed node packs."""
-    from nodes import basic, diffusion, image_ops, llm
+    from nodes import basic, controlnet, diffusion, image_ops, llm
 
     registry = NodeRegistry()
-    for module in (basic, diffusion, image_ops, llm):
+    for module in (basic, diffusion, image_ops, controlnet, llm):
         registry.register_all(module.NODES)
     if entry_point_packs:
         registry.load_entry_points()

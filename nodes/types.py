@@ -27,6 +27,7 @@ DENOISER = PortType("DENOISER", "#b39ddb")
 TEXT_ENCODER = PortType("TEXT_ENCODER", "#ffd54f")
 VAE = PortType("VAE", "#ef5350")
 LLM = PortType("LLM", "#4db6ac")
+CONTROL_NET = PortType("CONTROL_NET", "#26a69a")
 
 # Data.
 CONDITIONING = PortType("CONDITIONING", "#ffa726")
@@ -47,6 +48,7 @@ BUILTIN_TYPES: tuple[PortType, ...] = (
     TEXT_ENCODER,
     VAE,
     LLM,
+    CONTROL_NET,
     CONDITIONING,
     LATENT,
     IMAGE,

@@ -21,6 +21,7 @@ import torch
 from diffusers.utils.torch_utils import randn_tensor
 
 from memory import MemoryManager, diffusion_working_bytes
+from pipelines.diffusion.controlnet import ActiveControls
 from pipelines.diffusion.schedulers import make_scheduler
 from pipelines.diffusion.values import Conditioning, DenoiserRef, Latents
 
@@ -100,6 +101,7 @@ def batched_conditioning(cond: Conditioning, batch: int) -> Conditioning:
         attention_mask=rep(cond.attention_mask),
         family=cond.family,
         text=cond.text,
+        controls=cond.controls,
     )
 
 
@@ -115,8 +117,9 @@ def _predict_noise(
     t: torch.Tensor,
     cond: Conditioning,
     added_cond_kwargs: dict[str, Any] | None,
+    control_residuals: dict[str, Any] | None = None,
 ) -> torch.Tensor:
-    """One denoiser call on a (possibly CFG-doubled) batch."""
+    """One denoiser call on a (possibly CFG-doubled) batch; `control_residuals` are ControlNets' outputs."""
     if ref.family.name == "pixart_sigma":
         # PixArt takes the timestep as a batch vector and returns (noise, variance) when it learned sigma.
         timestep = t[None].to(x.device).expand(x.shape[0]) if t.ndim == 0 else t.expand(x.shape[0])
@@ -138,6 +141,7 @@ def _predict_noise(
         timestep_cond=None,
         added_cond_kwargs=added_cond_kwargs,
         return_dict=False,
+        **(control_residuals or {}),
     )[0]
 
 
@@ -177,6 +181,8 @@ def sample(
         raise ValueError(f"denoise must be in (0, 1], got {settings.denoise}")
     if denoiser.family.flow and latents.noise_mask is not None:
         raise ValueError(f"a latent noise mask (inpainting) is not supported for {family!r} models yet")
+    if denoiser.family.flow and (positive.controls or (negative is not None and negative.controls)):
+        raise ValueError(f"ControlNet is not supported for {family!r} models yet (SD 1.x and SDXL are)")
     if denoiser.family.flow:
         # Flow-matching loops live in flow_sampling, which builds on this module: imported late.
         from pipelines.diffusion.flow_sampling import sample_flux, sample_sd3
@@ -238,15 +244,20 @@ def sample(
             "time_ids": torch.cat([time_ids] * len(conds)).to(device),
         }
 
-    # 5. Denoising loop
+    controls = ActiveControls(
+        mm, positive, negative, do_cfg=do_cfg, batch=batch, height=height, width=width, dtype=denoiser.dtype
+    )
+
+    # 5. Denoising loop (the ControlNets, if any, are held next to the denoiser for the whole loop)
     working = denoiser_working_bytes(denoiser, height, width, batch, do_cfg)
-    with mm.use(denoiser.handle, working_bytes=working) as model:
+    with mm.use(denoiser.handle, working_bytes=working) as model, controls:
         for i, t in enumerate(timesteps):
             started = time.perf_counter()
             model_input = torch.cat([x] * 2) if do_cfg else x
             model_input = scheduler.scale_model_input(model_input, t)
 
-            noise_pred = _predict_noise(model, denoiser, model_input, t, cond, added_cond_kwargs)
+            residuals = controls.residuals(model_input, t, embeds, i, len(timesteps)) if controls else None
+            noise_pred = _predict_noise(model, denoiser, model_input, t, cond, added_cond_kwargs, residuals)
 
             if do_cfg:
                 noise_pred_uncond, noise_pred_text = noise_pred.chunk(2)

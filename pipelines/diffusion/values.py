@@ -92,6 +92,8 @@ class Conditioning:
     pooled: torch.Tensor | None = None  # (B, P) SDXL: text_encoder_2's projected EOS embedding
     attention_mask: torch.Tensor | None = None  # (B, S) T5 families: 1 for real tokens
     text: str = ""
+    # ControlNet hints (pipelines.diffusion.controlnet.ControlHint) applied with this prompt; they stack.
+    controls: tuple[Any, ...] = ()
 
 
 @dataclass(frozen=True)
