@@ -11,7 +11,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from diffusers import ControlNetModel, DPMSolverMultistepScheduler, StableDiffusionControlNetPipeline
+from diffusers import (
+    ControlNetModel,
+    DPMSolverMultistepScheduler,
+    StableDiffusionControlNetPipeline,
+    StableDiffusionXLControlNetPipeline,
+)
 
 from memory import LoadEvent, MemoryConfig, MemoryManager, UnloadEvent
 from pipelines.diffusion.conditioning import encode_prompt
@@ -25,12 +30,11 @@ from pipelines.diffusion.values import Latents
 PROMPT = "a small yellow triangle on a black background"
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory) -> tuple[Path, Path]:
+def _build(name: str, tmp_path_factory) -> tuple[Path, Path]:
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("HF_HUB_OFFLINE", "1")
         assert os.environ["NODELOOM_DATA_DIR"]
-        sd = ensure_demo_model("tiny-sd")
+        sd = ensure_demo_model(name)
     from diffusers import UNet2DConditionModel
 
     unet = UNet2DConditionModel.from_pretrained(sd / "unet")
@@ -43,6 +47,16 @@ def tiny(tmp_path_factory) -> tuple[Path, Path]:
     folder = tmp_path_factory.mktemp("controlnet")
     controlnet.save_pretrained(folder)
     return sd, folder
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> tuple[Path, Path]:
+    return _build("tiny-sd", tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def tiny_xl(tmp_path_factory) -> tuple[Path, Path]:
+    return _build("tiny-sdxl", tmp_path_factory)
 
 
 def _control_image() -> torch.Tensor:
@@ -81,12 +95,15 @@ def ours(
             mm.close()
 
 
-def theirs(sd: Path, cn: Path, *, strength: float, start: float, end: float) -> torch.Tensor:
-    pipe = StableDiffusionControlNetPipeline.from_pretrained(
+def theirs(
+    sd: Path, cn: Path, *, strength: float, start: float, end: float, xl: bool = False
+) -> torch.Tensor:
+    pipeline = StableDiffusionXLControlNetPipeline if xl else StableDiffusionControlNetPipeline
+    extra = {} if xl else {"safety_checker": None, "requires_safety_checker": False}
+    pipe = pipeline.from_pretrained(
         str(sd),
         controlnet=ControlNetModel.from_pretrained(cn),
-        safety_checker=None,
-        requires_safety_checker=False,
+        **extra,
     )
     pipe.scheduler = DPMSolverMultistepScheduler.from_config(pipe.scheduler.config)
     pipe.set_progress_bar_config(disable=True)
@@ -111,6 +128,13 @@ def test_controlnet_matches_diffusers_pipeline(tiny, strength: float, start: flo
     sd, cn = tiny
     mine = ours(sd, cn, strength=strength, start=start, end=end, negative_too=True, policy="sequential")
     ref = theirs(sd, cn, strength=strength, start=start, end=end)
+    assert (mine - ref).abs().max().item() <= 1e-4
+
+
+def test_sdxl_controlnet_matches_diffusers_pipeline(tiny_xl) -> None:
+    sd, cn = tiny_xl
+    mine = ours(sd, cn, strength=0.8, start=0.0, end=1.0, negative_too=True, policy="sequential")
+    ref = theirs(sd, cn, strength=0.8, start=0.0, end=1.0, xl=True)
     assert (mine - ref).abs().max().item() <= 1e-4
 
 

@@ -155,7 +155,13 @@ class ActiveControls:
         self._modules.clear()
 
     def residuals(
-        self, x: torch.Tensor, t: torch.Tensor, embeds: torch.Tensor, step: int, total: int
+        self,
+        x: torch.Tensor,
+        t: torch.Tensor,
+        embeds: torch.Tensor,
+        step: int,
+        total: int,
+        added_cond_kwargs: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """UNet keyword arguments for this step: summed down/mid residuals of every hint in range."""
         down: Sequence[torch.Tensor] | None = None
@@ -170,6 +176,7 @@ class ActiveControls:
                 encoder_hidden_states=embeds,
                 controlnet_cond=image,
                 conditioning_scale=hint.strength,
+                added_cond_kwargs=added_cond_kwargs,
                 return_dict=False,
             )
             if not bool((weight == 1).all()):

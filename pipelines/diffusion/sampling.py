@@ -256,7 +256,11 @@ def sample(
             model_input = torch.cat([x] * 2) if do_cfg else x
             model_input = scheduler.scale_model_input(model_input, t)
 
-            residuals = controls.residuals(model_input, t, embeds, i, len(timesteps)) if controls else None
+            residuals = (
+                controls.residuals(model_input, t, embeds, i, len(timesteps), added_cond_kwargs)
+                if controls
+                else None
+            )
             noise_pred = _predict_noise(model, denoiser, model_input, t, cond, added_cond_kwargs, residuals)
 
             if do_cfg:
