@@ -1,6 +1,6 @@
 """Node types for images, masks and latents that need no model, plus tiled VAE passes.
 
-Lives here: `NODES` (ImageInvert, CannyEdges, ImageToLineart, MaskInvert, MaskGrow, MaskFeather,
+Lives here: `NODES` (ScaleImage, LoadUpscaleModel, UpscaleImage, ImageInvert, CannyEdges, ImageToLineart, MaskInvert, MaskGrow, MaskFeather,
 SetLatentNoiseMask, UpscaleLatent, VAEDecodeTiled, VAEEncodeTiled).
 May import: nodes.*, pipelines.*, torch.
 """
@@ -13,7 +13,7 @@ import torch
 
 from nodes.context import NodeContext
 from nodes.spec import Input, NodeSpec, Output, Param
-from nodes.types import IMAGE, LATENT, MASK, VAE
+from nodes.types import IMAGE, LATENT, MASK, UPSCALE_MODEL, VAE
 from pipelines.diffusion.latent_ops import UPSCALE_METHODS, latent_noise_mask, upscale_latent
 from pipelines.diffusion.tiled_vae import (
     TILING_CHOICES,
@@ -26,6 +26,8 @@ from pipelines.diffusion.tiled_vae import (
 from pipelines.diffusion.vae import decode, encode
 from pipelines.diffusion.values import Latents, VaeRef
 from pipelines.image import ops
+from pipelines.image.upscale import UpscaleModelRef, load_upscale_model, upscale_image
+from pipelines.paths import resolve_model_path
 
 
 def _run_invert(ctx: NodeContext, image: torch.Tensor) -> dict[str, Any]:
@@ -62,6 +64,31 @@ def _run_upscale_latent(
     ctx: NodeContext, latent: Latents, method: str, scale_by: float, width: int, height: int
 ) -> dict[str, Any]:
     return {"latent": upscale_latent(latent, scale_by=scale_by, width=width, height=height, method=method)}
+
+
+def _run_scale_image(
+    ctx: NodeContext, image: torch.Tensor, method: str, scale_by: float, width: int, height: int
+) -> dict[str, Any]:
+    return {"image": ops.scale_image(image, scale_by=scale_by, width=width, height=height, method=method)}
+
+
+def _run_load_upscale_model(ctx: NodeContext, path: str) -> dict[str, Any]:
+    if not path:
+        raise ValueError("field 'path': choose an upscale model file (.safetensors)")
+    file = resolve_model_path(path)
+    return {"upscale_model": load_upscale_model(ctx.memory, file, allow_pickle=ctx.allow_pickle)}
+
+
+def _run_upscale_image(
+    ctx: NodeContext, upscale_model: UpscaleModelRef, image: torch.Tensor, tile: int, overlap: int
+) -> dict[str, Any]:
+    if overlap * 2 > tile:
+        raise ValueError(f"field 'overlap': {overlap} must be at most half the tile ({tile})")
+    result, used = upscale_image(ctx.memory, upscale_model, image, tile=tile, overlap=overlap)
+    ctx.metric("upscale_tile_px", used)
+    if used < tile:
+        ctx.log(f"ran out of memory at {tile}px tiles; finished with {used}px tiles")
+    return {"image": result}
 
 
 def _report_plan(ctx: NodeContext, plan: TilePlan) -> None:
@@ -115,6 +142,54 @@ _TILING_PARAMS = [
 ]
 
 NODES: tuple[NodeSpec, ...] = (
+    NodeSpec(
+        type="ScaleImage",
+        title="Scale Image",
+        category="image",
+        inputs=[Input("image", IMAGE)],
+        params=[
+            Param("method", "choice", default="bicubic", choices=ops.SCALE_METHODS),
+            Param("scale_by", "float", default=2.0, min=0.05, max=16.0, step=0.25),
+            Param("width", "int", default=0, min=0, max=16384, help="pixels; 0 = use scale_by"),
+            Param("height", "int", default=0, min=0, max=16384, help="pixels; 0 = use scale_by"),
+        ],
+        outputs=[Output("image", IMAGE)],
+        run=_run_scale_image,
+        description="Resize a picture by a factor or to a size (no model).",
+        tags=("resize", "upscale", "scale"),
+    ),
+    NodeSpec(
+        type="LoadUpscaleModel",
+        title="Load Upscale Model",
+        category="image/upscale",
+        params=[Param("path", "path", default="", file_filter="Upscale models (*.safetensors)")],
+        outputs=[Output("upscale_model", UPSCALE_MODEL)],
+        run=_run_load_upscale_model,
+        description="An ESRGAN-family upscaler (read by spandrel: pip install 'nodeloom[upscale]').",
+        tags=("upscale", "esrgan", "realesrgan"),
+    ),
+    NodeSpec(
+        type="UpscaleImage",
+        title="Upscale Image (Model)",
+        category="image/upscale",
+        inputs=[Input("upscale_model", UPSCALE_MODEL), Input("image", IMAGE)],
+        params=[
+            Param(
+                "tile",
+                "int",
+                default=512,
+                min=32,
+                max=4096,
+                step=32,
+                help="tile side; halves on out-of-memory",
+            ),
+            Param("overlap", "int", default=32, min=0, max=512, step=8),
+        ],
+        outputs=[Output("image", IMAGE)],
+        run=_run_upscale_image,
+        description="Upscale with a model, in overlapping tiles that shrink when memory runs out.",
+        tags=("upscale", "esrgan"),
+    ),
     NodeSpec(
         type="ImageInvert",
         title="Invert Image",

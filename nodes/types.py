@@ -28,6 +28,7 @@ TEXT_ENCODER = PortType("TEXT_ENCODER", "#ffd54f")
 VAE = PortType("VAE", "#ef5350")
 LLM = PortType("LLM", "#4db6ac")
 CONTROL_NET = PortType("CONTROL_NET", "#26a69a")
+UPSCALE_MODEL = PortType("UPSCALE_MODEL", "#8d6e63")
 
 # Data.
 CONDITIONING = PortType("CONDITIONING", "#ffa726")
@@ -49,6 +50,7 @@ BUILTIN_TYPES: tuple[PortType, ...] = (
     VAE,
     LLM,
     CONTROL_NET,
+    UPSCALE_MODEL,
     CONDITIONING,
     LATENT,
     IMAGE,

@@ -186,3 +186,72 @@ def test_shipped_workflows_run(name: str, data_dir, cpu_manager, tmp_path) -> No
     assert pngs, "the workflow saved no picture"
     with Image.open(pngs[-1]) as picture:
         assert picture.size == (128, 128) if name == "hires_fix.json" else picture.size == (64, 64)
+
+
+class _TinyUpscaler(torch.nn.Module):
+    """2x: two 3x3 convs (a 5-pixel receptive field) and a pixel shuffle, seeded."""
+
+    def __init__(self, fail_above: int = 0) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.body = torch.nn.Sequential(
+            torch.nn.Conv2d(3, 16, 3, padding=1),
+            torch.nn.ReLU(),
+            torch.nn.Conv2d(16, 12, 3, padding=1),
+            torch.nn.PixelShuffle(2),
+        )
+        self.fail_above = fail_above
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.fail_above and x.shape[-1] > self.fail_above:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return torch.sigmoid(self.body(x))
+
+
+def test_tiled_upscale_equals_untiled_away_from_seams_and_within_1_255_at_them() -> None:
+    from pipelines.image.upscale import upscale_tiled
+
+    model = _TinyUpscaler().eval()
+    pixels = torch.rand(1, 3, 70, 90, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        whole = model(pixels)
+    tiled = upscale_tiled(model, pixels, tile=32, overlap=8)
+    assert tiled.shape == whole.shape == (1, 3, 140, 180)
+    diff = (tiled - whole).abs()
+    assert diff.max().item() <= 1 / 255
+    # Output pixels more than the receptive field away from every tile edge: bit-for-bit the same maths.
+    assert diff[..., 2 * 4 : 2 * 20, 2 * 4 : 2 * 20].max().item() <= 1e-4
+    assert diff.max().item() > 0  # tiles really were cut (the seams are where they differ at all)
+
+
+def test_upscale_shrinks_tiles_after_out_of_memory(cpu_manager, tmp_path) -> None:
+    from memory import ComponentSpec
+    from pipelines.image.upscale import UpscaleModelRef, upscale_image
+
+    mm = cpu_manager(policy="sequential")
+    handle = mm.register(
+        ComponentSpec(
+            key="tiny-upscaler", name="tiny", kind="upscaler", build=lambda: _TinyUpscaler(fail_above=40)
+        )
+    )
+    image = torch.rand(1, 64, 64, 3, generator=torch.Generator().manual_seed(1))
+    out, tile = upscale_image(mm, UpscaleModelRef(handle, tmp_path / "x"), image, tile=128, overlap=8)
+    assert tile == 32 and out.shape == (1, 128, 128, 3)
+
+
+def test_upscale_model_without_spandrel_says_how_to_get_it(cpu_manager, tmp_path, monkeypatch) -> None:
+    import sys
+
+    from safetensors.torch import save_file
+
+    from pipelines.image.upscale import UpscalerUnavailable, load_upscale_model, upscale_image
+
+    path = tmp_path / "4x_tiny.safetensors"
+    save_file(_TinyUpscaler().state_dict(), str(path))
+    monkeypatch.setitem(sys.modules, "spandrel", None)  # as if it were not installed
+    mm = cpu_manager(policy="sequential")
+    ref = load_upscale_model(mm, path)
+    # The ledger knows its exact bytes from the header before anything is loaded.
+    assert ref.handle.weight_bytes == sum(t.numel() * 4 for t in _TinyUpscaler().state_dict().values())
+    with pytest.raises(UpscalerUnavailable, match=r"pip install 'nodeloom\[upscale\]'"):
+        upscale_image(mm, ref, torch.rand(1, 16, 16, 3))

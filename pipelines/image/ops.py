@@ -1,6 +1,6 @@
 """Pixel operations on IMAGE and MASK values.
 
-Lives here: `invert`, `canny`, `lineart`, `mask_from_alpha`, `mask_invert`, `mask_grow`, `mask_feather`.
+Lives here: `scale_image`, `invert`, `canny`, `lineart`, `mask_from_alpha`, `mask_invert`, `mask_grow`, `mask_feather`.
 May import: numpy, torch, cv2 (opencv-python-headless).
 
 Value conventions (ComfyUI's): IMAGE is float32 (B, H, W, C) in [0, 1] on the CPU; MASK is float32
@@ -13,6 +13,25 @@ import cv2
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+SCALE_METHODS = ("nearest-exact", "bilinear", "bicubic", "area")
+
+
+def scale_image(
+    image: torch.Tensor, *, scale_by: float = 1.0, width: int = 0, height: int = 0, method: str = "bicubic"
+) -> torch.Tensor:
+    """Resize to `width` x `height` (both set) or by `scale_by`; bicubic output is clamped to [0, 1]."""
+    if method not in SCALE_METHODS:
+        raise ValueError(f"method must be one of {', '.join(SCALE_METHODS)}, got {method!r}")
+    h, w = image.shape[1:3]
+    size = (
+        (height, width)
+        if width > 0 and height > 0
+        else (max(1, round(h * scale_by)), max(1, round(w * scale_by)))
+    )
+    kwargs = {"align_corners": False} if method in ("bilinear", "bicubic") else {}
+    out = F.interpolate(image.permute(0, 3, 1, 2), size=size, mode=method, **kwargs)
+    return out.clamp(0.0, 1.0).permute(0, 2, 3, 1).contiguous()
 
 
 def invert(image: torch.Tensor) -> torch.Tensor:
