@@ -30,7 +30,8 @@ from pipelines.shapes.scenes import POSITIONS, SHAPES, SIZES, caption, render_sc
 from pipelines.shapes.train_unet import tokenize
 from pipelines.shapes.train_vae import seed_everything, to_tensor
 
-STEPS = 2_000
+STEPS = 1_000
+CHECKPOINT_EVERY = 200
 BATCH = 32
 LR = 3e-4
 DATASET = 4_000
@@ -130,6 +131,10 @@ def train(base: Path, out: Path, steps: int = STEPS, seed: int = 0) -> None:
         loss.backward()
         torch.nn.utils.clip_grad_norm_(controlnet.parameters(), 1.0)
         opt.step()
+        if step % CHECKPOINT_EVERY == 0 and step < steps:
+            # A snapshot, so a run cut short on a busy machine still leaves a usable ControlNet behind.
+            controlnet.save_pretrained(str(out / "checkpoint"), safe_serialization=True)
+            (out / "checkpoint" / "step.txt").write_text(str(step))
         if step % 100 == 0 or step == steps:
             elapsed = time.time() - start
             print(f"[controlnet] step {step}/{steps} loss {loss.item():.4f} {elapsed:.0f}s", flush=True)
