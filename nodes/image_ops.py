@@ -1,7 +1,7 @@
 """Node types for images, masks and latents that need no model, plus tiled VAE passes.
 
 Lives here: `NODES` (ScaleImage, LoadUpscaleModel, UpscaleImage, ImageInvert, CannyEdges, ImageToLineart, MaskInvert, MaskGrow, MaskFeather,
-SetLatentNoiseMask, UpscaleLatent, VAEDecodeTiled, VAEEncodeTiled).
+SetLatentNoiseMask, InpaintConditioning, UpscaleLatent, VAEDecodeTiled, VAEEncodeTiled).
 May import: nodes.*, pipelines.*, torch.
 """
 
@@ -13,7 +13,8 @@ import torch
 
 from nodes.context import NodeContext
 from nodes.spec import Input, NodeSpec, Output, Param
-from nodes.types import IMAGE, LATENT, MASK, UPSCALE_MODEL, VAE
+from nodes.types import CONDITIONING, IMAGE, LATENT, MASK, UPSCALE_MODEL, VAE
+from pipelines.diffusion.inpaint import inpaint_latents
 from pipelines.diffusion.latent_ops import UPSCALE_METHODS, latent_noise_mask, upscale_latent
 from pipelines.diffusion.tiled_vae import (
     TILING_CHOICES,
@@ -24,7 +25,7 @@ from pipelines.diffusion.tiled_vae import (
     plan_encode,
 )
 from pipelines.diffusion.vae import decode, encode
-from pipelines.diffusion.values import Latents, VaeRef
+from pipelines.diffusion.values import Conditioning, Latents, VaeRef
 from pipelines.image import ops
 from pipelines.image.upscale import UpscaleModelRef, load_upscale_model, upscale_image
 from pipelines.paths import resolve_model_path
@@ -58,6 +59,19 @@ def _run_mask_feather(ctx: NodeContext, mask: torch.Tensor, radius: int) -> dict
 
 def _run_noise_mask(ctx: NodeContext, latent: Latents, mask: torch.Tensor) -> dict[str, Any]:
     return {"latent": latent_noise_mask(latent, mask)}
+
+
+def _run_inpaint_conditioning(
+    ctx: NodeContext,
+    positive: Conditioning,
+    negative: Conditioning | None,
+    vae: VaeRef,
+    image: torch.Tensor,
+    mask: torch.Tensor,
+    noise_mask: bool,
+) -> dict[str, Any]:
+    latent = inpaint_latents(ctx.memory, vae, image, mask, noise_mask=noise_mask)
+    return {"positive": positive, "negative": negative, "latent": latent}
 
 
 def _run_upscale_latent(
@@ -266,6 +280,34 @@ NODES: tuple[NodeSpec, ...] = (
         outputs=[Output("latent", LATENT)],
         run=_run_noise_mask,
         description="Inpaint with an ordinary model: the sampler repaints only where the mask is 1.",
+    ),
+    NodeSpec(
+        type="InpaintConditioning",
+        title="Inpaint Conditioning",
+        category="diffusion/latent",
+        inputs=[
+            Input("positive", CONDITIONING),
+            Input("negative", CONDITIONING, optional=True),
+            Input("vae", VAE),
+            Input("image", IMAGE),
+            Input("mask", MASK),
+        ],
+        params=[
+            Param(
+                "noise_mask",
+                "bool",
+                default=True,
+                help="also keep the unmasked latents at every step (off: the model alone decides, as diffusers)",
+            )
+        ],
+        outputs=[
+            Output("positive", CONDITIONING),
+            Output("negative", CONDITIONING),
+            Output("latent", LATENT),
+        ],
+        run=_run_inpaint_conditioning,
+        description="For inpainting models (9-channel UNets): the picture, the mask and the masked picture.",
+        tags=("inpaint", "inpainting", "mask"),
     ),
     NodeSpec(
         type="UpscaleLatent",

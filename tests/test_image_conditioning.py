@@ -255,3 +255,81 @@ def test_upscale_model_without_spandrel_says_how_to_get_it(cpu_manager, tmp_path
     assert ref.handle.weight_bytes == sum(t.numel() * 4 for t in _TinyUpscaler().state_dict().values())
     with pytest.raises(UpscalerUnavailable, match=r"pip install 'nodeloom\[upscale\]'"):
         upscale_image(mm, ref, torch.rand(1, 16, 16, 3))
+
+
+@pytest.fixture(scope="module")
+def tiny_inpaint(data_dir, tmp_path_factory) -> Path:
+    """The tiny SD demo model with its UNet swapped for a 9-channel (inpainting) one, seeded."""
+    import shutil
+
+    from diffusers import UNet2DConditionModel
+
+    from pipelines.diffusion.demo_models import TINY_SD_UNET, ensure_demo_model
+
+    folder = tmp_path_factory.mktemp("tiny-inpaint") / "model"
+    shutil.copytree(ensure_demo_model("tiny-sd"), folder)
+    shutil.rmtree(folder / "unet")
+    torch.manual_seed(0)
+    UNet2DConditionModel(**{**TINY_SD_UNET, "in_channels": 9}).save_pretrained(folder / "unet")
+    return folder
+
+
+def _picture_and_mask() -> tuple[torch.Tensor, torch.Tensor]:
+    image = torch.rand(1, 64, 64, 3, generator=torch.Generator().manual_seed(5))
+    mask = torch.zeros(1, 64, 64)
+    mask[0, 16:48, 24:56] = 1.0
+    return image, mask
+
+
+def test_inpainting_model_matches_diffusers_inpaint_pipeline(tiny_inpaint, cpu_manager) -> None:
+    from diffusers import DPMSolverMultistepScheduler, StableDiffusionInpaintPipeline
+
+    from pipelines.diffusion.conditioning import encode_prompt
+    from pipelines.diffusion.inpaint import inpaint_latents
+    from pipelines.diffusion.sampling import SamplerSettings, sample
+    from pipelines.diffusion.vae import decode
+
+    prompt = "a small yellow triangle on a black background"
+    image, mask = _picture_and_mask()
+    mm = cpu_manager(policy="sequential")
+    model = load_model(mm, str(tiny_inpaint))
+    latents = inpaint_latents(mm, model.vae, image, mask, noise_mask=False)
+    assert latents.concat is not None and latents.concat.shape == (1, 5, 8, 8)
+    positive = encode_prompt(mm, model.text_encoder, prompt)
+    negative = encode_prompt(mm, model.text_encoder, "")
+    settings = SamplerSettings(scheduler="dpmpp_2m", steps=5, cfg=4.0, seed=11)
+    ours = decode(mm, model.vae, sample(mm, model.denoiser, positive, negative, latents, settings))
+
+    pipe = StableDiffusionInpaintPipeline.from_pretrained(
+        str(tiny_inpaint), safety_checker=None, requires_safety_checker=False
+    )
+    pipe.scheduler = DPMSolverMultistepScheduler.from_config(pipe.scheduler.config)
+    pipe.set_progress_bar_config(disable=True)
+    theirs = pipe(
+        prompt,
+        image=image.permute(0, 3, 1, 2),
+        mask_image=mask[:, None],
+        # The masked picture's latents as we computed them (the distribution's mode); the pipeline would
+        # otherwise draw a sample from its generator.
+        masked_image_latents=latents.concat[:, 1:],
+        negative_prompt="",
+        height=64,
+        width=64,
+        strength=1.0,
+        num_inference_steps=5,
+        guidance_scale=4.0,
+        generator=torch.Generator("cpu").manual_seed(11),
+        output_type="pt",
+    ).images
+    assert (ours.permute(0, 3, 1, 2) - theirs).abs().max().item() <= 1e-4
+
+
+def test_inpainting_model_without_its_channels_says_what_to_wire(tiny_inpaint, cpu_manager) -> None:
+    from pipelines.diffusion.conditioning import encode_prompt
+    from pipelines.diffusion.sampling import SamplerSettings, sample
+
+    mm = cpu_manager(policy="none")
+    model = load_model(mm, str(tiny_inpaint))
+    positive = encode_prompt(mm, model.text_encoder, "x")
+    with pytest.raises(ValueError, match="Inpaint Conditioning"):
+        sample(mm, model.denoiser, positive, None, Latents(torch.zeros(1, 4, 8, 8)), SamplerSettings(steps=2))

@@ -145,6 +145,27 @@ def _predict_noise(
     )[0]
 
 
+def _inpaint_channels(
+    denoiser: DenoiserRef, latents: Latents, do_cfg: bool, device: torch.device
+) -> torch.Tensor | None:
+    """The extra input channels an inpainting UNet expects, checked against its config."""
+    wanted = int(denoiser.config.get("in_channels", latents.samples.shape[1])) - latents.samples.shape[1]
+    given = 0 if latents.concat is None else latents.concat.shape[1]
+    if wanted != given:
+        if given == 0:
+            raise ValueError(
+                f"this denoiser takes {wanted} extra input channels (an inpainting model): feed its latent "
+                "through Inpaint Conditioning (picture + mask)"
+            )
+        raise ValueError(f"the latent carries {given} inpainting channels but this denoiser takes {wanted}")
+    if latents.concat is None:
+        return None
+    concat = latents.concat.to(device=device, dtype=denoiser.dtype)
+    if concat.shape[0] != latents.samples.shape[0]:
+        concat = concat.repeat(latents.samples.shape[0] // concat.shape[0], 1, 1, 1)
+    return torch.cat([concat] * 2) if do_cfg else concat
+
+
 def _keep_unmasked(
     scheduler: Any,
     x: torch.Tensor,
@@ -221,6 +242,7 @@ def sample(
         init = latents.samples.to(device=device, dtype=denoiser.dtype)
         x = scheduler.add_noise(init, noise, timesteps[:1].repeat(batch))
     extra_step_kwargs = _extra_step_kwargs(scheduler, generator, settings.eta)
+    concat = _inpaint_channels(denoiser, latents, do_cfg, device)
     keep = None
     if latents.noise_mask is not None:  # inpainting with an ordinary model: (mask, original latents)
         keep = (
@@ -261,6 +283,8 @@ def sample(
                 if controls
                 else None
             )
+            if concat is not None:  # inpainting UNet: [latents, mask, masked-picture latents]
+                model_input = torch.cat([model_input, concat], dim=1)
             noise_pred = _predict_noise(model, denoiser, model_input, t, cond, added_cond_kwargs, residuals)
 
             if do_cfg:

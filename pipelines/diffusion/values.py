@@ -107,6 +107,8 @@ class Latents:
     source: str = "empty"
     # Inpainting with an ordinary model: (B or 1, 1, H / scale, W / scale), 1 = repaint, 0 = keep the samples.
     noise_mask: torch.Tensor | None = None
+    # Inpainting models: extra input channels (mask + masked-picture latents) concatenated to the latents.
+    concat: torch.Tensor | None = None
 
     @property
     def pixel_size(self) -> tuple[int, int]:
