@@ -50,13 +50,13 @@ def canny_control(pixels: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(np.stack(edges).astype(np.float32) / 255.0)[:, None].repeat(1, 3, 1, 1)
 
 
-def build_dataset(rng: random.Random) -> tuple[np.ndarray, list[str]]:
+def build_dataset(rng: random.Random, swap: float = SWAP_GEOMETRY) -> tuple[np.ndarray, list[str]]:
     pixels = np.empty((DATASET, 64, 64, 3), dtype=np.uint8)
     captions: list[str] = []
     for i, (scene, _) in enumerate(training_scenes(DATASET, seed=DATA_SEED)):
         pixels[i] = np.asarray(render_scene(scene))
         shape, size, position = scene.shape, scene.size, scene.position
-        if rng.random() < SWAP_GEOMETRY:
+        if rng.random() < swap:
             shape, size, position = rng.choice(SHAPES), rng.choice(SIZES), rng.choice(POSITIONS)
         captions.append(
             caption(
@@ -70,7 +70,15 @@ def build_dataset(rng: random.Random) -> tuple[np.ndarray, list[str]]:
     return pixels, captions
 
 
-def train(base: Path, out: Path, steps: int = STEPS, seed: int = 0) -> None:
+def train(
+    base: Path,
+    out: Path,
+    steps: int = STEPS,
+    seed: int = 0,
+    lr_max: float = LR,
+    batch: int = BATCH,
+    swap: float = SWAP_GEOMETRY,
+) -> None:
     seed_everything(seed)
     rng = random.Random(seed)
     tokenizer = CLIPTokenizer.from_pretrained(str(base / "tokenizer"))
@@ -89,7 +97,7 @@ def train(base: Path, out: Path, steps: int = STEPS, seed: int = 0) -> None:
     noise_scheduler = DDPMScheduler.from_pretrained(str(base / "scheduler"))
     noise_scheduler = DDPMScheduler.from_config(noise_scheduler.config)
 
-    pixels, captions = build_dataset(rng)
+    pixels, captions = build_dataset(rng, swap)
     controls = canny_control(pixels)
     with torch.no_grad():
         latents = (
@@ -105,18 +113,18 @@ def train(base: Path, out: Path, steps: int = STEPS, seed: int = 0) -> None:
         embeds = torch.cat([text_encoder(ids[i : i + 512])[0] for i in range(0, DATASET, 512)])
         empty = text_encoder(tokenize(tokenizer, [""]))[0][0]
 
-    opt = torch.optim.AdamW(controlnet.parameters(), lr=LR, weight_decay=1e-2)
+    opt = torch.optim.AdamW(controlnet.parameters(), lr=lr_max, weight_decay=1e-2)
     order = torch.Generator().manual_seed(seed)
     start = time.time()
     for step in range(1, steps + 1):
-        lr = LR * min(1.0, step / 100) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / steps)))
+        lr = lr_max * min(1.0, step / 100) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / steps)))
         for group in opt.param_groups:
             group["lr"] = lr
-        idx = torch.randint(0, DATASET, (BATCH,), generator=order)
+        idx = torch.randint(0, DATASET, (batch,), generator=order)
         x0, hint, cond = latents[idx], controls[idx], embeds[idx].clone()
-        cond[torch.rand(BATCH, generator=order) < CAPTION_DROPOUT] = empty
+        cond[torch.rand(batch, generator=order) < CAPTION_DROPOUT] = empty
         noise = torch.randn(x0.shape, generator=order)
-        t = torch.randint(0, noise_scheduler.config.num_train_timesteps, (BATCH,), generator=order)
+        t = torch.randint(0, noise_scheduler.config.num_train_timesteps, (batch,), generator=order)
         noisy = noise_scheduler.add_noise(x0, noise, t)
         down, mid = controlnet(noisy, t, encoder_hidden_states=cond, controlnet_cond=hint, return_dict=False)
         pred = unet(
@@ -158,10 +166,15 @@ def main() -> None:
     parser.add_argument("--base", type=Path, default=Path("resources/models/shapes-sd"))
     parser.add_argument("--out", type=Path, default=Path("resources/models/shapes-controlnet-canny"))
     parser.add_argument("--steps", type=int, default=STEPS)
+    parser.add_argument("--lr", type=float, default=LR)
+    parser.add_argument("--batch", type=int, default=BATCH)
+    parser.add_argument(
+        "--swap", type=float, default=SWAP_GEOMETRY, help="share of captions with other geometry"
+    )
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    train(args.base, args.out, args.steps)
+    train(args.base, args.out, args.steps, lr_max=args.lr, batch=args.batch, swap=args.swap)
 
 
 if __name__ == "__main__":
