@@ -15,7 +15,7 @@ from PIL import Image
 from nodes.context import NodeContext
 from nodes.files import prefix_problem, write_new_output
 from nodes.spec import Input, NodeSpec, Output, Param
-from nodes.types import BOOL, FLOAT, IMAGE, INT, TEXT
+from nodes.types import BOOL, FLOAT, IMAGE, INT, MASK, TEXT
 from pipelines.text_limits import format_template, template_problem
 
 SEED_MAX = 2**63 - 1
@@ -63,13 +63,20 @@ def _run_show_text(ctx: NodeContext, text: str) -> dict[str, Any]:
 
 
 def _run_load_image(ctx: NodeContext, path: str) -> dict[str, Any]:
-    file = Path(path).expanduser()
+    from nodes.png import alpha_mask, pil_to_tensor
+    from pipelines.paths import RESOURCES_DIR
+
+    # builtin:NAME is a picture shipped in resources/images (the example workflows' inputs).
+    file = (
+        RESOURCES_DIR / "images" / path.removeprefix("builtin:")
+        if path.startswith("builtin:")
+        else Path(path).expanduser()
+    )
     if not file.is_file():
         raise FileNotFoundError(f"field 'path': no image at {file}")
-    from nodes.png import pil_to_tensor
 
     with Image.open(file) as image:
-        return {"image": pil_to_tensor(image)}
+        return {"image": pil_to_tensor(image), "mask": alpha_mask(image)}
 
 
 def _run_save_image(ctx: NodeContext, image: Any, prefix: str) -> dict[str, Any]:
@@ -215,8 +222,8 @@ NODES: tuple[NodeSpec, ...] = (
         category="image",
         run=_run_load_image,
         params=[Param("path", "path", default="", file_filter="Images (*.png *.jpg *.jpeg *.webp)")],
-        outputs=[Output("image", IMAGE)],
-        description="Read an image file.",
+        outputs=[Output("image", IMAGE), Output("mask", MASK)],
+        description="Read an image file; its alpha channel becomes the mask (transparent = repaint).",
     ),
     NodeSpec(
         type="SaveImage",

@@ -122,8 +122,16 @@ def _run_sampler(
 
 
 def _run_vae_decode(ctx: NodeContext, vae: VaeRef, latent: Latents) -> dict[str, Any]:
+    from pipelines.diffusion.tiled_vae import decode_tiled, plan_decode
     from pipelines.diffusion.vae import decode
 
+    # Tiles only when the memory manager predicts a full decode won't fit (VAEDecodeTiled gives control).
+    plan = plan_decode(ctx.memory, vae, latent)
+    if plan.tiled:
+        ctx.metric("vae_tiled", 1.0)
+        ctx.metric("vae_tile_px", plan.tile_px)
+        ctx.log(f"tiled VAE decode, {plan.tile_px}px tiles: {plan.reason}")
+        return {"image": decode_tiled(ctx.memory, vae, latent, plan)}
     return {"image": decode(ctx.memory, vae, latent)}
 
 

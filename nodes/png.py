@@ -34,6 +34,15 @@ def pil_to_tensor(image: Image.Image) -> torch.Tensor:
     return torch.from_numpy(array).unsqueeze(0)  # (1, H, W, C)
 
 
+def alpha_mask(image: Image.Image) -> torch.Tensor:
+    """(1, H, W) MASK from the alpha channel (transparent = 1, repaint), as ComfyUI's Load Image; zeros
+    (keep everything) when the picture has no alpha."""
+    if "A" not in image.getbands() and not (image.mode == "P" and "transparency" in image.info):
+        return torch.zeros(1, image.height, image.width)
+    alpha = np.asarray(image.convert("RGBA"), dtype=np.float32)[..., 3] / 255.0
+    return torch.from_numpy(1.0 - alpha).unsqueeze(0)
+
+
 def next_free_path(folder: Path, prefix: str, suffix: str) -> Path:
     """`prefix_00001.suffix`, the first number not taken; created exclusively (empty, 0666 & ~umask).
 

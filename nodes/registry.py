@@ -77,11 +77,11 @@ class NodeRegistry:
 
 def default_registry(*, entry_point_packs: bool = True) -> NodeRegistry:
     """A fresh registry with Nodeloom's own nodes and, unless disabled, installed node packs."""
-    from nodes import basic, diffusion, llm
+    from nodes import basic, controlnet, diffusion, image_ops, llm
     from nodes.comfy import node_types as comfy_node_types
 
     registry = NodeRegistry()
-    for module in (basic, diffusion, llm, comfy_node_types):
+    for module in (basic, diffusion, image_ops, controlnet, llm, comfy_node_types):
         registry.register_all(module.NODES)
     from nodes.lora import NODES as LORA_NODES  # LoadLoRA (issue 15)
 

@@ -27,11 +27,15 @@ DENOISER = PortType("DENOISER", "#b39ddb")
 TEXT_ENCODER = PortType("TEXT_ENCODER", "#ffd54f")
 VAE = PortType("VAE", "#ef5350")
 LLM = PortType("LLM", "#4db6ac")
+CONTROL_NET = PortType("CONTROL_NET", "#26a69a")
+UPSCALE_MODEL = PortType("UPSCALE_MODEL", "#8d6e63")
 
 # Data.
 CONDITIONING = PortType("CONDITIONING", "#ffa726")
 LATENT = PortType("LATENT", "#f48fb1")
 IMAGE = PortType("IMAGE", "#64b5f6")
+# (B, H, W) float in [0, 1]; 1 marks the region to repaint.
+MASK = PortType("MASK", "#90a4ae")
 TEXT = PortType("TEXT", "#aed581")
 STRING = PortType("STRING", "#c5e1a5", feeds=frozenset({"TEXT"}))
 INT = PortType("INT", "#80deea", feeds=frozenset({"FLOAT"}))
@@ -45,9 +49,12 @@ BUILTIN_TYPES: tuple[PortType, ...] = (
     TEXT_ENCODER,
     VAE,
     LLM,
+    CONTROL_NET,
+    UPSCALE_MODEL,
     CONDITIONING,
     LATENT,
     IMAGE,
+    MASK,
     TEXT,
     STRING,
     INT,

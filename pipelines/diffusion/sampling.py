@@ -23,6 +23,7 @@ import torch
 from diffusers.utils.torch_utils import randn_tensor
 
 from memory import MemoryManager, Working
+from pipelines.diffusion.controlnet import ActiveControls
 from pipelines.diffusion.lora import use_denoiser
 from pipelines.diffusion.schedulers import make_scheduler
 from pipelines.diffusion.values import Conditioning, DenoiserRef, Latents
@@ -119,6 +120,7 @@ def batched_conditioning(cond: Conditioning, batch: int) -> Conditioning:
         attention_mask=rep(cond.attention_mask),
         family=cond.family,
         text=cond.text,
+        controls=cond.controls,
     )
 
 
@@ -148,8 +150,9 @@ def _predict_noise(
     t: torch.Tensor,
     cond: Conditioning,
     added_cond_kwargs: dict[str, Any] | None,
+    control_residuals: dict[str, Any] | None = None,
 ) -> torch.Tensor:
-    """One denoiser call on a (possibly CFG-doubled) batch."""
+    """One denoiser call on a (possibly CFG-doubled) batch; `control_residuals` are ControlNets' outputs."""
     if ref.family.name == "pixart_sigma":
         # PixArt takes the timestep as a batch vector and returns (noise, variance) when it learned sigma.
         timestep = t[None].to(x.device).expand(x.shape[0]) if t.ndim == 0 else t.expand(x.shape[0])
@@ -171,7 +174,45 @@ def _predict_noise(
         timestep_cond=None,
         added_cond_kwargs=added_cond_kwargs,
         return_dict=False,
+        **(control_residuals or {}),
     )[0]
+
+
+def _inpaint_channels(
+    denoiser: DenoiserRef, latents: Latents, do_cfg: bool, device: torch.device
+) -> torch.Tensor | None:
+    """The extra input channels an inpainting UNet expects, checked against its config."""
+    wanted = int(denoiser.config.get("in_channels", latents.samples.shape[1])) - latents.samples.shape[1]
+    given = 0 if latents.concat is None else latents.concat.shape[1]
+    if wanted != given:
+        if given == 0:
+            raise ValueError(
+                f"this denoiser takes {wanted} extra input channels (an inpainting model): feed its latent "
+                "through Inpaint Conditioning (picture + mask)"
+            )
+        raise ValueError(f"the latent carries {given} inpainting channels but this denoiser takes {wanted}")
+    if latents.concat is None:
+        return None
+    concat = latents.concat.to(device=device, dtype=denoiser.dtype)
+    if concat.shape[0] != latents.samples.shape[0]:
+        concat = concat.repeat(latents.samples.shape[0] // concat.shape[0], 1, 1, 1)
+    return torch.cat([concat] * 2) if do_cfg else concat
+
+
+def _keep_unmasked(
+    scheduler: Any,
+    x: torch.Tensor,
+    keep: tuple[torch.Tensor, torch.Tensor],
+    noise: torch.Tensor,
+    timesteps: torch.Tensor,
+    i: int,
+) -> torch.Tensor:
+    """Outside the noise mask, put back the original latents noised to the next step's level (exact at the
+    last step), as diffusers' StableDiffusionInpaintPipeline does for 4-channel UNets."""
+    mask, original = keep
+    if i < len(timesteps) - 1:
+        original = scheduler.add_noise(original, noise, timesteps[i + 1 : i + 2].repeat(original.shape[0]))
+    return (1 - mask) * original + mask * x
 
 
 @torch.no_grad()
@@ -192,6 +233,17 @@ def sample(
             raise ValueError(f"{name} conditioning is for {cond.family!r}, the denoiser is {family!r}")
     if not 0.0 < settings.denoise <= 1.0:
         raise ValueError(f"denoise must be in (0, 1], got {settings.denoise}")
+    extras = latents.noise_mask is not None or latents.concat is not None
+    extras = extras or bool(positive.controls) or (negative is not None and bool(negative.controls))
+    if settings.scheduler.startswith("k_") and extras:
+        raise ValueError(
+            "ControlNet and inpainting run with the diffusers schedulers (dpmpp_2m, euler, ...); "
+            f"{settings.scheduler} does not support them yet"
+        )
+    if denoiser.family.flow and latents.noise_mask is not None:
+        raise ValueError(f"a latent noise mask (inpainting) is not supported for {family!r} models yet")
+    if denoiser.family.flow and (positive.controls or (negative is not None and negative.controls)):
+        raise ValueError(f"ControlNet is not supported for {family!r} models yet (SD 1.x and SDXL are)")
     if settings.scheduler.startswith("k_"):
         if denoiser.family.flow and settings.scheduler == "k_euler":
             # Flow models keep their flow-matching Euler loop (ComfyUI's euler on a flow model is Euler too).
@@ -238,6 +290,13 @@ def sample(
         init = latents.samples.to(device=device, dtype=denoiser.dtype)
         x = scheduler.add_noise(init, noise, timesteps[:1].repeat(batch))
     extra_step_kwargs = _extra_step_kwargs(scheduler, generator, settings.eta)
+    concat = _inpaint_channels(denoiser, latents, do_cfg, device)
+    keep = None
+    if latents.noise_mask is not None:  # inpainting with an ordinary model: (mask, original latents)
+        keep = (
+            latents.noise_mask.to(device=device, dtype=denoiser.dtype),
+            latents.samples.to(device, denoiser.dtype),
+        )
 
     # 4. Prepare conditioning: negative first, then positive, as one doubled batch under CFG
     positive = batched_conditioning(positive, batch)
@@ -256,21 +315,34 @@ def sample(
             "time_ids": torch.cat([time_ids] * len(conds)).to(device),
         }
 
-    # 5. Denoising loop
+    controls = ActiveControls(
+        mm, positive, negative, do_cfg=do_cfg, batch=batch, height=height, width=width, dtype=denoiser.dtype
+    )
+
+    # 5. Denoising loop (the ControlNets, if any, are held next to the denoiser for the whole loop)
     working = denoiser_working(denoiser, height, width, batch, do_cfg)
-    with use_denoiser(mm, denoiser, working=working) as model:
+    with use_denoiser(mm, denoiser, working=working) as model, controls:
         for i, t in enumerate(timesteps):
             started = time.perf_counter()
             model_input = torch.cat([x] * 2) if do_cfg else x
             model_input = scheduler.scale_model_input(model_input, t)
 
-            noise_pred = _predict_noise(model, denoiser, model_input, t, cond, added_cond_kwargs)
+            residuals = (
+                controls.residuals(model_input, t, embeds, i, len(timesteps), added_cond_kwargs)
+                if controls
+                else None
+            )
+            if concat is not None:  # inpainting UNet: [latents, mask, masked-picture latents]
+                model_input = torch.cat([model_input, concat], dim=1)
+            noise_pred = _predict_noise(model, denoiser, model_input, t, cond, added_cond_kwargs, residuals)
 
             if do_cfg:
                 noise_pred_uncond, noise_pred_text = noise_pred.chunk(2)
                 noise_pred = noise_pred_uncond + settings.cfg * (noise_pred_text - noise_pred_uncond)
 
             x = scheduler.step(noise_pred, t, x, **extra_step_kwargs, return_dict=False)[0]
+            if keep is not None:
+                x = _keep_unmasked(scheduler, x, keep, noise, timesteps, i)
 
             if on_step is not None:
                 on_step(
@@ -283,4 +355,9 @@ def sample(
                     )
                 )
 
-    return Latents(samples=x.cpu(), vae_scale_factor=latents.vae_scale_factor, source="sampled")
+    return Latents(
+        samples=x.cpu(),
+        vae_scale_factor=latents.vae_scale_factor,
+        source="sampled",
+        noise_mask=latents.noise_mask,
+    )

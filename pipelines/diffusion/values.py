@@ -115,6 +115,8 @@ class Conditioning:
     pooled: torch.Tensor | None = None  # (B, P) SDXL: text_encoder_2's projected EOS embedding
     attention_mask: torch.Tensor | None = None  # (B, S) T5 families: 1 for real tokens
     text: str = ""
+    # ControlNet hints (pipelines.diffusion.controlnet.ControlHint) applied with this prompt; they stack.
+    controls: tuple[Any, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -126,6 +128,10 @@ class Latents:
     # Where the samples came from: "empty" (EmptyLatent: only the shape matters), "encoded" (VAEEncode),
     # "sampled" (a sampler's output).
     source: str = "empty"
+    # Inpainting with an ordinary model: (B or 1, 1, H / scale, W / scale), 1 = repaint, 0 = keep the samples.
+    noise_mask: torch.Tensor | None = None
+    # Inpainting models: extra input channels (mask + masked-picture latents) concatenated to the latents.
+    concat: torch.Tensor | None = None
 
     @property
     def pixel_size(self) -> tuple[int, int]:
