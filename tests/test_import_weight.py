@@ -60,6 +60,7 @@ window.close()
         "pipelines.diffusion.schedulers",
         "pipelines.diffusion.prompt_weights",
         "pipelines.diffusion.resize",
+        "pipelines.diffusion.tiling",
     }
     assert not [m for m in modules if m.startswith("pipelines.diffusion.") and m not in light]
 
