@@ -13,8 +13,8 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QRegularExpressionValidator
+from PySide6.QtCore import QEvent, Qt, Signal
+from PySide6.QtGui import QKeyEvent, QKeySequence, QRegularExpressionValidator, QTextCursor
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -37,12 +37,46 @@ from nodes.graph_model import GraphModel
 from nodes.spec import Param
 
 INT32 = 2**31 - 1
+_UNDO_KEYS = (QKeySequence.StandardKey.Undo, QKeySequence.StandardKey.Redo)
+
+
+class PromptEdit(QPlainTextEdit):
+    """A multi-line text box that leaves Tab and Ctrl+Z to the window.
+
+    Tab asks for the node palette (as on the canvas) instead of inserting a tab character. Undo/redo go
+    to the graph's undo stack, where typing is one merged edit: the box's own undo would wipe the text and
+    record that as a new edit.
+    """
+
+    tab_pressed = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setUndoRedoEnabled(False)
+
+    def event(self, event: QEvent) -> bool:
+        if event.type() == QEvent.Type.ShortcutOverride and isinstance(event, QKeyEvent):
+            if any(event.matches(k) for k in _UNDO_KEYS):
+                event.ignore()  # not ours: the window's Undo/Redo shortcut gets the key
+                return True
+        return super().event(event)
+
+    def keyPressEvent(self, event: QKeyEvent) -> None:
+        if event.key() == Qt.Key.Key_Tab and event.modifiers() == Qt.KeyboardModifier.NoModifier:
+            self.tab_pressed.emit()
+            return
+        super().keyPressEvent(event)
+
+    def set_text_keep_cursor(self, text: str) -> None:
+        self.setPlainText(text)
+        self.moveCursor(QTextCursor.MoveOperation.End)
 
 
 class ParamEditor(QWidget):
     """One parameter's widget; `set_value` never re-emits."""
 
     changed = Signal(object)
+    tab_pressed = Signal()
 
     def __init__(self, param: Param, value: Any, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -53,13 +87,16 @@ class ParamEditor(QWidget):
         self.editor: QWidget
         self._get: Callable[[], Any]
         self._set: Callable[[Any], None]
+        self._shown: Callable[[], Any] | None = None  # what the widget shows, when _get would invent a value
         kind = param.kind
         if kind == "text":
-            box = QPlainTextEdit()
+            box = PromptEdit()
             box.setMinimumHeight(110)
             box.setPlaceholderText(param.help or "Type here…")
             box.textChanged.connect(self._emit)
-            self.editor, self._get, self._set = box, box.toPlainText, lambda v: box.setPlainText(str(v or ""))
+            box.tab_pressed.connect(self.tab_pressed)
+            self.editor, self._get = box, box.toPlainText
+            self._set = lambda v: box.set_text_keep_cursor(str(v or ""))
         elif kind == "int":
             spin = QSpinBox()
             spin.setRange(
@@ -95,9 +132,10 @@ class ParamEditor(QWidget):
             line = QLineEdit()
             line.setValidator(QRegularExpressionValidator(r"\d{0,19}"))
             line.editingFinished.connect(self._emit)
-            dice = QPushButton("🎲")
+            # Plain text: an emoji die renders as an empty box where no emoji font is installed.
+            dice = QPushButton("Random")
+            dice.setObjectName("diceButton")
             dice.setToolTip("Pick a random seed")
-            dice.setFixedWidth(34)
             top = int(param.max) if param.max is not None else 2**32 - 1
             dice.clicked.connect(
                 lambda: (line.setText(str(random.randint(int(param.min or 0), top))), self._emit())
@@ -105,6 +143,7 @@ class ParamEditor(QWidget):
             layout.addWidget(line, 1)
             layout.addWidget(dice)
             self.editor, self._get = line, lambda: int(line.text() or 0)
+            self._shown = lambda: int(line.text()) if line.text() else None
             self._set = lambda v: line.setText(str(v if v is not None else 0))
         else:  # string, path
             line = QLineEdit()
@@ -146,7 +185,7 @@ class ParamEditor(QWidget):
 
     def _value_or_none(self) -> Any:
         try:
-            return self._get()
+            return (self._shown or self._get)()
         except (ValueError, AttributeError):
             return None
 
@@ -157,6 +196,7 @@ class ParamEditor(QWidget):
 
 class Inspector(QScrollArea):
     edited = Signal(str, str, object)  # node id, param name, value
+    palette_requested = Signal()  # Tab in a text box
 
     def __init__(self, model: GraphModel, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -227,6 +267,7 @@ class Inspector(QScrollArea):
                 continue
             editor = ParamEditor(param, node.params.get(param.name))
             editor.changed.connect(lambda value, name=param.name: self.edited.emit(node_id, name, value))
+            editor.tab_pressed.connect(self.palette_requested)
             self.editors[param.name] = editor
             if param.kind == "text":
                 form.addRow(QLabel(param.name))

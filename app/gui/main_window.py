@@ -83,6 +83,7 @@ class MainWindow(FileOpsMixin, EditOpsMixin, RunOpsMixin, QMainWindow):
         self.scene.wire_dropped.connect(self._wire_dropped)
         self._pending_wire: tuple[str, str, str] | None = None
         self.inspector.edited.connect(self._param_edited)
+        self.inspector.palette_requested.connect(self._palette_from_inspector)
         self.undo_stack.cleanChanged.connect(self._undo_changed)
         self.undo_stack.indexChanged.connect(self._undo_changed)
         self.runner.run_event.connect(self.on_run_event)
@@ -283,6 +284,11 @@ class MainWindow(FileOpsMixin, EditOpsMixin, RunOpsMixin, QMainWindow):
         self.status(
             "Tab or double-click the canvas to add a node · drag from a port to connect · Ctrl+Enter runs"
         )
+
+    def _palette_from_inspector(self) -> None:
+        """Tab in a prompt box: back to the canvas with the palette open, as Tab there does."""
+        self.view.setFocus()
+        self.open_palette(self.view.mapToScene(self.view.viewport().rect().center()))
 
     def status(self, message: str) -> None:
         self.statusBar().showMessage(message, 15000)
