@@ -68,7 +68,14 @@ def _run_show_text(ctx: NodeContext, text: str) -> dict[str, Any]:
 
 
 def _run_load_image(ctx: NodeContext, path: str) -> dict[str, Any]:
-    file = Path(path).expanduser()
+    from pipelines.paths import RESOURCES_DIR
+
+    # builtin:NAME is a picture shipped in resources/images (the img2img example's input).
+    file = (
+        RESOURCES_DIR / "images" / path.removeprefix("builtin:")
+        if path.startswith("builtin:")
+        else Path(path).expanduser()
+    )
     if not file.is_file():
         raise FileNotFoundError(f"field 'path': no image at {file}")
     with Image.open(file) as image:

@@ -21,10 +21,11 @@ from nodes.types import CONDITIONING, DENOISER, IMAGE, LATENT, TEXT_ENCODER, VAE
 from pipelines.diffusion.conditioning import encode_prompt
 from pipelines.diffusion.families import FAMILIES
 from pipelines.diffusion.loading import load_component_file, load_model, read_json
-from pipelines.diffusion.previews import latent_preview
+from pipelines.diffusion.previews import latent_preview, load_preview_decoder, model_folder
 from pipelines.diffusion.sampling import SamplerSettings, StepInfo, sample
 from pipelines.diffusion.schedulers import SCHEDULER_NAMES
 from pipelines.diffusion.single_file import CONFIG_DIRS
+from pipelines.diffusion.sizes import size_for_denoiser
 from pipelines.diffusion.vae import decode, encode
 from pipelines.diffusion.values import DenoiserRef, Latents, TextEncoderRef, VaeRef
 from pipelines.paths import resolve_model_path
@@ -134,8 +135,16 @@ def _run_empty_latent(
         channels, scale = vae.latent_channels, vae.scale_factor
     elif denoiser is not None:
         channels, scale = int(denoiser.config.get("in_channels", 4)), denoiser.vae_scale_factor
-    if width % scale or height % scale:
-        raise ValueError(f"width and height must be multiples of {scale} (got {width}x{height})")
+    # 0 (the default) means the model's native size: 64 for the built-in model, 512 for SD1.x, 1024 SDXL.
+    native, multiple = 512, scale
+    if denoiser is not None:
+        size = size_for_denoiser(denoiser)
+        native, multiple = size.native, size.multiple
+    elif vae is not None and isinstance(vae.config.get("sample_size"), int):
+        native = int(vae.config["sample_size"])
+    width, height = width or native, height or native
+    if width % multiple or height % multiple:
+        raise ValueError(f"width and height must be multiples of {multiple} (got {width}x{height})")
     samples = torch.zeros(batch, channels, height // scale, width // scale)
     return {"latent": Latents(samples=samples, vae_scale_factor=scale, source="empty")}
 
@@ -145,7 +154,7 @@ def _run_sampler(
     denoiser: DenoiserRef,
     positive: Any,
     negative: Any,
-    latent: Latents,
+    latent: Latents | None,
     scheduler: str,
     steps: int,
     cfg: float,
@@ -154,10 +163,16 @@ def _run_sampler(
     preview_every: int,
 ) -> dict[str, Any]:
     settings = SamplerSettings(scheduler=scheduler, steps=steps, cfg=cfg, seed=seed, denoise=denoise)
+    if latent is None:
+        latent = _run_empty_latent(ctx, denoiser, None, 0, 0, 1)["latent"]
+
+    decoder = load_preview_decoder(model_folder(denoiser.handle.spec.files)) if preview_every > 0 else None
 
     def on_step(info: StepInfo) -> None:
         show = preview_every > 0 and (info.step % preview_every == 0 or info.step == info.total)
-        preview = latent_preview(info.latents, denoiser.family) if show else None
+        # The x0 prediction: what the picture is becoming (the noisy latents are mostly noise mid-run).
+        seen = info.denoised if info.denoised is not None else info.latents
+        preview = latent_preview(seen, denoiser.family, decoder=decoder) if show else None
         ctx.progress(info.step, info.total, kind="sampler_step", preview=preview)  # raises Cancelled
 
     out = sample(ctx.memory, denoiser, positive, negative, latent, settings, on_step=on_step)
@@ -174,6 +189,7 @@ def _run_vae_encode(ctx: NodeContext, vae: VaeRef, image: torch.Tensor) -> dict[
 
 _MODEL_FILTER = "Diffusion models (*.safetensors *.ckpt model_index.json);;Folders (dir)"
 _FAMILY_CHOICES = tuple(FAMILIES)
+_SIZE_HELP = "pixels; 0: the connected model's native size"
 
 NODES: tuple[NodeSpec, ...] = (
     NodeSpec(
@@ -250,8 +266,8 @@ NODES: tuple[NodeSpec, ...] = (
         category="diffusion/latent",
         inputs=[Input("denoiser", DENOISER, optional=True), Input("vae", VAE, optional=True)],
         params=[
-            Param("width", "int", default=512, min=8, max=8192, step=8),
-            Param("height", "int", default=512, min=8, max=8192, step=8),
+            Param("width", "int", default=0, min=0, max=8192, step=8, help=_SIZE_HELP),
+            Param("height", "int", default=0, min=0, max=8192, step=8, help=_SIZE_HELP),
             Param("batch", "int", default=1, min=1, max=64),
         ],
         outputs=[Output("latent", LATENT)],
@@ -265,7 +281,8 @@ NODES: tuple[NodeSpec, ...] = (
             Input("denoiser", DENOISER),
             Input("positive", CONDITIONING),
             Input("negative", CONDITIONING, optional=True),
-            Input("latent", LATENT),
+            # Unwired: an empty latent at the model's native size (as an Empty Latent with its defaults).
+            Input("latent", LATENT, optional=True),
         ],
         params=[
             Param(
@@ -299,7 +316,7 @@ NODES: tuple[NodeSpec, ...] = (
             Param(
                 "preview_every",
                 "int",
-                default=4,
+                default=1,
                 min=0,
                 max=1000,
                 help="latent preview every N steps (0: off)",

@@ -213,7 +213,7 @@ def test_one_executor_across_runs_until_the_device_settings_change(
     wait_until(lambda: window.last_result is not None, 30)
     executor = window.runner.executor
     window.run_workflow()
-    wait_until(lambda: window.run_action.isEnabled(), 30)
+    wait_until(lambda: not window.runner.running, 30)
     assert window.runner.executor is executor  # same cache
     # Settings dialog: a new policy and budget are saved and the executor is rebuilt.
     monkeypatch.setattr(

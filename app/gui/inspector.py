@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QEvent, Qt, Signal
 from PySide6.QtGui import QKeyEvent, QKeySequence, QRegularExpressionValidator, QTextCursor
@@ -33,10 +33,21 @@ from PySide6.QtWidgets import (
 )
 
 from app.gui import theme
+from app.gui.run_queue import SEED_MODES
 from nodes.graph_model import GraphModel
 from nodes.spec import Param
 
+if TYPE_CHECKING:
+    from pipelines.diffusion.sizes import ImageSize
+
 INT32 = 2**31 - 1
+
+
+def kind_is_size(param: Param) -> bool:
+    """Width/height where 0 means the connected model's native size (Empty Latent)."""
+    return param.kind == "int" and param.name in ("width", "height") and param.min == 0
+
+
 _UNDO_KEYS = (QKeySequence.StandardKey.Undo, QKeySequence.StandardKey.Redo)
 
 
@@ -78,10 +89,14 @@ class ParamEditor(QWidget):
     changed = Signal(object)
     tab_pressed = Signal()
 
-    def __init__(self, param: Param, value: Any, parent: QWidget | None = None) -> None:
+    def __init__(
+        self, param: Param, value: Any, parent: QWidget | None = None, size: ImageSize | None = None
+    ) -> None:
         super().__init__(parent)
         self.param = param
         self._quiet = False
+        # A picture size (Empty Latent's width/height) follows the connected model: steps by its multiple.
+        self.multiple = size.multiple if size is not None and kind_is_size(param) else None
         layout = QHBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         self.editor: QWidget
@@ -103,7 +118,9 @@ class ParamEditor(QWidget):
                 int(max(param.min if param.min is not None else -INT32, -INT32)),
                 int(min(param.max if param.max is not None else INT32, INT32)),
             )
-            spin.setSingleStep(int(param.step or 1))
+            spin.setSingleStep(int(self.multiple or param.step or 1))
+            if kind_is_size(param):
+                spin.setSpecialValueText(f"model size ({size.native})" if size else "model size")
             spin.setKeyboardTracking(False)
             spin.valueChanged.connect(self._emit)
             self.editor, self._get, self._set = spin, spin.value, lambda v: spin.setValue(int(v or 0))
@@ -190,19 +207,31 @@ class ParamEditor(QWidget):
             return None
 
     def _emit(self, *_args: Any) -> None:
-        if not self._quiet:
-            self.changed.emit(self._get())
+        if self._quiet:
+            return
+        value = self._get()
+        if self.multiple and value % self.multiple:  # 70 with a multiple of 8 becomes 72, not a failed run
+            value = max(self.multiple, round(value / self.multiple) * self.multiple)
+            self._quiet = True
+            try:
+                self._set(value)
+            finally:
+                self._quiet = False
+        self.changed.emit(value)
 
 
 class Inspector(QScrollArea):
     edited = Signal(str, str, object)  # node id, param name, value
     palette_requested = Signal()  # Tab in a text box
+    seed_control_changed = Signal(str, str, str)  # node id, param name, "fixed" | "increment" | "randomize"
 
     def __init__(self, model: GraphModel, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.model = model
         self.node_id: str | None = None
         self.editors: dict[str, ParamEditor] = {}
+        # The picture size of the model feeding a node (the window reads it from the graph).
+        self.size_hint: Callable[[str], ImageSize | None] = lambda _node_id: None
         self.info_label = QLabel()
         self.status_label = QLabel()
         self.setWidgetResizable(True)
@@ -265,9 +294,12 @@ class Inspector(QScrollArea):
                 label.setObjectName("hint")
                 form.addRow(param.name, label)
                 continue
-            editor = ParamEditor(param, node.params.get(param.name))
+            size = self.size_hint(node_id) if kind_is_size(param) else None
+            editor = ParamEditor(param, node.params.get(param.name), size=size)
             editor.changed.connect(lambda value, name=param.name: self.edited.emit(node_id, name, value))
             editor.tab_pressed.connect(self.palette_requested)
+            if param.kind == "seed":
+                editor.layout().addWidget(self._seed_control(node_id, param.name))
             self.editors[param.name] = editor
             if param.kind == "text":
                 form.addRow(QLabel(param.name))
@@ -277,6 +309,20 @@ class Inspector(QScrollArea):
         outer.addLayout(form)
         outer.addStretch(1)
         self.setWidget(page)
+
+    def _seed_control(self, node_id: str, name: str) -> QComboBox:
+        """After each run: keep the seed, add one, or draw a new one (saved in the workflow's ui)."""
+        combo = QComboBox()
+        combo.setObjectName("seedControl")
+        combo.setToolTip("What the seed does after each run (Run, or queueing another)")
+        for mode in SEED_MODES:
+            combo.addItem(mode, mode)
+        ui = self.model.workflow.ui.get("nodes", {}).get(node_id, {})
+        combo.setCurrentIndex(max(0, combo.findData((ui.get("seed_control") or {}).get(name, "fixed"))))
+        combo.currentIndexChanged.connect(
+            lambda _i: self.seed_control_changed.emit(node_id, name, combo.currentData())
+        )
+        return combo
 
     def set_facts(self, info: str, status: str) -> None:
         """Update the run facts and error line in place (typing in a widget is not interrupted)."""

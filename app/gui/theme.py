@@ -29,6 +29,7 @@ RUNNING = "#4e9bff"
 DONE = "#66bb6a"
 CACHED = "#8d99ae"
 QUEUED = "#b0a36a"
+BYPASS = "#9c5fd6"
 
 # Header colour for each built-in category; other categories get a stable colour from their name.
 CATEGORY_COLORS: Mapping[str, str] = MappingProxyType(
