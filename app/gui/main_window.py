@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import shiboken6
-from PySide6.QtCore import QPoint, Qt, QTimer
-from PySide6.QtGui import QAction, QCloseEvent, QKeySequence, QResizeEvent, QUndoStack
+from PySide6.QtCore import QEvent, QPoint, Qt, QTimer
+from PySide6.QtGui import QAction, QCloseEvent, QCursor, QKeySequence, QResizeEvent, QUndoStack
 from PySide6.QtWidgets import (
     QDockWidget,
     QLabel,
@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
     QMenu,
     QProgressBar,
     QToolButton,
+    QToolTip,
     QUndoView,
     QWidget,
 )
@@ -75,6 +76,7 @@ class MainWindow(FileOpsMixin, EditOpsMixin, RunOpsMixin, StaplesMixin, QMainWin
         self.view = GraphView(self.scene)
         self.setCentralWidget(self.view)
         self.minimap = Minimap(self.view)
+        self.view.installEventFilter(self)
         self.palette = NodePalette(registry, self)
         self.inspector = Inspector(self.model)
         self.output = OutputPanel()
@@ -275,6 +277,11 @@ class MainWindow(FileOpsMixin, EditOpsMixin, RunOpsMixin, StaplesMixin, QMainWin
             self._action("Zoom &Out", lambda: self.view.set_zoom(self.view.zoom() / 1.2), S.ZoomOut)
         )
         view.addAction(self._action("&Actual Size", lambda: self.view.set_zoom(1.0), "Ctrl+0"))
+        self.minimap_action = self._action("&Minimap", self._toggle_minimap, "Ctrl+Shift+M")
+        self.minimap_action.setCheckable(True)
+        self.minimap_action.setChecked(self.settings.q.value("view/minimap", True) not in (False, "false"))
+        self.minimap.setVisible(self.minimap_action.isChecked())
+        view.addAction(self.minimap_action)
         view.addSeparator()
         for dock in (
             self.inspector_dock,
@@ -427,15 +434,34 @@ class MainWindow(FileOpsMixin, EditOpsMixin, RunOpsMixin, StaplesMixin, QMainWin
 
     def status(self, message: str) -> None:
         self.statusBar().showMessage(message, 15000)
+        if message.startswith("Can't connect"):  # a refusal is shown where the wire was released, too
+            QToolTip.showText(QCursor.pos(), message, self.view)
 
     def resizeEvent(self, event: QResizeEvent) -> None:
         super().resizeEvent(event)
         self._place_minimap()
 
+    def _toggle_minimap(self) -> None:
+        self.minimap.setVisible(self.minimap_action.isChecked())
+        self.settings.q.setValue("view/minimap", self.minimap_action.isChecked())
+        self._place_minimap()
+
+    def eventFilter(self, watched: object, event: object) -> bool:
+        # The canvas changes size when docks move or resize, not only with the window.
+        if watched is self.view and getattr(event, "type", lambda: None)() == QEvent.Type.Resize:
+            QTimer.singleShot(0, self._place_minimap)
+        return super().eventFilter(watched, event)  # type: ignore[arg-type]
+
     def _place_minimap(self) -> None:
-        area = self.view.viewport().rect()
+        if not shiboken6.isValid(self.minimap):
+            return
+        # Inside the canvas's visible area (not under a scroll bar or a dock), bottom right.
+        area = self.view.viewport().geometry()
         self.minimap.move(
-            QPoint(area.width() - self.minimap.width() - 12, area.height() - self.minimap.height() - 12)
+            QPoint(
+                max(0, area.right() - self.minimap.width() - 12),
+                max(0, area.bottom() - self.minimap.height() - 12),
+            )
         )
 
     def showEvent(self, event: object) -> None:
