@@ -30,7 +30,9 @@ def test_the_minimap_stays_inside_the_canvas_and_can_be_hidden(qtbot, tmp_path: 
     window = make_window(qtbot, tmp_path, registry)
     window.resizeDocks([window.inspector_dock], [700], Qt.Orientation.Horizontal)
     qtbot.wait(50)
-    qtbot.waitUntil(lambda: window.view.viewport().geometry().contains(window.minimap.geometry()), timeout=2000)
+    qtbot.waitUntil(
+        lambda: window.view.viewport().geometry().contains(window.minimap.geometry()), timeout=2000
+    )
     assert window.minimap.isVisible()
     window.minimap_action.trigger()
     assert not window.minimap.isVisible()
