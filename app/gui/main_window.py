@@ -492,6 +492,7 @@ class MainWindow(FileOpsMixin, EditOpsMixin, RunOpsMixin, StaplesMixin, QMainWin
             if self.runner.running:
                 self.status("Settings saved; they apply to the next run")
             elif self.start_memory_manager():
+                self.plots.new_series()
                 self.status(
                     f"Settings saved: device {self.settings.memory.device}, "
                     f"policy {self.settings.memory.policy}"
