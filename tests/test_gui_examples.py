@@ -57,3 +57,22 @@ def test_img2img_runs_as_shipped(tmp_path: Path) -> None:
     assert json.loads((WORKFLOWS / "img2img.json").read_text())["nodes"]["image"]["params"]["path"]
     assert main(["--run", str(WORKFLOWS / "img2img.json"), "--out", str(tmp_path), "--quiet"]) == 0
     assert list(tmp_path.glob("*.png"))
+
+
+def test_file_import_hands_the_file_to_the_importer_and_opens_the_result_unsaved(
+    window: MainWindow, tmp_path: Path
+) -> None:
+    from nodes.workflow import read_workflow_json, workflow_from_dict
+
+    foreign = tmp_path / "comfy.json"
+    foreign.write_text("{}")
+    seen: list[Path] = []
+
+    def importer(path: Path, registry):  # noqa: ANN001, ANN202
+        seen.append(path)
+        return workflow_from_dict(read_workflow_json(WORKFLOWS / "text_demo.json"), registry)
+
+    assert window.import_path(foreign, importer)
+    assert seen == [foreign] and window.path is None and "*" in window.windowTitle()
+    assert sorted(window.model.node_ids()) == ["greeting", "name", "save", "show"]
+    assert window.import_action.text() == "&Import…"

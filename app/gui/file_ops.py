@@ -220,6 +220,32 @@ class FileOpsMixin:
         self.status(f"Saved {path}")
         return True
 
+    def import_dialog(self: MainWindow) -> None:
+        """File > Import…: another tool's workflow through `app.importing.import_file`, opened unsaved."""
+        from app.importing import IMPORT_FILTER, ImportUnavailable, import_file
+
+        if not self.confirm_discard():
+            return
+        start = str(self.path.parent) if self.path else str(Path.cwd())
+        path, _ = QFileDialog.getOpenFileName(self, "Import workflow", start, IMPORT_FILTER)
+        if path:
+            self.import_path(Path(path), import_file, ImportUnavailable)
+
+    def import_path(self: MainWindow, path: Path, importer: Any, unavailable: type = Exception) -> bool:
+        try:
+            wf = importer(path, self.registry)
+        except WorkflowError as exc:
+            self.show_problems(f"Cannot import {path.name}", exc.problems)
+            return False
+        except unavailable as exc:
+            QMessageBox.information(self, "Import", str(exc))
+            return False
+        self.set_workflow(wf, None)  # an import is a new file: Save asks where
+        self._force_dirty = True
+        self.update_title()
+        self.status(f"Imported {path}")
+        return True
+
     def fill_recent_menu(self: MainWindow) -> None:
         menu = self.recent_menu
         menu.clear()

@@ -205,6 +205,10 @@ class MainWindow(FileOpsMixin, EditOpsMixin, RunOpsMixin, StaplesMixin, QMainWin
         self.recent_menu = QMenu("Open &Recent", self)
         self.recent_menu.aboutToShow.connect(self.fill_recent_menu)
         file_menu.addMenu(self.recent_menu)
+        self.import_action = self._action(
+            "&Import…", self.import_dialog, "Ctrl+I", tip="Open another tool's workflow"
+        )
+        file_menu.addAction(self.import_action)
         file_menu.addSeparator()
         file_menu.addAction(self.save_action)
         file_menu.addAction(self.save_as_action)
