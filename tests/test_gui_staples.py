@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -104,3 +105,23 @@ def test_rename_shows_on_the_canvas_and_find_jumps_to_it(window: MainWindow, tmp
     assert window.scene.node_items["add"].isSelected()
     assert window.find_in_graph("totext") == "text"
     assert window.find_in_graph("nothing like this") is None
+
+
+def test_a_headless_run_honours_the_modes_saved_by_the_editor(tmp_path: Path) -> None:
+    from app.main import main
+
+    wf = json.loads(
+        (Path(__file__).resolve().parent.parent / "resources/workflows/text_demo.json").read_text()
+    )
+    out = tmp_path / "out"
+    assert main(["--run", str(_write(tmp_path / "a.json", wf)), "--out", str(out), "--quiet"]) == 0
+    assert list(out.glob("*.txt"))
+    wf["ui"]["nodes"].setdefault("save", {})["mode"] = "mute"
+    muted = tmp_path / "muted"
+    assert main(["--run", str(_write(tmp_path / "b.json", wf)), "--out", str(muted), "--quiet"]) == 0
+    assert not list(muted.glob("*.txt"))
+
+
+def _write(path: Path, data: dict) -> Path:
+    path.write_text(json.dumps(data))
+    return path
