@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from PySide6.QtCore import Qt
 
+from app.gui.history import read_history
 from app.gui.main_window import MainWindow
 from nodes.workflow import workflow_from_dict
 from tests import gui_support
@@ -72,6 +73,8 @@ def test_bypass_passes_the_input_through_and_mute_skips(qtbot, window: MainWindo
     qtbot.keyClick(window.view, Qt.Key.Key_B, Qt.KeyboardModifier.ControlModifier)
     assert window.scene.node_items["add"].mode() == "bypass"
     assert run_and_read(window, out) == ["3"]  # Add passed its first INT input through
+    # The output history keeps the graph as edited: reopening it brings the bypassed node back.
+    assert read_history(out)[-1].workflow["ui"]["nodes"]["add"]["mode"] == "bypass"
     qtbot.keyClick(window.view, Qt.Key.Key_B, Qt.KeyboardModifier.ControlModifier)  # again: back to normal
     window.scene.clearSelection()
     window.scene.node_items["save"].setSelected(True)

@@ -371,7 +371,8 @@ class MainWindow(FileOpsMixin, EditOpsMixin, RunOpsMixin, StaplesMixin, QMainWin
             for p in spec.params
             if p.kind == "seed" and isinstance(wf.nodes[nid].params.get(p.name), int)
         }
-        entry = HistoryEntry(time.time(), job.label, wf.to_dict(), seeds, files, texts, result.to_json())
+        graph = (job.source or wf).to_dict()  # as edited: bypassed/muted nodes come back on reopen
+        entry = HistoryEntry(time.time(), job.label, graph, seeds, files, texts, result.to_json())
         try:
             append_history(self.settings.output_dir, entry)
         except OSError as exc:

@@ -37,7 +37,8 @@ MIB = 1024 * 1024
 class RunOpsMixin:
     def run_workflow(self: MainWindow) -> bool:
         """Run the graph as it is now; while a run is going, queue it (Run queue dock)."""
-        wf = apply_node_modes(self.model.to_workflow(), self.registry)  # bypassed/muted nodes set aside
+        source = self.model.to_workflow()
+        wf = apply_node_modes(source, self.registry)  # bypassed/muted nodes set aside
         if not wf.nodes:
             self.status("Nothing to run: add nodes first (Tab)")
             return False
@@ -48,12 +49,12 @@ class RunOpsMixin:
             return False
         label = self._run_label(wf)
         if self.runner.running:
-            self.queue.add(QueuedRun(wf, label))
+            self.queue.add(QueuedRun(wf, label, source=source))
             self.queue_dock.show()
             self.status(f"Queued: {label} ({len(self.queue.jobs)} waiting)")
             self._apply_seed_controls(wf)
             return True
-        if not self._start_run(wf, label):
+        if not self._start_run(wf, label, source):
             return False
         self._apply_seed_controls(wf)
         return True
@@ -78,7 +79,7 @@ class RunOpsMixin:
             if isinstance(value, int):
                 self.model.set_param(nid, param, next_seed(value, mode, self._seed_rng))
 
-    def _start_run(self: MainWindow, wf: Any, label: str) -> bool:
+    def _start_run(self: MainWindow, wf: Any, label: str, source: Any = None) -> bool:
         try:
             self.runner.configure(self.settings.memory, allow_pickle=self.settings.allow_pickle)
         except Exception as exc:  # a bad device string or budget: tell the user, keep the editor alive
@@ -98,7 +99,7 @@ class RunOpsMixin:
             f"policy {self.settings.memory.policy})"
         )
         self.runner.start(wf, self.settings.output_dir)
-        self.current_run = QueuedRun(wf, label)
+        self.current_run = QueuedRun(wf, label, source=source)
         self.queue.set_running(label)
         self._set_running(True)
         return True
@@ -106,7 +107,7 @@ class RunOpsMixin:
     def _start_next_queued(self: MainWindow) -> None:
         while self.queue.jobs and not self.runner.running:
             job = self.queue.pop()
-            if job is not None and self._start_run(job.workflow, job.label):
+            if job is not None and self._start_run(job.workflow, job.label, job.source):
                 return
 
     def cancel_run(self: MainWindow) -> None:

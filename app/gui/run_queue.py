@@ -32,9 +32,10 @@ SEED_TOP = 2**32 - 1  # randomize stays in the range every tool (and a 32-bit fi
 
 @dataclass
 class QueuedRun:
-    workflow: Workflow
+    workflow: Workflow  # what runs (bypassed/muted nodes already set aside)
     label: str
     queued_at: float = field(default_factory=time.time)
+    source: Workflow | None = None  # the graph as edited, modes included: what the history reopens
 
 
 def seed_controls(workflow: Workflow) -> dict[tuple[str, str], str]:
