@@ -36,6 +36,7 @@ from nodes.events import (
     RunStarted,
 )
 from nodes.executor import Executor, RunResult
+from nodes.modes import apply_node_modes
 from nodes.registry import NodeRegistry
 from nodes.workflow import Problem, Workflow, WorkflowError, atomic_write_text, validate
 
@@ -250,7 +251,9 @@ def run_headless(args: Any, registry: NodeRegistry) -> int:
     except WorkflowError as exc:
         err.print(f"[red]error[/]: {escape(str(exc))}", highlight=False)
         return EXIT_INVALID
-    problems = apply_overrides(wf, overrides, registry) + validate(wf, registry)
+    problems = apply_overrides(wf, overrides, registry)
+    wf = apply_node_modes(wf, registry)  # nodes bypassed or muted in the editor run here as they do there
+    problems += validate(wf, registry)
     if problems:
         err.print(f"[red]error[/]: {escape(str(WorkflowError(problems)))}", highlight=False)
         return EXIT_INVALID

@@ -77,6 +77,7 @@ def _run_empty_latent(
 ) -> dict[str, Any]:
     import torch
 
+    from pipelines.diffusion.sizes import size_for_denoiser
     from pipelines.diffusion.values import Latents
 
     # Channels and pixels-per-latent come from the VAE if wired, else the denoiser, else SD's 4 and 8.
@@ -85,8 +86,16 @@ def _run_empty_latent(
         channels, scale = vae.latent_channels, vae.scale_factor
     elif denoiser is not None:
         channels, scale = int(denoiser.config.get("in_channels", 4)), denoiser.vae_scale_factor
-    if width % scale or height % scale:
-        raise ValueError(f"width and height must be multiples of {scale} (got {width}x{height})")
+    # 0 (the default) means the model's native size: 64 for the built-in model, 512 for SD1.x, 1024 SDXL.
+    native, multiple = 512, scale
+    if denoiser is not None:
+        size = size_for_denoiser(denoiser)
+        native, multiple = size.native, size.multiple
+    elif vae is not None and isinstance(vae.config.get("sample_size"), int):
+        native = int(vae.config["sample_size"])
+    width, height = width or native, height or native
+    if width % multiple or height % multiple:
+        raise ValueError(f"width and height must be multiples of {multiple} (got {width}x{height})")
     samples = torch.zeros(batch, channels, height // scale, width // scale)
     return {"latent": Latents(samples=samples, vae_scale_factor=scale, source="empty")}
 
@@ -96,7 +105,7 @@ def _run_sampler(
     denoiser: DenoiserRef,
     positive: Any,
     negative: Any,
-    latent: Latents,
+    latent: Latents | None,
     scheduler: str,
     sigma_schedule: str,
     steps: int,
@@ -105,16 +114,22 @@ def _run_sampler(
     denoise: float,
     preview_every: int,
 ) -> dict[str, Any]:
-    from pipelines.diffusion.previews import latent_preview
+    from pipelines.diffusion.previews import latent_preview, load_preview_decoder, model_folder
     from pipelines.diffusion.sampling import SamplerSettings, StepInfo, sample
 
     settings = SamplerSettings(
         scheduler=scheduler, sigma_schedule=sigma_schedule, steps=steps, cfg=cfg, seed=seed, denoise=denoise
     )
+    if latent is None:
+        latent = _run_empty_latent(ctx, denoiser, None, 0, 0, 1)["latent"]
+
+    decoder = load_preview_decoder(model_folder(denoiser.handle.spec.files)) if preview_every > 0 else None
 
     def on_step(info: StepInfo) -> None:
         show = preview_every > 0 and (info.step % preview_every == 0 or info.step == info.total)
-        preview = latent_preview(info.latents, denoiser.family) if show else None
+        # The x0 prediction: what the picture is becoming (the noisy latents are mostly noise mid-run).
+        seen = info.denoised if info.denoised is not None else info.latents
+        preview = latent_preview(seen, denoiser.family, decoder=decoder) if show else None
         ctx.progress(info.step, info.total, kind="sampler_step", preview=preview)  # raises Cancelled
 
     out = sample(ctx.memory, denoiser, positive, negative, latent, settings, on_step=on_step)
@@ -142,6 +157,7 @@ def _run_vae_encode(ctx: NodeContext, vae: VaeRef, image: torch.Tensor) -> dict[
 
 
 _MODEL_FILTER = "Diffusion models (*.safetensors *.ckpt model_index.json);;Folders (dir)"
+_SIZE_HELP = "pixels; 0: the connected model's native size"
 
 NODES: tuple[NodeSpec, ...] = (
     NodeSpec(
@@ -205,8 +221,8 @@ NODES: tuple[NodeSpec, ...] = (
         category="diffusion/latent",
         inputs=[Input("denoiser", DENOISER, optional=True), Input("vae", VAE, optional=True)],
         params=[
-            Param("width", "int", default=512, min=8, max=8192, step=8),
-            Param("height", "int", default=512, min=8, max=8192, step=8),
+            Param("width", "int", default=0, min=0, max=8192, step=8, help=_SIZE_HELP),
+            Param("height", "int", default=0, min=0, max=8192, step=8, help=_SIZE_HELP),
             Param("batch", "int", default=1, min=1, max=64),
         ],
         outputs=[Output("latent", LATENT)],
@@ -220,7 +236,8 @@ NODES: tuple[NodeSpec, ...] = (
             Input("denoiser", DENOISER),
             Input("positive", CONDITIONING),
             Input("negative", CONDITIONING, optional=True),
-            Input("latent", LATENT),
+            # Unwired: an empty latent at the model's native size (as an Empty Latent with its defaults).
+            Input("latent", LATENT, optional=True),
         ],
         params=[
             Param(
@@ -262,7 +279,7 @@ NODES: tuple[NodeSpec, ...] = (
             Param(
                 "preview_every",
                 "int",
-                default=4,
+                default=1,
                 min=0,
                 max=1000,
                 help="latent preview every N steps (0: off)",

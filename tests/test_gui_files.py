@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,9 @@ from nodes.png import save_png_with_workflow
 from tests.gui_support import make_window
 
 REPO = Path(__file__).resolve().parent.parent
-DEMO = REPO / "resources" / "workflows" / "text_demo.json"
+# A user's own file (a copy): the shipped examples open as templates (see test_gui_examples.py).
+DEMO = Path(tempfile.mkdtemp(prefix="nodeloom-files-")) / "text_demo.json"
+DEMO.write_text((REPO / "resources" / "workflows" / "text_demo.json").read_text())
 
 
 @pytest.fixture

@@ -29,4 +29,7 @@ def test_launch_opens_the_workflow_and_returns_the_exit_code(qapp, tmp_path: Pat
 
     QTimer.singleShot(1500, inspect_and_quit)
     assert launch(DEMO, registry) == 0
-    assert seen == {"title": "text_demo.json — Nodeloom", "nodes": ["greeting", "name", "save", "show"]}
+    assert seen == {
+        "title": "text_demo.json (example) — Nodeloom",
+        "nodes": ["greeting", "name", "save", "show"],
+    }

@@ -102,8 +102,9 @@ def test_run_the_demo_from_the_window(qtbot, tmp_path: Path, registry) -> None:
     facts = window.inspector.info_label.text()
     assert facts.startswith("Last run:") and "peak memory" in facts
     # Run again: nothing changed, so every node comes from the cache.
+    window.last_result = None
     window.run_workflow()
-    wait_until(lambda: not window.runner.running and window.run_action.isEnabled(), 30)
+    wait_until(lambda: window.last_result is not None and not window.runner.running, 30)
     assert {s.status for s in window.scene.run_states.values()} == {"cached"}
 
 
@@ -212,8 +213,9 @@ def test_one_executor_across_runs_until_the_device_settings_change(
     window.run_workflow()
     wait_until(lambda: window.last_result is not None, 30)
     executor = window.runner.executor
+    window.last_result = None
     window.run_workflow()
-    wait_until(lambda: window.run_action.isEnabled(), 30)
+    wait_until(lambda: window.last_result is not None and not window.runner.running, 30)
     assert window.runner.executor is executor  # same cache
     # Settings dialog: a new policy and budget are saved and the executor is rebuilt.
     monkeypatch.setattr(

@@ -16,6 +16,12 @@ from nodes.registry import NodeRegistry
 
 def launch(workflow_path: Path | None, registry: NodeRegistry) -> int:
     """Open the main window (optionally on a workflow) and run the event loop; returns the exit code."""
+    from app.gui.platform_check import check_display_libraries
+
+    missing = check_display_libraries()
+    if missing:  # before Qt: its own abort names only one of the libraries
+        print(missing, file=sys.stderr)
+        return 1
     from PySide6.QtWidgets import QApplication
 
     from app.gui.main_window import MainWindow

@@ -2,7 +2,7 @@
 before losing work, autosave with crash recovery, drag-and-drop of workflow JSON or PNG files, and the
 dialog that lists every problem of an invalid file.
 
-Lives here: `FileOpsMixin`, `read_for_editing`. Imports Qt, `app.gui.autosave`, `nodes.workflow`.
+Lives here: `FileOpsMixin`, `read_for_editing`, `is_shipped_example`. Imports Qt, `app.gui.autosave`, `nodes.workflow`.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import QFileDialog, QMessageBox
 
+from app.gui.history import HISTORY_MIME
 from nodes.registry import NodeRegistry
 from nodes.workflow import (
     Problem,
@@ -44,11 +45,21 @@ def read_for_editing(data: Any, registry: NodeRegistry, source: str) -> tuple[Wo
     return wf, problems
 
 
+def is_shipped_example(path: Path) -> bool:
+    from pipelines.paths import RESOURCES_DIR
+
+    try:
+        return path.resolve().is_relative_to((RESOURCES_DIR / "workflows").resolve())
+    except OSError:
+        return False
+
+
 class FileOpsMixin:
     """Mixed into MainWindow; uses its model, undo stack, settings, autosave and view."""
 
     path: Path | None
     _force_dirty: bool
+    template_name: str | None = None  # an example opened as a template: Save asks where to keep the copy
 
     # -- state ------------------------------------------------------------------------------------
 
@@ -56,7 +67,13 @@ class FileOpsMixin:
         return self._force_dirty or not self.undo_stack.isClean()
 
     def update_title(self: MainWindow) -> None:
-        name = self.path.name if self.path else "Untitled"
+        name = (
+            self.path.name
+            if self.path
+            else f"{self.template_name} (example)"
+            if self.template_name
+            else "Untitled"
+        )
         self.setWindowTitle(f"{name}{'*' if self.is_dirty() else ''} — Nodeloom")
 
     def ask_save_changes(self: MainWindow) -> str:
@@ -69,7 +86,7 @@ class FileOpsMixin:
         answer = QMessageBox.question(
             self,
             "Unsaved changes",
-            f"Save the changes to {self.path.name if self.path else 'Untitled'}?",
+            f"Save the changes to {self.path.name if self.path else 'a new file'}?",
             buttons,
             QMessageBox.StandardButton.Save,
         )
@@ -134,19 +151,27 @@ class FileOpsMixin:
             self.status(f"Could not open {path}")
             return False
         is_png = Path(path).suffix.lower() == ".png"
-        self.set_workflow(wf, None if is_png else Path(path))
+        # A shipped example opens as a template: Save goes to Save As, never over the example itself.
+        template = is_shipped_example(Path(path))
+        self.set_workflow(wf, None if is_png or template else Path(path))
+        self.template_name = Path(path).name if template else None
+        self.update_title()
         self.settings.add_recent(Path(path))
         if soft:
             self.show_problems(
                 f"{Path(path).name}: unfinished graph", soft, "Opened. These need fixing before it can run:"
             )
-        self.status(f"Opened {path}")
+        if template:
+            self.status(f"Opened the example {Path(path).name}; Save asks where to keep your copy")
+        else:
+            self.status(f"Opened {path}")
         return True
 
     def set_workflow(self: MainWindow, wf: Workflow, path: Path | None) -> None:
         self.model.load(wf)
         self.undo_stack.clear()
         self.path = path
+        self.template_name = None
         self._force_dirty = False
         self.output.new_run()
         if not self.view.restore_view_state(wf.ui.get("view") or {}):
@@ -175,18 +200,50 @@ class FileOpsMixin:
     def save_to(self: MainWindow, path: Path) -> bool:
         from nodes.workflow import atomic_write_text
 
+        if is_shipped_example(Path(path)):
+            QMessageBox.warning(
+                self, "Save", f"{Path(path).name} is a shipped example; save your copy somewhere else."
+            )
+            return False
         try:
             atomic_write_text(path, dumps_workflow(self.current_workflow()))
         except OSError as exc:
             QMessageBox.critical(self, "Save failed", f"Could not save {path}:\n{exc.strerror or exc}")
             return False
         self.path = Path(path)
+        self.template_name = None
         self.undo_stack.setClean()
         self._force_dirty = False
         self.settings.add_recent(self.path)
         self.autosave.clear()
         self.update_title()
         self.status(f"Saved {path}")
+        return True
+
+    def import_dialog(self: MainWindow) -> None:
+        """File > Import…: another tool's workflow through `app.importing.import_file`, opened unsaved."""
+        from app.importing import IMPORT_FILTER, ImportUnavailable, import_file
+
+        if not self.confirm_discard():
+            return
+        start = str(self.path.parent) if self.path else str(Path.cwd())
+        path, _ = QFileDialog.getOpenFileName(self, "Import workflow", start, IMPORT_FILTER)
+        if path:
+            self.import_path(Path(path), import_file, ImportUnavailable)
+
+    def import_path(self: MainWindow, path: Path, importer: Any, unavailable: type = Exception) -> bool:
+        try:
+            wf = importer(path, self.registry)
+        except WorkflowError as exc:
+            self.show_problems(f"Cannot import {path.name}", exc.problems)
+            return False
+        except unavailable as exc:
+            QMessageBox.information(self, "Import", str(exc))
+            return False
+        self.set_workflow(wf, None)  # an import is a new file: Save asks where
+        self._force_dirty = True
+        self.update_title()
+        self.status(f"Imported {path}")
         return True
 
     def fill_recent_menu(self: MainWindow) -> None:
@@ -240,11 +297,20 @@ class FileOpsMixin:
     # -- drag and drop ----------------------------------------------------------------------------
 
     def dragEnterEvent(self: MainWindow, event: QDragEnterEvent) -> None:
+        if event.mimeData().hasFormat(HISTORY_MIME):
+            event.acceptProposedAction()
+            return
         urls = event.mimeData().urls()
         if urls and urls[0].isLocalFile() and urls[0].toLocalFile().lower().endswith((".json", ".png")):
             event.acceptProposedAction()
 
     def dropEvent(self: MainWindow, event: QDropEvent) -> None:
+        if event.mimeData().hasFormat(HISTORY_MIME):  # a picture from the output history: Load Image
+            event.acceptProposedAction()
+            local = self.view.viewport().mapFrom(self, event.position().toPoint())
+            for file in bytes(event.mimeData().data(HISTORY_MIME)).decode().splitlines()[:1]:
+                self.drop_history_picture(file, self.view.mapToScene(local))
+            return
         urls = event.mimeData().urls()
         if urls and urls[0].isLocalFile():
             event.acceptProposedAction()

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QRegularExpressionValidator
+from PySide6.QtCore import QEvent, Qt, Signal
+from PySide6.QtGui import QKeyEvent, QKeySequence, QRegularExpressionValidator, QTextCursor
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -33,40 +33,94 @@ from PySide6.QtWidgets import (
 )
 
 from app.gui import theme
+from app.gui.run_queue import SEED_MODES
 from nodes.graph_model import GraphModel
 from nodes.spec import Param
 
+if TYPE_CHECKING:
+    from pipelines.diffusion.sizes import ImageSize
+
 INT32 = 2**31 - 1
+
+
+def kind_is_size(param: Param) -> bool:
+    """Width/height where 0 means the connected model's native size (Empty Latent)."""
+    return param.kind == "int" and param.name in ("width", "height") and param.min == 0
+
+
+_UNDO_KEYS = (QKeySequence.StandardKey.Undo, QKeySequence.StandardKey.Redo)
+
+
+class PromptEdit(QPlainTextEdit):
+    """A multi-line text box that leaves Tab and Ctrl+Z to the window.
+
+    Tab asks for the node palette (as on the canvas) instead of inserting a tab character. Undo/redo go
+    to the graph's undo stack, where typing is one merged edit: the box's own undo would wipe the text and
+    record that as a new edit.
+    """
+
+    tab_pressed = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setUndoRedoEnabled(False)
+
+    def event(self, event: QEvent) -> bool:
+        if event.type() == QEvent.Type.ShortcutOverride and isinstance(event, QKeyEvent):
+            if any(event.matches(k) for k in _UNDO_KEYS):
+                event.ignore()  # not ours: the window's Undo/Redo shortcut gets the key
+                return True
+        return super().event(event)
+
+    def keyPressEvent(self, event: QKeyEvent) -> None:
+        if event.key() == Qt.Key.Key_Tab and event.modifiers() == Qt.KeyboardModifier.NoModifier:
+            self.tab_pressed.emit()
+            return
+        super().keyPressEvent(event)
+
+    def set_text_keep_cursor(self, text: str) -> None:
+        self.setPlainText(text)
+        self.moveCursor(QTextCursor.MoveOperation.End)
 
 
 class ParamEditor(QWidget):
     """One parameter's widget; `set_value` never re-emits."""
 
     changed = Signal(object)
+    tab_pressed = Signal()
 
-    def __init__(self, param: Param, value: Any, parent: QWidget | None = None) -> None:
+    def __init__(
+        self, param: Param, value: Any, parent: QWidget | None = None, size: ImageSize | None = None
+    ) -> None:
         super().__init__(parent)
         self.param = param
         self._quiet = False
+        # A picture size (Empty Latent's width/height) follows the connected model: steps by its multiple.
+        self.multiple = size.multiple if size is not None and kind_is_size(param) else None
         layout = QHBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         self.editor: QWidget
         self._get: Callable[[], Any]
         self._set: Callable[[Any], None]
+        self._shown: Callable[[], Any] | None = None  # what the widget shows, when _get would invent a value
         kind = param.kind
         if kind == "text":
-            box = QPlainTextEdit()
+            box = PromptEdit()
             box.setMinimumHeight(110)
             box.setPlaceholderText(param.help or "Type here…")
             box.textChanged.connect(self._emit)
-            self.editor, self._get, self._set = box, box.toPlainText, lambda v: box.setPlainText(str(v or ""))
+            box.tab_pressed.connect(self.tab_pressed)
+            self.editor, self._get = box, box.toPlainText
+            self._set = lambda v: box.set_text_keep_cursor(str(v or ""))
         elif kind == "int":
             spin = QSpinBox()
             spin.setRange(
                 int(max(param.min if param.min is not None else -INT32, -INT32)),
                 int(min(param.max if param.max is not None else INT32, INT32)),
             )
-            spin.setSingleStep(int(param.step or 1))
+            spin.setSingleStep(int(self.multiple or param.step or 1))
+            if kind_is_size(param):
+                spin.setSpecialValueText(f"model size ({size.native})" if size else "model size")
             spin.setKeyboardTracking(False)
             spin.valueChanged.connect(self._emit)
             self.editor, self._get, self._set = spin, spin.value, lambda v: spin.setValue(int(v or 0))
@@ -95,9 +149,10 @@ class ParamEditor(QWidget):
             line = QLineEdit()
             line.setValidator(QRegularExpressionValidator(r"\d{0,19}"))
             line.editingFinished.connect(self._emit)
-            dice = QPushButton("🎲")
+            # Plain text: an emoji die renders as an empty box where no emoji font is installed.
+            dice = QPushButton("Random")
+            dice.setObjectName("diceButton")
             dice.setToolTip("Pick a random seed")
-            dice.setFixedWidth(34)
             top = int(param.max) if param.max is not None else 2**32 - 1
             dice.clicked.connect(
                 lambda: (line.setText(str(random.randint(int(param.min or 0), top))), self._emit())
@@ -105,6 +160,7 @@ class ParamEditor(QWidget):
             layout.addWidget(line, 1)
             layout.addWidget(dice)
             self.editor, self._get = line, lambda: int(line.text() or 0)
+            self._shown = lambda: int(line.text()) if line.text() else None
             self._set = lambda v: line.setText(str(v if v is not None else 0))
         else:  # string, path
             line = QLineEdit()
@@ -146,23 +202,36 @@ class ParamEditor(QWidget):
 
     def _value_or_none(self) -> Any:
         try:
-            return self._get()
+            return (self._shown or self._get)()
         except (ValueError, AttributeError):
             return None
 
     def _emit(self, *_args: Any) -> None:
-        if not self._quiet:
-            self.changed.emit(self._get())
+        if self._quiet:
+            return
+        value = self._get()
+        if self.multiple and value % self.multiple:  # 70 with a multiple of 8 becomes 72, not a failed run
+            value = max(self.multiple, round(value / self.multiple) * self.multiple)
+            self._quiet = True
+            try:
+                self._set(value)
+            finally:
+                self._quiet = False
+        self.changed.emit(value)
 
 
 class Inspector(QScrollArea):
     edited = Signal(str, str, object)  # node id, param name, value
+    palette_requested = Signal()  # Tab in a text box
+    seed_control_changed = Signal(str, str, str)  # node id, param name, "fixed" | "increment" | "randomize"
 
     def __init__(self, model: GraphModel, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.model = model
         self.node_id: str | None = None
         self.editors: dict[str, ParamEditor] = {}
+        # The picture size of the model feeding a node (the window reads it from the graph).
+        self.size_hint: Callable[[str], ImageSize | None] = lambda _node_id: None
         self.info_label = QLabel()
         self.status_label = QLabel()
         self.setWidgetResizable(True)
@@ -225,8 +294,12 @@ class Inspector(QScrollArea):
                 label.setObjectName("hint")
                 form.addRow(param.name, label)
                 continue
-            editor = ParamEditor(param, node.params.get(param.name))
+            size = self.size_hint(node_id) if kind_is_size(param) else None
+            editor = ParamEditor(param, node.params.get(param.name), size=size)
             editor.changed.connect(lambda value, name=param.name: self.edited.emit(node_id, name, value))
+            editor.tab_pressed.connect(self.palette_requested)
+            if param.kind == "seed":
+                editor.layout().addWidget(self._seed_control(node_id, param.name))
             self.editors[param.name] = editor
             if param.kind == "text":
                 form.addRow(QLabel(param.name))
@@ -236,6 +309,20 @@ class Inspector(QScrollArea):
         outer.addLayout(form)
         outer.addStretch(1)
         self.setWidget(page)
+
+    def _seed_control(self, node_id: str, name: str) -> QComboBox:
+        """After each run: keep the seed, add one, or draw a new one (saved in the workflow's ui)."""
+        combo = QComboBox()
+        combo.setObjectName("seedControl")
+        combo.setToolTip("What the seed does after each run (Run, or queueing another)")
+        for mode in SEED_MODES:
+            combo.addItem(mode, mode)
+        ui = self.model.workflow.ui.get("nodes", {}).get(node_id, {})
+        combo.setCurrentIndex(max(0, combo.findData((ui.get("seed_control") or {}).get(name, "fixed"))))
+        combo.currentIndexChanged.connect(
+            lambda _i: self.seed_control_changed.emit(node_id, name, combo.currentData())
+        )
+        return combo
 
     def set_facts(self, info: str, status: str) -> None:
         """Update the run facts and error line in place (typing in a widget is not interrupted)."""

@@ -7,11 +7,14 @@ File handling is in `file_ops.py`, editing in `edit_ops.py`, running in `run_ops
 
 from __future__ import annotations
 
+import random
+import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import shiboken6
-from PySide6.QtCore import QPoint, Qt, QTimer
-from PySide6.QtGui import QAction, QCloseEvent, QKeySequence, QResizeEvent, QUndoStack
+from PySide6.QtCore import QEvent, QPoint, Qt, QTimer
+from PySide6.QtGui import QAction, QCloseEvent, QCursor, QKeySequence, QResizeEvent, QUndoStack
 from PySide6.QtWidgets import (
     QDockWidget,
     QLabel,
@@ -19,6 +22,7 @@ from PySide6.QtWidgets import (
     QMenu,
     QProgressBar,
     QToolButton,
+    QToolTip,
     QUndoView,
     QWidget,
 )
@@ -27,24 +31,30 @@ from app.gui import sweep_panel
 from app.gui.autosave import INTERVAL_MS, Autosave
 from app.gui.edit_ops import EditOpsMixin
 from app.gui.file_ops import FileOpsMixin
+from app.gui.history import HistoryEntry, HistoryPanel, append_history
 from app.gui.inspector import Inspector
 from app.gui.minimap import Minimap
 from app.gui.output_panel import OutputPanel
 from app.gui.palette import NodePalette
 from app.gui.plots import PlotsPanel
 from app.gui.run_ops import RunOpsMixin
+from app.gui.run_queue import QueuedRun, QueuePanel
 from app.gui.run_worker import RunController
 from app.gui.scene import GraphScene
 from app.gui.settings import AppSettings, SettingsDialog
+from app.gui.staples import StaplesMixin
 from app.gui.view import GraphView
 from nodes.graph_model import GraphModel
 from nodes.registry import NodeRegistry
-from nodes.workflow import Problem
+from nodes.workflow import Problem, WorkflowError
+
+if TYPE_CHECKING:
+    from pipelines.diffusion.sizes import ImageSize
 
 CLIPBOARD_MIME = "application/x-nodeloom-snapshot"
 
 
-class MainWindow(FileOpsMixin, EditOpsMixin, RunOpsMixin, QMainWindow):
+class MainWindow(FileOpsMixin, EditOpsMixin, RunOpsMixin, StaplesMixin, QMainWindow):
     def __init__(
         self, registry: NodeRegistry, settings: AppSettings | None = None, autosave: Autosave | None = None
     ) -> None:
@@ -67,11 +77,16 @@ class MainWindow(FileOpsMixin, EditOpsMixin, RunOpsMixin, QMainWindow):
         self.view = GraphView(self.scene)
         self.setCentralWidget(self.view)
         self.minimap = Minimap(self.view)
+        self.view.installEventFilter(self)
         self.palette = NodePalette(registry, self)
         self.inspector = Inspector(self.model)
         self.output = OutputPanel()
         self.plots = PlotsPanel()
         self.runner = RunController(registry, self)
+        self.queue = QueuePanel()
+        self.history_panel = HistoryPanel()
+        self.current_run: QueuedRun | None = None
+        self._seed_rng = random.Random()
         self._build_docks()
         self._build_actions()
         self._build_status_bar()
@@ -84,6 +99,9 @@ class MainWindow(FileOpsMixin, EditOpsMixin, RunOpsMixin, QMainWindow):
         self.scene.wire_dropped.connect(self._wire_dropped)
         self._pending_wire: tuple[str, str, str] | None = None
         self.inspector.edited.connect(self._param_edited)
+        self.inspector.palette_requested.connect(self._palette_from_inspector)
+        self.inspector.size_hint = self.model_size_for
+        self.inspector.seed_control_changed.connect(self.set_seed_control)
         self.undo_stack.cleanChanged.connect(self._undo_changed)
         self.undo_stack.indexChanged.connect(self._undo_changed)
         self.runner.run_event.connect(self.on_run_event)
@@ -108,6 +126,8 @@ class MainWindow(FileOpsMixin, EditOpsMixin, RunOpsMixin, QMainWindow):
             self.restoreState(state)
         for name, reason in registry.load_errors:
             self.output.add_log(f"Node pack {name!r} failed to load: {reason}")
+        self.history_panel.reopen.connect(self.reopen_history)
+        self.history_panel.load(self.settings.output_dir)
 
     # -- layout -----------------------------------------------------------------------------------
 
@@ -137,6 +157,13 @@ class MainWindow(FileOpsMixin, EditOpsMixin, RunOpsMixin, QMainWindow):
             "History", self.history, Qt.DockWidgetArea.RightDockWidgetArea, "history"
         )
         self.tabifyDockWidget(self.inspector_dock, self.history_dock)
+        self.queue_dock = self._dock("Run queue", self.queue, Qt.DockWidgetArea.RightDockWidgetArea, "queue")
+        self.outputs_dock = self._dock(
+            "Output history", self.history_panel, Qt.DockWidgetArea.RightDockWidgetArea, "output-history"
+        )
+        self.tabifyDockWidget(self.output_dock, self.outputs_dock)
+        self.tabifyDockWidget(self.output_dock, self.queue_dock)
+        self.output_dock.raise_()
         self.inspector_dock.raise_()
         self.history_dock.hide()  # View > History
         self.setCorner(Qt.Corner.BottomRightCorner, Qt.DockWidgetArea.RightDockWidgetArea)
@@ -179,6 +206,10 @@ class MainWindow(FileOpsMixin, EditOpsMixin, RunOpsMixin, QMainWindow):
         self.recent_menu = QMenu("Open &Recent", self)
         self.recent_menu.aboutToShow.connect(self.fill_recent_menu)
         file_menu.addMenu(self.recent_menu)
+        self.import_action = self._action(
+            "&Import…", self.import_dialog, "Ctrl+I", tip="Open another tool's workflow"
+        )
+        file_menu.addAction(self.import_action)
         file_menu.addSeparator()
         file_menu.addAction(self.save_action)
         file_menu.addAction(self.save_as_action)
@@ -221,6 +252,27 @@ class MainWindow(FileOpsMixin, EditOpsMixin, RunOpsMixin, QMainWindow):
         edit.addAction(
             self._action("&Group Selection", lambda: self.scene.group_selection(), "Ctrl+G", canvas_only=True)
         )
+        edit.addSeparator()
+        edit.addAction(
+            self._action(
+                "&Bypass",
+                lambda: self.toggle_mode("bypass"),
+                "Ctrl+B",
+                canvas_only=True,
+                tip="Pass the selected nodes (or group) through: their inputs go straight on",
+            )
+        )
+        edit.addAction(
+            self._action(
+                "&Mute",
+                lambda: self.toggle_mode("mute"),
+                "Ctrl+M",
+                canvas_only=True,
+                tip="Skip the selected nodes (or group) and what needs them",
+            )
+        )
+        edit.addAction(self._action("Re&name Node…", lambda: self.rename_node(), "F2", canvas_only=True))
+        edit.addAction(self._action("&Find in Graph…", lambda: self.find_in_graph(), "Ctrl+F"))
 
         view = bar.addMenu("&View")
         self.fit_action = self._action("&Fit Graph", lambda: self.view.fit(), "F", canvas_only=True)
@@ -230,8 +282,20 @@ class MainWindow(FileOpsMixin, EditOpsMixin, RunOpsMixin, QMainWindow):
             self._action("Zoom &Out", lambda: self.view.set_zoom(self.view.zoom() / 1.2), S.ZoomOut)
         )
         view.addAction(self._action("&Actual Size", lambda: self.view.set_zoom(1.0), "Ctrl+0"))
+        self.minimap_action = self._action("&Minimap", self._toggle_minimap, "Ctrl+Shift+M")
+        self.minimap_action.setCheckable(True)
+        self.minimap_action.setChecked(self.settings.q.value("view/minimap", True) not in (False, "false"))
+        self.minimap.setVisible(self.minimap_action.isChecked())
+        view.addAction(self.minimap_action)
         view.addSeparator()
-        for dock in (self.inspector_dock, self.output_dock, self.plots_dock, self.history_dock):
+        for dock in (
+            self.inspector_dock,
+            self.output_dock,
+            self.outputs_dock,
+            self.queue_dock,
+            self.plots_dock,
+            self.history_dock,
+        ):
             view.addAction(dock.toggleViewAction())
 
         run = bar.addMenu("&Run")
@@ -286,17 +350,125 @@ class MainWindow(FileOpsMixin, EditOpsMixin, RunOpsMixin, QMainWindow):
             "Tab or double-click the canvas to add a node · drag from a port to connect · Ctrl+Enter runs"
         )
 
+    def set_seed_control(self, node_id: str, name: str, mode: str) -> None:
+        ui = self.model.workflow.ui["nodes"].setdefault(node_id, {})
+        ui.setdefault("seed_control", {})[name] = mode
+        self._force_dirty = True
+        self.update_title()
+
+    # -- output history ---------------------------------------------------------------------------
+
+    def record_history(self, result: Any) -> None:
+        """Keep what a run made (pictures, texts) with its workflow, seeds and report, across restarts."""
+        job = self.current_run
+        files = [f for r in result.nodes.values() for f in r.files]
+        texts = dict(self.output.text_by_node)
+        if job is None or not (files or texts):
+            return
+        wf = job.workflow
+        seeds = {
+            f"{nid}.{p.name}": wf.nodes[nid].params[p.name]
+            for nid in wf.nodes
+            if (spec := self.registry.get(wf.nodes[nid].type)) is not None
+            for p in spec.params
+            if p.kind == "seed" and isinstance(wf.nodes[nid].params.get(p.name), int)
+        }
+        graph = (job.source or wf).to_dict()  # as edited: bypassed/muted nodes come back on reopen
+        entry = HistoryEntry(time.time(), job.label, graph, seeds, files, texts, result.to_json())
+        try:
+            append_history(self.settings.output_dir, entry)
+        except OSError as exc:
+            self.output.add_log(f"Could not write the output history: {exc}")
+        self.history_panel.add(entry)
+
+    def reopen_history(self, entry: HistoryEntry) -> None:
+        """Open the exact graph that made an output (as a new, unsaved file)."""
+        from app.gui.file_ops import read_for_editing
+
+        if not self.confirm_discard():
+            return
+        try:
+            wf, _soft = read_for_editing(entry.workflow, self.registry, "history")
+        except WorkflowError as exc:
+            self.show_problems("Cannot reopen", exc.problems)
+            return
+        self.set_workflow(wf, None)
+        self.status(f"Reopened the graph of {entry.label} from the output history")
+
+    def drop_history_picture(self, file: str, scene_pos: object) -> str | None:
+        """A picture dragged from the history: into the Load Image node under it, else a new Load Image."""
+        from app.gui.commands import SetParamCommand
+
+        item = self.scene.itemAt(scene_pos, self.view.transform())  # type: ignore[arg-type]
+        while item is not None and item.parentItem() is not None:
+            item = item.parentItem()
+        target = next((nid for nid, it in self.scene.node_items.items() if it is item), None)
+        if target is not None and self.model.node(target).type == "LoadImage":
+            self.undo_stack.push(SetParamCommand(self.model, target, "path", file))
+            return target
+        node = self.scene.add_node("LoadImage", scene_pos)  # type: ignore[arg-type]
+        self.undo_stack.push(SetParamCommand(self.model, node, "path", file))
+        return node
+
+    def model_size_for(self, node_id: str) -> ImageSize | None:
+        """The native size/multiple of the model wired (directly or through reroutes) into `node_id`."""
+        from pipelines.diffusion.sizes import size_for_model  # diffusers: only once a size is asked for
+
+        seen: set[str] = set()
+        todo = [node_id]
+        while todo:
+            nid = todo.pop()
+            if nid in seen or nid not in self.model.node_ids():
+                continue
+            seen.add(nid)
+            node = self.model.node(nid)
+            path = node.params.get("path")
+            if nid != node_id and isinstance(path, str) and path:
+                size = size_for_model(path)
+                if size is not None:
+                    return size
+            todo.extend(
+                link.node
+                for name, link in node.inputs.items()
+                if name in ("denoiser", "vae", "model", "input")
+            )
+        return None
+
+    def _palette_from_inspector(self) -> None:
+        """Tab in a prompt box: back to the canvas with the palette open, as Tab there does."""
+        self.view.setFocus()
+        self.open_palette(self.view.mapToScene(self.view.viewport().rect().center()))
+
     def status(self, message: str) -> None:
         self.statusBar().showMessage(message, 15000)
+        if message.startswith("Can't connect"):  # a refusal is shown where the wire was released, too
+            QToolTip.showText(QCursor.pos(), message, self.view)
 
     def resizeEvent(self, event: QResizeEvent) -> None:
         super().resizeEvent(event)
         self._place_minimap()
 
+    def _toggle_minimap(self) -> None:
+        self.minimap.setVisible(self.minimap_action.isChecked())
+        self.settings.q.setValue("view/minimap", self.minimap_action.isChecked())
+        self._place_minimap()
+
+    def eventFilter(self, watched: object, event: object) -> bool:
+        # The canvas changes size when docks move or resize, not only with the window.
+        if watched is self.view and getattr(event, "type", lambda: None)() == QEvent.Type.Resize:
+            QTimer.singleShot(0, self._place_minimap)
+        return super().eventFilter(watched, event)  # type: ignore[arg-type]
+
     def _place_minimap(self) -> None:
-        area = self.view.viewport().rect()
+        if not shiboken6.isValid(self.minimap):
+            return
+        # Inside the canvas's visible area (not under a scroll bar or a dock), bottom right.
+        area = self.view.viewport().geometry()
         self.minimap.move(
-            QPoint(area.width() - self.minimap.width() - 12, area.height() - self.minimap.height() - 12)
+            QPoint(
+                max(0, area.right() - self.minimap.width() - 12),
+                max(0, area.bottom() - self.minimap.height() - 12),
+            )
         )
 
     def showEvent(self, event: object) -> None:
@@ -327,6 +499,7 @@ class MainWindow(FileOpsMixin, EditOpsMixin, RunOpsMixin, QMainWindow):
             if self.runner.running:
                 self.status("Settings saved; they apply to the next run")
             elif self.start_memory_manager():
+                self.plots.new_series()
                 self.status(
                     f"Settings saved: device {self.settings.memory.device}, "
                     f"policy {self.settings.memory.policy}"
@@ -359,7 +532,8 @@ SHORTCUTS = """Tab / Shift+A / double-click canvas — add a node (fuzzy search)
 Drag from a port — connect; drag from a connected input — move or remove the wire
 Del / Backspace — delete selection      Ctrl+C / Ctrl+X / Ctrl+V — copy / cut / paste
 Ctrl+D — duplicate      Ctrl+G — group selection      Ctrl+A — select all
+Ctrl+B — bypass      Ctrl+M — mute (nodes or a group)      F2 — rename      Ctrl+F — find in graph
 Ctrl+Z / Ctrl+Shift+Z (Ctrl+Y) — undo / redo
 Wheel — zoom      middle drag or Space+drag — pan      F — fit graph
-Ctrl+Enter — run      Esc — cancel the run
+Ctrl+Enter — run (while running: queue another)      Esc — cancel the run
 Ctrl+N / Ctrl+O / Ctrl+S / Ctrl+Shift+S — new / open / save / save as"""

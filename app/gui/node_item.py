@@ -72,6 +72,7 @@ class NodeItem(QGraphicsItem):
         self._build_ports()
         self.setPos(QPointF(*model.pos(node_id)))
         self.refresh_tooltip()
+        self.update_mode()
 
     # -- layout -----------------------------------------------------------------------------------
 
@@ -106,6 +107,20 @@ class NodeItem(QGraphicsItem):
 
     # -- state ------------------------------------------------------------------------------------
 
+    def title(self) -> str:
+        """The title on the canvas: the user's own (ui.nodes.<id>.title), else the type's."""
+        custom = self.model.workflow.ui.get("nodes", {}).get(self.node_id, {}).get("title")
+        if custom:
+            return str(custom)
+        return self.spec.title if self.spec else self.model.node(self.node_id).type
+
+    def mode(self) -> str:
+        return str(self.model.workflow.ui.get("nodes", {}).get(self.node_id, {}).get("mode", "normal"))
+
+    def update_mode(self) -> None:
+        self.setOpacity(0.45 if self.mode() == "mute" else 1.0)
+        self.update()
+
     def set_state(self, state: NodeRunState) -> None:
         self.state = state
         self.refresh_tooltip()
@@ -126,6 +141,10 @@ class NodeItem(QGraphicsItem):
 
     def _badge(self) -> tuple[str, QColor]:
         s = self.state
+        if self.mode() == "bypass":
+            return "bypassed", QColor(theme.BYPASS)
+        if self.mode() == "mute":
+            return "muted", QColor(theme.TEXT_DIM)
         if s.status == "running":
             return (f"{s.step}/{s.total}" if s.total else "running…"), QColor(theme.RUNNING)
         if s.status == "done":
@@ -173,7 +192,7 @@ class NodeItem(QGraphicsItem):
                 badge,
             )
         painter.setPen(QColor(theme.TEXT))
-        title = self.spec.title if self.spec else self.model.node(self.node_id).type
+        title = self.title()
         room = int(WIDTH - badge_w - 16)
         font = self._title_font
         if QFontMetrics(font).horizontalAdvance(title) > room:  # a long title: a size smaller before eliding
@@ -183,6 +202,10 @@ class NodeItem(QGraphicsItem):
         title = QFontMetrics(font).elidedText(title, Qt.TextElideMode.ElideRight, room)
         painter.drawText(QRectF(10, 0, WIDTH, HEADER - 2), Qt.AlignmentFlag.AlignVCenter, title)
         self._paint_rows(painter)
+        if self.mode() == "bypass":  # a purple veil: the node is passed through
+            veil = QColor(theme.BYPASS)
+            veil.setAlpha(85)
+            painter.fillPath(body, veil)
         # Border: selection, error, running.
         if s.status == "error":
             pen = QPen(QColor(theme.ERROR), 2.5)

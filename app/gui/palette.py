@@ -1,7 +1,9 @@
 """The node palette: a popup with fuzzy search over every registered node type.
 
-Lives here: `fuzzy_score`, `NodePalette`. Imports Qt, `nodes.registry`. Tab or a double-click on empty
-canvas opens it; Enter (or a click) inserts the highlighted node at the remembered position.
+Lives here: `fuzzy_score`, `USER_WORDS`, `NodePalette`. Imports Qt, `nodes.registry`. Tab or a double-click
+on empty canvas opens it; Enter (or a click) inserts the highlighted node at the remembered position.
+Search covers titles, type names, categories, tags, the words users bring from other tools (checkpoint,
+ksampler, clip...) and descriptions.
 """
 
 from __future__ import annotations
@@ -35,6 +37,59 @@ def fuzzy_score(query: str, text: str) -> float | None:
             score += 2
         prev, pos = found, found + 1
     return score - 0.05 * len(text)
+
+
+# The names people arrive with (ComfyUI, A1111, tutorials) -> our node types. Other helpers' node types are
+# listed by type name; an entry for a type that is not registered is simply ignored.
+USER_WORDS: dict[str, tuple[str, ...]] = {
+    "checkpoint": ("LoadDiffusionModel",),
+    "ckpt": ("LoadDiffusionModel",),
+    "load checkpoint": ("LoadDiffusionModel",),
+    "model": ("LoadDiffusionModel", "LoadDenoiser"),
+    "unet": ("LoadDenoiser",),
+    "clip": ("TextEncode",),
+    "clip text encode": ("TextEncode",),
+    "prompt": ("TextEncode", "Text"),
+    "conditioning": ("TextEncode",),
+    "ksampler": ("Sampler",),
+    "ksampler advanced": ("Sampler",),
+    "sample": ("Sampler",),
+    "empty latent image": ("EmptyLatent",),
+    "latent": ("EmptyLatent",),
+    "vae": ("VAEDecode", "VAEEncode", "LoadVAE"),
+    "vae decode": ("VAEDecode",),
+    "vae encode": ("VAEEncode",),
+    "save": ("SaveImage", "SaveText"),
+    "save image": ("SaveImage",),
+    "preview": ("PreviewImage",),
+    "lora": ("LoadLoRA", "LoraLoader"),
+    "upscale": ("UpscaleImage", "LatentUpscale", "ImageScale"),
+    "llm": ("LoadLLM", "LLMGenerate"),
+    "chat": ("LLMGenerate",),
+    "primitive": ("Int", "Float", "Text", "Bool", "Seed"),
+}
+
+
+def user_word_score(query: str, spec: NodeSpec) -> float | None:
+    """A strong score when the query is (the start of) a word users know for this node."""
+    q = query.lower().strip()
+    if len(q) < 2:
+        return None
+    best = None
+    for word, types in USER_WORDS.items():
+        if spec.type in types and word.startswith(q):
+            # Earlier in the list is the more usual meaning ("save" is mostly Save Image).
+            score = 160.0 - types.index(spec.type) * 5 - (len(word) - len(q)) * 0.5
+            best = score if best is None else max(best, score)
+    return best
+
+
+def description_score(query: str, spec: NodeSpec) -> float | None:
+    """Whole-word-ish matches in the description rank below title matches."""
+    q = query.lower().strip()
+    if len(q) < 3 or q not in spec.description.lower():
+        return None
+    return 20.0
 
 
 class NodePalette(QFrame):
@@ -93,7 +148,9 @@ class NodePalette(QFrame):
             if self.accepts is not None and not self.accepts(spec):
                 continue
             texts = [spec.title, spec.type, f"{spec.category} {spec.title}", " ".join(spec.tags)]
-            best = max((s for t in texts if (s := fuzzy_score(query, t)) is not None), default=None)
+            scores = [fuzzy_score(query, t) for t in texts]
+            scores += [user_word_score(query, spec), description_score(query, spec)]
+            best = max((s for s in scores if s is not None), default=None)
             if best is not None:
                 scored.append((best, spec))
         if not query.strip():

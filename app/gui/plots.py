@@ -26,6 +26,7 @@ MAX_POINTS = 6000
 MAX_MARKERS = 40
 MIB = 1024 * 1024
 REDRAW_MS = 100
+RUNS_SHOWN = 3
 
 
 def fmt_size(nbytes: int) -> str:
@@ -77,6 +78,8 @@ class PlotsPanel(QSplitter):
         self.run_order: list[str] = []
         self.peaks: dict[str, tuple[int, int]] = {}  # node id -> (peak, baseline) bytes, last run
         self._markers: deque[Any] = deque()
+        # Where each run began on the memory plot's time axis: the x-axis shows the last RUNS_SHOWN runs.
+        self._run_starts: deque[float | None] = deque(maxlen=RUNS_SHOWN)
         self._last_marker_t = float("-inf")
         self._label_slot = 0
         self._dirty: set[str] = set()
@@ -162,8 +165,19 @@ class PlotsPanel(QSplitter):
             elif isinstance(record, NodePeak):
                 self.peaks[record.node_id] = (record.peak_bytes, record.baseline_bytes)
 
+    def new_series(self) -> None:
+        """A new memory manager (device, budget or policy changed): its samples are not the old series'
+        continuation, so start the memory plot afresh instead of joining them with a diagonal."""
+        for series in (self.t, self.allocated, self.reserved, self.rss, self.budget):
+            series.clear()
+        while self._markers:
+            self.memory_plot.removeItem(self._markers.popleft())
+        self._run_starts.clear()
+        self._dirty.add("memory")
+
     def new_run(self) -> None:
         """Forget the last run's steps and timeline (called before the worker starts, so no record is lost)."""
+        self._run_starts.append(self.t[-1] if self.t else None)
         self.spans.clear()
         self.run_order = []
         self.steps.clear()
@@ -243,6 +257,9 @@ class PlotsPanel(QSplitter):
             self.curve_budget.setData(t, list(self.budget))
             # On a CPU the device is host memory: one curve says it all.
             cpu = bool(self.rss) and list(self.allocated)[-20:] == list(self.rss)[-20:]
+            starts = [s for s in self._run_starts if s is not None]
+            if t and starts:  # follow the last runs instead of growing over the whole session
+                self.memory_plot.setXRange(starts[0], max(t[-1], starts[0] + 1.0), padding=0.02)
             if cpu and self.curve_alloc.isVisible():
                 legend = self.memory_plot.getPlotItem().legend
                 for curve in (self.curve_alloc, self.curve_reserved):

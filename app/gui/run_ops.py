@@ -1,7 +1,7 @@
 """Running from the main window: Run (Ctrl+Enter) and Cancel (Esc), node states on the canvas, outputs,
 plots and status bar fed from the run controller's signals (all on the GUI thread).
 
-Lives here: `RunOpsMixin`. Imports Qt, `app.gui.*`, `nodes.events`, `nodes.workflow`.
+Lives here: `RunOpsMixin` (Run, the run queue, seed control after each run). Imports Qt, `app.gui.*`, `nodes.events`, `nodes.workflow`.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from PySide6.QtWidgets import QMessageBox
 
 from app.gui.node_item import NodeRunState
+from app.gui.run_queue import QueuedRun, next_seed, seed_controls
 from app.gui.run_worker import TimedEvent
 from nodes.events import (
     NodeCached,
@@ -24,6 +25,7 @@ from nodes.events import (
     RunFinished,
     RunStarted,
 )
+from nodes.modes import apply_node_modes
 from nodes.workflow import Problem, validate
 
 if TYPE_CHECKING:
@@ -34,10 +36,9 @@ MIB = 1024 * 1024
 
 class RunOpsMixin:
     def run_workflow(self: MainWindow) -> bool:
-        if self.runner.running:
-            self.status("A run is already in progress")
-            return False
-        wf = self.model.to_workflow()
+        """Run the graph as it is now; while a run is going, queue it (Run queue dock)."""
+        source = self.model.to_workflow()
+        wf = apply_node_modes(source, self.registry)  # bypassed/muted nodes set aside
         if not wf.nodes:
             self.status("Nothing to run: add nodes first (Tab)")
             return False
@@ -46,6 +47,39 @@ class RunOpsMixin:
             self._mark_problems(problems)
             self.show_problems("Cannot run yet", problems, "Fix these before running:")
             return False
+        label = self._run_label(wf)
+        if self.runner.running:
+            self.queue.add(QueuedRun(wf, label, source=source))
+            self.queue_dock.show()
+            self.status(f"Queued: {label} ({len(self.queue.jobs)} waiting)")
+            self._apply_seed_controls(wf)
+            return True
+        if not self._start_run(wf, label, source):
+            return False
+        self._apply_seed_controls(wf)
+        return True
+
+    def _run_label(self: MainWindow, wf: Any) -> str:
+        name = self.path.name if self.path else (self.template_name or "Untitled")
+        seeds = [
+            f"{nid}.{p.name}={wf.nodes[nid].params.get(p.name)}"
+            for nid in wf.nodes
+            if (spec := self.registry.get(wf.nodes[nid].type)) is not None
+            for p in spec.params
+            if p.kind == "seed" and p.name not in wf.nodes[nid].inputs
+        ]
+        return name + (f" ({', '.join(seeds[:2])})" if seeds else "")
+
+    def _apply_seed_controls(self: MainWindow, wf: Any) -> None:
+        """After queueing a run: fixed seeds stay, increment adds one, randomize draws a new one."""
+        for (nid, param), mode in seed_controls(wf).items():
+            if nid not in self.model.node_ids() or param in self.model.node(nid).inputs:
+                continue
+            value = self.model.node(nid).params.get(param)
+            if isinstance(value, int):
+                self.model.set_param(nid, param, next_seed(value, mode, self._seed_rng))
+
+    def _start_run(self: MainWindow, wf: Any, label: str, source: Any = None) -> bool:
         try:
             self.runner.configure(self.settings.memory, allow_pickle=self.settings.allow_pickle)
         except Exception as exc:  # a bad device string or budget: tell the user, keep the editor alive
@@ -65,8 +99,16 @@ class RunOpsMixin:
             f"policy {self.settings.memory.policy})"
         )
         self.runner.start(wf, self.settings.output_dir)
+        self.current_run = QueuedRun(wf, label, source=source)
+        self.queue.set_running(label)
         self._set_running(True)
         return True
+
+    def _start_next_queued(self: MainWindow) -> None:
+        while self.queue.jobs and not self.runner.running:
+            job = self.queue.pop()
+            if job is not None and self._start_run(job.workflow, job.label, job.source):
+                return
 
     def cancel_run(self: MainWindow) -> None:
         if self.runner.running:
@@ -74,8 +116,10 @@ class RunOpsMixin:
             self.status("Cancelling… (stops at the next step)")
 
     def _set_running(self: MainWindow, running: bool) -> None:
-        self.run_action.setEnabled(not running)
+        # Run stays enabled while running: it queues the graph as it is then.
         self.cancel_action.setEnabled(running)
+        if not running:
+            self.queue.set_running(None)
         self.progress.setVisible(running)
         if running:
             self.progress.setRange(0, 0)
@@ -148,6 +192,7 @@ class RunOpsMixin:
     def on_run_finished(self: MainWindow, result: Any) -> None:
         self._set_running(False)
         self.last_result = result
+        self.record_history(result)
         if result.ok:
             self.status(f"Done in {result.seconds:.2f} s")
             self.output.add_log(f"Run finished in {result.seconds:.2f} s")
@@ -157,6 +202,7 @@ class RunOpsMixin:
         else:
             self.status(f"Run failed: {(result.error or '').splitlines()[0]}")
             self.output.add_log(f"Run failed: {result.error}")
+        self._start_next_queued()
 
     def on_run_failed(self: MainWindow, message: str, problems: list[Problem] | None) -> None:
         self._set_running(False)
@@ -167,6 +213,7 @@ class RunOpsMixin:
         else:
             self.output.add_log(f"Internal error: {message}")
             QMessageBox.critical(self, "Run failed", message[:2000])
+        self._start_next_queued()
 
     def on_telemetry(self: MainWindow, records: list[Any]) -> None:
         self.plots.add_records(records)

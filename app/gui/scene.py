@@ -262,6 +262,11 @@ class GraphScene(QGraphicsScene):
                 self.wire_dropped.emit(
                     origin.node_id, origin.name, origin.direction, origin.port_type.name, pos
                 )
+            elif (node := next((i for i in self.items(pos) if isinstance(i, NodeItem)), None)) is not None:
+                # Released on a node where nothing fits: say so (the window shows it at the cursor).
+                side = "input" if origin.direction == "out" else "output"
+                self.last_refusal = f"{node.title()} has no {side} that takes {origin.port_type.name}"
+                self.status_message.emit(f"Can't connect: {self.last_refusal}")
             return
         if detached is not None and (target.node_id, target.name) == (detached.in_node, detached.in_port):
             return  # dropped back where it was

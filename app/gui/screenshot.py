@@ -3,6 +3,7 @@
 Lives here: `take_screenshot`, `main`. Imports Qt, `app.gui.*`, `nodes.registry`.
 
     python -m app.gui.screenshot resources/screenshots/main_window.png [--workflow FILE] [--size 1600x1000]
+        [--show output|queue|history]
 
 Runs offscreen when there is no display. Settings and outputs go to a temporary folder, so the user's own
 settings, recent files and autosave are untouched.
@@ -21,7 +22,7 @@ DEFAULT_WORKFLOW = Path(__file__).resolve().parents[2] / "resources" / "workflow
 
 
 def take_screenshot(
-    out: Path, workflow: Path, size: tuple[int, int], select: str | None, timeout: float
+    out: Path, workflow: Path, size: tuple[int, int], select: str | None, timeout: float, show: str = "output"
 ) -> int:
     if not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
@@ -58,9 +59,34 @@ def take_screenshot(
     pump(0.2)
     window.view.fit()
     pump(1.0)  # a second of idle memory samples before the run
+    if show in ("queue", "history"):  # seeds that step on after each run, so the runs differ
+        for nid in window.model.node_ids():
+            if "seed" in window.model.node(nid).params:
+                window.set_seed_control(nid, "seed", "increment")
     window.run_workflow()
+    if show == "queue":  # two more while the first runs: the queue dock lists them
+        window.run_workflow()
+        window.run_workflow()
+        window.queue_dock.raise_()
+        window.queue.list.setCurrentRow(0)
+        pump(0.5)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        window.grab().save(str(out))
+        print(f"saved {out} while {len(window.queue.jobs)} runs wait")
+        window.queue.clear()
+        window.runner.cancel()
+        window.runner.wait(30)
+        window._force_dirty = False
+        window.undo_stack.setClean()
+        window.close()
+        return 0
+    if show == "history":
+        window.run_workflow()
+        window.run_workflow()
     deadline = time.monotonic() + timeout
-    while window.last_result is None and time.monotonic() < deadline:
+    while (
+        window.last_result is None or window.runner.running or window.queue.jobs
+    ) and time.monotonic() < deadline:
         pump(0.05)
     pump(1.0)  # samples after the run, then the plots redraw
     if select and select in window.scene.node_items:
@@ -70,6 +96,8 @@ def take_screenshot(
     window.output.setCurrentIndex(0 if window.output.files.count() else 1)  # pictures, else streamed text
     window.plots.tabs.setCurrentIndex(1)  # the per-node timeline of the run
     window.plots.redraw()
+    if show == "history":
+        window.outputs_dock.raise_()
     pump(0.3)
     out.parent.mkdir(parents=True, exist_ok=True)
     window.grab().save(str(out))
@@ -88,9 +116,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--size", default="1600x1000", help="window size WxH")
     p.add_argument("--select", default="positive", help="node to select so the inspector shows it")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for the run")
+    p.add_argument(
+        "--show",
+        choices=("output", "queue", "history"),
+        default="output",
+        help="output: one run; queue: two more queued mid-run; history: three runs, the output history",
+    )
     args = p.parse_args(argv)
     width, height = (int(v) for v in args.size.lower().split("x"))
-    return take_screenshot(args.out, args.workflow, (width, height), args.select, args.timeout)
+    return take_screenshot(args.out, args.workflow, (width, height), args.select, args.timeout, args.show)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
+from pathlib import Path
 from types import MappingProxyType
 
 from PySide6.QtGui import QColor, QFont, QPalette
@@ -28,6 +29,7 @@ RUNNING = "#4e9bff"
 DONE = "#66bb6a"
 CACHED = "#8d99ae"
 QUEUED = "#b0a36a"
+BYPASS = "#9c5fd6"
 
 # Header colour for each built-in category; other categories get a stable colour from their name.
 CATEGORY_COLORS: Mapping[str, str] = MappingProxyType(
@@ -56,6 +58,10 @@ def category_color(category: str) -> QColor:
     return QColor.fromHsl(hue, 90, 85)
 
 
+# Arrows for spin boxes and combos: once a style sheet styles a spin box, Fusion's own arrows are drawn
+# in the (dark) text colour of the native palette and vanish on this theme.
+_ICONS = (Path(__file__).resolve().parent / "icons").as_posix()
+
 STYLE_SHEET = f"""
 QMainWindow, QDialog {{ background: {BACKGROUND}; }}
 QWidget {{ color: {TEXT}; font-size: 10pt; }}
@@ -73,6 +79,18 @@ QToolButton#cancelButton:disabled {{ background: #4a3535; color: #888; }}
 QLineEdit, QPlainTextEdit, QTextEdit, QSpinBox, QDoubleSpinBox, QComboBox, QListWidget {{
     background: #1b1c1f; border: 1px solid #45484f; border-radius: 3px; padding: 2px;
     selection-background-color: {ACCENT}; }}
+QSpinBox, QDoubleSpinBox {{ padding-right: 18px; }}
+QSpinBox::up-button, QDoubleSpinBox::up-button, QSpinBox::down-button, QDoubleSpinBox::down-button {{
+    subcontrol-origin: border; width: 16px; background: #2e3035; border-left: 1px solid #45484f; }}
+QSpinBox::up-button, QDoubleSpinBox::up-button {{ subcontrol-position: top right; }}
+QSpinBox::down-button, QDoubleSpinBox::down-button {{ subcontrol-position: bottom right; }}
+QSpinBox::up-button:hover, QDoubleSpinBox::up-button:hover,
+QSpinBox::down-button:hover, QDoubleSpinBox::down-button:hover {{ background: #3d4047; }}
+QSpinBox::up-arrow, QDoubleSpinBox::up-arrow {{ image: url({_ICONS}/arrow_up.svg); width: 9px; height: 6px; }}
+QSpinBox::down-arrow, QDoubleSpinBox::down-arrow {{
+    image: url({_ICONS}/arrow_down.svg); width: 9px; height: 6px; }}
+QComboBox::drop-down {{ border-left: 1px solid #45484f; width: 16px; }}
+QComboBox::down-arrow {{ image: url({_ICONS}/arrow_down.svg); width: 9px; height: 6px; }}
 QTabWidget::pane {{ border: 1px solid #3a3c42; }}
 QTabBar::tab {{ background: {PANEL}; padding: 4px 10px; border: 1px solid #3a3c42; }}
 QTabBar::tab:selected {{ background: #3d4047; }}

@@ -74,6 +74,10 @@ class Family:
     denoiser_blocks: tuple[str, ...] = ("down_blocks", "up_blocks")
     # Flow matching (rectified flow, Flux/SD3): a different loop and only flow-matching schedulers.
     flow: bool = False
+    # The picture size the family is trained at, and the step width/height must be a multiple of
+    # (VAE downscale x the denoiser's patch size). A model folder's own configs override these.
+    native_size: int = 512
+    size_multiple: int = 8
 
     @property
     def denoiser_class(self) -> type:
@@ -129,6 +133,7 @@ SDXL = Family(
     max_text_tokens=None,
     latent_rgb_factors=_SDXL_RGB,
     latent_rgb_bias=(0.1084, -0.0175, -0.0011),
+    native_size=1024,
 )
 
 PIXART_SIGMA = Family(
@@ -143,6 +148,8 @@ PIXART_SIGMA = Family(
     latent_rgb_factors=_SDXL_RGB,  # PixArt-Sigma uses the SDXL VAE
     latent_rgb_bias=(0.1084, -0.0175, -0.0011),
     denoiser_blocks=("transformer_blocks",),
+    native_size=1024,
+    size_multiple=16,
 )
 
 FLUX = Family(
@@ -162,6 +169,8 @@ FLUX = Family(
     latent_rgb_factors=(),  # 16 latent channels: previews show the first three
     denoiser_blocks=("transformer_blocks", "single_transformer_blocks"),
     flow=True,
+    native_size=1024,
+    size_multiple=16,
 )
 
 SD3 = Family(
@@ -182,6 +191,8 @@ SD3 = Family(
     latent_rgb_factors=(),  # 16 latent channels: previews show the first three
     denoiser_blocks=("transformer_blocks",),
     flow=True,
+    native_size=1024,
+    size_multiple=16,
 )
 
 FAMILIES: dict[str, Family] = {f.name: f for f in (SD, SDXL, PIXART_SIGMA, SD3, FLUX)}

@@ -15,6 +15,7 @@ negative prompt is not used. SD3 runs classic classifier-free guidance on a doub
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import numpy as np
 import torch
@@ -37,6 +38,14 @@ FLOW_SCHEDULERS = ("default", "euler")
 
 
 # Copied from diffusers.pipelines.flux.pipeline_flux.calculate_shift
+
+
+def flow_denoised(scheduler: Any, before: torch.Tensor, velocity: torch.Tensor) -> torch.Tensor:
+    """x0 from a flow step: x_t = (1 - s) x0 + s noise and v = noise - x0, so x0 = x_t - s v."""
+    sigma = scheduler.sigmas[scheduler.step_index - 1].to(before.dtype)  # the sigma this step started at
+    return before - sigma * velocity
+
+
 def calculate_shift(
     image_seq_len: int,
     base_seq_len: int = 256,
@@ -173,6 +182,7 @@ def sample_flux(
                 return_dict=False,
             )[0]
 
+            before = x
             x = scheduler.step(noise_pred, t, x, return_dict=False)[0]
 
             if on_step is not None:
@@ -183,6 +193,7 @@ def sample_flux(
                         timestep=float(t),
                         latents=unpack_latents(x, h, w),
                         seconds=time.perf_counter() - started,
+                        denoised=unpack_latents(flow_denoised(scheduler, before, noise_pred), h, w),
                     )
                 )
 
@@ -268,6 +279,7 @@ def sample_sd3(
                 noise_pred_uncond, noise_pred_text = noise_pred.chunk(2)
                 noise_pred = noise_pred_uncond + settings.cfg * (noise_pred_text - noise_pred_uncond)
 
+            before = x
             x = scheduler.step(noise_pred, t, x, return_dict=False)[0]
 
             if on_step is not None:
@@ -278,6 +290,7 @@ def sample_sd3(
                         timestep=float(t),
                         latents=x,
                         seconds=time.perf_counter() - started,
+                        denoised=flow_denoised(scheduler, before, noise_pred),
                     )
                 )
 

@@ -59,6 +59,19 @@ class StepInfo:
     timestep: float
     latents: torch.Tensor  # (B, C, h, w) after this step
     seconds: float  # wall time of this step
+    # The model's current guess of the final latents (x0): what a live preview shows, since the noisy
+    # latents are mostly noise halfway through. None where the scheduler does not tell.
+    denoised: torch.Tensor | None = None
+
+
+def predicted_original(scheduler: Any, step_output: Any) -> torch.Tensor | None:
+    """x0 after a scheduler step: Euler/DDIM return it; DPM++/UniPC keep it as their last model output."""
+    pred = getattr(step_output, "pred_original_sample", None)
+    if pred is None:
+        outputs = getattr(scheduler, "model_outputs", None)
+        if outputs and outputs[-1] is not None:
+            pred = outputs[-1]
+    return pred
 
 
 StepCallback = Callable[[StepInfo], None]
@@ -340,7 +353,8 @@ def sample(
                 noise_pred_uncond, noise_pred_text = noise_pred.chunk(2)
                 noise_pred = noise_pred_uncond + settings.cfg * (noise_pred_text - noise_pred_uncond)
 
-            x = scheduler.step(noise_pred, t, x, **extra_step_kwargs, return_dict=False)[0]
+            stepped = scheduler.step(noise_pred, t, x, **extra_step_kwargs, return_dict=True)
+            x = stepped.prev_sample
             if keep is not None:
                 x = _keep_unmasked(scheduler, x, keep, noise, timesteps, i)
 
@@ -352,6 +366,7 @@ def sample(
                         timestep=float(t),
                         latents=x,
                         seconds=time.perf_counter() - started,
+                        denoised=predicted_original(scheduler, stepped),
                     )
                 )
 

@@ -1,0 +1,91 @@
+"""Everyday editing staples: bypass and mute (nodes or groups), rename a node's title on the canvas,
+find a node in the graph.
+
+Lives here: `StaplesMixin`. Imports Qt, `nodes.modes`. Modes and titles live in the workflow's `ui`
+section (saved with the file; `nodes.modes.apply_node_modes` rewrites the graph before a run).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from PySide6.QtWidgets import QInputDialog
+
+from nodes.modes import node_mode
+
+if TYPE_CHECKING:
+    from app.gui.main_window import MainWindow
+
+
+class StaplesMixin:
+    def selected_node_ids(self: MainWindow) -> list[str]:
+        """Selected nodes, plus every node inside a selected group."""
+        ids = [nid for nid, item in self.scene.node_items.items() if item.isSelected()]
+        for group in self.scene.group_items:
+            if group.isSelected():
+                area = group.sceneBoundingRect()
+                ids += [
+                    nid
+                    for nid, item in self.scene.node_items.items()
+                    if area.contains(item.sceneBoundingRect().center()) and nid not in ids
+                ]
+        return ids
+
+    def toggle_mode(self: MainWindow, mode: str, node_ids: list[str] | None = None) -> None:
+        """Bypass or mute the selection; again on an all-set selection turns it back to normal."""
+        ids = node_ids if node_ids is not None else self.selected_node_ids()
+        if not ids:
+            self.status(f"Select nodes or a group to {mode}")
+            return
+        workflow = self.model.workflow
+        new = "normal" if all(node_mode(workflow, nid) == mode for nid in ids) else mode
+        for nid in ids:
+            ui = workflow.ui["nodes"].setdefault(nid, {})
+            if new == "normal":
+                ui.pop("mode", None)
+            else:
+                ui["mode"] = new
+            self.scene.node_items[nid].update_mode()
+        self._force_dirty = True
+        self.update_title()
+        self._stale_timer.start()
+        word = {"bypass": "Bypassed", "mute": "Muted", "normal": "Back to normal:"}[new]
+        self.status(f"{word} {', '.join(ids)}")
+
+    def rename_node(self: MainWindow, node_id: str | None = None, title: str | None = None) -> None:
+        """The title shown on the canvas (the node id and type stay)."""
+        ids = [node_id] if node_id else self.selected_node_ids()[:1]
+        if not ids:
+            return
+        nid = ids[0]
+        item = self.scene.node_items[nid]
+        if title is None:
+            title, ok = QInputDialog.getText(self, "Rename node", f"Title for {nid}:", text=item.title())
+            if not ok:
+                return
+        ui = self.model.workflow.ui["nodes"].setdefault(nid, {})
+        if title.strip():
+            ui["title"] = title.strip()
+        else:
+            ui.pop("title", None)  # empty: back to the type's title
+        item.update()
+        self._force_dirty = True
+        self.update_title()
+
+    def find_in_graph(self: MainWindow, query: str | None = None) -> str | None:
+        """Find a node by title, id or type and jump to it; returns its id."""
+        if query is None:
+            query, ok = QInputDialog.getText(self, "Find in graph", "Node title, id or type:")
+            if not ok:
+                return None
+        q = query.lower().strip()
+        for nid, item in self.scene.node_items.items():
+            node = self.model.node(nid)
+            if q and any(q in text.lower() for text in (item.title(), nid, node.type)):
+                self.scene.clearSelection()
+                item.setSelected(True)
+                self.view.centerOn(item)
+                self.status(f"Found {nid}")
+                return nid
+        self.status(f"No node matches {query!r}")
+        return None

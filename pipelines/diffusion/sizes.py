@@ -1,0 +1,70 @@
+"""Picture sizes a model wants: its native size and the multiple width/height must step by.
+
+Lives here: `ImageSize`, `size_from_configs`, `size_for_denoiser`, `size_for_model`.
+May import: stdlib, safetensors, pipelines.paths, pipelines.diffusion.families / values.
+
+Read from the model's own configs (a tiny built-in model is 64 px, SD1.x 512, SDXL 1024), falling back
+to the family's figures. Only JSON and safetensors headers are read: the editor asks this on every
+inspector refresh, and Empty Latent at run time.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pipelines.diffusion.families import (
+    FAMILIES,
+    Family,
+    detect_single_file_family,
+    family_for_pipeline_class,
+)
+from pipelines.diffusion.values import DenoiserRef
+
+_SINGLE_FILE_FAMILY = {"sd1": "sd", "sd2": "sd", "sdxl": "sdxl"}
+
+
+@dataclass(frozen=True)
+class ImageSize:
+    native: int  # pixels, square
+    multiple: int  # width and height must be multiples of this
+
+
+def size_from_configs(family: Family, denoiser_config: dict[str, Any], vae_scale: int) -> ImageSize:
+    # Transformers cut latents into patches; Flux packs 2x2 latents without saying so in its config.
+    patch = max(int(denoiser_config.get("patch_size") or 1), family.size_multiple // 8)
+    sample = denoiser_config.get("sample_size")
+    native = int(sample) * vae_scale if isinstance(sample, int) and sample > 0 else family.native_size
+    return ImageSize(native=native, multiple=vae_scale * patch)
+
+
+def size_for_denoiser(denoiser: DenoiserRef) -> ImageSize:
+    return size_from_configs(denoiser.family, denoiser.config, denoiser.vae_scale_factor)
+
+
+def _read(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def size_for_model(spec: str) -> ImageSize | None:
+    """The size for a Load Diffusion Model `path` value; None when it cannot be told cheaply."""
+    from pipelines.paths import resolve_model_path
+
+    try:
+        path = resolve_model_path(spec)
+        if path.is_dir():
+            family = family_for_pipeline_class(_read(path / "model_index.json")["_class_name"])
+            config = _read(path / family.denoiser_subfolder / "config.json")
+            vae_blocks = _read(path / "vae" / "config.json").get("block_out_channels", (0, 0, 0, 0))
+            return size_from_configs(family, config, 2 ** (len(vae_blocks) - 1))
+        if path.suffix == ".safetensors":
+            from safetensors import safe_open
+
+            with safe_open(str(path), framework="pt") as f:
+                family = FAMILIES[_SINGLE_FILE_FAMILY[detect_single_file_family(f.keys())]]
+            return ImageSize(family.native_size, family.size_multiple)
+    except Exception:  # a missing or foreign file: the editor just shows no hint
+        return None
+    return None

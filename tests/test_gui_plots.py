@@ -1,0 +1,56 @@
+"""The memory plot: a settings change starts a new series (no diagonal joining two memory managers'
+samples), and the x-axis follows the last runs instead of the whole session."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from app.gui.plots import RUNS_SHOWN, PlotsPanel
+from app.gui.settings import SettingsDialog
+from memory.telemetry import Sample
+from tests.gui_support import make_window
+
+MIB = 1024 * 1024
+
+
+def samples(start: float, stop: float, rss_mib: int) -> list[Sample]:
+    return [
+        Sample(
+            t=start + i * 0.5,
+            device_allocated=rss_mib * MIB,
+            device_reserved=rss_mib * MIB,
+            device_total=0,
+            budget=4096 * MIB,
+            host_rss=rss_mib * MIB,
+            host_available=0,
+        )
+        for i in range(int((stop - start) / 0.5))
+    ]
+
+
+def test_a_policy_change_starts_a_new_memory_series(qtbot, tmp_path: Path, registry, monkeypatch) -> None:
+    window = make_window(qtbot, tmp_path, registry)
+    window.plots.add_records(samples(0, 10, 300))
+    monkeypatch.setattr(
+        SettingsDialog,
+        "exec",
+        lambda self: (self.policy.setCurrentText("sequential"), self.accept(), 1)[-1],
+    )
+    window.open_settings()
+    window.plots.add_records(samples(0, 5, 900))  # the new manager's clock starts again
+    window.plots.redraw()
+    x, y = window.plots.curve_rss.getData()
+    assert list(x) == sorted(x) and set(y) == {900}  # only the new series, no line back in time
+
+
+def test_the_memory_axis_follows_the_last_runs(qtbot) -> None:
+    plots = PlotsPanel()  # alone: a window's own memory manager would add live samples
+    qtbot.addWidget(plots)
+    for run in range(RUNS_SHOWN + 3):
+        plots.new_run()
+        plots.add_records(samples(run * 100, run * 100 + 20, 300))
+    plots.redraw()
+    (left, right), _ = plots.memory_plot.getPlotItem().viewRange()
+    # A run starts where the previous one left off (t=219.5 for the fourth run): earlier runs are off the left.
+    assert left > 200
+    assert right >= (RUNS_SHOWN + 2) * 100 + 19
