@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image
-from pipelines.shapes.evaluate import measure_scene, score
-from pipelines.shapes.scenes import parse_caption
+from training.shapes.evaluate import measure_scene, score
+from training.shapes.scenes import parse_caption
 from PySide6.QtCore import QPointF, Qt
 
 from app.gui.main_window import MainWindow

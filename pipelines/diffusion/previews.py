@@ -4,7 +4,7 @@ Lives here: `PREVIEW_FILE`, `PreviewDecoder`, `load_preview_decoder`, `model_fol
 May import: torch, PIL, safetensors, pipelines.diffusion.families.
 
 The per-family factors are ComfyUI's latent_formats (fitted on the real SD/SDXL VAEs). A model with its
-own VAE (the built-in shapes-sd) ships `latent_preview.safetensors`, fitted by `preview_fit.py`: two
+own VAE (the built-in shapes-sd) ships `latent_preview.safetensors`, fitted by `training/preview_fit.py`: two
 small convolutions from latents to pixel patches (a linear map cannot follow that VAE; measured). Samplers pass the x0
 prediction (what the picture will become), not the noisy latents.
 """

@@ -1,7 +1,7 @@
 """Fit a model's cheap preview decoder: two small convolutions from latents to pixel patches.
 
-Lives here: `fit_preview_decoder`, `main` (`python -m pipelines.diffusion.preview_fit MODEL_FOLDER`).
-May import: torch, safetensors, pipelines.diffusion (loading, sampling, vae, previews), pipelines.shapes.
+Lives here: `fit_preview_decoder`, `main` (`python -m training.preview_fit MODEL_FOLDER`).
+May import: torch, safetensors, pipelines.diffusion (loading, sampling, vae, previews), training.shapes.
 
 The ComfyUI-style per-channel RGB factors are fitted on the SD/SDXL VAEs; a model with its own VAE (our
 shapes-sd) needs its own. We sample a few prompts, keep every step's x0 prediction and its real VAE
@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     from pipelines.diffusion.sampling import SamplerSettings, sample
     from pipelines.diffusion.vae import decode
     from pipelines.diffusion.values import Latents
-    from pipelines.shapes.scenes import random_caption, random_scene
+    from training.shapes.scenes import random_caption, random_scene
 
     folder = Path((argv or sys.argv[1:])[0])
     rng = random.Random(0)
