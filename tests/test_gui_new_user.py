@@ -9,14 +9,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image
-from training.shapes.evaluate import measure_scene, score
-from training.shapes.scenes import parse_caption
 from PySide6.QtCore import QPointF, Qt
 
 from app.gui.main_window import MainWindow
 from nodes.events import NodePreview
 from tests.gui_support import make_window
 from tests.test_gui_run import wait_until
+from training.shapes.evaluate import measure_scene, score
+from training.shapes.scenes import parse_caption
 
 PROMPT = "a small yellow triangle on a black background"
 
