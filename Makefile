@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 DEV_STAMP := $(VENV)/.installed-dev
 DEMO := resources/workflows/txt2img.json
 
-.PHONY: setup setup-dev run demo test lint bench bench-gpu train-shapes eval-shapes clean
+.PHONY: setup setup-dev run demo test test-fast lint bench bench-gpu train-shapes eval-shapes clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,10 @@ demo: setup
 
 test: setup-dev
 	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest
+
+# The fast lane: everything but the tests marked slow.
+test-fast: setup-dev
+	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -m "not slow"
 
 lint: setup-dev
 	$(BIN)/ruff check .
