@@ -23,6 +23,7 @@ MODEL_PARAMS: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
     "LoadTextEncoder": tuple((p, ("text_encoders",)) for p in ("path", "path_2", "path_3")),
     "LoadLoRA": (("path", ("loras",)),),
     "LoadControlNet": (("path", ("controlnet",)),),
+    "LoadUpscaleModel": (("path", ("upscale_models",)),),
 }
 
 

@@ -26,10 +26,13 @@ DATA = Path(__file__).resolve().parent / "data" / "comfy"
 REPO = Path(__file__).resolve().parent.parent
 
 
-def test_export_of_an_import_gives_back_the_comfy_prompt(registry, tmp_path: Path) -> None:
-    original = json.loads((DATA / "sd15_default.api.json").read_text())
+@pytest.mark.parametrize("name", ["sd15_default.api.json", "api_split_lora_control.json"])
+def test_export_of_an_import_gives_back_the_comfy_prompt(name: str, registry, tmp_path: Path) -> None:
+    """Round trip, including split loaders (UNET / Dual CLIP / VAE, fp8 weight_dtype), LoRAs, CLIP skip,
+    both ControlNet applies, the upscale model, LoadImage's mask, noise mask and inpaint conditioning."""
+    original = json.loads((DATA / name).read_text())
     imported = tmp_path / "imported.json"
-    assert main(["import", str(DATA / "sd15_default.api.json"), "-o", str(imported)]) == 0
+    assert main(["import", str(DATA / name), "-o", str(imported)]) == 0
     out = tmp_path / "exported.json"
     assert main(["export-comfy", str(imported), str(out)]) == 0
     exported = json.loads(out.read_text())
@@ -39,9 +42,36 @@ def test_export_of_an_import_gives_back_the_comfy_prompt(registry, tmp_path: Pat
         new = by_title[old][1]
         assert new["class_type"] == node["class_type"]
         expected = {k: [ids[v[0]], v[1]] if isinstance(v, list) else v for k, v in node["inputs"].items()}
-        if node["class_type"] == "SaveImage":
+        if node["class_type"] == "SaveImage" and name == "sd15_default.api.json":
             expected["filename_prefix"] = "SD1.5"
         assert new["inputs"] == expected, old
+
+
+def test_export_picks_the_comfy_loader_by_file_count_and_the_lora_by_its_inputs(registry) -> None:
+    wf = workflow_from_dict(
+        {
+            "format": "nodeloom.workflow",
+            "version": 1,
+            "nodes": {
+                "te1": {"type": "LoadTextEncoder", "params": {"path": "clip_l.safetensors", "family": "sd"}},
+                "te3": {"type": "LoadTextEncoder", "params": {"path": "a", "path_2": "b", "path_3": "c"}},
+                "unet": {"type": "LoadDenoiser", "params": {"path": "u.safetensors", "dtype": "int8"}},
+                "lora": {
+                    "type": "LoadLoRA",
+                    "params": {"path": "l"},
+                    "inputs": {"denoiser": ["unet", "denoiser"]},
+                },
+            },
+        },
+        registry,
+    )
+    prompt = {node["_meta"]["title"]: node for node in export_api(wf, registry).values()}
+    assert prompt["te1"]["class_type"] == "CLIPLoader"
+    assert prompt["te1"]["inputs"] == {"clip_name": "clip_l.safetensors", "type": "stable_diffusion"}
+    assert prompt["te3"]["class_type"] == "TripleCLIPLoader"
+    assert prompt["te3"]["inputs"] == {"clip_name1": "a", "clip_name2": "b", "clip_name3": "c"}
+    assert prompt["unet"]["inputs"] == {"unet_name": "u.safetensors", "weight_dtype": "default"}
+    assert prompt["lora"]["class_type"] == "LoraLoaderModelOnly"
 
 
 def test_export_of_our_own_workflow_uses_nearest_comfy_samplers(registry) -> None:

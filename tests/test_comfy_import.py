@@ -51,16 +51,21 @@ def test_api_file_maps_every_node_to_its_nodeloom_type(registry) -> None:
         "26": "PreviewImage",
         "27": "LatentUpscale",
         "28": "LatentUpscaleBy",
+        "7": "ClipSkip",
         "29": "LoadLoRA",
         "30": "LoadLoRA",
         "31": "LoadControlNet",
         "32": "ApplyControlNet",
         "33": "ApplyControlNet",
-        "34": "ComfyUI.UpscaleModelLoader",
+        "34": "LoadUpscaleModel",
         "35": "Sampler",
+        "36": "ComfyUI.CLIPVisionLoader",
+        "37": "UpscaleImage",
+        "38": "SetLatentNoiseMask",
+        "39": "InpaintConditioning",
     }
-    # Pass-through nodes (CLIPSetLastLayer, FluxGuidance, ModelSampling*) are wired around, their values kept.
-    assert "7" not in nodes and "12" not in nodes and "13" not in nodes
+    # Pass-through nodes (FluxGuidance, ModelSampling*) are wired around, their values kept.
+    assert "12" not in nodes and "13" not in nodes and "14" not in nodes
     assert nodes["18"]["params"] == {
         "scheduler": "k_dpmpp_2m",
         "sigma_schedule": "karras",
@@ -75,8 +80,64 @@ def test_api_file_maps_every_node_to_its_nodeloom_type(registry) -> None:
         "negative": ["11", "conditioning"],
         "latent": ["17", "latent"],
     }
-    assert nodes["8"]["params"]["clip_skip"] == 1  # CLIPSetLastLayer -2
-    assert nodes["8"]["inputs"]["text_encoder"] == ["1", "text_encoder"]
+    # CLIPSetLastLayer is our ClipSkip, with ComfyUI's value as it is (-2: the penultimate layer).
+    assert nodes["7"] == {
+        "type": "ClipSkip",
+        "params": {"clip_skip": -2},
+        "inputs": {"text_encoder": ["1", "text_encoder"]},
+    }
+    assert nodes["8"]["params"] == {"text": "a red fox"}
+    assert nodes["8"]["inputs"]["text_encoder"] == ["7", "text_encoder"]
+    # Split loaders: ComfyUI's CLIP loader type is our family, weight_dtype our dtype choice.
+    assert nodes["2"]["params"] == {"path": "flux1-dev.safetensors", "family": "flux", "dtype": "fp8_e4m3fn"}
+    assert nodes["3"]["params"] == {"path": "t5xxl_fp16.safetensors", "family": "sd3"}
+    assert nodes["4"]["params"] == {
+        "path": "clip_l.safetensors",
+        "path_2": "t5xxl_fp16.safetensors",
+        "family": "flux",
+    }
+    assert nodes["5"]["params"] == {
+        "path": "clip_l.safetensors",
+        "path_2": "clip_g.safetensors",
+        "path_3": "t5xxl_fp16.safetensors",
+        "family": "sd3",
+    }
+    assert nodes["29"] == {
+        "type": "LoadLoRA",
+        "params": {"path": "detail.safetensors", "strength_model": 0.8, "strength_text": 0.6},
+        "inputs": {"denoiser": ["1", "denoiser"], "text_encoder": ["1", "text_encoder"]},
+    }
+    assert nodes["30"] == {
+        "type": "LoadLoRA",
+        "params": {"path": "style.safetensors", "strength_model": 1.0},
+        "inputs": {"denoiser": ["29", "denoiser"]},
+    }
+    assert nodes["31"]["params"] == {"path": "canny.safetensors"}
+    assert nodes["32"] == {
+        "type": "ApplyControlNet",
+        "params": {"strength": 0.9, "start_percent": 0.0, "end_percent": 1.0},
+        "inputs": {
+            "positive": ["8", "conditioning"],
+            "controlnet": ["31", "controlnet"],
+            "image": ["22", "image"],
+        },
+    }
+    assert nodes["33"]["params"] == {"strength": 1.0, "start_percent": 0.0, "end_percent": 0.8}
+    assert nodes["33"]["inputs"]["negative"] == ["9", "conditioning"]
+    assert nodes["37"]["inputs"] == {"upscale_model": ["34", "upscale_model"], "image": ["20", "image"]}
+    # LoadImage's second output is its mask.
+    assert nodes["38"]["inputs"] == {"latent": ["21", "latent"], "mask": ["22", "mask"]}
+    assert nodes["39"] == {
+        "type": "InpaintConditioning",
+        "params": {"noise_mask": False},
+        "inputs": {
+            "positive": ["8", "conditioning"],
+            "negative": ["9", "conditioning"],
+            "vae": ["6", "vae"],
+            "image": ["24", "image"],
+            "mask": ["22", "mask"],
+        },
+    }
     # FluxGuidance 2.5 reaches both samplers it feeds as their cfg.
     assert nodes["19"]["params"]["cfg"] == 2.5 and nodes["35"]["params"]["cfg"] == 2.5
     assert nodes["19"]["params"] | {} == {
@@ -99,12 +160,50 @@ def test_api_file_maps_every_node_to_its_nodeloom_type(registry) -> None:
     notes = "\n".join(_notes(result))
     assert "node 15 (ModelSamplingAuraFlow): shift 2.0 not applied" in notes
     assert "node 35 (KSampler): sampler 'dpmpp_2m_sde_gpu' runs as 'dpmpp_2m_sde'" in notes
-    assert "node 2 (UNETLoader): weight_dtype 'fp8_e4m3fn'" in notes
+    assert "weight_dtype" not in notes  # fp8_e4m3fn is one of our dtypes
+    assert (
+        "node 31 (ControlNetLoader): ControlNet 'canny.safetensors': Nodeloom loads diffusers-format" in notes
+    )
+    # Only the class with no Nodeloom counterpart is refused.
     unsupported = {u.node: (u.class_type, u.reason) for u in result.unsupported}
-    assert set(unsupported) == {"3", "4", "5", "8", "29", "30", "31", "32", "33", "34"}
-    assert unsupported["34"][0] == "UpscaleModelLoader"
-    assert "LoadTextEncoder" in unsupported["4"][1] and "LoadLoRA" in unsupported["29"][1]
-    assert "clip_skip" in unsupported["8"][1]
+    assert list(unsupported) == ["36"]
+    assert unsupported["36"][0] == "CLIPVisionLoader"
+
+
+def test_unet_weight_dtype_and_clip_types_map_to_our_choices(registry, tmp_path: Path) -> None:
+    prompt = {
+        "1": {
+            "class_type": "UNETLoader",
+            "inputs": {"unet_name": "a.safetensors", "weight_dtype": "default"},
+        },
+        "2": {
+            "class_type": "UNETLoader",
+            "inputs": {"unet_name": "b.safetensors", "weight_dtype": "fp8_e5m2"},
+        },
+        "3": {
+            "class_type": "UNETLoader",
+            "inputs": {"unet_name": "c.safetensors", "weight_dtype": "fp8_e4m3fn_fast"},
+        },
+        "4": {
+            "class_type": "CLIPLoader",
+            "inputs": {"clip_name": "l.safetensors", "type": "stable_diffusion"},
+        },
+        "5": {
+            "class_type": "DualCLIPLoader",
+            "inputs": {"clip_name1": "l", "clip_name2": "g", "type": "sdxl"},
+        },
+        "6": {"class_type": "CLIPLoader", "inputs": {"clip_name": "x.safetensors", "type": "wan"}},
+    }
+    path = tmp_path / "loaders.json"
+    path.write_text(json.dumps(prompt))
+    result = import_comfy(path, registry)
+    nodes = result.workflow["nodes"]
+    assert [nodes[n]["params"]["dtype"] for n in "123"] == ["auto", "fp8_e5m2", "fp8_e4m3fn"]
+    assert [nodes[n]["params"]["family"] for n in "456"] == ["sd", "sdxl", "auto"]
+    notes = "\n".join(_notes(result))
+    assert "node 3 (UNETLoader): weight_dtype 'fp8_e4m3fn_fast' loads as dtype 'fp8_e4m3fn'" in notes
+    assert "node 6 (CLIPLoader): type 'wan' is not a family Nodeloom runs" in notes
+    assert result.unsupported == []
 
 
 def test_ui_file_resolves_reroutes_primitives_bypass_mute_and_subgraphs(registry) -> None:
@@ -176,11 +275,8 @@ def test_comfy_png_prefers_the_ui_workflow_and_falls_back_to_the_prompt(registry
 def test_check_lists_unsupported_nodes_and_exits_2(capsys) -> None:
     assert main(["check", str(DATA / "api_every_node.json")]) == 2
     err = capsys.readouterr().err
-    assert "node '34', field 'type': UpscaleModelLoader: no Nodeloom node" in err
-    assert "node '31', field 'type': ControlNetLoader: ControlNet is not supported in this build" in err
-    assert (
-        "node '4', field 'type': DualCLIPLoader: separate text-encoder files need the LoadTextEncoder" in err
-    )
+    assert "1 problem in the workflow" in err
+    assert "node '36', field 'type': CLIPVisionLoader: no Nodeloom node" in err
 
 
 def test_import_always_writes_the_file_and_a_run_of_it_is_refused_with_the_list(
@@ -188,13 +284,13 @@ def test_import_always_writes_the_file_and_a_run_of_it_is_refused_with_the_list(
 ) -> None:
     out = tmp_path / "imported.json"
     assert main(["import", str(DATA / "api_every_node.json"), "-o", str(out)]) == 0
-    assert json.loads(out.read_text())["nodes"]["34"]["type"] == "ComfyUI.UpscaleModelLoader"
+    assert json.loads(out.read_text())["nodes"]["36"]["type"] == "ComfyUI.CLIPVisionLoader"
     captured = capsys.readouterr()
-    assert "unsupported: node 34 (UpscaleModelLoader)" in captured.err
-    assert "10 unsupported node(s): it will not run here" in captured.out
+    assert "unsupported: node 36 (CLIPVisionLoader)" in captured.err
+    assert "1 unsupported node(s): it will not run here" in captured.out
     assert main(["--run", str(out), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
-    assert "node '33', field 'type': ControlNetApplyAdvanced: ControlNet is not supported" in err
+    assert "node '36', field 'type': CLIPVisionLoader: no Nodeloom node" in err
     assert not (tmp_path / "o").exists()
 
 
@@ -212,7 +308,6 @@ def test_import_refuses_files_that_are_not_comfy_workflows(tmp_path: Path, capsy
 def test_check_of_a_valid_import_names_the_problem_fields(registry) -> None:
     result = import_comfy(DATA / "ui_features.json", registry)
     problems = [str(p) for p in check_comfy(result, registry, "ui_features.json")]
-    assert problems == [
-        "ui_features.json: node '8', field 'type': CLIPLoader: separate text-encoder files need the "
-        "LoadTextEncoder node, which this build lacks"
-    ]
+    assert problems == []
+    # The CLIPLoader is our LoadTextEncoder now.
+    assert result.workflow["nodes"]["8"]["type"] == "LoadTextEncoder"

@@ -1,8 +1,6 @@
 """Real ComfyUI workflow templates (tests/data/comfy/real, see its README) import with every node mapped and
-validate with `app check`; with a models folder holding files of those names, the names resolve too.
-
-The Flux template loads its text encoders from separate files (DualCLIPLoader): that maps to the
-LoadTextEncoder node, which this build lacks, so its check lists exactly that node and nothing else.
+validate with `app check` (the Flux one's separate text encoders through LoadTextEncoder); with a models
+folder holding files of those names, the names resolve too.
 """
 
 from __future__ import annotations
@@ -14,7 +12,7 @@ import torch
 from safetensors.torch import save_file
 
 from app.main import main
-from nodes.comfy.mapping import MISSING_TYPE_REASONS, PLACEHOLDER_PREFIX
+from nodes.comfy.mapping import PLACEHOLDER_PREFIX
 from nodes.comfy.sources import import_comfy
 
 REAL = Path(__file__).resolve().parent / "data" / "comfy" / "real"
@@ -35,9 +33,8 @@ def test_real_template_imports_with_every_node_mapped(registry, path: Path) -> N
     result = import_comfy(path, registry)
     types = {n["type"] for n in result.workflow["nodes"].values()}
     assert not [t for t in types if t.startswith(PLACEHOLDER_PREFIX)]
-    # Anything this build cannot run is a mapped type another part of Nodeloom provides.
-    assert {u.class_type for u in result.unsupported} <= {"DualCLIPLoader", "CLIPLoader", "TripleCLIPLoader"}
-    assert all(registry.get(t) is not None or t in MISSING_TYPE_REASONS for t in types)
+    assert result.unsupported == []
+    assert all(registry.get(t) is not None for t in types)
     assert {"VAEDecode", "SaveImage"} <= types
 
 
@@ -56,17 +53,17 @@ def test_sdxl_template_keeps_its_two_stage_sampling(registry) -> None:
     assert nodes["11"]["inputs"]["latent"] == ["10", "latent"]
 
 
-@pytest.mark.parametrize("name", ["sd15_default", "sdxl_simple_example", "sd3.5_simple_example"])
-def test_real_template_passes_app_check(name: str, capsys) -> None:
-    assert main(["check", str(REAL / f"{name}.json")]) == 0
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.stem)
+def test_real_template_passes_app_check(path: Path, capsys) -> None:
+    assert main(["check", str(path)]) == 0
     assert "ok" in capsys.readouterr().out
 
 
-def test_flux_template_check_names_only_the_text_encoder_loader(capsys) -> None:
-    assert main(["check", str(REAL / "flux_dev_checkpoint_example.json")]) == 2
-    err = capsys.readouterr().err
-    assert "1 problem in the workflow" in err
-    assert "node '41:40', field 'type': DualCLIPLoader" in err
+def test_flux_template_loads_its_split_files(registry) -> None:
+    nodes = import_comfy(REAL / "flux_dev_checkpoint_example.json", registry).workflow["nodes"]
+    assert nodes["41:40"]["type"] == "LoadTextEncoder"
+    assert nodes["41:40"]["params"]["family"] == "flux"
+    assert nodes["41:38"]["type"] == "LoadDenoiser" and nodes["41:38"]["params"]["dtype"] == "auto"
 
 
 def test_model_names_resolve_in_a_comfy_models_folder(tmp_path: Path, capsys) -> None:

@@ -6,7 +6,7 @@ Imports `nodes.comfy.*`, `nodes.registry`, `nodes.workflow` (FORMAT, VERSION).
 Node ids stay ComfyUI's ("3", and "12:5" inside a subgraph), so every message points at the node the user
 sees in ComfyUI. The workflow's `meta.comfyui` records each node's ComfyUI class; `unsupported_nodes`
 reads it to refuse a run with one line per node that this build cannot run (a class with no Nodeloom
-equivalent, or a mapped type that this build lacks), naming node id, class and reason.
+equivalent, or a mapped type missing from the registry), naming node id, class and reason.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from nodes.comfy.families import family_from_name
 from nodes.comfy.graph import ComfyGraph, ImportNote, LinkRef
 from nodes.comfy.mapping import (
     MAPPERS,
-    MISSING_TYPE_REASONS,
     PLACEHOLDER_PREFIX,
     Emit,
     MapContext,
@@ -116,8 +115,6 @@ class _Converter:
                 f"Flux guidance {guidance} (node {source}) becomes cfg: Nodeloom's Flux sampler takes the "
                 "distilled guidance as its cfg",
             )
-        if "clip_skip" in annotations and emit.type == "TextEncode" and port == "text_encoder":
-            params["clip_skip"] = annotations["clip_skip"][0]
 
     def _family(self, nodes: dict[str, dict[str, Any]], sampler: dict[str, Any]) -> str | None:
         """The family of the model a sampler runs: the loader its denoiser comes from (through LoRAs)."""
@@ -206,17 +203,12 @@ def unsupported_nodes(workflow: dict[str, Any], registry: NodeRegistry) -> list[
             continue
         type_ = str(data.get("type", ""))
         class_type = classes.get(node_id, type_)
-        spec = registry.get(type_)
-        if spec is None:
+        if registry.get(type_) is None:
             if type_.startswith(PLACEHOLDER_PREFIX):
                 reason = "no Nodeloom node does what this ComfyUI node does (unsupported in this build)"
             else:
-                reason = MISSING_TYPE_REASONS.get(type_, f"node type {type_!r} is not in this build")
+                reason = f"node type {type_!r} is not in this build"
             out.append(Unsupported(node_id, class_type, reason))
-            continue
-        for name in data.get("params") or {}:
-            if spec.param(name) is None and name in ("clip_skip",):
-                out.append(Unsupported(node_id, class_type, f"needs {type_}.{name}, which this build lacks"))
     return out
 
 

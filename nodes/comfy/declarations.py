@@ -75,6 +75,10 @@ COMFY_CLASSES: dict[str, ComfyClass] = {
     "ControlNetApplyAdvanced": ComfyClass(
         ("strength", "start_percent", "end_percent"), ("positive", "negative")
     ),
+    "UpscaleModelLoader": ComfyClass(("model_name",), ("UPSCALE_MODEL",)),
+    "ImageUpscaleWithModel": ComfyClass((), ("IMAGE",)),
+    "SetLatentNoiseMask": ComfyClass((), ("LATENT",)),
+    "InpaintModelConditioning": ComfyClass(("noise_mask",), ("positive", "negative", "latent")),
     "Note": ComfyClass(("text",), ()),
     "MarkdownNote": ComfyClass(("text",), ()),
     "PrimitiveNode": ComfyClass(("value",), ("value",)),

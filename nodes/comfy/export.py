@@ -1,7 +1,8 @@
 """A Nodeloom workflow -> ComfyUI API format (the `prompt` a ComfyUI server queues), for graphs made only
 of node types that have a ComfyUI counterpart.
 
-Lives here: `ExportError`, `export_api`, `EXPORTERS`. Imports `nodes.workflow`, `nodes.registry`.
+Lives here: `ExportError`, `export_api`, `EXPORTERS`. Imports `nodes.workflow`, `nodes.registry`,
+`nodes.comfy.mapping` (the text-encoder family names).
 
 ComfyUI ids are numbered "1", "2", ... in the workflow's order; each node's `_meta.title` keeps our id.
 A diffusers scheduler has no exact ComfyUI twin: the nearest sampler/scheduler pair is written and the
@@ -14,8 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from nodes.comfy.mapping import COMFY_TEXT_ENCODER_TYPES
 from nodes.registry import NodeRegistry
-from nodes.workflow import Workflow
+from nodes.workflow import NodeInstance, Workflow
 
 
 class ExportError(ValueError):
@@ -76,12 +78,90 @@ def _sampler_advanced(p: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-EXPORTERS: dict[str, _Out] = {
+def _weight_dtype(p: dict[str, Any]) -> dict[str, Any]:
+    dtype = p.get("dtype", "auto")
+    return {
+        "unet_name": p.get("path"),
+        "weight_dtype": dtype if dtype in ("fp8_e4m3fn", "fp8_e5m2") else "default",
+    }
+
+
+_CLIP_TYPES = {ours: theirs for theirs, ours in reversed(COMFY_TEXT_ENCODER_TYPES.items())}
+_CLIP_LOADERS = (
+    ("CLIPLoader", ("clip_name",)),
+    ("DualCLIPLoader", ("clip_name1", "clip_name2")),
+    ("TripleCLIPLoader", ("clip_name1", "clip_name2", "clip_name3")),
+)
+
+
+def _text_encoder_loader(node: NodeInstance) -> _Out:
+    """One, two or three files: CLIPLoader, DualCLIPLoader or TripleCLIPLoader (its files in order)."""
+    paths = [p for p in ("path", "path_2", "path_3") if node.params.get(p) or p in node.inputs]
+    class_type, names = _CLIP_LOADERS[max(0, min(len(paths), 3) - 1)]
+    family = node.params.get("family", "auto")
+    fixed: tuple[tuple[str, Any], ...] = ()
+    if class_type != "TripleCLIPLoader":
+        t5 = any("t5" in str(node.params.get(p, "")).lower() for p in paths)
+        default = "stable_diffusion" if class_type == "CLIPLoader" else "flux" if t5 else "sdxl"
+        fixed = (("type", _CLIP_TYPES.get(family, default)),)
+    return _Out(class_type, {}, dict(zip(names, paths, strict=False)), {"text_encoder": 0}, fixed)
+
+
+def _lora(node: NodeInstance) -> _Out:
+    if "text_encoder" in node.inputs:
+        return _Out(
+            "LoraLoader",
+            {"model": "denoiser", "clip": "text_encoder"},
+            {"lora_name": "path", "strength_model": "strength_model", "strength_clip": "strength_text"},
+            {"denoiser": 0, "text_encoder": 1},
+        )
+    return _Out(
+        "LoraLoaderModelOnly",
+        {"model": "denoiser"},
+        {"lora_name": "path", "strength_model": "strength_model"},
+        {"denoiser": 0},
+    )
+
+
+def _apply_controlnet(node: NodeInstance) -> _Out:
+    params = {"strength": "strength", "start_percent": "start_percent", "end_percent": "end_percent"}
+    inputs = {"control_net": "controlnet", "image": "image"}
+    if (
+        "negative" in node.inputs
+        or node.params.get("start_percent", 0.0) != 0.0
+        or (node.params.get("end_percent", 1.0) != 1.0)
+    ):
+        inputs |= {"positive": "positive", "negative": "negative"}
+        return _Out("ControlNetApplyAdvanced", inputs, params, {"positive": 0, "negative": 1})
+    return _Out(
+        "ControlNetApply", inputs | {"conditioning": "positive"}, {"strength": "strength"}, {"positive": 0}
+    )
+
+
+EXPORTERS: dict[str, _Out | Callable[[NodeInstance], _Out]] = {
     "LoadDiffusionModel": _Out(
         "CheckpointLoaderSimple", {}, {"ckpt_name": "path"}, {"denoiser": 0, "text_encoder": 1, "vae": 2}
     ),
-    "LoadDenoiser": _Out(
-        "UNETLoader", {}, {"unet_name": "path"}, {"denoiser": 0}, (("weight_dtype", "default"),)
+    "LoadDenoiser": _Out("UNETLoader", {}, {"unet_name": "path"}, {"denoiser": 0}, convert=_weight_dtype),
+    "LoadTextEncoder": _text_encoder_loader,
+    "LoadLoRA": _lora,
+    "ClipSkip": _Out(
+        "CLIPSetLastLayer", {"clip": "text_encoder"}, {"stop_at_clip_layer": "clip_skip"}, {"text_encoder": 0}
+    ),
+    "LoadControlNet": _Out("ControlNetLoader", {}, {"control_net_name": "path"}, {"controlnet": 0}),
+    "ApplyControlNet": _apply_controlnet,
+    "LoadUpscaleModel": _Out("UpscaleModelLoader", {}, {"model_name": "path"}, {"upscale_model": 0}),
+    "UpscaleImage": _Out(
+        "ImageUpscaleWithModel", {"upscale_model": "upscale_model", "image": "image"}, {}, {"image": 0}
+    ),
+    "SetLatentNoiseMask": _Out(
+        "SetLatentNoiseMask", {"samples": "latent", "mask": "mask"}, {}, {"latent": 0}
+    ),
+    "InpaintConditioning": _Out(
+        "InpaintModelConditioning",
+        {"positive": "positive", "negative": "negative", "vae": "vae", "pixels": "image", "mask": "mask"},
+        {"noise_mask": "noise_mask"},
+        {"positive": 0, "negative": 1, "latent": 2},
     ),
     "LoadVAE": _Out("VAELoader", {}, {"vae_name": "path"}, {"vae": 0}),
     "TextEncode": _Out("CLIPTextEncode", {"clip": "text_encoder"}, {"text": "text"}, {"conditioning": 0}),
@@ -111,7 +191,7 @@ EXPORTERS: dict[str, _Out] = {
     ),
     "VAEDecode": _Out("VAEDecode", {"samples": "latent", "vae": "vae"}, {}, {"image": 0}),
     "VAEEncode": _Out("VAEEncode", {"pixels": "image", "vae": "vae"}, {}, {"latent": 0}),
-    "LoadImage": _Out("LoadImage", {}, {"image": "path"}, {"image": 0}),
+    "LoadImage": _Out("LoadImage", {}, {"image": "path"}, {"image": 0, "mask": 1}),
     "SaveImage": _Out("SaveImage", {"images": "image"}, {"filename_prefix": "prefix"}, {}),
     "PreviewImage": _Out("PreviewImage", {"images": "image"}, {}, {}),
     "ImageScale": _Out(
@@ -144,6 +224,11 @@ EXPORTERS: dict[str, _Out] = {
 }
 
 
+def _exporter(node: NodeInstance) -> _Out:
+    out = EXPORTERS[node.type]
+    return out if isinstance(out, _Out) else out(node)
+
+
 def export_api(wf: Workflow, registry: NodeRegistry) -> dict[str, Any]:
     """The ComfyUI API prompt for `wf` (validated, so every parameter is filled)."""
     missing = [f"{nid} ({n.type})" for nid, n in wf.nodes.items() if n.type not in EXPORTERS]
@@ -155,7 +240,7 @@ def export_api(wf: Workflow, registry: NodeRegistry) -> dict[str, Any]:
     ids = {nid: str(i) for i, nid in enumerate(wf.nodes, start=1)}
     prompt: dict[str, Any] = {}
     for nid, node in wf.nodes.items():
-        out = EXPORTERS[node.type]
+        out = _exporter(node)
         params = dict(node.params)
         widgets = (
             out.convert(params)
@@ -175,7 +260,7 @@ def export_api(wf: Workflow, registry: NodeRegistry) -> dict[str, Any]:
                 )
             theirs = wired[port]
             source = wf.nodes[link.node]
-            slot = EXPORTERS[source.type].outputs.get(link.output)
+            slot = _exporter(source).outputs.get(link.output)
             if slot is None:
                 raise ExportError(
                     f"{wf.source}: node {nid}: {source.type}.{link.output} has no ComfyUI output"

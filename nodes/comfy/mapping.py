@@ -1,14 +1,13 @@
 """The table from ComfyUI node classes to Nodeloom node types, one small function per class.
 
-Lives here: `Emit`, `PassThrough`, `MapContext`, `MAPPERS`, `MISSING_TYPE_REASONS`, `map_node`,
+Lives here: `Emit`, `PassThrough`, `MapContext`, `MAPPERS`, `COMFY_TEXT_ENCODER_TYPES`,
 `comfy_sampler_name`. Imports `nodes.comfy.graph` and `pipelines.diffusion.schedulers` (sampler names).
 
 A mapper turns one ComfyUI node into either one of our nodes (`Emit`: type, params, wired inputs and which
 of our outputs stands for each ComfyUI output slot) or a pass-through (`PassThrough`: an output that is one
 of its inputs, e.g. FluxGuidance, whose guidance value is carried to the sampler it reaches). A class with
 no mapper becomes a placeholder node `ComfyUI.<class>` that the check refuses, naming it; never a silent
-drop. Types we expect other parts of Nodeloom to provide (LoadTextEncoder, LoadLoRA, ControlNet) are
-emitted under those names; a build without them says so per node (`MISSING_TYPE_REASONS`).
+drop.
 """
 
 from __future__ import annotations
@@ -24,12 +23,17 @@ from pipelines.diffusion.schedulers import K_SCHEDULER_NAMES
 
 PLACEHOLDER_PREFIX = "ComfyUI."
 
-MISSING_TYPE_REASONS: dict[str, str] = {
-    "LoadTextEncoder": "separate text-encoder files need the LoadTextEncoder node, which this build lacks",
-    "LoadLoRA": "LoRA needs the LoadLoRA node, which this build lacks",
-    "LoadControlNet": "ControlNet is not supported in this build",
-    "ApplyControlNet": "ControlNet is not supported in this build",
+# ComfyUI's CLIP loader `type` -> our text-encoder family (TripleCLIPLoader has no type: SD3).
+COMFY_TEXT_ENCODER_TYPES: dict[str, str] = {
+    "stable_diffusion": "sd",
+    "sd1": "sd",
+    "sdxl": "sdxl",
+    "sd3": "sd3",
+    "flux": "flux",
+    "pixart": "pixart_sigma",
 }
+# ComfyUI's UNETLoader weight_dtype -> our dtype choice (the rest load in the automatic dtype).
+_WEIGHT_DTYPES = {"fp8_e4m3fn": "fp8_e4m3fn", "fp8_e4m3fn_fast": "fp8_e4m3fn", "fp8_e5m2": "fp8_e5m2"}
 
 
 @dataclass
@@ -126,10 +130,12 @@ def _checkpoint(node: ComfyNode, ctx: MapContext) -> Emit:
 
 def _unet(node: ComfyNode, ctx: MapContext) -> Emit:
     name, weight_dtype = _get(node, "unet_name"), _get(node, "weight_dtype", "default")
-    if weight_dtype not in (None, "default"):
-        ctx.graph.note(node, f"weight_dtype {weight_dtype!r}: loaded in the default dtype in this build")
+    dtype = _WEIGHT_DTYPES.get(weight_dtype, "auto") if isinstance(weight_dtype, str) else weight_dtype
+    if weight_dtype not in (None, "default") and weight_dtype != dtype:
+        ctx.graph.note(node, f"weight_dtype {weight_dtype!r} loads as dtype {dtype!r} here")
     family = _loader_family(node, ctx, name)
-    return _emit(node, "LoadDenoiser", {"path": _model_name(name), "family": family}, ("denoiser",))
+    params = {"path": _model_name(name), "family": family, "dtype": dtype}
+    return _emit(node, "LoadDenoiser", params, ("denoiser",))
 
 
 def _clip_loader(*names: str) -> Mapper:
@@ -137,7 +143,12 @@ def _clip_loader(*names: str) -> Mapper:
         params: dict[str, Any] = {}
         for i, name in enumerate(names):
             params["path" if i == 0 else f"path_{i + 1}"] = _model_name(_get(node, name))
-        params["type"] = _get(node, "type", "sd3" if len(names) == 3 else None)
+        type_ = _get(node, "type", "sd3" if len(names) == 3 else None)
+        if isinstance(type_, str) and type_ not in COMFY_TEXT_ENCODER_TYPES:
+            ctx.graph.note(
+                node, f"type {type_!r} is not a family Nodeloom runs: family 'auto' (from the files)"
+            )
+        params["family"] = COMFY_TEXT_ENCODER_TYPES.get(type_, "auto") if isinstance(type_, str) else "auto"
         return _emit(node, "LoadTextEncoder", params, ("text_encoder",))
 
     return mapper
@@ -165,12 +176,10 @@ def _text_encode_flux(node: ComfyNode, ctx: MapContext) -> Emit:
     return emit
 
 
-def _clip_set_last_layer(node: ComfyNode, ctx: MapContext) -> PassThrough:
-    stop = _get(node, "stop_at_clip_layer", -1)
-    if stop == -1:
-        return PassThrough({0: "clip"})
-    # ComfyUI -2 = the penultimate layer = diffusers' clip_skip 1.
-    return PassThrough({0: "clip"}, {"clip_skip": (-int(stop) - 1, node.id)})
+def _clip_set_last_layer(node: ComfyNode, ctx: MapContext) -> Emit:
+    # Our ClipSkip takes ComfyUI's value as it is: -1 the last layer, -2 the penultimate.
+    params = {"clip_skip": _get(node, "stop_at_clip_layer", -1)}
+    return _emit(node, "ClipSkip", params, ("text_encoder",), text_encoder="clip")
 
 
 def _flux_guidance(node: ComfyNode, ctx: MapContext) -> PassThrough:
@@ -264,7 +273,7 @@ def _vae_encode(node: ComfyNode, ctx: MapContext) -> Emit:
 def _load_image(node: ComfyNode, ctx: MapContext) -> Emit:
     image = _get(node, "image", "")
     ctx.graph.note(node, f"image {image!r} was in ComfyUI's input folder: set the path if it is elsewhere")
-    return _emit(node, "LoadImage", {"path": image}, ("image", None))
+    return _emit(node, "LoadImage", {"path": image}, ("image", "mask"))
 
 
 def _save_image(node: ComfyNode, ctx: MapContext) -> Emit:
@@ -315,9 +324,12 @@ def _latent_upscale_by(node: ComfyNode, ctx: MapContext) -> Emit:
 
 
 def _lora(node: ComfyNode, ctx: MapContext) -> Emit:
-    params = {"path": _model_name(_get(node, "lora_name")), "strength": _get(node, "strength_model", 1.0)}
+    params = {
+        "path": _model_name(_get(node, "lora_name")),
+        "strength_model": _get(node, "strength_model", 1.0),
+    }
     if node.class_type == "LoraLoader":
-        params["strength_clip"] = _get(node, "strength_clip", 1.0)
+        params["strength_text"] = _get(node, "strength_clip", 1.0)
         return _emit(
             node, "LoadLoRA", params, ("denoiser", "text_encoder"), denoiser="model", text_encoder="clip"
         )
@@ -325,16 +337,19 @@ def _lora(node: ComfyNode, ctx: MapContext) -> Emit:
 
 
 def _controlnet_loader(node: ComfyNode, ctx: MapContext) -> Emit:
-    return _emit(
-        node, "LoadControlNet", {"path": _model_name(_get(node, "control_net_name"))}, ("control_net",)
+    name = _get(node, "control_net_name")
+    ctx.graph.note(
+        node,
+        f"ControlNet {name!r}: Nodeloom loads diffusers-format ControlNets (config.json next to the weights)",
     )
+    return _emit(node, "LoadControlNet", {"path": _model_name(name)}, ("controlnet",))
 
 
 def _controlnet_apply(node: ComfyNode, ctx: MapContext) -> Emit:
     params = {
         "strength": _get(node, "strength", 1.0),
-        "start": _get(node, "start_percent", 0.0),
-        "end": _get(node, "end_percent", 1.0),
+        "start_percent": _get(node, "start_percent", 0.0),
+        "end_percent": _get(node, "end_percent", 1.0),
     }
     if node.class_type == "ControlNetApply":
         return _emit(
@@ -343,9 +358,10 @@ def _controlnet_apply(node: ComfyNode, ctx: MapContext) -> Emit:
             params,
             ("positive",),
             positive="conditioning",
-            control_net="control_net",
+            controlnet="control_net",
             image="image",
         )
+    # ControlNetApplyAdvanced's optional vae (for ControlNets that take latents) is not needed here.
     return _emit(
         node,
         "ApplyControlNet",
@@ -353,9 +369,35 @@ def _controlnet_apply(node: ComfyNode, ctx: MapContext) -> Emit:
         ("positive", "negative"),
         positive="positive",
         negative="negative",
-        control_net="control_net",
+        controlnet="control_net",
         image="image",
+    )
+
+
+def _upscale_model_loader(node: ComfyNode, ctx: MapContext) -> Emit:
+    name = _model_name(_get(node, "model_name"))
+    return _emit(node, "LoadUpscaleModel", {"path": name}, ("upscale_model",))
+
+
+def _upscale_with_model(node: ComfyNode, ctx: MapContext) -> Emit:
+    return _emit(node, "UpscaleImage", {}, ("image",), upscale_model="upscale_model", image="image")
+
+
+def _latent_noise_mask(node: ComfyNode, ctx: MapContext) -> Emit:
+    return _emit(node, "SetLatentNoiseMask", {}, ("latent",), latent="samples", mask="mask")
+
+
+def _inpaint_conditioning(node: ComfyNode, ctx: MapContext) -> Emit:
+    return _emit(
+        node,
+        "InpaintConditioning",
+        {"noise_mask": _get(node, "noise_mask", True)},
+        ("positive", "negative", "latent"),
+        positive="positive",
+        negative="negative",
         vae="vae",
+        image="pixels",
+        mask="mask",
     )
 
 
@@ -394,4 +436,8 @@ MAPPERS: dict[str, Mapper] = {
     "ControlNetLoader": _controlnet_loader,
     "ControlNetApply": _controlnet_apply,
     "ControlNetApplyAdvanced": _controlnet_apply,
+    "UpscaleModelLoader": _upscale_model_loader,
+    "ImageUpscaleWithModel": _upscale_with_model,
+    "SetLatentNoiseMask": _latent_noise_mask,
+    "InpaintModelConditioning": _inpaint_conditioning,
 }
