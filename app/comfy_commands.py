@@ -90,8 +90,12 @@ def _read_any(path: Path) -> Any:
     if path.suffix.lower() == ".png":
         try:
             return read_workflow_json(path)  # a Nodeloom PNG
-        except WorkflowError:
-            return read_comfy_data(path)
+        except WorkflowError as ours:
+            try:
+                return read_comfy_data(path)
+            except (ComfyFormatError, ValueError, OSError):
+                # Not a ComfyUI PNG either: our reader's message says what is wrong with the file.
+                raise ours from None
     return read_workflow_json(path)
 
 

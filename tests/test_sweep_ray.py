@@ -82,13 +82,19 @@ def test_two_gpu_workers_make_the_local_pictures_and_load_each_model_once(
 
 
 @pytest.mark.slow
+def _listening(child: psutil.Process) -> list[tuple[str, str]]:
+    try:  # a short-lived helper process may be gone by the time we ask
+        return [
+            (child.name(), conn.laddr.ip)
+            for conn in child.net_connections(kind="inet")
+            if conn.status == psutil.CONN_LISTEN
+        ]
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        return []
+
+
 def test_ray_listens_on_loopback_only(ray_cluster) -> None:
-    listening = [
-        (child.name(), conn.laddr.ip)
-        for child in psutil.Process().children(recursive=True)
-        for conn in child.net_connections(kind="inet")
-        if conn.status == psutil.CONN_LISTEN
-    ]
+    listening = [pair for child in psutil.Process().children(recursive=True) for pair in _listening(child)]
     assert listening, "Ray's servers should be children of this process"
     assert {ip for _, ip in listening} <= {"127.0.0.1", "::ffff:127.0.0.1"}, listening
 
