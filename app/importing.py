@@ -3,15 +3,17 @@
 Lives here: `IMPORT_FILTER`, `ImportUnavailable`, `import_file`. Imports `nodes`; no Qt (the GUI's
 File > Import… calls `import_file`; a CLI `app import` can call it too).
 
-A hook for now: the importers themselves (issue 14) fill in `import_file`.
+ComfyUI files (API or UI JSON, or a PNG ComfyUI saved) go through `nodes.comfy`, as `app import` does.
+A graph with nodes this build cannot run is not opened: the problems list says which, by id and class.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from nodes.problems import Problem, WorkflowError
 from nodes.registry import NodeRegistry
-from nodes.workflow import Workflow
+from nodes.workflow import Workflow, parse_workflow
 
 IMPORT_FILTER = "ComfyUI workflows (*.json *.png);;All files (*)"
 
@@ -22,4 +24,19 @@ class ImportUnavailable(Exception):
 
 def import_file(path: Path, registry: NodeRegistry) -> Workflow:
     """Read `path` (another tool's workflow) as a Workflow ready to open in the editor."""
-    raise ImportUnavailable(f"{Path(path).name}: importing other tools' workflows is not available yet")
+    from nodes.comfy.api_format import ComfyFormatError
+    from nodes.comfy.sources import import_comfy
+
+    try:
+        result = import_comfy(Path(path), registry)
+    except ComfyFormatError as exc:
+        raise ImportUnavailable(
+            f"{exc}\nSupported: ComfyUI workflows (API or UI JSON) and PNGs ComfyUI saved."
+        ) from exc
+    if result.unsupported:
+        raise WorkflowError(
+            [Problem(str(path), u.node, "type", f"{u.class_type}: {u.reason}") for u in result.unsupported]
+        )
+    # Opened like any unfinished graph: remaining problems (a model file not found here) show in the editor.
+    wf, _ = parse_workflow(result.workflow, registry, source=str(path))
+    return wf

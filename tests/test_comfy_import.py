@@ -311,3 +311,16 @@ def test_check_of_a_valid_import_names_the_problem_fields(registry) -> None:
     assert problems == []
     # The CLIPLoader is our LoadTextEncoder now.
     assert result.workflow["nodes"]["8"]["type"] == "LoadTextEncoder"
+
+
+def test_the_editors_file_import_opens_a_comfy_file(registry) -> None:
+    from app.importing import import_file
+
+    real = Path(__file__).parent / "data" / "comfy" / "real" / "sd15_default.json"
+    wf = import_file(real, registry)
+    assert {node.type for node in wf.nodes.values()} >= {
+        "LoadDiffusionModel",
+        "TextEncode",
+        "Sampler",
+        "VAEDecode",
+    }

@@ -89,3 +89,31 @@ def test_paint_undo_save_and_the_mask_round_trips(qtbot, tmp_path: Path) -> None
     again.canvas.clear()
     assert again.canvas.painted_pixels() == 0
     assert mask_file_for(saved) == saved  # re-saving a mask file overwrites it, no .mask.mask.png
+
+
+def test_the_inspector_offers_the_painter_for_load_image_and_takes_the_saved_mask(
+    qtbot, tmp_path, monkeypatch
+) -> None:
+    from app.gui import mask_painter
+    from app.gui.inspector import ParamEditor
+    from nodes.registry import default_registry
+
+    source = tmp_path / "photo.png"
+    Image.new("RGB", (16, 16), (0, 0, 255)).save(source)
+    param = default_registry(entry_point_packs=False)["LoadImage"].param("path")
+    editor = ParamEditor(param, str(source))
+    qtbot.addWidget(editor)
+    button = next(b for b in editor.findChildren(mask_painter.QPushButton) if b.text() == "Mask…")
+
+    def paint_and_save(self: MaskPainterDialog) -> int:
+        self.canvas.invert()  # everything to repaint
+        self.save()
+        return 1
+
+    monkeypatch.setattr(MaskPainterDialog, "exec", paint_and_save)
+    changes: list[object] = []
+    editor.changed.connect(lambda *a: changes.append(a))
+    button.click()
+    assert editor.value() == str(tmp_path / "photo.mask.png") and changes
+    with Image.open(editor.value()) as saved:
+        assert alpha_mask(saved).min().item() == 1.0

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QEvent, Qt, Signal
@@ -171,6 +172,11 @@ class ParamEditor(QWidget):
                 browse.clicked.connect(self._browse)
                 layout.addWidget(line, 1)
                 layout.addWidget(browse)
+                if param.file_filter.startswith("Images"):
+                    paint = QPushButton("Mask…")
+                    paint.setToolTip("Paint the region to repaint (saved as the picture's alpha channel)")
+                    paint.clicked.connect(self._paint_mask)
+                    layout.addWidget(paint)
         if layout.count() == 0:
             layout.addWidget(self.editor)
         self.editor.setToolTip(param.help)
@@ -186,6 +192,25 @@ class ParamEditor(QWidget):
             )
         if path:
             self.set_value(path)
+            self._emit()
+
+    def _paint_mask(self) -> None:
+        from app.gui.mask_painter import MaskPainterDialog
+        from memory.paths import user_data_dir
+        from pipelines.paths import RESOURCES_DIR
+
+        current = str(self._get())
+        if not current:
+            self._browse()
+            current = str(self._get())
+        shipped = current.startswith("builtin:")
+        image = RESOURCES_DIR / "images" / current.removeprefix("builtin:") if shipped else Path(current)
+        if not image.is_file():
+            return
+        # A shipped picture's mask goes to the user's data folder, never into the installed package.
+        dialog = MaskPainterDialog(image, self, save_dir=user_data_dir() / "masks" if shipped else None)
+        if dialog.exec() and dialog.saved_path is not None:
+            self.set_value(str(dialog.saved_path))
             self._emit()
 
     def value(self) -> Any:

@@ -171,10 +171,13 @@ class MaskCanvas(QWidget):
 class MaskPainterDialog(QDialog):
     """Brush, eraser, size, invert, clear, undo; Save writes `NAME.mask.png` and returns its path."""
 
-    def __init__(self, image_path: Path, parent: QWidget | None = None) -> None:
+    def __init__(
+        self, image_path: Path, parent: QWidget | None = None, *, save_dir: Path | None = None
+    ) -> None:
         super().__init__(parent)
         self.setWindowTitle(f"Paint mask: {image_path.name}")
         self.image_path = image_path
+        self.save_dir = save_dir  # None: next to the picture
         self.saved_path: Path | None = None
         with Image.open(image_path) as picture:
             picture.load()
@@ -235,6 +238,9 @@ class MaskPainterDialog(QDialog):
     def save(self) -> None:
         """Write the masked picture atomically next to the original, then close with Accepted."""
         target = mask_file_for(self.image_path)
+        if self.save_dir is not None:
+            self.save_dir.mkdir(parents=True, exist_ok=True)
+            target = self.save_dir / target.name
         fd, tmp = tempfile.mkstemp(prefix=".nodeloom-", suffix=".png.tmp", dir=target.parent)
         os.close(fd)
         try:
