@@ -164,6 +164,7 @@ def _pack_workflow(tmp_path: Path, steps: int) -> Path:
     return _write(tmp_path / "pack.json", data)
 
 
+@pytest.mark.slow
 def test_node_pack_from_entry_points_runs(tmp_path: Path) -> None:
     wf = _pack_workflow(tmp_path, steps=2)
     proc = subprocess.run(
@@ -186,6 +187,7 @@ def test_node_pack_from_entry_points_runs(tmp_path: Path) -> None:
     assert "testpack.Shout" in listing.stdout
 
 
+@pytest.mark.slow
 def test_ctrl_c_cancels_exits_130_and_still_writes_the_report(tmp_path: Path) -> None:
     wf = _pack_workflow(tmp_path, steps=2000)
     report = tmp_path / "r.json"

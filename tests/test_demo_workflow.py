@@ -17,6 +17,9 @@ from nodes.png import read_embedded_workflow
 from training.shapes.evaluate import measure_scene, score
 from training.shapes.scenes import parse_caption
 
+# Integration and parity: in `make test`, out of the fast lane (`make test-fast`).
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parent.parent
 TXT2IMG = REPO / "resources/workflows/txt2img.json"
 

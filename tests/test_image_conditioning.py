@@ -98,6 +98,7 @@ def _decode_graph(registry, width: int) -> dict:
     }
 
 
+@pytest.mark.slow
 def test_decode_tiles_by_itself_when_the_budget_is_too_small_and_the_report_says_so(
     data_dir, cpu_manager, tmp_path
 ) -> None:
@@ -161,6 +162,7 @@ def test_noise_mask_keeps_the_unmasked_latents_exactly(data_dir, cpu_manager) ->
     assert not torch.allclose(out.samples[..., 4:], original.samples[..., 4:])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["hires_fix.json", "inpaint.json"])
 def test_shipped_workflows_run(name: str, data_dir, cpu_manager, tmp_path) -> None:
     registry = default_registry(entry_point_packs=False)

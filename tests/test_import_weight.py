@@ -10,6 +10,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+# Integration and parity: in `make test`, out of the fast lane (`make test-fast`).
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parent.parent
 HEAVY = ("torch", "diffusers", "transformers")
 

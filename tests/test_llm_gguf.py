@@ -26,6 +26,9 @@ from tests.llm_fixtures import (  # noqa: F401
     write_tiny_gguf,
 )
 
+# Integration and parity: in `make test`, out of the fast lane (`make test-fast`).
+pytestmark = pytest.mark.slow
+
 TEXTS = [
     "Hello world",
     "What is the capital of France? Answer in one sentence.",

@@ -19,7 +19,8 @@ from pipelines.llm.generate import generate
 from pipelines.llm.kv_cache import KVCache
 from tests.llm_fixtures import one_thread, smollm, smollm_files  # noqa: F401
 
-pytestmark = pytest.mark.usefixtures("one_thread")
+# Integration and parity: in `make test`, out of the fast lane (`make test-fast`).
+pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parent.parent
 LLM_WORKFLOW = REPO / "resources" / "workflows" / "llm.json"

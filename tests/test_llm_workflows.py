@@ -13,6 +13,9 @@ from nodes.executor import Executor
 from nodes.workflow import load_workflow, validate
 from pipelines.paths import resolve_model_path
 
+# Integration and parity: in `make test`, out of the fast lane (`make test-fast`).
+pytestmark = pytest.mark.slow
+
 WORKFLOWS = Path(__file__).resolve().parent.parent / "resources" / "workflows"
 
 

@@ -17,6 +17,9 @@ from nodes.workflow import workflow_from_dict
 from pipelines.diffusion.demo_models import ensure_demo_model
 from tests.lora_fixtures import write_peft
 
+# Integration and parity: in `make test`, out of the fast lane (`make test-fast`).
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parent.parent
 WORKFLOW = REPO / "resources" / "workflows" / "txt2img_lora.json"
 SHIPPED_LORA = REPO / "resources" / "models" / "shapes-sd-loras" / "outline.safetensors"

@@ -12,6 +12,9 @@ import torch
 
 from memory import MemoryConfig, MemoryManager
 
+# Integration and parity: in `make test`, out of the fast lane (`make test-fast`).
+pytestmark = pytest.mark.slow
+
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 
 

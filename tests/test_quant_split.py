@@ -22,6 +22,9 @@ from pipelines.quant.gguf_files import gguf_block_bytes, write_gguf_denoiser
 from pipelines.quant.layouts import flux_diffusers_to_bfl
 from pipelines.quant.split_files import load_denoiser_file, load_text_encoder_files, load_vae_file
 
+# Integration and parity: in `make test`, out of the fast lane (`make test-fast`).
+pytestmark = pytest.mark.slow
+
 WORKFLOWS = Path(__file__).resolve().parent.parent / "resources" / "workflows"
 
 

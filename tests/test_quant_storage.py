@@ -18,6 +18,9 @@ from nodes.executor import Executor
 from nodes.workflow import workflow_from_dict
 from pipelines.diffusion.loading import load_model
 
+# Integration and parity: in `make test`, out of the fast lane (`make test-fast`).
+pytestmark = pytest.mark.slow
+
 WORKFLOW = Path(__file__).resolve().parent.parent / "resources" / "workflows" / "txt2img.json"
 
 

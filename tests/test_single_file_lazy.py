@@ -28,6 +28,9 @@ from pipelines.diffusion.sampling import SamplerSettings, sample
 from pipelines.diffusion.vae import decode
 from pipelines.diffusion.values import Latents
 
+# Integration and parity: in `make test`, out of the fast lane (`make test-fast`).
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[1]
 
 

@@ -15,6 +15,9 @@ from PIL import Image
 
 from app.main import main
 
+# Integration and parity: in `make test`, out of the fast lane (`make test-fast`).
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parent.parent
 TXT2IMG = REPO / "resources/workflows/txt2img.json"
 SWEEP = ["--sweep", "sampler.seed=11..16", "--set", "sampler.steps=4", "--threads", "1", "--quiet"]
