@@ -23,6 +23,9 @@ from nodes.registry import default_registry
 from nodes.workflow import load_workflow, workflow_from_dict
 from pipelines.diffusion.loading import load_model
 
+# Integration: in `make test`, out of the fast lane (`make test-fast`).
+pytestmark = pytest.mark.slow
+
 WORKFLOW = Path(__file__).resolve().parent.parent / "resources" / "workflows" / "txt2img.json"
 
 

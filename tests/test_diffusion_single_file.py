@@ -35,6 +35,9 @@ from pipelines.diffusion.vae import decode
 from pipelines.diffusion.values import Latents
 from pipelines.paths import UnsafeFormatError
 
+# Integration: in `make test`, out of the fast lane (`make test-fast`).
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def data_dir():

@@ -18,6 +18,9 @@ from tests.test_gui_run import wait_until
 from training.shapes.evaluate import measure_scene, score
 from training.shapes.scenes import parse_caption
 
+# Integration: in `make test`, out of the fast lane (`make test-fast`).
+pytestmark = pytest.mark.slow
+
 PROMPT = "a small yellow triangle on a black background"
 
 

@@ -15,6 +15,9 @@ from tests import gui_support
 from tests.nodes_for_tests import Calls, make_registry
 from tests.test_gui_run import wait_until
 
+# Integration: in `make test`, out of the fast lane (`make test-fast`).
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture
 def test_registry():

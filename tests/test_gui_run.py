@@ -17,6 +17,9 @@ from nodes.workflow import workflow_from_dict
 from tests import gui_support
 from tests.nodes_for_tests import Calls, make_registry
 
+# Integration: in `make test`, out of the fast lane (`make test-fast`).
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parent.parent
 TEXT_DEMO = REPO / "resources" / "workflows" / "text_demo.json"
 

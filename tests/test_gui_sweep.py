@@ -6,11 +6,15 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
 from PySide6.QtWidgets import QApplication, QComboBox, QLineEdit
 
 from app.gui.sweep_dialog import SweepDialog
 from nodes.workflow import load_workflow
 from tests import gui_support
+
+# Integration: in `make test`, out of the fast lane (`make test-fast`).
+pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parent.parent
 TXT2IMG = REPO / "resources/workflows/txt2img.json"

@@ -19,6 +19,9 @@ from pipelines.llm.runtime import GenerationRequest, generate_text, open_llm
 from pipelines.llm.sampling import SamplingParams
 from tests.llm_fixtures import tiny_llama, tiny_qwen2, write_tiny_gguf
 
+# Integration: in `make test`, out of the fast lane (`make test-fast`).
+pytestmark = pytest.mark.slow
+
 GREEDY = GenerationRequest(
     prompt="hello there", chat=False, max_new_tokens=64, sampling=SamplingParams(), seed=0
 )

@@ -32,6 +32,9 @@ from tests.lora_fixtures import (
     write_peft,
 )
 
+# Integration: in `make test`, out of the fast lane (`make test-fast`).
+pytestmark = pytest.mark.slow
+
 PROMPT = "a small red circle"
 TOLERANCE = 1e-4
 

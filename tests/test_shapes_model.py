@@ -33,6 +33,9 @@ from training.shapes.scenes import (  # noqa: E402
     training_scenes,
 )
 
+# Integration: in `make test`, out of the fast lane (`make test-fast`).
+pytestmark = pytest.mark.slow
+
 MODEL = Path(__file__).resolve().parents[1] / "resources" / "models" / "shapes-sd"
 
 

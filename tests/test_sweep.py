@@ -23,6 +23,9 @@ from nodes.sweep import (
 )
 from nodes.workflow import load_workflow
 
+# Integration: in `make test`, out of the fast lane (`make test-fast`).
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parent.parent
 TXT2IMG = REPO / "resources/workflows/txt2img.json"
 FAST = ["--set", "sampler.steps=3", "--threads", "1", "--quiet"]
