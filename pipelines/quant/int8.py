@@ -8,7 +8,7 @@ Shaped like diffusers' `LayerwiseCastingHook` (a `ModelHook` on each Linear/Conv
 output channel (absmax / 127, symmetric). `pre_forward` swaps in `q * scale` at the compute dtype, on the
 device the weight is on; `post_forward` swaps the int8 data back, so the float copy lives for one layer.
 
-Why not torchao or optimum-quanto (both install here for torch 2.13 CPU, README.d/quant.md): torchao's
+Why not torchao or optimum-quanto (both install here for torch 2.13 CPU; see the README): torchao's
 `Int8WeightOnlyConfig` quantizes Linear only (`aten.convolution` is unimplemented for its `Int8Tensor`), and a
 UNet and a VAE are mostly convolutions; quanto handles both but runs a Linear ~25x slower than torchao on this
 CPU. Both wrap weights in tensor subclasses whose `dtype` says float32, so the ledger (numel x element size),
