@@ -8,9 +8,8 @@ File handling is in `file_ops.py`, editing in `edit_ops.py`, running in `run_ops
 from __future__ import annotations
 
 import random
-import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import shiboken6
 from PySide6.QtCore import QEvent, QPoint, Qt, QTimer
@@ -31,7 +30,8 @@ from app.gui import sweep_panel
 from app.gui.autosave import INTERVAL_MS, Autosave
 from app.gui.edit_ops import EditOpsMixin
 from app.gui.file_ops import FileOpsMixin
-from app.gui.history import HistoryEntry, HistoryPanel, append_history
+from app.gui.history import HistoryPanel
+from app.gui.history_ops import HistoryOpsMixin
 from app.gui.inspector import Inspector
 from app.gui.minimap import Minimap
 from app.gui.output_panel import OutputPanel
@@ -46,7 +46,7 @@ from app.gui.staples import StaplesMixin
 from app.gui.view import GraphView
 from nodes.graph_model import GraphModel
 from nodes.registry import NodeRegistry
-from nodes.workflow import Problem, WorkflowError
+from nodes.workflow import Problem
 
 if TYPE_CHECKING:
     from pipelines.diffusion.sizes import ImageSize
@@ -54,7 +54,7 @@ if TYPE_CHECKING:
 CLIPBOARD_MIME = "application/x-nodeloom-snapshot"
 
 
-class MainWindow(FileOpsMixin, EditOpsMixin, RunOpsMixin, StaplesMixin, QMainWindow):
+class MainWindow(FileOpsMixin, EditOpsMixin, RunOpsMixin, StaplesMixin, HistoryOpsMixin, QMainWindow):
     def __init__(
         self, registry: NodeRegistry, settings: AppSettings | None = None, autosave: Autosave | None = None
     ) -> None:
@@ -355,60 +355,6 @@ class MainWindow(FileOpsMixin, EditOpsMixin, RunOpsMixin, StaplesMixin, QMainWin
         ui.setdefault("seed_control", {})[name] = mode
         self._force_dirty = True
         self.update_title()
-
-    # -- output history ---------------------------------------------------------------------------
-
-    def record_history(self, result: Any) -> None:
-        """Keep what a run made (pictures, texts) with its workflow, seeds and report, across restarts."""
-        job = self.current_run
-        files = [f for r in result.nodes.values() for f in r.files]
-        texts = dict(self.output.text_by_node)
-        if job is None or not (files or texts):
-            return
-        wf = job.workflow
-        seeds = {
-            f"{nid}.{p.name}": wf.nodes[nid].params[p.name]
-            for nid in wf.nodes
-            if (spec := self.registry.get(wf.nodes[nid].type)) is not None
-            for p in spec.params
-            if p.kind == "seed" and isinstance(wf.nodes[nid].params.get(p.name), int)
-        }
-        graph = (job.source or wf).to_dict()  # as edited: bypassed/muted nodes come back on reopen
-        entry = HistoryEntry(time.time(), job.label, graph, seeds, files, texts, result.to_json())
-        try:
-            append_history(self.settings.output_dir, entry)
-        except OSError as exc:
-            self.output.add_log(f"Could not write the output history: {exc}")
-        self.history_panel.add(entry)
-
-    def reopen_history(self, entry: HistoryEntry) -> None:
-        """Open the exact graph that made an output (as a new, unsaved file)."""
-        from app.gui.file_ops import read_for_editing
-
-        if not self.confirm_discard():
-            return
-        try:
-            wf, _soft = read_for_editing(entry.workflow, self.registry, "history")
-        except WorkflowError as exc:
-            self.show_problems("Cannot reopen", exc.problems)
-            return
-        self.set_workflow(wf, None)
-        self.status(f"Reopened the graph of {entry.label} from the output history")
-
-    def drop_history_picture(self, file: str, scene_pos: object) -> str | None:
-        """A picture dragged from the history: into the Load Image node under it, else a new Load Image."""
-        from app.gui.commands import SetParamCommand
-
-        item = self.scene.itemAt(scene_pos, self.view.transform())  # type: ignore[arg-type]
-        while item is not None and item.parentItem() is not None:
-            item = item.parentItem()
-        target = next((nid for nid, it in self.scene.node_items.items() if it is item), None)
-        if target is not None and self.model.node(target).type == "LoadImage":
-            self.undo_stack.push(SetParamCommand(self.model, target, "path", file))
-            return target
-        node = self.scene.add_node("LoadImage", scene_pos)  # type: ignore[arg-type]
-        self.undo_stack.push(SetParamCommand(self.model, node, "path", file))
-        return node
 
     def model_size_for(self, node_id: str) -> ImageSize | None:
         """The native size/multiple of the model wired (directly or through reroutes) into `node_id`."""
