@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from memory import MemoryManager, Working
-from pipelines.diffusion.clip_text import Embeddings, chunk_count, encode_clip_chunks
+from pipelines.diffusion.clip_text import ClipOutput, Embeddings, chunk_count, encode_clip_chunks
 from pipelines.diffusion.lora import use_text_encoder
 from pipelines.diffusion.prompt_weights import WEIGHTINGS, strip_weights
 from pipelines.diffusion.values import Conditioning, TextEncoderRef
@@ -67,17 +67,12 @@ def encode_clip(
     return Conditioning(embeds=out.embeds, family=ref.family.name, text=text)
 
 
-def encode_clip_sdxl(
-    mm: MemoryManager,
-    ref: TextEncoderRef,
-    text: str,
-    weighting: str = "comfy",
-    embeddings: Embeddings | None = None,
-) -> Conditioning:
-    # As diffusers' StableDiffusionXLPipeline.encode_prompt (one prompt, prompt_2 = prompt): both encoders'
-    # penultimate layers side by side, the pooled vector is text_encoder_2's projected EOS embedding.
+def _encode_clip_pair(
+    mm: MemoryManager, ref: TextEncoderRef, text: str, weighting: str, embeddings: Embeddings | None
+) -> list[ClipOutput]:
+    """CLIP-L and CLIP-G (SDXL, SD3): both at their penultimate layer, padded to the same chunk count."""
     chunks = max(chunk_count(ref, i, text, embeddings) for i in range(2))
-    outs = [
+    return [
         encode_clip_chunks(
             mm,
             ref,
@@ -92,6 +87,18 @@ def encode_clip_sdxl(
         )
         for i in range(2)
     ]
+
+
+def encode_clip_sdxl(
+    mm: MemoryManager,
+    ref: TextEncoderRef,
+    text: str,
+    weighting: str = "comfy",
+    embeddings: Embeddings | None = None,
+) -> Conditioning:
+    # As diffusers' StableDiffusionXLPipeline.encode_prompt (one prompt, prompt_2 = prompt): both encoders'
+    # penultimate layers side by side, the pooled vector is text_encoder_2's projected EOS embedding.
+    outs = _encode_clip_pair(mm, ref, text, weighting, embeddings)
     prompt_embeds = torch.concat([o.embeds for o in outs], dim=-1)  # (B, 77 * chunks, 768 + 1280)
     pooled = outs[1].pooled
     assert pooled is not None, "SDXL needs a text encoder with projection (text_encoder_2)"
@@ -133,22 +140,7 @@ def encode_sd3(
     embeddings: Embeddings | None = None,
 ) -> Conditioning:
     # Copied from diffusers' StableDiffusion3Pipeline.encode_prompt (one prompt, all three encoders).
-    chunks = max(chunk_count(ref, i, text, embeddings) for i in range(2))
-    outs = [
-        encode_clip_chunks(
-            mm,
-            ref,
-            i,
-            text,
-            weighting=weighting,
-            default_layer=-2,
-            normalise_skipped=False,
-            min_chunks=chunks,
-            working=text_encoder_working(77, 1280, ref.dtype),
-            embeddings=embeddings,
-        )
-        for i in range(2)
-    ]
+    outs = _encode_clip_pair(mm, ref, text, weighting, embeddings)
     clip_embeds = [o.embeds for o in outs]
     pooled = [o.pooled for o in outs]  # text_embeds: the projected EOS vectors
     text = strip_weights(text)  # T5 takes plain text: weighting syntax is dropped
