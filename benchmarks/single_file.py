@@ -127,6 +127,12 @@ def child(source: str, policy: str, single: Path, folder: Path, threads: int) ->
     import diffusers  # noqa: F401 - imported before the baseline so "above imports" means what it says
     import transformers  # noqa: F401
 
+    # The model classes and diffusers' converters too: a process imports them once whichever file it loads,
+    # and their import (2-5 s here, noisy) would otherwise drown the loading being compared.
+    from diffusers import AutoencoderKL, UNet2DConditionModel  # noqa: F401
+    from diffusers.loaders import single_file_utils  # noqa: F401
+    from transformers import CLIPTextModel  # noqa: F401
+
     from memory import LoadEvent, MemoryConfig, MemoryManager
     from memory.devices import peak_rss, read_host
     from pipelines.diffusion.conditioning import encode_prompt
@@ -138,8 +144,13 @@ def child(source: str, policy: str, single: Path, folder: Path, threads: int) ->
     base = read_host().rss
     spec = single if source == "single" else folder
     budget = STREAM_BUDGET if policy == "stream" else None
+    # A fresh data dir: no learned peaks from earlier runs, so the working-memory formulas are what is
+    # measured (a user's first run).
     config = MemoryConfig(
-        device="cpu", policy=policy if policy != "load" else "sequential", ram_budget=budget
+        device="cpu",
+        policy=policy if policy != "load" else "sequential",
+        ram_budget=budget,
+        data_dir=Path(tempfile.mkdtemp(prefix="nodeloom-peaks-")),
     )
     t0 = time.perf_counter()
     out: dict = {"source": source, "policy": policy, "base": base}
@@ -254,7 +265,7 @@ def main() -> None:
     parser.add_argument("--dir", type=Path, default=None, help="work dir (default: a new temp dir)")
     parser.add_argument("--single", type=Path, default=None)
     parser.add_argument("--keep", action="store_true", help="keep the generated 4 GB of files")
-    parser.add_argument("--repeat", type=int, default=2, help="load-time runs per source")
+    parser.add_argument("--repeat", type=int, default=3, help="load-time runs per source")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--load-only", action="store_true", help="only the load-time comparison")
     parser.add_argument("--child", nargs=2, metavar=("SOURCE", "POLICY"))

@@ -78,6 +78,9 @@ class Family:
     # (VAE downscale x the denoiser's patch size). A model folder's own configs override these.
     native_size: int = 512
     size_multiple: int = 8
+    # Text tokens that join the image tokens in every attention (SD3, Flux: joint attention), which the
+    # working-memory estimate counts; 0 where text comes in by cross-attention only (UNets, PixArt).
+    joint_text_tokens: int = 0
 
     @property
     def denoiser_class(self) -> type:
@@ -171,6 +174,7 @@ FLUX = Family(
     flow=True,
     native_size=1024,
     size_multiple=16,
+    joint_text_tokens=512,  # max_text_tokens of T5
 )
 
 SD3 = Family(
@@ -193,6 +197,7 @@ SD3 = Family(
     flow=True,
     native_size=1024,
     size_multiple=16,
+    joint_text_tokens=77 + 256,  # CLIP's 77 and T5's max_text_tokens, concatenated by the pipeline
 )
 
 FAMILIES: dict[str, Family] = {f.name: f for f in (SD, SDXL, PIXART_SIGMA, SD3, FLUX)}

@@ -78,26 +78,34 @@ StepCallback = Callable[[StepInfo], None]
 
 
 def denoiser_working_bytes(ref: DenoiserRef, height: int, width: int, batch: int, guidance: bool) -> int:
-    """Activation estimate for one denoiser call (pipelines.diffusion.working's UNet facts; a DiT counts as
-    one level of its hidden width). The manager replaces it by the measured peak once the node has run."""
+    """Activation estimate for one denoiser call (pipelines.diffusion.working's UNet and DiT facts). The
+    manager replaces it by the measured peak once the node has run."""
     config = ref.config
+    common = dict(height=height, width=width, batch=batch, dtype=ref.dtype, vae_scale=ref.vae_scale_factor)
     if "block_out_channels" in config:  # UNet
-        widths = tuple(config["block_out_channels"])
         layers = config.get("layers_per_block", 2)
         layers = max(layers) if isinstance(layers, list) else int(layers)
-    else:  # DiT: hidden = heads x head_dim at every block
-        widths = (int(config.get("num_attention_heads", 16)) * int(config.get("attention_head_dim", 72)),)
-        layers = 2
+        down = list(config.get("down_block_types") or ["CrossAttnDownBlock2D"])
+        attention = next((i for i, b in enumerate(down) if "Attn" in b), 0)
+        return diffusion_working_bytes(
+            "denoiser",
+            block_out_channels=tuple(config["block_out_channels"]),
+            layers_per_block=layers,
+            attention_level=attention,
+            guidance=guidance,
+            **common,
+        )
+    # DiT: hidden = heads x head_dim at every block. Flux packs 2x2 latent pixels into a token itself
+    # (FluxPipeline._pack_latents), so its config says patch_size 1.
+    hidden = int(config.get("num_attention_heads", 16)) * int(config.get("attention_head_dim", 72))
+    patch = 2 if ref.family.name == "flux" else int(config.get("patch_size", 2) or 2)
     return diffusion_working_bytes(
-        "denoiser",
-        height=height,
-        width=width,
-        batch=batch,
-        dtype=ref.dtype,
-        block_out_channels=widths,
-        layers_per_block=layers,
-        vae_scale=ref.vae_scale_factor,
+        "dit",
+        hidden_size=hidden,
+        patch_size=patch,
+        text_tokens=ref.family.joint_text_tokens,
         guidance=guidance,
+        **common,
     )
 
 
