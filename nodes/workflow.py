@@ -1,7 +1,7 @@
 """Workflow files, version 1: the data classes, loading with full validation, and atomic saving.
 
 Lives here: `Workflow`, `NodeInstance`, `Link`, `load_workflow`, `workflow_from_dict`, `parse_workflow`,
-`validate`, `save_workflow`; re-exports `Problem`, `WorkflowError` (nodes.problems), `read_workflow_json`
+`validate`, `link_type`, `save_workflow`; re-exports `Problem`, `WorkflowError` (nodes.problems), `read_workflow_json`
 (nodes.workflow_json: reading untrusted files with limits) and `atomic_write_text` (nodes.files).
 Imports `nodes.spec`, `nodes.types`, `nodes.registry`, `nodes.problems`, `nodes.files`, `nodes.workflow_json`.
 
@@ -12,6 +12,8 @@ The file is JSON:
      "nodes": {"sampler": {"type": "Sampler", "params": {"steps": 20},
                            "inputs": {"latent": ["latent", "latent"]}}},
      "ui": {"nodes": {"sampler": {"pos": [500, 120]}}, "groups": [...], "view": {...}}}
+
+`ui.nodes.<id>` may also hold the editor's `title`, `mode` (bypass/mute) and `collapsed` (title bar only).
 
 Values are by name, never by position. Loading reports every problem at once, each naming the file,
 the node, the field and the reason. Any parameter may be fed by a wire instead of its widget: the
@@ -117,6 +119,28 @@ def input_port_type(spec: NodeSpec, port: str) -> PortType | None:
         return declared.type
     param = spec.param(port)
     return param_port_type(param) if param is not None else None
+
+
+def link_type(wf: Workflow, registry: NodeRegistry, node_id: str, output: str) -> PortType | None:
+    """The type a wire from `node_id.output` carries: the output's declared type, or, for an output that
+    passes an input on (a Reroute), the type of what is wired into that input, followed through chains.
+    None when the node or output is unknown, or a pass-through has nothing wired in (it carries nothing yet).
+    """
+    seen: set[tuple[str, str]] = set()
+    while (node_id, output) not in seen:  # a loop of reroutes is reported as a cycle elsewhere
+        seen.add((node_id, output))
+        node = wf.nodes.get(node_id)
+        spec = registry.get(node.type) if node is not None else None
+        out = spec.output(output) if spec is not None else None
+        if node is None or out is None:
+            return None
+        if out.passes is None:
+            return out.type
+        link = node.inputs.get(out.passes)
+        if link is None:
+            return None
+        node_id, output = link.node, link.output
+    return None
 
 
 def _suggest(name: str, options: list[str]) -> str:
@@ -318,14 +342,15 @@ def validate(wf: Workflow, registry: NodeRegistry) -> list[Problem]:
                     )
                 )
                 continue
-            if not can_connect(out.type, target):
+            carried = link_type(wf, registry, link.node, link.output)  # through reroutes
+            if carried is not None and not can_connect(carried, target):
                 problems.append(
                     Problem(
                         src,
                         node_id,
                         port,
                         f"type mismatch: {quote(link.node)[1:-1]}.{quote(link.output)[1:-1]} gives "
-                        f"{out.type.name}, this input takes {target.name}",
+                        f"{carried.name}, this input takes {target.name}",
                     )
                 )
         for inp in spec.inputs:
