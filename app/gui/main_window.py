@@ -112,7 +112,7 @@ class MainWindow(FileOpsMixin, EditOpsMixin, RunOpsMixin, StaplesMixin, HistoryO
         self._stale_timer.setSingleShot(True)
         self._stale_timer.setInterval(150)
         self._stale_timer.timeout.connect(self.refresh_stale_states)
-        for event in ("param_changed", "connection_created", "connection_removed"):
+        for event in ("param_changed", "connection_created", "connection_removed", "node_ui_changed"):
             self.model.subscribe(event, lambda *_args: self._stale_timer.start())
         self.autosave_timer = QTimer(self)
         self.autosave_timer.setInterval(INTERVAL_MS)
@@ -269,6 +269,15 @@ class MainWindow(FileOpsMixin, EditOpsMixin, RunOpsMixin, StaplesMixin, HistoryO
                 "Ctrl+M",
                 canvas_only=True,
                 tip="Skip the selected nodes (or group) and what needs them",
+            )
+        )
+        edit.addAction(
+            self._action(
+                "Co&llapse / Expand",
+                lambda: self.toggle_collapsed(),
+                "Alt+C",
+                canvas_only=True,
+                tip="Show only the title bar of the selected nodes (or a group's nodes); again to expand",
             )
         )
         edit.addAction(self._action("Re&name Node…", lambda: self.rename_node(), "F2", canvas_only=True))
@@ -479,6 +488,7 @@ Drag from a port — connect; drag from a connected input — move or remove the
 Del / Backspace — delete selection      Ctrl+C / Ctrl+X / Ctrl+V — copy / cut / paste
 Ctrl+D — duplicate      Ctrl+G — group selection      Ctrl+A — select all
 Ctrl+B — bypass      Ctrl+M — mute (nodes or a group)      F2 — rename      Ctrl+F — find in graph
+Alt+C or double-click a title — collapse / expand      double-click a wire — add a reroute dot
 Ctrl+Z / Ctrl+Shift+Z (Ctrl+Y) — undo / redo
 Wheel — zoom      middle drag or Space+drag — pan      F — fit graph
 Ctrl+Enter — run (while running: queue another)      Esc — cancel the run
