@@ -1,6 +1,6 @@
 """The editable graph behind the editor: a `GraphModel` over a `Workflow`, in QtNodes' style, without Qt.
 
-Lives here: `Connection`, `GraphModel`. Imports `nodes.workflow`, `nodes.registry`, `nodes.spec`, `nodes.types`.
+Lives here: `Connection`, `GraphModel`. Imports `nodes.workflow`, `nodes.registry`, `nodes.reroute`, `nodes.spec`, `nodes.types`.
 
 Queries (`node`, `connections`, `connection_possible`, ...) are split from changes (`add_node`,
 `set_inputs`, `remove`, ...). Every change calls the listeners subscribed to its notification
@@ -20,9 +20,10 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from nodes.registry import NodeRegistry
+from nodes.reroute import link_type, passed_on_to
 from nodes.spec import NodeSpec
 from nodes.types import PortType, can_connect
-from nodes.workflow import FORMAT, VERSION, Link, NodeInstance, Workflow, input_port_type, link_type
+from nodes.workflow import FORMAT, VERSION, Link, NodeInstance, Workflow, input_port_type
 
 EVENTS = (
     "node_created",
@@ -128,29 +129,6 @@ class GraphModel:
             and link_type(self.workflow, self.registry, node_id, port) is None
         )
 
-    def _passed_on_to(self, node_id: str, port: str) -> list[tuple[str, str, PortType]]:
-        """The inputs that receive what is wired into `node_id.port`, when that input is passed on by a
-        reroute (followed through chains of reroutes): (node, input, type it takes)."""
-        found: list[tuple[str, str, PortType]] = []
-        todo, seen = [(node_id, port)], set()
-        while todo:
-            nid, inp = todo.pop()
-            spec = self.spec(nid)
-            if (nid, inp) in seen or spec is None:
-                continue
-            seen.add((nid, inp))
-            outs = {o.name for o in spec.outputs if o.passes == inp}
-            for conn in self.connections():
-                if conn.out_node != nid or conn.out_port not in outs:
-                    continue
-                consumer = self.spec(conn.in_node)
-                passes = consumer is not None and any(o.passes == conn.in_port for o in consumer.outputs)
-                if passes:
-                    todo.append((conn.in_node, conn.in_port))
-                elif (target := self.input_type(conn.in_node, conn.in_port)) is not None:
-                    found.append((conn.in_node, conn.in_port, target))
-        return found
-
     def input_type(self, node_id: str, port: str) -> PortType | None:
         spec = self.spec(node_id)
         return input_port_type(spec, port) if spec is not None else None
@@ -187,8 +165,9 @@ class GraphModel:
                 f"{out_node}.{out_port} gives {source.name}, but {in_node}.{in_port} takes {target.name}",
             )
         if not wildcard:  # a reroute's input: what it will pass on must suit what it feeds
-            for nid, port, takes in self._passed_on_to(in_node, in_port):
-                if not can_connect(source, takes):
+            for nid, port in passed_on_to(self.workflow, self.registry, in_node, in_port):
+                takes = self.input_type(nid, port)
+                if takes is not None and not can_connect(source, takes):
                     return (
                         False,
                         f"{out_node}.{out_port} gives {source.name}, but {in_node} passes it on to "

@@ -1,9 +1,10 @@
 """Workflow files, version 1: the data classes, loading with full validation, and atomic saving.
 
 Lives here: `Workflow`, `NodeInstance`, `Link`, `load_workflow`, `workflow_from_dict`, `parse_workflow`,
-`validate`, `link_type`, `save_workflow`; re-exports `Problem`, `WorkflowError` (nodes.problems), `read_workflow_json`
+`validate`, `save_workflow`; re-exports `Problem`, `WorkflowError` (nodes.problems), `read_workflow_json`
 (nodes.workflow_json: reading untrusted files with limits) and `atomic_write_text` (nodes.files).
-Imports `nodes.spec`, `nodes.types`, `nodes.registry`, `nodes.problems`, `nodes.files`, `nodes.workflow_json`.
+Imports `nodes.spec`, `nodes.types`, `nodes.registry`, `nodes.reroute` (types through reroutes), `nodes.problems`,
+`nodes.files`, `nodes.workflow_json`.
 
 The file is JSON:
 
@@ -33,6 +34,7 @@ from nodes.files import atomic_write_text as atomic_write_text  # re-exported: c
 from nodes.problems import Problem as Problem  # re-exported: callers import these from here
 from nodes.problems import WorkflowError as WorkflowError
 from nodes.registry import NodeRegistry
+from nodes.reroute import link_type
 from nodes.spec import NodeSpec, Param
 from nodes.types import BOOL, FLOAT, INT, STRING, PortType, can_connect
 from nodes.workflow_json import check_json_value, quote
@@ -119,28 +121,6 @@ def input_port_type(spec: NodeSpec, port: str) -> PortType | None:
         return declared.type
     param = spec.param(port)
     return param_port_type(param) if param is not None else None
-
-
-def link_type(wf: Workflow, registry: NodeRegistry, node_id: str, output: str) -> PortType | None:
-    """The type a wire from `node_id.output` carries: the output's declared type, or, for an output that
-    passes an input on (a Reroute), the type of what is wired into that input, followed through chains.
-    None when the node or output is unknown, or a pass-through has nothing wired in (it carries nothing yet).
-    """
-    seen: set[tuple[str, str]] = set()
-    while (node_id, output) not in seen:  # a loop of reroutes is reported as a cycle elsewhere
-        seen.add((node_id, output))
-        node = wf.nodes.get(node_id)
-        spec = registry.get(node.type) if node is not None else None
-        out = spec.output(output) if spec is not None else None
-        if node is None or out is None:
-            return None
-        if out.passes is None:
-            return out.type
-        link = node.inputs.get(out.passes)
-        if link is None:
-            return None
-        node_id, output = link.node, link.output
-    return None
 
 
 def _suggest(name: str, options: list[str]) -> str:

@@ -10,7 +10,8 @@ from app.main import main
 from nodes.comfy.export import export_api
 from nodes.graph_model import GraphModel
 from nodes.modes import apply_node_modes
-from nodes.workflow import Link, link_type, load_workflow, parse_workflow, validate, workflow_from_dict
+from nodes.reroute import link_type
+from nodes.workflow import Link, load_workflow, parse_workflow, validate, workflow_from_dict
 
 REPO = Path(__file__).resolve().parent.parent
 
