@@ -1,5 +1,6 @@
 """Reroute nodes without the editor: their output has the type of what feeds them, a headless run passes
-the value through (and caches as if the reroute were not there), ComfyUI export joins their wires."""
+the value through (the graph that runs is the one without them), ComfyUI export joins their wires
+(and a node collapsed in ComfyUI opens collapsed)."""
 
 from __future__ import annotations
 
@@ -83,3 +84,16 @@ def test_comfy_export_joins_the_wires_of_reroutes(registry) -> None:
     prompt = export_api(model.to_workflow(), registry)
     assert "Reroute" not in {n["class_type"] for n in prompt.values()}
     assert prompt == plain  # the same ComfyUI prompt as without the dot
+
+
+def test_a_collapsed_comfy_node_opens_collapsed(registry, tmp_path: Path) -> None:
+    from nodes.comfy.sources import import_comfy
+
+    data = json.loads((REPO / "tests/data/comfy/ui_features.json").read_text())
+    loader = next(n for n in data["nodes"] if n["id"] == 1)
+    loader["flags"] = {"collapsed": True}
+    path = tmp_path / "collapsed_comfy.json"
+    path.write_text(json.dumps(data))
+    ui = import_comfy(path, registry).workflow["ui"]["nodes"]
+    assert ui["1"]["collapsed"] is True
+    assert not any(entry.get("collapsed") for nid, entry in ui.items() if nid != "1")
