@@ -166,3 +166,27 @@ def test_a_run_passes_values_through_a_reroute(qtbot, staples_window: MainWindow
     window.scene.insert_reroute(link, edge.mapToScene(edge.path().pointAtPercent(0.5)))
     assert any(isinstance(i, RerouteItem) for i in window.scene.node_items.values())
     assert run_and_read(window, tmp_path / "outputs") == ["7"]
+
+
+def test_a_collapsed_node_stays_collapsed_through_copy_paste_and_undone_delete(window: MainWindow) -> None:
+    window.scene.toggle_collapsed(["decode"])
+    window.rename_node("decode", "Decode to pixels")
+    window.toggle_mode("bypass", ["decode"])
+    window.scene.clearSelection()
+    window.scene.node_items["decode"].setSelected(True)
+    (copy,) = window.duplicate()
+    assert window.scene.node_items[copy].is_collapsed()
+    assert window.scene.node_items[copy].rect().height() == HEADER
+    window.scene.clearSelection()
+    window.scene.node_items["decode"].setSelected(True)
+    window.scene.delete_selected()
+    window.undo_stack.undo()
+    assert window.scene.node_items["decode"].is_collapsed()
+    # Its title and bypass come back with it too (they used to be lost by an undone delete).
+    assert (window.scene.node_items["decode"].title(), window.scene.node_items["decode"].mode()) == (
+        "Decode to pixels",
+        "bypass",
+    )
+    assert wire_end(window, "sampler", "decode") == window.scene.node_items["decode"].scenePos() + QPointF(
+        0, HEADER / 2
+    )
