@@ -86,6 +86,8 @@ def passed_on_to(wf: Workflow, registry: NodeRegistry, node_id: str, port: str) 
             continue
         seen.add((nid, inp))
         outs = {o.name for o in spec.outputs if o.passes == inp}
+        if not outs:
+            continue  # an ordinary input: nothing passes on (the common case, checked per port while dragging)
         for user_id, user in wf.nodes.items():
             user_spec = registry.get(user.type)
             for name, link in user.inputs.items():

@@ -35,6 +35,11 @@ def models(tmp_path: Path) -> Path:
     (root / "vae").mkdir()
     save_file({"decoder.w": np.zeros(2, np.float32)}, str(root / "vae/kl-f8.safetensors"))
     (root / "checkpoints/readme.txt").write_text("not a model")
+    (root / "controlnet/canny").mkdir(parents=True)  # a diffusers-style ControlNet folder
+    (root / "controlnet/canny/config.json").write_text("{}")
+    save_file(
+        {"w": np.zeros(2, np.float32)}, str(root / "controlnet/canny/diffusion_pytorch_model.safetensors")
+    )
     return root
 
 
@@ -72,11 +77,17 @@ def test_the_loader_field_lists_the_library_and_filters_as_you_type(
     assert window.model.node("load").params["path"] == "builtin:shapes-sd"
 
 
-def test_a_lora_field_lists_only_loras(qtbot, window: MainWindow) -> None:
-    lora = window.scene.add_node("LoadLoRA", QPointF(0, 600))
-    window.scene.clearSelection()
-    window.scene.node_items[lora].setSelected(True)
-    assert [c.name for c in window.inspector.editors["path"].picker.choices] == ["detail.safetensors"]
+def test_each_loader_lists_its_own_kind(qtbot, window: MainWindow, models: Path) -> None:
+    for loader, names in (
+        ("LoadLoRA", ["detail.safetensors"]),
+        ("LoadVAE", ["kl-f8.safetensors"]),
+        ("LoadControlNet", ["builtin:shapes-controlnet-canny", "canny"]),  # folders, not the files in them
+    ):
+        node = window.scene.add_node(loader, QPointF(0, 600))
+        window.scene.clearSelection()
+        window.scene.node_items[node].setSelected(True)
+        assert [c.name for c in window.inspector.editors["path"].picker.choices] == names
+    assert window.inspector.editors["path"].picker.choices[1].value == str(models / "controlnet/canny")
 
 
 def drop(window: MainWindow, files: list[Path], at: QPoint) -> bool:

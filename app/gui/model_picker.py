@@ -65,6 +65,12 @@ def model_choices(library: ModelsLibrary, node_type: str, param: Param) -> list[
     out = [ModelChoice(b, b, "built in") for b in BUILTINS.get(node_type, ())]
     seen: set[Path] = set()
     for name, path in library.files(kinds):
+        if (
+            takes_folders and not suffixes and path.is_file()
+        ):  # a folder model (ControlNet): the file's folder
+            if "/" not in name:
+                continue
+            name, path = name.rsplit("/", 1)[0], path.parent
         fits = takes_folders if path.is_dir() else (not suffixes or path.suffix.lower() in suffixes)
         if fits and path not in seen:
             seen.add(path)
