@@ -1,7 +1,7 @@
 """A searchable model picker for loader fields: the files of the models library (`--models-dir`, the saved
 roots, `NODELOOM_MODELS_DIRS`) and the built-in models, filtered as you type.
 
-Lives here: `ModelChoice`, `is_model_field`, `model_choices`, `ModelCompleter`. Imports Qt, `nodes.spec`,
+Lives here: `ModelChoice`, `is_model_field`, `model_choices`, `ModelCompleter`. Imports Qt, `app.gui.theme`, `nodes.spec`,
 `nodes.model_names` (which library folders each loader searches), `pipelines.models_library`,
 `pipelines.paths`.
 
@@ -20,6 +20,7 @@ from PySide6.QtCore import QModelIndex, QObject, Qt
 from PySide6.QtGui import QStandardItem, QStandardItemModel
 from PySide6.QtWidgets import QCompleter
 
+from app.gui import theme
 from nodes.spec import Param
 from pipelines.models_library import ModelsLibrary
 
@@ -97,6 +98,11 @@ class ModelCompleter(QCompleter):
         self.setFilterMode(Qt.MatchFlag.MatchContains)
         self.setCompletionMode(QCompleter.CompletionMode.PopupCompletion)
         self.setMaxVisibleItems(12)
+        # A framed list a shade lighter than the panels, so it reads as a drop-down over the inspector.
+        self.popup().setStyleSheet(
+            f"QListView {{ background: {theme.PANEL}; border: 1px solid {theme.NODE_BORDER}; padding: 2px; }}"
+            f"QListView::item:selected {{ background: {theme.SELECTED}; color: #101010; }}"
+        )
 
     def pathFromIndex(self, index: QModelIndex) -> str:
         return str(index.data(VALUE_ROLE))
