@@ -190,3 +190,14 @@ def test_a_collapsed_node_stays_collapsed_through_copy_paste_and_undone_delete(w
     assert wire_end(window, "sampler", "decode") == window.scene.node_items["decode"].scenePos() + QPointF(
         0, HEADER / 2
     )
+
+
+def test_a_wire_dropped_on_a_collapsed_node_connects(qtbot, window: MainWindow) -> None:
+    preview = window.scene.add_node("PreviewImage", QPointF(1200, 450))
+    window.scene.toggle_collapsed([preview])
+    item = window.scene.node_items[preview]
+    assert item.rect().height() == HEADER
+    start = window.scene.node_items["decode"].port("image", "out").scenePos()
+    drag(qtbot, window, start, item.sceneBoundingRect().center())
+    assert window.model.input_link(preview, "image") is not None
+    assert wire_end(window, "decode", preview) == item.scenePos() + QPointF(0, HEADER / 2)
