@@ -197,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError as exc:
         print(f"the desktop GUI is not available ({exc}); use --run for headless runs", file=sys.stderr)
         return EXIT_INVALID
-    return launch(args.workflow, registry)
+    return launch(args.workflow, registry, args.models_dir)
 
 
 if __name__ == "__main__":

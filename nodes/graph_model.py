@@ -1,11 +1,11 @@
 """The editable graph behind the editor: a `GraphModel` over a `Workflow`, in QtNodes' style, without Qt.
 
-Lives here: `Connection`, `GraphModel`. Imports `nodes.workflow`, `nodes.registry`, `nodes.spec`, `nodes.types`.
+Lives here: `Connection`, `GraphModel`. Imports `nodes.workflow`, `nodes.registry`, `nodes.reroute`, `nodes.spec`, `nodes.types`.
 
 Queries (`node`, `connections`, `connection_possible`, ...) are split from changes (`add_node`,
 `set_inputs`, `remove`, ...). Every change calls the listeners subscribed to its notification
 (`node_created`, `node_removed`, `connection_created`, `connection_removed`, `param_changed`,
-`node_moved`, `group_changed`, `reset`) with plain arguments, so the editor's scene can follow the
+`node_moved`, `group_changed`, `node_ui_changed`, `reset`) with plain arguments, so the editor's scene can follow the
 model and each undo command can be a single model call. Node ids are the workflow's own string ids,
 so they stay the same across save and load. Snapshots for delete, copy and paste reuse the workflow
 file format, with an extra `"outgoing"` list of links that leave the snapshot.
@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from nodes.registry import NodeRegistry
+from nodes.reroute import link_type, passed_on_to
 from nodes.spec import NodeSpec
 from nodes.types import PortType, can_connect
 from nodes.workflow import FORMAT, VERSION, Link, NodeInstance, Workflow, input_port_type
@@ -32,6 +33,7 @@ EVENTS = (
     "param_changed",
     "node_moved",
     "group_changed",
+    "node_ui_changed",
     "reset",
 )
 
@@ -109,9 +111,23 @@ class GraphModel:
         return self.workflow.nodes[node_id].inputs.get(port)
 
     def output_type(self, node_id: str, port: str) -> PortType | None:
+        """The type a wire from that output carries: through a reroute, the type of what feeds it (a
+        reroute with nothing wired in gives its declared ANY)."""
         spec = self.spec(node_id)
         out = spec.output(port) if spec is not None else None
-        return out.type if out is not None else None
+        if out is None:
+            return None
+        return link_type(self.workflow, self.registry, node_id, port) or out.type
+
+    def _unfed_pass_through(self, node_id: str, port: str) -> bool:
+        """A reroute output with nothing wired in upstream: it can be wired anywhere until it is fed."""
+        spec = self.spec(node_id)
+        out = spec.output(port) if spec is not None else None
+        return (
+            out is not None
+            and out.passes is not None
+            and link_type(self.workflow, self.registry, node_id, port) is None
+        )
 
     def input_type(self, node_id: str, port: str) -> PortType | None:
         spec = self.spec(node_id)
@@ -142,11 +158,21 @@ class GraphModel:
             return False, f"{in_node} has no input {in_port!r}"
         if out_node == in_node:
             return False, "a node cannot feed itself"
-        if not can_connect(source, target):
+        wildcard = self._unfed_pass_through(out_node, out_port)
+        if not wildcard and not can_connect(source, target):
             return (
                 False,
                 f"{out_node}.{out_port} gives {source.name}, but {in_node}.{in_port} takes {target.name}",
             )
+        if not wildcard:  # a reroute's input: what it will pass on must suit what it feeds
+            for nid, port in passed_on_to(self.workflow, self.registry, in_node, in_port):
+                takes = self.input_type(nid, port)
+                if takes is not None and not can_connect(source, takes):
+                    return (
+                        False,
+                        f"{out_node}.{out_port} gives {source.name}, but {in_node} passes it on to "
+                        f"{nid}.{port}, which takes {takes.name}",
+                    )
         if in_node in self.upstream(out_node):
             return False, f"that wire would make a loop: {in_node} already feeds {out_node}"
         return True, ""
@@ -276,6 +302,21 @@ class GraphModel:
             self.groups()[index]["rect"] = [float(v) for v in rect]
             self._notify("group_changed", index)
 
+    def node_ui(self, node_id: str, key: str) -> Any:
+        return self.workflow.ui["nodes"].get(node_id, {}).get(key)
+
+    def set_node_ui(self, key: str, values: dict[str, Any]) -> None:
+        """Set an editor field of nodes (`collapsed`, `mode`, `title`...); None removes it (the default)."""
+        for nid, value in values.items():
+            entry = self.workflow.ui["nodes"].setdefault(nid, {})
+            if entry.get(key) == value:
+                continue
+            if value is None:
+                entry.pop(key, None)
+            else:
+                entry[key] = copy.deepcopy(value)
+            self._notify("node_ui_changed", nid, key)
+
     def add_group(
         self, title: str, rect: list[float], color: str = "#3f5e7a", index: int | None = None
     ) -> int:
@@ -370,8 +411,11 @@ class GraphModel:
                 node_id=new,
                 version=saved if isinstance(saved, int) and not isinstance(saved, bool) else None,
             )
-            if "size" in ui_nodes.get(old, {}):
-                self.workflow.ui["nodes"][new]["size"] = list(ui_nodes[old]["size"])
+            # The rest of the layout entry (size, title, mode, collapsed...) comes along.
+            extra = {k: v for k, v in ui_nodes.get(old, {}).items() if k != "pos"}
+            self.workflow.ui["nodes"][new].update(copy.deepcopy(extra))
+            for key in extra:
+                self._notify("node_ui_changed", new, key)
         links: dict[tuple[str, str], Link | None] = {}
         for old, new in mapping.items():
             for port, (src, out) in raw_nodes[old].get("inputs", {}).items():

@@ -86,6 +86,9 @@ def default_registry(*, entry_point_packs: bool = True) -> NodeRegistry:
     from nodes.lora import NODES as LORA_NODES  # LoadLoRA (issue 15)
 
     registry.register_all(LORA_NODES)
+    from nodes.reroute import NODES as REROUTE_NODES  # a dot on a wire (issue 16)
+
+    registry.register_all(REROUTE_NODES)
     if entry_point_packs:
         registry.load_entry_points()
     return registry

@@ -120,6 +120,9 @@ class Output:
     # The inputs and params this output depends on (None: all of them). Lets the executor keep nodes
     # downstream of one output cached when only another output's param changed (LoadLoRA's strengths).
     depends_on: tuple[str, ...] | None = None
+    # The input whose value this output passes on unchanged (a Reroute): a wire from it carries the type of
+    # whatever is wired into that input, so typed-wire checks see through it (`nodes.reroute.link_type`).
+    passes: str | None = None
 
 
 @dataclass(frozen=True)

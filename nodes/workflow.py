@@ -3,7 +3,8 @@
 Lives here: `Workflow`, `NodeInstance`, `Link`, `load_workflow`, `workflow_from_dict`, `parse_workflow`,
 `validate`, `save_workflow`; re-exports `Problem`, `WorkflowError` (nodes.problems), `read_workflow_json`
 (nodes.workflow_json: reading untrusted files with limits) and `atomic_write_text` (nodes.files).
-Imports `nodes.spec`, `nodes.types`, `nodes.registry`, `nodes.problems`, `nodes.files`, `nodes.workflow_json`.
+Imports `nodes.spec`, `nodes.types`, `nodes.registry`, `nodes.reroute` (types through reroutes), `nodes.problems`,
+`nodes.files`, `nodes.workflow_json`.
 
 The file is JSON:
 
@@ -12,6 +13,8 @@ The file is JSON:
      "nodes": {"sampler": {"type": "Sampler", "params": {"steps": 20},
                            "inputs": {"latent": ["latent", "latent"]}}},
      "ui": {"nodes": {"sampler": {"pos": [500, 120]}}, "groups": [...], "view": {...}}}
+
+`ui.nodes.<id>` may also hold the editor's `title`, `mode` (bypass/mute) and `collapsed` (title bar only).
 
 Values are by name, never by position. Loading reports every problem at once, each naming the file,
 the node, the field and the reason. Any parameter may be fed by a wire instead of its widget: the
@@ -31,6 +34,7 @@ from nodes.files import atomic_write_text as atomic_write_text  # re-exported: c
 from nodes.problems import Problem as Problem  # re-exported: callers import these from here
 from nodes.problems import WorkflowError as WorkflowError
 from nodes.registry import NodeRegistry
+from nodes.reroute import link_type
 from nodes.spec import NodeSpec, Param
 from nodes.types import BOOL, FLOAT, INT, STRING, PortType, can_connect
 from nodes.workflow_json import check_json_value, quote
@@ -318,14 +322,15 @@ def validate(wf: Workflow, registry: NodeRegistry) -> list[Problem]:
                     )
                 )
                 continue
-            if not can_connect(out.type, target):
+            carried = link_type(wf, registry, link.node, link.output)  # through reroutes
+            if carried is not None and not can_connect(carried, target):
                 problems.append(
                     Problem(
                         src,
                         node_id,
                         port,
                         f"type mismatch: {quote(link.node)[1:-1]}.{quote(link.output)[1:-1]} gives "
-                        f"{out.type.name}, this input takes {target.name}",
+                        f"{carried.name}, this input takes {target.name}",
                     )
                 )
         for inp in spec.inputs:

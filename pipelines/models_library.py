@@ -180,6 +180,11 @@ class ModelsLibrary:
                 if f.lower().endswith(MODEL_SUFFIXES):
                     yield here / f
 
+    def files(self, kinds: Iterable[str] | None = None) -> list[tuple[str, Path]]:
+        """Every model in the folders searched for `kinds`: (the name a workflow may use, its path). Reads no
+        headers, so it is cheap enough to fill a picker each time it opens."""
+        return [(p.relative_to(f).as_posix(), p) for f in self.search_folders(kinds) for p in self._walk(f)]
+
     def entries(self) -> list[ModelEntry]:
         out: list[ModelEntry] = []
         for root in self.roots:

@@ -1,4 +1,4 @@
-"""The desktop GUI (PySide6): `launch(workflow_path, registry)` opens the editor window.
+"""The desktop GUI (PySide6): `launch(workflow_path, registry, models_dirs)` opens the editor window.
 
 Lives here: `launch`. Imports Qt and `app.gui.*`; Qt is imported only when this package is.
 Modules: main_window (layout, actions), file_ops, edit_ops, run_ops, scene/view/node_item/edge_item/port_item/
@@ -9,12 +9,13 @@ settings, autosave, minimap, theme, screenshot.
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from nodes.registry import NodeRegistry
 
 
-def launch(workflow_path: Path | None, registry: NodeRegistry) -> int:
+def launch(workflow_path: Path | None, registry: NodeRegistry, models_dirs: Sequence[Path] = ()) -> int:
     """Open the main window (optionally on a workflow) and run the event loop; returns the exit code."""
     from app.gui.platform_check import check_display_libraries
 
@@ -31,7 +32,12 @@ def launch(workflow_path: Path | None, registry: NodeRegistry) -> int:
     app.setApplicationName("Nodeloom")
     app.setOrganizationName("Nodeloom")
     apply_theme(app)  # type: ignore[arg-type]
-    window = MainWindow(registry)
+    from pipelines.models_library import ModelsLibrary, load_saved_roots, roots_from_env
+
+    # As `app --run` searches them: --models-dir first, then NODELOOM_MODELS_DIRS, then the saved roots.
+    window = MainWindow(
+        registry, library=ModelsLibrary([*models_dirs, *roots_from_env(), *load_saved_roots()])
+    )
     window.show()
     recovered = window.offer_recovery()  # sets an unreadable recovery file aside as *.broken
     if workflow_path is not None and recovered:

@@ -183,3 +183,18 @@ class UpdateGroupCommand(QUndoCommand):
 
     def undo(self) -> None:
         self.model.update_group(self.index, **self.old)
+
+
+class SetNodeUiCommand(QUndoCommand):
+    """An editor field of some nodes (collapsed, bypass/mute mode): one undo step for the whole selection."""
+
+    def __init__(self, model: GraphModel, key: str, values: dict[str, Any], text: str) -> None:
+        super().__init__(text)
+        self.model, self.key, self.new = model, key, dict(values)
+        self.old = {nid: model.node_ui(nid, key) for nid in values}
+
+    def redo(self) -> None:
+        self.model.set_node_ui(self.key, self.new)
+
+    def undo(self) -> None:
+        self.model.set_node_ui(self.key, self.old)

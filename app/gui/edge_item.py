@@ -1,4 +1,5 @@
 """Wires: bezier curves coloured by the type they carry, and the loose wire shown while dragging.
+Double-clicking a wire drops a reroute dot on it (`GraphScene.insert_reroute`).
 
 Lives here: `EdgeItem`, `wire_path`. Imports Qt, `nodes.graph_model`.
 """
@@ -9,7 +10,14 @@ from typing import Any
 
 from PySide6.QtCore import QPointF, Qt
 from PySide6.QtGui import QColor, QPainter, QPainterPath, QPainterPathStroker, QPen
-from PySide6.QtWidgets import QGraphicsItem, QGraphicsPathItem, QStyle, QStyleOptionGraphicsItem, QWidget
+from PySide6.QtWidgets import (
+    QGraphicsItem,
+    QGraphicsPathItem,
+    QGraphicsSceneMouseEvent,
+    QStyle,
+    QStyleOptionGraphicsItem,
+    QWidget,
+)
 
 from nodes.graph_model import Connection
 
@@ -46,6 +54,20 @@ class EdgeItem(QGraphicsPathItem):
 
     def set_ends(self, start: QPointF, end: QPointF) -> None:
         self.setPath(wire_path(start, end))
+
+    def set_color(self, color: str | QColor) -> None:
+        self.color = QColor(color)
+        pen = QPen(self.pen())
+        pen.setColor(self.color)
+        self.setPen(pen)
+
+    def mouseDoubleClickEvent(self, event: QGraphicsSceneMouseEvent) -> None:
+        """Double-click on a wire: drop a reroute dot there, splitting the wire."""
+        if self.connection is not None and self.scene() is not None:
+            event.accept()
+            self.scene().insert_reroute(self.connection, event.scenePos())  # type: ignore[attr-defined]
+            return
+        super().mouseDoubleClickEvent(event)
 
     def shape(self) -> QPainterPath:
         stroker = QPainterPathStroker()

@@ -16,6 +16,7 @@ from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QMenu
 
 from app.gui.commands import SetParamCommand, UpdateGroupCommand
+from app.gui.edge_item import EdgeItem
 from app.gui.group_item import GROUP_COLORS, GroupItem
 from app.gui.node_item import NodeItem
 from app.gui.plots import fmt_size
@@ -74,6 +75,11 @@ class EditOpsMixin:
             self.scene.clearSelection()
             item.setSelected(True)
         menu.addAction("Add Node…", lambda: self.open_palette(scene_pos))
+        if self.selected_node_ids():
+            collapsed = all(self.scene.node_items[nid].is_collapsed() for nid in self.selected_node_ids())
+            menu.addAction("Expand" if collapsed else "Collapse", lambda: self.toggle_collapsed())
+        if isinstance(item, EdgeItem) and item.connection is not None:
+            menu.addAction("Add Reroute Here", lambda: self.scene.insert_reroute(item.connection, scene_pos))
         if self.scene.selectedItems():
             menu.addAction("Duplicate", self.duplicate)
             menu.addAction("Copy", self.copy)

@@ -15,6 +15,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import QFileDialog, QMessageBox
 
+from app.gui.drops import DROP_SUFFIXES
 from app.gui.history import HISTORY_MIME
 from nodes.registry import NodeRegistry
 from nodes.workflow import (
@@ -301,8 +302,8 @@ class FileOpsMixin:
             event.acceptProposedAction()
             return
         urls = event.mimeData().urls()
-        if urls and urls[0].isLocalFile() and urls[0].toLocalFile().lower().endswith((".json", ".png")):
-            event.acceptProposedAction()
+        if any(u.isLocalFile() and u.toLocalFile().lower().endswith(DROP_SUFFIXES) for u in urls):
+            event.acceptProposedAction()  # workflows, pictures and weights files (app.gui.drops)
 
     def dropEvent(self: MainWindow, event: QDropEvent) -> None:
         if event.mimeData().hasFormat(HISTORY_MIME):  # a picture from the output history: Load Image
@@ -311,7 +312,8 @@ class FileOpsMixin:
             for file in bytes(event.mimeData().data(HISTORY_MIME)).decode().splitlines()[:1]:
                 self.drop_history_picture(file, self.view.mapToScene(local))
             return
-        urls = event.mimeData().urls()
-        if urls and urls[0].isLocalFile():
+        paths = [Path(u.toLocalFile()) for u in event.mimeData().urls() if u.isLocalFile()]
+        if paths:
             event.acceptProposedAction()
-            self.open_path(Path(urls[0].toLocalFile()))
+            local = self.view.viewport().mapFrom(self, event.position().toPoint())
+            self.drop_files(paths, self.view.mapToScene(local))

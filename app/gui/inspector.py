@@ -1,9 +1,10 @@
 """The inspector dock: editable parameter widgets for the selected node.
 
-Lives here: `Inspector`, `param_widget`. Imports Qt, `nodes.spec`, `nodes.graph_model`.
+Lives here: `Inspector`, `ParamEditor`. Imports Qt, `app.gui.model_picker`, `nodes.spec`, `nodes.graph_model`.
 Widgets by kind: multiline prompt box (text), spin boxes with the param's range and step (int, float),
 combos (choice), check boxes (bool), a line edit with a file picker using the param's `file_filter` (path),
-and a seed field with a dice button. Edits go out as `edited(node_id, name, value)`; the window pushes an
+and a seed field with a dice button. A loader's weights field also searches the models library as you type
+(`app.gui.model_picker`). Edits go out as `edited(node_id, name, value)`; the window pushes an
 undo command and the model's notification comes back through `show_value`.
 """
 
@@ -29,11 +30,13 @@ from PySide6.QtWidgets import (
     QPushButton,
     QScrollArea,
     QSpinBox,
+    QToolButton,
     QVBoxLayout,
     QWidget,
 )
 
 from app.gui import theme
+from app.gui.model_picker import ModelChoice, ModelCompleter, is_model_field
 from app.gui.run_queue import SEED_MODES
 from nodes.graph_model import GraphModel
 from nodes.spec import Param
@@ -96,6 +99,7 @@ class ParamEditor(QWidget):
         super().__init__(parent)
         self.param = param
         self._quiet = False
+        self.picker: ModelCompleter | None = None  # a loader's weights field: the models library
         # A picture size (Empty Latent's width/height) follows the connected model: steps by its multiple.
         self.multiple = size.multiple if size is not None and kind_is_size(param) else None
         layout = QHBoxLayout(self)
@@ -182,6 +186,28 @@ class ParamEditor(QWidget):
         self.editor.setToolTip(param.help)
         self.set_value(value)
 
+    def add_model_picker(self, choices: list[ModelChoice]) -> ModelCompleter:
+        """A loader's weights field: type to filter the models library, or open the whole list (arrow)."""
+        line = self.editor
+        assert isinstance(line, QLineEdit)
+        completer = ModelCompleter(choices, self)
+        line.setCompleter(completer)
+        line.setPlaceholderText("type to search the models library")
+        completer.activated.connect(self._picked)
+        arrow = QToolButton()
+        arrow.setArrowType(Qt.ArrowType.DownArrow)
+        arrow.setToolTip(
+            f"Models from the library and built in ({len(choices)}); type in the field to filter"
+        )
+        arrow.clicked.connect(lambda: (line.setFocus(), completer.show_all()))
+        self.layout().insertWidget(1, arrow)
+        self.picker = completer
+        return completer
+
+    def _picked(self, value: str) -> None:
+        self._set(value)
+        self._emit()
+
     def _browse(self) -> None:
         current = str(self._get())
         if self.param.file_filter == "dir":
@@ -257,6 +283,8 @@ class Inspector(QScrollArea):
         self.editors: dict[str, ParamEditor] = {}
         # The picture size of the model feeding a node (the window reads it from the graph).
         self.size_hint: Callable[[str], ImageSize | None] = lambda _node_id: None
+        # The models a loader's field may take (the window lists its models library).
+        self.model_choices: Callable[[str, Param], list[ModelChoice]] | None = None
         self.info_label = QLabel()
         self.status_label = QLabel()
         self.setWidgetResizable(True)
@@ -321,6 +349,8 @@ class Inspector(QScrollArea):
                 continue
             size = self.size_hint(node_id) if kind_is_size(param) else None
             editor = ParamEditor(param, node.params.get(param.name), size=size)
+            if self.model_choices is not None and is_model_field(node.type, param):
+                editor.add_model_picker(self.model_choices(node.type, param))
             editor.changed.connect(lambda value, name=param.name: self.edited.emit(node_id, name, value))
             editor.tab_pressed.connect(self.palette_requested)
             if param.kind == "seed":

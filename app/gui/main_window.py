@@ -28,12 +28,14 @@ from PySide6.QtWidgets import (
 
 from app.gui import sweep_panel
 from app.gui.autosave import INTERVAL_MS, Autosave
+from app.gui.drops import DropOpsMixin
 from app.gui.edit_ops import EditOpsMixin
 from app.gui.file_ops import FileOpsMixin
 from app.gui.history import HistoryPanel
 from app.gui.history_ops import HistoryOpsMixin
 from app.gui.inspector import Inspector
 from app.gui.minimap import Minimap
+from app.gui.model_picker import model_choices
 from app.gui.output_panel import OutputPanel
 from app.gui.palette import NodePalette
 from app.gui.plots import PlotsPanel
@@ -47,6 +49,7 @@ from app.gui.view import GraphView
 from nodes.graph_model import GraphModel
 from nodes.registry import NodeRegistry
 from nodes.workflow import Problem
+from pipelines.models_library import ModelsLibrary, load_saved_roots, roots_from_env
 
 if TYPE_CHECKING:
     from pipelines.diffusion.sizes import ImageSize
@@ -54,12 +57,22 @@ if TYPE_CHECKING:
 CLIPBOARD_MIME = "application/x-nodeloom-snapshot"
 
 
-class MainWindow(FileOpsMixin, EditOpsMixin, RunOpsMixin, StaplesMixin, HistoryOpsMixin, QMainWindow):
+class MainWindow(
+    FileOpsMixin, EditOpsMixin, RunOpsMixin, StaplesMixin, HistoryOpsMixin, DropOpsMixin, QMainWindow
+):
     def __init__(
-        self, registry: NodeRegistry, settings: AppSettings | None = None, autosave: Autosave | None = None
+        self,
+        registry: NodeRegistry,
+        settings: AppSettings | None = None,
+        autosave: Autosave | None = None,
+        library: ModelsLibrary | None = None,
     ) -> None:
         super().__init__()
         self.registry = registry
+        # The models library (--models-dir, NODELOOM_MODELS_DIRS, saved roots): the loaders' model picker.
+        self.library = (
+            library if library is not None else ModelsLibrary([*roots_from_env(), *load_saved_roots()])
+        )
         self.settings = settings or AppSettings()
         self.autosave = autosave or Autosave()
         self.path: Path | None = None
@@ -101,6 +114,7 @@ class MainWindow(FileOpsMixin, EditOpsMixin, RunOpsMixin, StaplesMixin, HistoryO
         self.inspector.edited.connect(self._param_edited)
         self.inspector.palette_requested.connect(self._palette_from_inspector)
         self.inspector.size_hint = self.model_size_for
+        self.inspector.model_choices = lambda node_type, param: model_choices(self.library, node_type, param)
         self.inspector.seed_control_changed.connect(self.set_seed_control)
         self.undo_stack.cleanChanged.connect(self._undo_changed)
         self.undo_stack.indexChanged.connect(self._undo_changed)
@@ -112,7 +126,7 @@ class MainWindow(FileOpsMixin, EditOpsMixin, RunOpsMixin, StaplesMixin, HistoryO
         self._stale_timer.setSingleShot(True)
         self._stale_timer.setInterval(150)
         self._stale_timer.timeout.connect(self.refresh_stale_states)
-        for event in ("param_changed", "connection_created", "connection_removed"):
+        for event in ("param_changed", "connection_created", "connection_removed", "node_ui_changed"):
             self.model.subscribe(event, lambda *_args: self._stale_timer.start())
         self.autosave_timer = QTimer(self)
         self.autosave_timer.setInterval(INTERVAL_MS)
@@ -269,6 +283,15 @@ class MainWindow(FileOpsMixin, EditOpsMixin, RunOpsMixin, StaplesMixin, HistoryO
                 "Ctrl+M",
                 canvas_only=True,
                 tip="Skip the selected nodes (or group) and what needs them",
+            )
+        )
+        edit.addAction(
+            self._action(
+                "Co&llapse / Expand",
+                lambda: self.toggle_collapsed(),
+                "Alt+C",
+                canvas_only=True,
+                tip="Show only the title bar of the selected nodes (or a group's nodes); again to expand",
             )
         )
         edit.addAction(self._action("Re&name Node…", lambda: self.rename_node(), "F2", canvas_only=True))
@@ -479,6 +502,7 @@ Drag from a port — connect; drag from a connected input — move or remove the
 Del / Backspace — delete selection      Ctrl+C / Ctrl+X / Ctrl+V — copy / cut / paste
 Ctrl+D — duplicate      Ctrl+G — group selection      Ctrl+A — select all
 Ctrl+B — bypass      Ctrl+M — mute (nodes or a group)      F2 — rename      Ctrl+F — find in graph
+Alt+C or double-click a title — collapse / expand      double-click a wire — add a reroute dot
 Ctrl+Z / Ctrl+Shift+Z (Ctrl+Y) — undo / redo
 Wheel — zoom      middle drag or Space+drag — pan      F — fit graph
 Ctrl+Enter — run (while running: queue another)      Esc — cancel the run

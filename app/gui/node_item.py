@@ -1,5 +1,6 @@
 """A node on the canvas: header with title and category colour, typed ports, compact parameter values and
 the run state (queued, running with a progress bar in the header, cached, done with seconds, error).
+A collapsed node (`ui.nodes.<id>.collapsed`) shows its title bar only; its wires meet the title bar's ends.
 
 Lives here: `NodeItem`, `NodeRunState`. Imports Qt, `app.gui.port_item`, `app.gui.theme`, `nodes`.
 Values are edited in the inspector dock; the node only displays them (cheap for big graphs, see FINDINGS).
@@ -12,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QPointF, QRectF, Qt
 from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter, QPainterPath, QPen
-from PySide6.QtWidgets import QGraphicsItem, QStyleOptionGraphicsItem, QWidget
+from PySide6.QtWidgets import QGraphicsItem, QGraphicsSceneMouseEvent, QStyleOptionGraphicsItem, QWidget
 
 from app.gui import theme
 from app.gui.port_item import PortItem
@@ -26,6 +27,8 @@ WIDTH = 220.0
 HEADER = 28.0
 ROW = 22.0
 PAD = 8.0
+ARROW = 20.0  # the collapse arrow at the left of the title bar
+MIN_COLLAPSED = 110.0
 
 
 @dataclass
@@ -58,6 +61,10 @@ class NodeItem(QGraphicsItem):
         self.state = NodeRunState()
         self.inputs: dict[str, PortItem] = {}
         self.outputs: dict[str, PortItem] = {}
+        self.width = WIDTH
+        self.height = HEADER
+        self._expanded_height = HEADER
+        self._port_pos: dict[PortItem, QPointF] = {}  # where each port sits when the node is expanded
         self.setFlags(
             QGraphicsItem.GraphicsItemFlag.ItemIsMovable
             | QGraphicsItem.GraphicsItemFlag.ItemIsSelectable
@@ -70,9 +77,12 @@ class NodeItem(QGraphicsItem):
         self._small = QFont()
         self._small.setPointSizeF(8.5)
         self._build_ports()
+        self._port_pos = {port: port.pos() for port in [*self.inputs.values(), *self.outputs.values()]}
+        self._expanded_height = self.height
         self.setPos(QPointF(*model.pos(node_id)))
         self.refresh_tooltip()
         self.update_mode()
+        self.apply_collapsed()
 
     # -- layout -----------------------------------------------------------------------------------
 
@@ -97,10 +107,34 @@ class NodeItem(QGraphicsItem):
         self.height = top + ROW * len(spec.params) + PAD
 
     def boundingRect(self) -> QRectF:
-        return QRectF(-2, -2, WIDTH + 4, self.height + 4)
+        return QRectF(-2, -2, self.width + 4, self.height + 4)
 
     def rect(self) -> QRectF:
-        return QRectF(0, 0, WIDTH, self.height)
+        return QRectF(0, 0, self.width, self.height)
+
+    def is_collapsed(self) -> bool:
+        return bool(self.model.node_ui(self.node_id, "collapsed"))
+
+    def apply_collapsed(self) -> None:
+        """Lay the node out for its saved collapsed state: a title bar whose ends take every wire, or all rows."""
+        self.prepareGeometryChange()
+        collapsed = self.is_collapsed()
+        if collapsed:
+            # Room for the title and a run badge ("✓ 0.42 s"), so the bar keeps its width while it runs.
+            text = QFontMetrics(self._title_font).horizontalAdvance(self.title())
+            self.width = max(MIN_COLLAPSED, min(WIDTH, ARROW + text + 80))
+            self.height = HEADER
+        else:
+            self.width, self.height = WIDTH, self._expanded_height
+        for port, pos in self._port_pos.items():
+            port.setVisible(not collapsed)
+            if collapsed:
+                port.setPos(0 if port.direction == "in" else self.width, HEADER / 2)
+            else:
+                port.setPos(pos)
+        self.update()
+        if self.scene() is not None:
+            self.scene().node_item_moved(self)  # type: ignore[attr-defined]
 
     def port(self, name: str, direction: str) -> PortItem | None:
         return (self.inputs if direction == "in" else self.outputs).get(name)
@@ -172,14 +206,15 @@ class NodeItem(QGraphicsItem):
         color = theme.category_color(self.spec.category) if self.spec else QColor(theme.ERROR)
         painter.save()
         painter.setClipPath(body)
-        painter.fillRect(QRectF(0, 0, WIDTH, HEADER), color)
-        painter.restore()
+        painter.fillRect(QRectF(0, 0, self.width, HEADER), color)
         s = self.state
         if s.status == "running" and s.total:
             frac = min(1.0, s.step / s.total)
-            painter.fillRect(QRectF(0, HEADER - 4, WIDTH * frac, 4), QColor(theme.RUNNING))
+            painter.fillRect(QRectF(0, HEADER - 4, self.width * frac, 4), QColor(theme.RUNNING))
         elif s.status == "running":
-            painter.fillRect(QRectF(0, HEADER - 4, WIDTH, 4), QColor(theme.RUNNING).darker(150))
+            painter.fillRect(QRectF(0, HEADER - 4, self.width, 4), QColor(theme.RUNNING).darker(150))
+        painter.restore()
+        self._paint_arrow(painter)
         # Title and badge.
         badge, badge_color = self._badge()
         painter.setFont(self._small)
@@ -187,21 +222,24 @@ class NodeItem(QGraphicsItem):
         if badge:
             painter.setPen(badge_color.lighter(130))
             painter.drawText(
-                QRectF(WIDTH - badge_w - 6, 0, badge_w, HEADER - 2),
+                QRectF(self.width - badge_w - 6, 0, badge_w, HEADER - 2),
                 Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter,
                 badge,
             )
         painter.setPen(QColor(theme.TEXT))
         title = self.title()
-        room = int(WIDTH - badge_w - 16)
+        room = int(self.width - badge_w - ARROW - 8)
         font = self._title_font
         if QFontMetrics(font).horizontalAdvance(title) > room:  # a long title: a size smaller before eliding
             font = QFont(self._title_font)
             font.setPointSizeF(8.5)
         painter.setFont(font)
         title = QFontMetrics(font).elidedText(title, Qt.TextElideMode.ElideRight, room)
-        painter.drawText(QRectF(10, 0, WIDTH, HEADER - 2), Qt.AlignmentFlag.AlignVCenter, title)
-        self._paint_rows(painter)
+        painter.drawText(QRectF(ARROW, 0, self.width, HEADER - 2), Qt.AlignmentFlag.AlignVCenter, title)
+        if self.is_collapsed():
+            self._paint_wire_ends(painter)
+        else:
+            self._paint_rows(painter)
         if self.mode() == "bypass":  # a purple veil: the node is passed through
             veil = QColor(theme.BYPASS)
             veil.setAlpha(85)
@@ -218,6 +256,26 @@ class NodeItem(QGraphicsItem):
         painter.setPen(pen)
         painter.setBrush(Qt.BrushStyle.NoBrush)
         painter.drawPath(body)
+
+    def _paint_arrow(self, painter: QPainter) -> None:
+        """A small triangle left of the title: pointing right when collapsed, down when expanded."""
+        cx, cy = ARROW / 2 + 1, HEADER / 2 - 1
+        if self.is_collapsed():
+            points = [QPointF(cx - 3, cy - 5), QPointF(cx + 4, cy), QPointF(cx - 3, cy + 5)]
+        else:
+            points = [QPointF(cx - 5, cy - 3), QPointF(cx + 5, cy - 3), QPointF(cx, cy + 4)]
+        painter.setPen(Qt.PenStyle.NoPen)
+        painter.setBrush(QColor(theme.TEXT))
+        painter.drawPolygon(points)
+
+    def _paint_wire_ends(self, painter: QPainter) -> None:
+        """A collapsed node: a dot at each end of the title bar where wires arrive or leave."""
+        for ports, x in ((self.inputs, 0.0), (self.outputs, self.width)):
+            wired = [p for p in ports.values() if p.connected]
+            if wired:
+                painter.setPen(QPen(QColor(theme.NODE_BORDER), 1))
+                painter.setBrush(QColor(wired[0].color))
+                painter.drawEllipse(QPointF(x, HEADER / 2), 4.5, 4.5)
 
     def _paint_rows(self, painter: QPainter) -> None:
         spec = self.spec
@@ -261,6 +319,26 @@ class NodeItem(QGraphicsItem):
             painter.drawText(
                 row.adjusted(0, 0, -6, 0), Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignRight, value
             )
+
+    # -- gestures ---------------------------------------------------------------------------------
+
+    def mousePressEvent(self, event: QGraphicsSceneMouseEvent) -> None:
+        if event.button() == Qt.MouseButton.LeftButton and QRectF(0, 0, ARROW + 2, HEADER).contains(
+            event.pos()
+        ):
+            event.accept()  # the arrow: collapse or expand, as ComfyUI's dot does
+            self.scene().toggle_collapsed([self.node_id])  # type: ignore[attr-defined]
+            return
+        super().mousePressEvent(event)
+
+    def mouseDoubleClickEvent(self, event: QGraphicsSceneMouseEvent) -> None:
+        if event.pos().y() <= HEADER:  # double-click on the title bar: collapse or expand
+            event.accept()
+            if event.pos().x() <= ARROW + 2:
+                return  # the arrow already toggled on the press
+            self.scene().toggle_collapsed([self.node_id])  # type: ignore[attr-defined]
+            return
+        super().mouseDoubleClickEvent(event)
 
     # -- movement ---------------------------------------------------------------------------------
 

@@ -1,5 +1,6 @@
 """The editor scene: follows the graph model, draws nodes, wires and groups, and turns gestures into
-undo commands (drag-to-connect with type checks, moves, deletes, copy/paste, groups).
+undo commands (drag-to-connect with type checks, moves, deletes, copy/paste, groups, collapse, reroute dots
+dropped on a wire).
 
 Lives here: `GraphScene`. Imports Qt, `app.gui.*` items and commands, `nodes.graph_model`.
 The scene never edits the model directly: it pushes a command; the model notifies; the scene updates.
@@ -22,13 +23,16 @@ from app.gui.commands import (
     PasteCommand,
     RemoveCommand,
     SetInputsCommand,
+    SetNodeUiCommand,
     UpdateGroupCommand,
 )
 from app.gui.edge_item import EdgeItem
 from app.gui.group_item import GROUP_COLORS, GroupItem
 from app.gui.node_item import NodeItem, NodeRunState
 from app.gui.port_item import PortItem
+from app.gui.reroute_item import DOT_H, DOT_W, RerouteItem
 from nodes.graph_model import Connection, GraphModel
+from nodes.reroute import REROUTE_TYPE, is_pass_through
 from nodes.workflow import Link
 
 GRID = 20
@@ -61,6 +65,7 @@ class GraphScene(QGraphicsScene):
             ("param_changed", self._on_param_changed),
             ("node_moved", self._on_node_moved),
             ("group_changed", self._on_group_changed),
+            ("node_ui_changed", self._on_node_ui_changed),
             ("reset", self.rebuild),
         ):
             model.subscribe(event, handler)
@@ -82,7 +87,8 @@ class GraphScene(QGraphicsScene):
         self._on_group_changed(None)
 
     def _on_node_created(self, node_id: str) -> None:
-        item = NodeItem(self.model, node_id)
+        kind = RerouteItem if is_pass_through(self.model.spec(node_id)) else NodeItem
+        item = kind(self.model, node_id)
         self.addItem(item)
         self.node_items[node_id] = item
 
@@ -98,13 +104,15 @@ class GraphScene(QGraphicsScene):
         out_port, in_port = src.port(conn.out_port, "out"), dst.port(conn.in_port, "in")
         if out_port is None or in_port is None:
             return
-        edge = EdgeItem(out_port.port_type.color, conn)
+        carried = self.model.output_type(conn.out_node, conn.out_port)  # through reroutes
+        edge = EdgeItem(carried.color if carried is not None else out_port.port_type.color, conn)
         edge.set_ends(out_port.scenePos(), in_port.scenePos())
         self.addItem(edge)
         self.edge_items[conn] = edge
         in_port.connected = out_port.connected = True
         dst.update()
         in_port.update()
+        self._refresh_reroutes()
 
     def _on_connection_removed(self, conn: Connection) -> None:
         edge = self.edge_items.pop(conn, None)
@@ -120,6 +128,28 @@ class GraphScene(QGraphicsScene):
                 c.out_node == conn.out_node and c.out_port == conn.out_port for c in self.edge_items
             )
             port.update()
+        self._refresh_reroutes()
+
+    def _refresh_reroutes(self) -> None:
+        """A wire into a reroute changes the type it carries: recolour the dots and the wires leaving them."""
+        reroutes = {nid: item for nid, item in self.node_items.items() if isinstance(item, RerouteItem)}
+        if not reroutes:
+            return
+        for item in reroutes.values():
+            item.refresh_type()
+            item.refresh_tooltip()
+        for conn, edge in self.edge_items.items():
+            if conn.out_node in reroutes:
+                edge.set_color(reroutes[conn.out_node].color())
+
+    def _on_node_ui_changed(self, node_id: str, key: str) -> None:
+        item = self.node_items.get(node_id)
+        if item is None:
+            return
+        if key == "mode":
+            item.update_mode()
+        elif key in ("collapsed", "title"):
+            item.apply_collapsed()
 
     def _on_param_changed(self, node_id: str, name: str, value: Any) -> None:
         self.node_items[node_id].update()
@@ -330,6 +360,54 @@ class GraphScene(QGraphicsScene):
             self.undo_stack.push(MoveCommand(self.model, nodes, groups))
 
     # -- edits ------------------------------------------------------------------------------------
+
+    def toggle_collapsed(self, node_ids: list[str]) -> None:
+        """Collapse the nodes to their title bars, or expand them when all are collapsed: one undo step."""
+        ids = [
+            nid
+            for nid in node_ids
+            if nid in self.node_items and not isinstance(self.node_items[nid], RerouteItem)
+        ]
+        if not ids:
+            self.status_message.emit("Select nodes or a group to collapse")
+            return
+        expand = all(self.node_items[nid].is_collapsed() for nid in ids)
+        text = (
+            f"{'Expand' if expand else 'Collapse'} {', '.join(ids) if len(ids) <= 3 else f'{len(ids)} nodes'}"
+        )
+        self.undo_stack.push(
+            SetNodeUiCommand(self.model, "collapsed", {nid: None if expand else True for nid in ids}, text)
+        )
+        self.status_message.emit(text)
+
+    def insert_reroute(self, conn: Connection, pos: QPointF) -> str | None:
+        """Split a wire with a reroute dot centred at `pos`: one undo step."""
+        if conn not in self.edge_items:
+            return None
+        self.undo_stack.beginMacro(f"Reroute {conn.out_node} → {conn.in_node}.{conn.in_port}")
+        try:
+            command = AddNodeCommand(self.model, REROUTE_TYPE, (pos.x() - DOT_W / 2, pos.y() - DOT_H / 2))
+            self.undo_stack.push(command)
+            dot = command.node_id
+            assert dot is not None
+            self.undo_stack.push(
+                SetInputsCommand(
+                    self.model,
+                    {
+                        (dot, "input"): Link(conn.out_node, conn.out_port),
+                        (conn.in_node, conn.in_port): Link(dot, "output"),
+                    },
+                    "Wire through the reroute",
+                )
+            )
+        finally:
+            self.undo_stack.endMacro()
+        self.clearSelection()
+        self.node_items[dot].setSelected(True)
+        self.status_message.emit(
+            f"Added a reroute on {conn.out_node}.{conn.out_port} → {conn.in_node}.{conn.in_port}"
+        )
+        return dot
 
     def add_node(self, type_name: str, pos: QPointF) -> str:
         command = AddNodeCommand(

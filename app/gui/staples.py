@@ -1,8 +1,9 @@
-"""Everyday editing staples: bypass and mute (nodes or groups), rename a node's title on the canvas,
-find a node in the graph.
+"""Everyday editing staples: bypass, mute and collapse (nodes or groups), rename a node's title on the
+canvas, find a node in the graph.
 
-Lives here: `StaplesMixin`. Imports Qt, `nodes.modes`. Modes and titles live in the workflow's `ui`
-section (saved with the file; `nodes.modes.apply_node_modes` rewrites the graph before a run).
+Lives here: `StaplesMixin`. Imports Qt, `app.gui.commands`, `nodes.modes`. Modes, titles and the collapsed
+state live in the workflow's `ui` section (saved with the file; `nodes.modes.apply_node_modes` rewrites the
+graph before a run); each change is one undo step.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from PySide6.QtWidgets import QInputDialog
 
+from app.gui.commands import SetNodeUiCommand
 from nodes.modes import node_mode
 
 if TYPE_CHECKING:
@@ -39,18 +41,15 @@ class StaplesMixin:
             return
         workflow = self.model.workflow
         new = "normal" if all(node_mode(workflow, nid) == mode for nid in ids) else mode
-        for nid in ids:
-            ui = workflow.ui["nodes"].setdefault(nid, {})
-            if new == "normal":
-                ui.pop("mode", None)
-            else:
-                ui["mode"] = new
-            self.scene.node_items[nid].update_mode()
-        self._force_dirty = True
-        self.update_title()
-        self._stale_timer.start()
         word = {"bypass": "Bypassed", "mute": "Muted", "normal": "Back to normal:"}[new]
+        values = {nid: None if new == "normal" else new for nid in ids}
+        self.undo_stack.push(SetNodeUiCommand(self.model, "mode", values, f"{word} {', '.join(ids)}"))
+        self._stale_timer.start()
         self.status(f"{word} {', '.join(ids)}")
+
+    def toggle_collapsed(self: MainWindow, node_ids: list[str] | None = None) -> None:
+        """Collapse the selection (or a selected group's nodes) to title bars; again expands them."""
+        self.scene.toggle_collapsed(node_ids if node_ids is not None else self.selected_node_ids())
 
     def rename_node(self: MainWindow, node_id: str | None = None, title: str | None = None) -> None:
         """The title shown on the canvas (the node id and type stay)."""
@@ -63,14 +62,10 @@ class StaplesMixin:
             title, ok = QInputDialog.getText(self, "Rename node", f"Title for {nid}:", text=item.title())
             if not ok:
                 return
-        ui = self.model.workflow.ui["nodes"].setdefault(nid, {})
-        if title.strip():
-            ui["title"] = title.strip()
-        else:
-            ui.pop("title", None)  # empty: back to the type's title
-        item.update()
-        self._force_dirty = True
-        self.update_title()
+        # Empty: back to the type's title.
+        self.undo_stack.push(
+            SetNodeUiCommand(self.model, "title", {nid: title.strip() or None}, f"Rename {nid}")
+        )
 
     def find_in_graph(self: MainWindow, query: str | None = None) -> str | None:
         """Find a node by title, id or type and jump to it; returns its id."""

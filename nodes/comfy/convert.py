@@ -183,6 +183,8 @@ def _ui_section(graph: ComfyGraph, node_ids: set[str]) -> dict[str, Any]:
             entry["title"] = node.title
         if node.color:
             entry["color"] = node.color
+        if node.collapsed:
+            entry["collapsed"] = True
         if entry:
             ui_nodes[node_id] = entry
     ui: dict[str, Any] = {"nodes": ui_nodes, "groups": list(graph.groups)}

@@ -1,7 +1,7 @@
 """A Nodeloom workflow -> ComfyUI API format (the `prompt` a ComfyUI server queues), for graphs made only
 of node types that have a ComfyUI counterpart.
 
-Lives here: `ExportError`, `export_api`, `EXPORTERS`. Imports `nodes.workflow`, `nodes.registry`,
+Lives here: `ExportError`, `export_api`, `EXPORTERS`. Imports `nodes.workflow`, `nodes.registry`, `nodes.modes`,
 `nodes.comfy.mapping` (the text-encoder family names).
 
 ComfyUI ids are numbered "1", "2", ... in the workflow's order; each node's `_meta.title` keeps our id.
@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nodes.comfy.mapping import COMFY_TEXT_ENCODER_TYPES
+from nodes.modes import without_reroutes
 from nodes.registry import NodeRegistry
 from nodes.workflow import NodeInstance, Workflow
 
@@ -231,6 +232,7 @@ def _exporter(node: NodeInstance) -> _Out:
 
 def export_api(wf: Workflow, registry: NodeRegistry) -> dict[str, Any]:
     """The ComfyUI API prompt for `wf` (validated, so every parameter is filled)."""
+    wf = without_reroutes(wf, registry)  # the API format has no reroutes: their wires are joined
     missing = [f"{nid} ({n.type})" for nid, n in wf.nodes.items() if n.type not in EXPORTERS]
     if missing:
         raise ExportError(

@@ -29,6 +29,7 @@ class ComfyNode:
     pos: tuple[float, float] | None = None
     size: tuple[float, float] | None = None
     color: str | None = None
+    collapsed: bool = False  # UI format's flags.collapsed: our ui.nodes.<id>.collapsed
 
 
 @dataclass(frozen=True)

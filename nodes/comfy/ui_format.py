@@ -129,6 +129,7 @@ def _read_node(raw: dict[str, Any], prefix: str, graph: ComfyGraph) -> _RawNode 
         pos=_point(raw.get("pos")),
         size=_point(raw.get("size")),
         color=raw.get("color") if isinstance(raw.get("color"), str) else None,
+        collapsed=isinstance(raw.get("flags"), dict) and raw["flags"].get("collapsed") is True,
     )
     mode = raw.get("mode", 0) if isinstance(raw.get("mode"), int) else 0
     rn = _RawNode(node, mode, widget_values=raw.get("widgets_values"))
