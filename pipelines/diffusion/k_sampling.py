@@ -37,10 +37,9 @@ from pipelines.diffusion.sampling import (
     StepCallback,
     StepInfo,
     _predict_noise,
-    _sdxl_time_ids,
     batched_conditioning,
     denoiser_working,
-    same_length,
+    unet_conditioning,
 )
 from pipelines.diffusion.schedulers import K_PREFIX, K_SCHEDULER_NAMES, SIGMA_SCHEDULES
 from pipelines.diffusion.values import Conditioning, DenoiserRef, Latents
@@ -126,7 +125,6 @@ def sample_k(
     on_step: StepCallback | None = None,
 ) -> Latents:
     # 1. Check inputs
-    family = denoiser.family.name
     if denoiser.family.flow:
         raise ValueError(
             f"{settings.scheduler} runs DDPM-trained models; {denoiser.family.title} is a flow-matching "
@@ -162,17 +160,9 @@ def sample_k(
 
     # 4. Prepare conditioning: negative first, then positive, as one doubled batch under CFG
     positive = batched_conditioning(positive, batch)
-    conds = [batched_conditioning(negative, batch), positive] if do_cfg else [positive]
-    conds = same_length(conds)  # prompts of different chunk counts (long or BREAK prompts) padded alike
-    embeds = torch.cat([c.embeds for c in conds]).to(device=device, dtype=denoiser.dtype)
-    cond = Conditioning(embeds=embeds, family=family)
-    added_cond_kwargs = None
-    if family == "sdxl":
-        time_ids = _sdxl_time_ids(height, width, embeds.dtype).repeat(batch, 1)
-        added_cond_kwargs = {
-            "text_embeds": torch.cat([c.pooled for c in conds]).to(device=device, dtype=denoiser.dtype),
-            "time_ids": torch.cat([time_ids] * len(conds)).to(device),
-        }
+    cond, added_cond_kwargs = unet_conditioning(
+        denoiser, positive, negative, do_cfg, batch, (height, width), device
+    )
 
     # 5. Denoising loop: the sampler calls the model; each finished step reports through `done`
     working = denoiser_working(denoiser, height, width, batch, do_cfg)

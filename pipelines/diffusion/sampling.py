@@ -1,6 +1,7 @@
 """The denoising loop: our own, written out like a diffusers pipeline's `__call__`, one step at a time.
 
-Lives here: `SamplerSettings`, `StepInfo`, `sample`, `batched_conditioning`, `denoiser_working_bytes`.
+Lives here: `SamplerSettings`, `StepInfo`, `sample`, `batched_conditioning`, `unet_conditioning`,
+`denoiser_working_bytes`.
 May import: stdlib, torch, diffusers, memory, pipelines.diffusion.*.
 
 Why our own loop: each step reports to a callback (progress, timing, latent preview, cancellation: the
@@ -157,6 +158,35 @@ def same_length(conds: list[Conditioning]) -> list[Conditioning]:
         return conds
     target = math.lcm(*lengths)
     return [dataclasses.replace(c, embeds=c.embeds.repeat(1, target // c.embeds.shape[1], 1)) for c in conds]
+
+
+def unet_conditioning(
+    denoiser: DenoiserRef,
+    positive: Conditioning,
+    negative: Conditioning | None,
+    do_cfg: bool,
+    batch: int,
+    pixel_size: tuple[int, int],
+    device: torch.device | str,
+) -> tuple[Conditioning, dict[str, torch.Tensor] | None]:
+    """The text conditioning of one UNet call: negative then positive as one doubled batch under CFG, and
+    SDXL's pooled embeddings and size ids (`added_cond_kwargs`). `positive` is already batched."""
+    conds = (
+        [batched_conditioning(negative, batch), positive] if do_cfg and negative is not None else [positive]
+    )
+    conds = same_length(conds)
+    embeds = torch.cat([c.embeds for c in conds]).to(device=device, dtype=denoiser.dtype)
+    mask = None
+    if positive.attention_mask is not None:
+        mask = torch.cat([c.attention_mask for c in conds]).to(device)
+    cond = Conditioning(embeds=embeds, attention_mask=mask, family=denoiser.family.name)
+    if denoiser.family.name != "sdxl":
+        return cond, None
+    time_ids = _sdxl_time_ids(*pixel_size, embeds.dtype).repeat(batch, 1)
+    return cond, {
+        "text_embeds": torch.cat([c.pooled for c in conds]).to(device=device, dtype=denoiser.dtype),
+        "time_ids": torch.cat([time_ids] * len(conds)).to(device),
+    }
 
 
 def _sdxl_time_ids(height: int, width: int, dtype: torch.dtype) -> torch.Tensor:
@@ -321,20 +351,9 @@ def sample(
 
     # 4. Prepare conditioning: negative first, then positive, as one doubled batch under CFG
     positive = batched_conditioning(positive, batch)
-    conds = [batched_conditioning(negative, batch), positive] if do_cfg else [positive]
-    conds = same_length(conds)
-    embeds = torch.cat([c.embeds for c in conds]).to(device=device, dtype=denoiser.dtype)
-    mask = None
-    if positive.attention_mask is not None:
-        mask = torch.cat([c.attention_mask for c in conds]).to(device)
-    cond = Conditioning(embeds=embeds, attention_mask=mask, family=family)
-    added_cond_kwargs = None
-    if family == "sdxl":
-        time_ids = _sdxl_time_ids(height, width, embeds.dtype).repeat(batch, 1)
-        added_cond_kwargs = {
-            "text_embeds": torch.cat([c.pooled for c in conds]).to(device=device, dtype=denoiser.dtype),
-            "time_ids": torch.cat([time_ids] * len(conds)).to(device),
-        }
+    cond, added_cond_kwargs = unet_conditioning(
+        denoiser, positive, negative, do_cfg, batch, (height, width), device
+    )
 
     controls = ActiveControls(
         mm, positive, negative, do_cfg=do_cfg, batch=batch, height=height, width=width, dtype=denoiser.dtype
@@ -349,7 +368,7 @@ def sample(
             model_input = scheduler.scale_model_input(model_input, t)
 
             residuals = (
-                controls.residuals(model_input, t, embeds, i, len(timesteps), added_cond_kwargs)
+                controls.residuals(model_input, t, cond.embeds, i, len(timesteps), added_cond_kwargs)
                 if controls
                 else None
             )
