@@ -146,7 +146,8 @@ class NodeItem(QGraphicsItem):
         if self.mode() == "mute":
             return "muted", QColor(theme.TEXT_DIM)
         if s.status == "running":
-            return (f"{s.step}/{s.total}" if s.total else "running…"), QColor(theme.RUNNING)
+            # The message is the progress's own wording ("loading unet 0.8/3.2 GiB", "converting GGUF 40%").
+            return (s.message or (f"{s.step}/{s.total}" if s.total else "running…")), QColor(theme.RUNNING)
         if s.status == "done":
             return f"✓ {s.seconds:.2f} s", QColor(theme.DONE)
         if s.status == "cached":

@@ -20,13 +20,22 @@ from PySide6.QtWidgets import QSplitter, QTabWidget, QWidget
 from app.gui import theme
 from app.gui.run_worker import TimedEvent
 from memory.telemetry import LoadEvent, NodePeak, Sample, StepEvent, UnloadEvent
-from nodes.events import NodeCached, NodeFailed, NodeFinished, NodeStarted, RunStarted
+from nodes.events import NodeCached, NodeFailed, NodeFinished, NodeStarted, RunFinished, RunStarted
 
 MAX_POINTS = 6000
 MAX_MARKERS = 40
 MIB = 1024 * 1024
 REDRAW_MS = 100
 RUNS_SHOWN = 3
+# Where a load/unload label may sit on its line, in order of preference: (fraction of the plot's height,
+# text anchor). The text runs upwards along the line: anchor x 0 starts it at that height, 1 ends it there
+# (hanging from the top); anchor y picks the side of the line.
+LABEL_SPOTS = (
+    (0.03, (0, 1)),
+    (0.03, (0, 0)),
+    (0.97, (1, 1)),
+    (0.97, (1, 0)),
+)
 
 
 def fmt_size(nbytes: int) -> str:
@@ -80,8 +89,8 @@ class PlotsPanel(QSplitter):
         self._markers: deque[Any] = deque()
         # Where each run began on the memory plot's time axis: the x-axis shows the last RUNS_SHOWN runs.
         self._run_starts: deque[float | None] = deque(maxlen=RUNS_SHOWN)
-        self._last_marker_t = float("-inf")
-        self._label_slot = 0
+        self._label_text: dict[Any, str] = {}  # marker line -> its label, before any "(+N)"
+        self._label_layout_key: tuple[Any, ...] = ()
         self._dirty: set[str] = set()
         self._step_index = 0
         self._first_step: dict[str, int] = {}  # node id -> index of its first step (TTFT goes there)
@@ -172,6 +181,7 @@ class PlotsPanel(QSplitter):
             series.clear()
         while self._markers:
             self.memory_plot.removeItem(self._markers.popleft())
+        self._label_text.clear()
         self._run_starts.clear()
         self._dirty.add("memory")
 
@@ -202,6 +212,13 @@ class PlotsPanel(QSplitter):
             if ttft is not None:  # LLM nodes report time to first token as a metric
                 self.ttft.append((self._first_step.get(event.node_id, self._step_index), ttft * 1000))
                 self._dirty.add("steps")
+        elif isinstance(event, RunFinished):
+            # A cancelled node sends no finish of its own: its span ends where the run did, not where the
+            # last finished node did (a 9 s LLM decode cancelled showed as 0.01 s).
+            for span in self.spans.values():
+                if span.end is None:
+                    span.end = t
+                    span.status = "cancelled" if event.cancelled else "error"
         else:
             return
         self._dirty.add("timeline")
@@ -224,27 +241,67 @@ class PlotsPanel(QSplitter):
             brush=pg.mkBrush(color + "40"),
             pen=pg.mkPen(color + "00"),
         )
-        # Labels of events close in time go to alternating sides of their line so they do not overlap.
-        crowded = record.t - self._last_marker_t < 0.8
-        self._label_slot = (self._label_slot + 1) % 2 if crowded else 0
-        self._last_marker_t = record.t
         line = pg.InfiniteLine(
             record.t,
             angle=90,
             pen=pg.mkPen(color, width=1),
             label=label,
-            labelOpts={
-                "position": 0.03,
-                "color": color,
-                "rotateAxis": (1, 0),
-                "anchors": [((0, 1), (0, 1)), ((0, 0), (0, 0))][self._label_slot],
-            },
+            labelOpts={"position": LABEL_SPOTS[0][0], "color": color, "rotateAxis": (1, 0)},
         )
+        line.setToolTip(label)
+        self._label_text[line] = label
         for item in (band, line):
             self.memory_plot.addItem(item)
             self._markers.append(item)
         while len(self._markers) > 2 * MAX_MARKERS:
-            self.memory_plot.removeItem(self._markers.popleft())
+            old = self._markers.popleft()
+            self._label_text.pop(old, None)
+            self.memory_plot.removeItem(old)
+        self._dirty.add("labels")
+
+    def _layout_labels(self) -> None:
+        """Place each load/unload label where it overlaps no other, measured on screen: bottom, middle or top
+        of its line, right or left of it. A label with no free place is elided: the label before it says
+        "+N" and the line's tooltip still names it (a sequential run unloads and loads within milliseconds)."""
+        lines = sorted(self._label_text, key=lambda line: line.value())
+        view = self.memory_plot.getPlotItem().getViewBox()
+        view.updateMatrix()  # a range set this redraw is otherwise applied only at the next paint
+        box = view.sceneBoundingRect()
+        placed: list[Any] = []
+        shown: dict[Any, Any] = {}  # line -> where its label is
+        last_shown: Any = None
+        hidden_after: dict[Any, list[str]] = {}
+        for line in lines:
+            label = line.label
+            label.setVisible(True)  # an invisible TextItem keeps a stale transform
+            label.setFormat(self._label_text[line])
+            line.setToolTip(self._label_text[line])
+            spot = None
+            for position, anchor in LABEL_SPOTS:
+                label.anchors = [anchor, anchor]
+                label.setPosition(position)
+                label.updateTransform(force=True)  # pyqtgraph otherwise applies the rotation at paint
+                rect = label.mapRectToScene(label.boundingRect())
+                if box.contains(rect) and not any(rect.intersects(other) for other in placed):
+                    spot = rect
+                    break
+            if spot is None or not line.isVisible():
+                label.setVisible(False)
+                if last_shown is not None:
+                    hidden_after.setdefault(last_shown, []).append(self._label_text[line])
+                continue
+            placed.append(spot)
+            shown[line] = spot
+            last_shown = line
+        for line, names in hidden_after.items():
+            line.setToolTip("\n".join([self._label_text[line], *names]))
+            label = line.label
+            label.setFormat(f"{self._label_text[line]} (+{len(names)})")
+            label.updateTransform(force=True)
+            rect = label.mapRectToScene(label.boundingRect())
+            others = [r for other, r in shown.items() if other is not line]
+            if not box.contains(rect) or any(rect.intersects(r) for r in others):
+                label.setFormat(self._label_text[line])  # no room to say so: the tooltip still does
 
     # -- drawing ----------------------------------------------------------------------------------
 
@@ -277,6 +334,12 @@ class PlotsPanel(QSplitter):
                     color=theme.TEXT,
                     size="10pt",
                 )
+        # Labels are laid out on screen: again when markers change, the view moves or the plot is resized.
+        view = self.memory_plot.getPlotItem().getViewBox()
+        key = (len(self._label_text), tuple(map(tuple, view.viewRange())), tuple(view.size().toTuple()))
+        if self._label_text and ("labels" in self._dirty or key != self._label_layout_key):
+            self._label_layout_key = key
+            self._layout_labels()
         if "steps" in self._dirty:
             for kind, curve in (("sampler_step", self.curve_sampler), ("decode_token", self.curve_decode)):
                 points = self.steps.get(kind, []) + (
@@ -310,7 +373,13 @@ class PlotsPanel(QSplitter):
         order = [nid for nid in self.run_order if nid in self.spans] or list(self.spans)
         if not order:
             return
-        colors = {"done": theme.DONE, "running": theme.RUNNING, "error": theme.ERROR, "cached": theme.CACHED}
+        colors = {
+            "done": theme.DONE,
+            "running": theme.RUNNING,
+            "error": theme.ERROR,
+            "cached": theme.CACHED,
+            "cancelled": theme.TEXT_DIM,
+        }
         latest = max((s.end or s.start) for s in self.spans.values())
         for row, nid in enumerate(order):
             span = self.spans[nid]
@@ -329,8 +398,9 @@ class PlotsPanel(QSplitter):
                 )
                 self.timeline_plot.addItem(bar)
                 self.timeline_bars.append(bar)
+            words = {"cached": "cached", "cancelled": f"{end - span.start:.2f} s (cancelled)"}
             text = pg.TextItem(
-                f"{end - span.start:.2f} s" if span.status != "cached" else "cached",
+                words.get(span.status, f"{end - span.start:.2f} s"),
                 color=theme.TEXT_DIM,
                 anchor=(0, 0.5),
             )
