@@ -63,9 +63,7 @@ def progress_kind(name: str) -> ProgressKind:
 
 
 def _gib(nbytes: float) -> str:
-    if nbytes >= 1024**3:
-        return f"{nbytes / 1024**3:.1f}"
-    return f"{nbytes / 1024**3:.2f}"
+    return f"{nbytes / 1024**3:.1f}"
 
 
 def _size(nbytes: float) -> str:
@@ -78,6 +76,8 @@ def _size(nbytes: float) -> str:
 def progress_amount(event: NodeProgress) -> str:
     """How far: "3/20", "0.8/3.2 GiB", "40%"."""
     unit = progress_kind(event.kind).unit
+    if unit == "bytes" and event.total <= 0:  # a whole-module build whose size is known only afterwards
+        return "…"
     if unit == "bytes":
         big = event.total >= 1024**3 // 2
         done = _gib(event.step) if big else f"{event.step / 1024**2:.0f}"

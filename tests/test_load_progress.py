@@ -1,0 +1,147 @@
+"""Slow steps say what they do and how far they are (issue 16 item 8): weights read from disk report bytes,
+to the node that reads them, with the ledger's total; a first GGUF conversion reports its stages; a progress
+call is a cancellation point; untimed progress is throttled."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from gguf import GGMLQuantizationType
+
+from memory import MemoryConfig, MemoryManager
+from nodes.context import UNTIMED_EVERY_S, Cancelled, CancelToken, NodeContext
+from nodes.events import PROGRESS_KINDS, NodeProgress, describe_progress
+from nodes.executor import Executor
+from nodes.registry import default_registry
+from nodes.workflow import workflow_from_dict
+from tests.llm_fixtures import tiny_llama, write_tiny_gguf
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def txt2img(registry, seed: int = 42):
+    data = json.loads((REPO / "resources/workflows/txt2img.json").read_text())
+    data["nodes"]["load"]["params"]["path"] = "demo:tiny-sd"
+    data["nodes"]["sampler"]["params"]["steps"] = 2
+    data["nodes"]["sampler"]["params"]["seed"] = seed
+    return workflow_from_dict(data, registry)
+
+
+def loads(events: list[object]) -> list[NodeProgress]:
+    return [e for e in events if isinstance(e, NodeProgress) and e.kind == "load_bytes"]
+
+
+def test_weights_report_bytes_to_the_node_that_reads_them_with_the_ledgers_total(tmp_path) -> None:
+    registry = default_registry(entry_point_packs=False)
+    events: list[object] = []
+    with MemoryManager(MemoryConfig(device="cpu", policy="sequential")) as mm:
+        executor = Executor(registry, memory=mm)
+        result = executor.run(txt2img(registry), out_dir=tmp_path, on_event=events.append)
+        assert result.ok, result.error
+        ledger = {h.spec.name: h.weight_bytes for h in mm.ledger.handles.values()}
+        # The loader node reads nothing; each model reports in the node that first uses it.
+        assert {(e.node_id, e.label) for e in loads(events)} == {
+            ("negative", "text_encoder"),
+            ("sampler", "unet"),
+            ("decode", "vae"),
+        }
+        for name in ledger:
+            mine = [e for e in loads(events) if e.label == name]
+            assert mine[0].step == 0 and mine[-1].step == mine[-1].total == ledger[name]
+            assert all(a.step <= b.step for a, b in zip(mine, mine[1:], strict=False))
+        # A new seed: the loader is cached, the sampler loads the UNet again (sequential unloaded it) through
+        # the cached loader's callback, and the bytes go to this run's sampler.
+        events.clear()
+        result = executor.run(txt2img(registry, seed=7), out_dir=tmp_path, on_event=events.append)
+        assert result.ok and result.nodes["load"].status == "cached"
+        assert {e.node_id for e in loads(events)} == {"sampler", "decode"}
+
+
+def test_a_cancel_during_a_load_stops_it_and_leaves_the_model_unloaded(tmp_path) -> None:
+    registry = default_registry(entry_point_packs=False)
+    cancel = CancelToken()
+
+    def on_event(event: object) -> None:
+        if isinstance(event, NodeProgress) and event.kind == "load_bytes" and event.label == "unet":
+            cancel.cancel()
+
+    with MemoryManager(MemoryConfig(device="cpu", policy="none")) as mm:
+        result = Executor(registry, memory=mm).run(
+            txt2img(registry), out_dir=tmp_path, on_event=on_event, cancel=cancel
+        )
+        assert result.cancelled and result.nodes["sampler"].status == "cancelled"
+        unet = next(h for h in mm.ledger.handles.values() if h.spec.name == "unet")
+        assert unet.locks == 0 and unet.device_bytes == 0
+
+
+def llm_workflow(registry, path: Path):
+    data = json.loads((REPO / "resources/workflows/llm.json").read_text())
+    data["nodes"]["llm"]["params"]["path"] = str(path)
+    for node in data["nodes"].values():
+        if node["type"] == "LLMGenerate":
+            node["params"]["max_new_tokens"] = 3
+    return workflow_from_dict(data, registry)
+
+
+def test_a_first_gguf_conversion_reports_its_stages_then_the_llm_load_reports_bytes(tmp_path) -> None:
+    model = tmp_path / "tiny.gguf"
+    write_tiny_gguf(tiny_llama(), model, GGMLQuantizationType.Q8_0)
+    registry = default_registry(entry_point_packs=False)
+    events: list[object] = []
+    with MemoryManager(MemoryConfig(device="cpu", policy="none")) as mm:
+        result = Executor(registry, memory=mm).run(
+            llm_workflow(registry, model), out_dir=tmp_path / "out", on_event=events.append
+        )
+        assert result.ok, result.error
+        convert = [e for e in events if isinstance(e, NodeProgress) and e.kind == "convert"]
+        assert convert and {e.node_id for e in convert} == {"llm"}
+        stages = [e.label for e in convert]
+        assert stages[0].startswith("GGUF: reading") and stages[-1] == "GGUF: writing safetensors (4/4)"
+        assert any(s.startswith("GGUF: reading tokens (1/4)") for s in stages)
+        assert any(s == "GGUF: dequantizing to float32 (3/4)" for s in stages)
+        assert convert[-1].step == convert[-1].total
+        llm = next(h for h in mm.ledger.handles.values() if h.spec.name == "llm")
+        load = loads(events)
+        assert load and load[-1].step == load[-1].total == llm.weight_bytes
+        assert {e.node_id for e in load} == {
+            e.node_id for e in events if getattr(e, "kind", "") == "decode_token"
+        }
+    assert describe_progress(convert[len(convert) // 2])[0].startswith("converting GGUF ")
+
+
+def test_untimed_progress_is_throttled_and_each_call_can_cancel(monkeypatch, cpu_memory) -> None:
+    clock = [0.0]
+    monkeypatch.setattr("nodes.context.time.perf_counter", lambda: clock[0])
+    emitted: list[object] = []
+    cancel = CancelToken()
+    ctx = NodeContext(
+        node_id="n",
+        node_type="T",
+        memory=cpu_memory,
+        out_dir=Path("."),
+        workflow_json={},
+        emit=emitted.append,
+        cancel=cancel,
+    )
+    report = ctx.progress_callback("load_bytes")
+    for i in range(1001):  # 1000 tensors read in 0.5 s: 5 throttle windows
+        clock[0] = i * 0.0005
+        report("unet", i, 1000)
+    steps = [e.step for e in emitted if isinstance(e, NodeProgress)]
+    assert steps[0] == 0 and steps[-1] == 1000  # the first and the last always arrive
+    assert len(steps) <= 2 + 0.5 / UNTIMED_EVERY_S
+    assert not cpu_memory.telemetry.events()  # bytes are not timed steps: the steps plot stays clean
+    cancel.cancel()
+    with pytest.raises(Cancelled):
+        report("unet", 10, 1000)  # even a throttled call is a cancellation point
+
+
+def test_every_progress_kind_is_worded_in_one_place() -> None:
+    loading = NodeProgress("s", 858993459, 3435973837, 2e8, "load_bytes", "unet")
+    assert describe_progress(loading)[0] == "loading unet 0.8/3.2 GiB"
+    assert describe_progress(NodeProgress("l", 40, 100, 0.0, "convert", "GGUF: reading tokens (1/4)"))[0] == (
+        "converting GGUF 40%"
+    )
+    assert {"sampler_step", "decode_token", "load_bytes", "convert"} <= set(PROGRESS_KINDS)
