@@ -200,16 +200,13 @@ class HeadlessPrinter:
                     f"  {escape(event.node_id)}{escape(what)}", total=event.total, amount="", rate=""
                 )
                 self.tasks[key] = task
-            if kind.unit == "%":  # one bar per conversion; its description follows the stage
-                self.progress.update(
-                    task, description=f"  {escape(event.node_id)} {kind.verb} {escape(event.label)}"
-                )
             self.progress.update(
                 task,
                 completed=event.step,
                 total=event.total,
                 amount=progress_amount(event),
-                rate=progress_rate(event),
+                # One bar per conversion: its last column names the stage ("reading tokens (1/4)").
+                rate=escape(event.label.partition(": ")[2]) if kind.unit == "%" else progress_rate(event),
             )
         elif isinstance(event, NodeText):
             if self.quiet:

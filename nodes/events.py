@@ -79,9 +79,10 @@ def progress_amount(event: NodeProgress) -> str:
     if unit == "bytes" and event.total <= 0:  # a whole-module build whose size is known only afterwards
         return "…"
     if unit == "bytes":
-        big = event.total >= 1024**3 // 2
-        done = _gib(event.step) if big else f"{event.step / 1024**2:.0f}"
-        return f"{done}/{_gib(event.total)} GiB" if big else f"{done}/{event.total / 1024**2:.0f} MiB"
+        if event.total >= 1024**3 // 2:
+            return f"{_gib(event.step)}/{_gib(event.total)} GiB"
+        digits = 0 if event.total >= 10 * 1024**2 else 1
+        return f"{event.step / 1024**2:.{digits}f}/{event.total / 1024**2:.{digits}f} MiB"
     if unit == "%":
         return f"{100 * event.step // max(event.total, 1)}%"
     return f"{event.step}/{event.total}"
