@@ -79,7 +79,7 @@ def test_a_cancelled_nodes_timeline_bar_covers_the_time_it_ran(qtbot, tmp_path: 
     # Before: no finish event for a cancelled node, so its bar ended at its own start + 0.01 s.
     assert span.status == "cancelled" and span.end is not None and span.end >= cancelled_at
     labels = [i.toPlainText() for i in window.plots.timeline_bars if hasattr(i, "toPlainText")]
-    assert any(text.endswith("(cancelled)") for text in labels)
+    assert any(text.endswith(" s ✕") for text in labels)
 
 
 def test_clustered_load_and_unload_labels_do_not_overlap(qtbot) -> None:
@@ -127,6 +127,8 @@ def test_clustered_load_and_unload_labels_do_not_overlap(qtbot) -> None:
     rects = [label.mapRectToScene(label.boundingRect()) for label in shown]
     box = plots.memory_plot.getPlotItem().getViewBox().sceneBoundingRect()
     assert all(box.contains(r) for r in rects)
+    legend = plots.memory_plot.getPlotItem().legend
+    rects.append(legend.mapRectToScene(legend.boundingRect()))  # nor under the legend
     assert not [(a, b) for i, a in enumerate(rects) for b in rects[i + 1 :] if a.intersects(b)]
     # Most stay on the plot; one that has no room is still named by its neighbour's tooltip.
     assert len(shown) >= len(marks) - 3

@@ -234,7 +234,8 @@ class PlotsPanel(QSplitter):
         load = isinstance(record, LoadEvent)
         color = "#ffa726" if load else "#8d99ae"
         name = record.component.rsplit("/", 1)[-1]
-        label = f"{'+' if load else '−'}{name} {fmt_size(record.nbytes)}"  # + load, − unload
+        # + load, − unload; two short lines run half as far up the line as one long one.
+        label = f"{'+' if load else '−'}{name}\n{fmt_size(record.nbytes)}"
         band = pg.LinearRegionItem(
             (record.t - record.seconds, record.t),
             movable=False,
@@ -260,18 +261,23 @@ class PlotsPanel(QSplitter):
         self._dirty.add("labels")
 
     def _layout_labels(self) -> None:
-        """Place each load/unload label where it overlaps no other, measured on screen: bottom, middle or top
-        of its line, right or left of it. A label with no free place is elided: the label before it says
-        "+N" and the line's tooltip still names it (a sequential run unloads and loads within milliseconds)."""
+        """Place each load/unload label where it overlaps no other label nor the legend, measured on screen:
+        at the bottom or hanging from the top of its line, right or left of it. A label with no free place is
+        elided: the label before it says "+N" and that line's tooltip names it (a sequential run unloads and
+        loads several models within a fraction of a second)."""
         lines = sorted(self._label_text, key=lambda line: line.value())
         view = self.memory_plot.getPlotItem().getViewBox()
         view.updateMatrix()  # a range set this redraw is otherwise applied only at the next paint
         box = view.sceneBoundingRect()
-        placed: list[Any] = []
+        legend = self.memory_plot.getPlotItem().legend
+        # The legend sits in the top right corner: a label must not run under it either.
+        placed: list[Any] = [legend.mapRectToScene(legend.boundingRect())] if legend.isVisible() else []
         shown: dict[Any, Any] = {}  # line -> where its label is
         last_shown: Any = None
-        hidden_after: dict[Any, list[str]] = {}
+        hidden_after: dict[Any, list[str]] = {}  # shown line -> the labels elided next to it
+        waiting: list[str] = []
         for line in lines:
+            line.viewTransformChanged()  # its cached extent in the view (the label's ends) may predate this range
             label = line.label
             label.setVisible(True)  # an invisible TextItem keeps a stale transform
             label.setFormat(self._label_text[line])
@@ -280,7 +286,9 @@ class PlotsPanel(QSplitter):
             for position, anchor in LABEL_SPOTS:
                 label.anchors = [anchor, anchor]
                 label.setPosition(position)
-                label.updateTransform(force=True)  # pyqtgraph otherwise applies the rotation at paint
+                # pyqtgraph caches the line's ends in the view and applies the rotation at paint: refresh both
+                label.viewTransformChanged()
+                label.updateTransform(force=True)
                 rect = label.mapRectToScene(label.boundingRect())
                 if box.contains(rect) and not any(rect.intersects(other) for other in placed):
                     spot = rect
@@ -289,17 +297,22 @@ class PlotsPanel(QSplitter):
                 label.setVisible(False)
                 if last_shown is not None:
                     hidden_after.setdefault(last_shown, []).append(self._label_text[line])
+                else:  # nothing shown before it yet: the next label shown names it
+                    waiting.append(self._label_text[line])
                 continue
             placed.append(spot)
             shown[line] = spot
             last_shown = line
+            if waiting:
+                hidden_after[line], waiting = waiting, []
         for line, names in hidden_after.items():
             line.setToolTip("\n".join([self._label_text[line], *names]))
             label = line.label
             label.setFormat(f"{self._label_text[line]} (+{len(names)})")
+            label.viewTransformChanged()
             label.updateTransform(force=True)
             rect = label.mapRectToScene(label.boundingRect())
-            others = [r for other, r in shown.items() if other is not line]
+            others = [r for r in placed if r is not shown[line]]
             if not box.contains(rect) or any(rect.intersects(r) for r in others):
                 label.setFormat(self._label_text[line])  # no room to say so: the tooltip still does
 
@@ -336,7 +349,8 @@ class PlotsPanel(QSplitter):
                 )
         # Labels are laid out on screen: again when markers change, the view moves or the plot is resized.
         view = self.memory_plot.getPlotItem().getViewBox()
-        key = (len(self._label_text), tuple(map(tuple, view.viewRange())), tuple(view.size().toTuple()))
+        legend = self.memory_plot.getPlotItem().legend.boundingRect().size().toTuple()  # shrinks on a CPU
+        key = (len(self._label_text), tuple(map(tuple, view.viewRange())), view.size().toTuple(), legend)
         if self._label_text and ("labels" in self._dirty or key != self._label_layout_key):
             self._label_layout_key = key
             self._layout_labels()
@@ -398,7 +412,8 @@ class PlotsPanel(QSplitter):
                 )
                 self.timeline_plot.addItem(bar)
                 self.timeline_bars.append(bar)
-            words = {"cached": "cached", "cancelled": f"{end - span.start:.2f} s (cancelled)"}
+            # ✕ as on a cancelled node's badge; the grey bar says it too.
+            words = {"cached": "cached", "cancelled": f"{end - span.start:.2f} s ✕"}
             text = pg.TextItem(
                 words.get(span.status, f"{end - span.start:.2f} s"),
                 color=theme.TEXT_DIM,
@@ -413,4 +428,4 @@ class PlotsPanel(QSplitter):
         axis.setWidth(90)
         self.timeline_plot.setYRange(-0.7, len(order) - 0.3, padding=0)
         first = min(s.start for s in self.spans.values())
-        self.timeline_plot.setXRange(first, first + max(latest - first, 0.05) * 1.18, padding=0.02)
+        self.timeline_plot.setXRange(first, first + max(latest - first, 0.05) * 1.22, padding=0.02)
