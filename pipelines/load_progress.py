@@ -69,14 +69,25 @@ class ProgressSource:
 
 
 def progress_build(
-    build: Callable[[], Any], label: str, total: int, on_progress: OnProgress
+    build: Callable[[], Any],
+    label: str,
+    total: int,
+    on_progress: OnProgress,
+    dtype: torch.dtype | None = None,
 ) -> Callable[[], Any]:
-    """`build` (a `from_pretrained`-style call with no per-tensor hook) that reports 0 before and `total` after."""
+    """`build` (a `from_pretrained`-style call with no per-tensor hook) that reports 0 before and the bytes
+    after. `total` 0: not known before the build; the last report then counts the built module's tensors at
+    `dtype` (None: as stored), as the ledger does for such a component."""
 
     def built() -> Any:
         on_progress(label, 0, total)
         module = build()
-        on_progress(label, total, total)
+        final = total
+        if not final:
+            from memory.weights import module_bytes
+
+            final = int(module_bytes(module, dtype))
+        on_progress(label, final, final)
         return module
 
     return built

@@ -145,3 +145,19 @@ def test_every_progress_kind_is_worded_in_one_place() -> None:
         "converting GGUF 40%"
     )
     assert {"sampler_step", "decode_token", "load_bytes", "convert"} <= set(PROGRESS_KINDS)
+
+
+def test_split_model_files_report_bytes_with_the_ledgers_total(tmp_path) -> None:
+    registry = default_registry(entry_point_packs=False)
+    data = json.loads((REPO / "resources/workflows/txt2img_flux_split.json").read_text())
+    data["nodes"]["sampler"]["params"].update(steps=1, preview_every=0)
+    events: list[object] = []
+    with MemoryManager(MemoryConfig(device="cpu", policy="none")) as mm:
+        result = Executor(registry, memory=mm).run(
+            workflow_from_dict(data, registry), out_dir=tmp_path, on_event=events.append
+        )
+        assert result.ok, result.error
+        ledger = {h.spec.name: h.weight_bytes for h in mm.ledger.handles.values()}
+    last = {e.label: e for e in loads(events)}
+    assert set(last) == set(ledger) == {"transformer", "text_encoder", "text_encoder_2", "vae"}
+    assert all(last[name].step == last[name].total == ledger[name] for name in ledger)
