@@ -161,3 +161,25 @@ def test_split_model_files_report_bytes_with_the_ledgers_total(tmp_path) -> None
     last = {e.label: e for e in loads(events)}
     assert set(last) == set(ledger) == {"transformer", "text_encoder", "text_encoder_2", "vae"}
     assert all(last[name].step == last[name].total == ledger[name] for name in ledger)
+
+
+def test_a_single_file_checkpoint_reports_every_component_with_the_ledgers_total(tmp_path) -> None:
+    from diffusers import DiffusionPipeline
+
+    from pipelines.diffusion.demo_models import ensure_demo_model
+    from pipelines.diffusion.export import save_sd1_single_file
+
+    folder = ensure_demo_model("tiny-sd")
+    pipe = DiffusionPipeline.from_pretrained(str(folder))
+    path = save_sd1_single_file(pipe.unet, pipe.vae, pipe.text_encoder, tmp_path / "tiny-sd.safetensors")
+    registry = default_registry(entry_point_packs=False)
+    wf = txt2img(registry)
+    wf.nodes["load"].params.update(path=str(path), config_dir=str(folder))  # the tiny model's architecture
+    events: list[object] = []
+    with MemoryManager(MemoryConfig(device="cpu", policy="sequential")) as mm:
+        result = Executor(registry, memory=mm).run(wf, out_dir=tmp_path / "out", on_event=events.append)
+        assert result.ok, result.error
+        ledger = {h.spec.name: h.weight_bytes for h in mm.ledger.handles.values()}
+    last = {e.label: e for e in loads(events)}
+    assert set(last) == set(ledger) == {"unet", "text_encoder", "vae"}
+    assert all(last[name].step == last[name].total == ledger[name] for name in ledger)
