@@ -22,6 +22,10 @@ if TYPE_CHECKING:
 # (label, done, total): e.g. ("unet", 1 << 30, 3 << 30). Bytes, at the dtype the model runs in.
 OnProgress = Callable[[str, int, int], None]
 
+# A whole-module load calls back at most this many times (plus its start), however many tensors it has;
+# the node context then throttles in time. benchmarks/load_progress.py measures what it costs.
+REPORT_PARTS = 200
+
 
 class ProgressSource:
     """A `WeightSource` that reports the bytes it has yielded during a whole-module load.
@@ -35,12 +39,15 @@ class ProgressSource:
         self.label = label
         self.on_progress = on_progress
         self._count: int | None = None
+        self._nbytes: dict[torch.dtype, int] = {}
 
     def __getattr__(self, name: str) -> Any:  # names(), check(), key_map...: the wrapped source's
         return getattr(self.source, name)
 
     def nbytes(self, dtype: torch.dtype) -> int:
-        return int(self.source.nbytes(dtype))
+        if dtype not in self._nbytes:  # read from the headers: once, not on every load
+            self._nbytes[dtype] = int(self.source.nbytes(dtype))
+        return self._nbytes[dtype]
 
     def _tensor_count(self) -> int:
         if self._count is None:
@@ -58,12 +65,14 @@ class ProgressSource:
             yield from self.source.load(names, dtype)
             return
         total = self.nbytes(dtype)
-        done = 0
+        done = reported = 0
         self.on_progress(self.label, 0, total)
         for name, t in self.source.load(names, dtype):
             done += t.numel() * t.element_size()
             yield name, t
-            self.on_progress(self.label, min(done, total), total)
+            if done - reported >= total // REPORT_PARTS or done >= total:  # a UNet has ~700 tensors
+                reported = done
+                self.on_progress(self.label, min(done, total), total)
         if done < total:
             self.on_progress(self.label, total, total)  # non-persistent extras counted in the total
 
