@@ -183,3 +183,28 @@ def test_a_single_file_checkpoint_reports_every_component_with_the_ledgers_total
     last = {e.label: e for e in loads(events)}
     assert set(last) == set(ledger) == {"unet", "text_encoder", "vae"}
     assert all(last[name].step == last[name].total == ledger[name] for name in ledger)
+
+
+def test_a_cancel_during_a_gguf_conversion_stops_it_and_leaves_no_cache(tmp_path) -> None:
+    from pipelines.llm.gguf_cache import gguf_cache_dir, gguf_cache_root
+
+    model = tmp_path / "tiny.gguf"
+    write_tiny_gguf(tiny_llama(), model, GGMLQuantizationType.Q8_0)
+    registry = default_registry(entry_point_packs=False)
+    cancel = CancelToken()
+    seen: list[str] = []
+
+    def on_event(event: object) -> None:
+        if isinstance(event, NodeProgress) and event.kind == "convert":
+            seen.append(event.label)
+            if "dequantizing" in event.label:  # the GUI's Cancel, pressed mid-conversion
+                cancel.cancel()
+
+    with MemoryManager(MemoryConfig(device="cpu", policy="none")) as mm:
+        result = Executor(registry, memory=mm).run(
+            llm_workflow(registry, model), out_dir=tmp_path / "out", on_event=on_event, cancel=cancel
+        )
+    assert result.cancelled and result.nodes["llm"].status == "cancelled"
+    assert not any("writing" in label for label in seen)  # stopped at the next progress call
+    assert not gguf_cache_dir(model).exists()
+    assert not [p for p in gguf_cache_root().iterdir() if p.name.startswith(".")]  # no half-written folder
