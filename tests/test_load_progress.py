@@ -208,3 +208,24 @@ def test_a_cancel_during_a_gguf_conversion_stops_it_and_leaves_no_cache(tmp_path
     assert not any("writing" in label for label in seen)  # stopped at the next progress call
     assert not gguf_cache_dir(model).exists()
     assert not [p for p in gguf_cache_root().iterdir() if p.name.startswith(".")]  # no half-written folder
+
+
+def test_the_headless_printer_shows_loads_and_conversions_as_bars_with_their_own_words() -> None:
+    import io
+
+    from rich.console import Console
+
+    from app.cli import HeadlessPrinter
+
+    out = io.StringIO()
+    with HeadlessPrinter(Console(file=out, width=120), quiet=False) as printer:
+        printer(NodeProgress("llm", 40, 100, 0.0, "convert", "GGUF: reading tokens (1/4)"))
+        printer(NodeProgress("llm", 1, 1, 0.0, "convert", "GGUF: writing safetensors (4/4)"))
+        printer(NodeProgress("sampler", int(0.8 * 2**30), int(3.2 * 2**30), 4e8, "load_bytes", "unet"))
+        printer(NodeProgress("sampler", 3, 20, 2.5, "sampler_step"))
+    lines = out.getvalue().splitlines()
+    assert any(
+        "llm converting GGUF" in ln and "100%" in ln and "writing safetensors (4/4)" in ln for ln in lines
+    )
+    assert any("sampler loading unet" in ln and "0.8/3.2 GiB" in ln and "381.5 MiB/s" in ln for ln in lines)
+    assert any("3/20" in ln and "2.5 it/s" in ln for ln in lines)  # its own bar, not the load's
