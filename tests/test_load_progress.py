@@ -229,3 +229,19 @@ def test_the_headless_printer_shows_loads_and_conversions_as_bars_with_their_own
     )
     assert any("sampler loading unet" in ln and "0.8/3.2 GiB" in ln and "381.5 MiB/s" in ln for ln in lines)
     assert any("3/20" in ln and "2.5 it/s" in ln for ln in lines)  # its own bar, not the load's
+
+
+def test_an_llm_kept_quantized_reports_its_blocks_bytes(tmp_path) -> None:
+    model = tmp_path / "tiny.gguf"
+    write_tiny_gguf(tiny_llama(), model, GGMLQuantizationType.Q8_0)
+    registry = default_registry(entry_point_packs=False)
+    wf = llm_workflow(registry, model)
+    wf.nodes["llm"].params["keep_quantized"] = "on"
+    events: list[object] = []
+    with MemoryManager(MemoryConfig(device="cpu", policy="none")) as mm:
+        result = Executor(registry, memory=mm).run(wf, out_dir=tmp_path / "out", on_event=events.append)
+        assert result.ok, result.error
+        llm = next(h for h in mm.ledger.handles.values() if h.spec.name == "llm")
+        assert llm.spec.storage == "gguf"
+    load = loads(events)
+    assert load[0].step == 0 and load[-1].step == load[-1].total == llm.weight_bytes

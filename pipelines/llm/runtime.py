@@ -95,7 +95,7 @@ def open_llm(
     if keep_quantized and files.from_gguf:
         from pipelines.llm.gguf_quantized import register_quantized_llm
 
-        handle = register_quantized_llm(memory, files.source, config, DTYPE)
+        handle = register_quantized_llm(memory, files.source, config, DTYPE, on_load)
         return LLMModel(files, handle, load_tokenizer(files), config, end_of_turn_ids(files, config))
     spec = ComponentSpec(
         key=f"{files.source.resolve()}#llm",
