@@ -184,6 +184,9 @@ class NodeItem(QGraphicsItem):
         # Title and badge.
         badge, badge_color = self._badge()
         painter.setFont(self._small)
+        # A long progress badge ("loading text_encoder_2 0.6/1.6 GiB") leaves the title room: it loses its
+        # start, not the figures (the status bar has it whole).
+        badge = QFontMetrics(self._small).elidedText(badge, Qt.TextElideMode.ElideLeft, int(WIDTH * 0.58))
         badge_w = QFontMetrics(self._small).horizontalAdvance(badge) + 10 if badge else 0
         if badge:
             painter.setPen(badge_color.lighter(130))
