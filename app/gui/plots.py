@@ -2,7 +2,8 @@
 line; step timings (seconds per sampler step, ms per decoded token, time to first token); a per-node
 timeline of the last run (load, compute, unload bars).
 
-Lives here: `PlotsPanel`. Imports Qt, pyqtgraph, `memory.telemetry` records, `nodes.events`.
+Lives here: `PlotsPanel`. Imports Qt, pyqtgraph, `memory.telemetry` records, `nodes.events`, and
+`app.gui.plot_labels` (where the load/unload labels go).
 Records are appended as they are drained from the queue; a 10 Hz timer redraws only what changed, with at
 most `MAX_POINTS` samples per curve (FINDINGS: repaint cost grows with points).
 """
@@ -18,6 +19,7 @@ from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QSplitter, QTabWidget, QWidget
 
 from app.gui import theme
+from app.gui.plot_labels import LABEL_SPOTS, layout_labels
 from app.gui.run_worker import TimedEvent
 from memory.telemetry import LoadEvent, NodePeak, Sample, StepEvent, UnloadEvent
 from nodes.events import NodeCached, NodeFailed, NodeFinished, NodeStarted, RunFinished, RunStarted
@@ -27,15 +29,6 @@ MAX_MARKERS = 40
 MIB = 1024 * 1024
 REDRAW_MS = 100
 RUNS_SHOWN = 3
-# Where a load/unload label may sit on its line, in order of preference: (fraction of the plot's height,
-# text anchor). The text runs upwards along the line: anchor x 0 starts it at that height, 1 ends it there
-# (hanging from the top); anchor y picks the side of the line.
-LABEL_SPOTS = (
-    (0.03, (0, 1)),
-    (0.03, (0, 0)),
-    (0.97, (1, 1)),
-    (0.97, (1, 0)),
-)
 
 
 def fmt_size(nbytes: int) -> str:
@@ -260,62 +253,6 @@ class PlotsPanel(QSplitter):
             self.memory_plot.removeItem(old)
         self._dirty.add("labels")
 
-    def _layout_labels(self) -> None:
-        """Place each load/unload label where it overlaps no other label nor the legend, measured on screen:
-        at the bottom or hanging from the top of its line, right or left of it. A label with no free place is
-        elided: the label before it says "+N" and that line's tooltip names it (a sequential run unloads and
-        loads several models within a fraction of a second)."""
-        lines = sorted(self._label_text, key=lambda line: line.value())
-        view = self.memory_plot.getPlotItem().getViewBox()
-        view.updateMatrix()  # a range set this redraw is otherwise applied only at the next paint
-        box = view.sceneBoundingRect()
-        legend = self.memory_plot.getPlotItem().legend
-        # The legend sits in the top right corner: a label must not run under it either.
-        placed: list[Any] = [legend.mapRectToScene(legend.boundingRect())] if legend.isVisible() else []
-        shown: dict[Any, Any] = {}  # line -> where its label is
-        last_shown: Any = None
-        hidden_after: dict[Any, list[str]] = {}  # shown line -> the labels elided next to it
-        waiting: list[str] = []
-        for line in lines:
-            line.viewTransformChanged()  # its cached extent in the view (the label's ends) may predate this range
-            label = line.label
-            label.setVisible(True)  # an invisible TextItem keeps a stale transform
-            label.setFormat(self._label_text[line])
-            line.setToolTip(self._label_text[line])
-            spot = None
-            for position, anchor in LABEL_SPOTS:
-                label.anchors = [anchor, anchor]
-                label.setPosition(position)
-                # pyqtgraph caches the line's ends in the view and applies the rotation at paint: refresh both
-                label.viewTransformChanged()
-                label.updateTransform(force=True)
-                rect = label.mapRectToScene(label.boundingRect())
-                if box.contains(rect) and not any(rect.intersects(other) for other in placed):
-                    spot = rect
-                    break
-            if spot is None or not line.isVisible():
-                label.setVisible(False)
-                if last_shown is not None:
-                    hidden_after.setdefault(last_shown, []).append(self._label_text[line])
-                else:  # nothing shown before it yet: the next label shown names it
-                    waiting.append(self._label_text[line])
-                continue
-            placed.append(spot)
-            shown[line] = spot
-            last_shown = line
-            if waiting:
-                hidden_after[line], waiting = waiting, []
-        for line, names in hidden_after.items():
-            line.setToolTip("\n".join([self._label_text[line], *names]))
-            label = line.label
-            label.setFormat(f"{self._label_text[line]} (+{len(names)})")
-            label.viewTransformChanged()
-            label.updateTransform(force=True)
-            rect = label.mapRectToScene(label.boundingRect())
-            others = [r for r in placed if r is not shown[line]]
-            if not box.contains(rect) or any(rect.intersects(r) for r in others):
-                label.setFormat(self._label_text[line])  # no room to say so: the tooltip still does
-
     # -- drawing ----------------------------------------------------------------------------------
 
     def redraw(self) -> None:
@@ -353,7 +290,7 @@ class PlotsPanel(QSplitter):
         key = (len(self._label_text), tuple(map(tuple, view.viewRange())), view.size().toTuple(), legend)
         if self._label_text and ("labels" in self._dirty or key != self._label_layout_key):
             self._label_layout_key = key
-            self._layout_labels()
+            layout_labels(self.memory_plot.getPlotItem(), self._label_text)
         if "steps" in self._dirty:
             for kind, curve in (("sampler_step", self.curve_sampler), ("decode_token", self.curve_decode)):
                 points = self.steps.get(kind, []) + (
