@@ -245,3 +245,23 @@ def test_an_llm_kept_quantized_reports_its_blocks_bytes(tmp_path) -> None:
         assert llm.spec.storage == "gguf"
     load = loads(events)
     assert load[0].step == 0 and load[-1].step == load[-1].total == llm.weight_bytes
+
+
+def test_a_controlnet_reports_its_bytes_when_first_used(tmp_path, cpu_memory) -> None:
+    import torch
+    from diffusers import ControlNetModel, UNet2DConditionModel
+
+    from pipelines.diffusion.controlnet import load_controlnet
+    from pipelines.diffusion.demo_models import ensure_demo_model
+
+    unet = UNet2DConditionModel.from_pretrained(ensure_demo_model("tiny-sd") / "unet")
+    ControlNetModel.from_unet(unet, conditioning_embedding_out_channels=(8, 16, 16, 16)).save_pretrained(
+        tmp_path
+    )
+    calls: list[tuple[str, int, int]] = []
+    ref = load_controlnet(cpu_memory, tmp_path, torch.float32, on_progress=lambda *call: calls.append(call))
+    assert not calls  # registering reads nothing
+    with cpu_memory.use(ref.handle):
+        pass
+    assert calls[0] == ("controlnet", 0, ref.handle.weight_bytes)
+    assert calls[-1] == ("controlnet", ref.handle.weight_bytes, ref.handle.weight_bytes)
