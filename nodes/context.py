@@ -1,6 +1,7 @@
 """The context a node's `run` receives: the services it may use for this one call.
 
-Lives here: `NodeContext`, `Cancelled`, `CancelToken`, `ProgressRelay`. Imports `memory` and `nodes.events`.
+Lives here: `NodeContext`, `Cancelled`, `CancelToken`, `ProgressRelay`. Imports `memory`, `nodes.events` and
+`pipelines.load_progress` (the callback type only).
 A fresh context is built for every node run (as InvokeAI does), so a node never touches the executor,
 the registry or any global. Progress calls are also the cancellation points: `ctx.progress(...)`
 raises `Cancelled` once the user has asked to stop.
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nodes.events import NodeLog, NodePreview, NodeProgress, NodeText, RunEvent, progress_kind
+from pipelines.load_progress import OnProgress  # what loaders call: (label, done, total); no torch import
 
 if TYPE_CHECKING:  # the manager is passed in; listing node types must not import torch
     from memory import MemoryManager
@@ -52,9 +54,6 @@ class CancelToken:
 # Untimed progress (bytes loaded, conversion stages) is emitted at most this often per task, plus its first
 # and last call: a UNet load reads ~700 tensors, and each event costs a queue hop and a repaint in the GUI.
 UNTIMED_EVERY_S = 0.1
-
-# What loaders and converters in pipelines/ call: (label, done, total), e.g. ("unet", 1 << 30, 3 << 30).
-OnProgress = Callable[[str, int, int], None]
 
 
 class ProgressRelay:
@@ -167,7 +166,7 @@ class NodeContext:
     def _untimed_progress(self, done: int, total: int, kind: str, label: str) -> None:
         now = time.perf_counter()
         first, last = self._untimed.get((kind, label), (now, float("-inf")))
-        if done < total and done > 0 and now - last < UNTIMED_EVERY_S:
+        if 0 < done < total and now - last < UNTIMED_EVERY_S:
             return
         if done >= total:
             self._untimed.pop((kind, label), None)  # the next load of the same thing starts afresh
