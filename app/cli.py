@@ -16,7 +16,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from app.comfy_commands import library_from, load_run_workflow
 from app.exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_OK  # noqa: F401 (re-exported)
@@ -34,6 +34,9 @@ from nodes.events import (
     RunEvent,
     RunFinished,
     RunStarted,
+    progress_amount,
+    progress_kind,
+    progress_rate,
 )
 from nodes.executor import Executor, RunResult
 from nodes.modes import apply_node_modes
@@ -133,14 +136,14 @@ class HeadlessPrinter:
         self.progress = Progress(
             TextColumn("{task.description}"),
             BarColumn(),
-            MofNCompleteColumn(),
+            TextColumn("{task.fields[amount]}"),
             TextColumn("{task.fields[rate]}"),
             TimeElapsedColumn(),
             console=console,
             transient=False,
             disable=quiet,
         )
-        self.tasks: dict[str, TaskID] = {}
+        self.tasks: dict[tuple[str, str, str], TaskID] = {}
         self.streaming: str | None = None
 
     def __enter__(self) -> HeadlessPrinter:
@@ -186,13 +189,24 @@ class HeadlessPrinter:
         elif isinstance(event, NodeStarted):
             self._say(f"  [cyan]{escape(event.node_id)}[/] ({escape(event.node_type)}) started")
         elif isinstance(event, NodeProgress):
-            unit = "tok/s" if "token" in event.kind else "it/s"
-            task = self.tasks.get(event.node_id)
+            # One bar per thing a node does: its steps, and each model it loads or converts.
+            kind = progress_kind(event.kind)
+            label = event.label if kind.unit == "bytes" else event.label.split(":")[0]
+            key = (event.node_id, event.kind, label)
+            task = self.tasks.get(key)
             if task is None:
-                task = self.progress.add_task(f"  {escape(event.node_id)}", total=event.total, rate="")
-                self.tasks[event.node_id] = task
+                what = f" {kind.verb} {label}".rstrip() if not kind.timed else ""
+                task = self.progress.add_task(
+                    f"  {escape(event.node_id)}{escape(what)}", total=event.total, amount="", rate=""
+                )
+                self.tasks[key] = task
             self.progress.update(
-                task, completed=event.step, total=event.total, rate=f"{event.rate:.1f} {unit}"
+                task,
+                completed=event.step,
+                total=event.total,
+                amount=progress_amount(event),
+                # One bar per conversion: its last column names the stage ("reading tokens (1/4)").
+                rate=escape(event.label.partition(": ")[2]) if kind.unit == "%" else progress_rate(event),
             )
         elif isinstance(event, NodeText):
             if self.quiet:

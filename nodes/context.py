@@ -1,9 +1,15 @@
 """The context a node's `run` receives: the services it may use for this one call.
 
-Lives here: `NodeContext`, `Cancelled`, `CancelToken`. Imports `memory` and `nodes.events`.
+Lives here: `NodeContext`, `Cancelled`, `CancelToken`, `ProgressRelay`. Imports `memory`, `nodes.events` and
+`pipelines.load_progress` (the callback type only).
 A fresh context is built for every node run (as InvokeAI does), so a node never touches the executor,
 the registry or any global. Progress calls are also the cancellation points: `ctx.progress(...)`
 raises `Cancelled` once the user has asked to stop.
+
+Model weights are read when a node first *uses* a model, often long after the loader node ran (and in a
+later run, from a cached loader): a loader therefore gets `ctx.progress_callback("load_bytes")`, which
+reports through the executor's `ProgressRelay` to whichever node is running when the bytes are read.
+Progress that is not a timed step (bytes, a conversion's stages) is throttled to `UNTIMED_EVERY_S`.
 """
 
 from __future__ import annotations
@@ -15,7 +21,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nodes.events import NodeLog, NodePreview, NodeProgress, NodeText, RunEvent
+from nodes.events import NodeLog, NodePreview, NodeProgress, NodeText, RunEvent, progress_kind
+from pipelines.load_progress import OnProgress  # what loaders call: (label, done, total); no torch import
 
 if TYPE_CHECKING:  # the manager is passed in; listing node types must not import torch
     from memory import MemoryManager
@@ -44,6 +51,34 @@ class CancelToken:
         return self._event.is_set()
 
 
+# Untimed progress (bytes loaded, conversion stages) is emitted at most this often per task, plus its first
+# and last call: a UNet load reads ~700 tensors, and each event costs a queue hop and a repaint in the GUI.
+UNTIMED_EVERY_S = 0.1
+
+
+class ProgressRelay:
+    """Forwards progress to the node running now. One per executor, so it outlives runs and cached loaders."""
+
+    def __init__(self) -> None:
+        self.current: NodeContext | None = None
+
+    @contextmanager
+    def serving(self, ctx: NodeContext) -> Iterator[None]:
+        self.current = ctx
+        try:
+            yield
+        finally:
+            self.current = None
+
+    def callback(self, kind: str) -> OnProgress:
+        def report(label: str, done: int, total: int) -> None:
+            ctx = self.current
+            if ctx is not None:  # loads outside any node (a test, a benchmark) report nowhere
+                ctx.progress(done, total, kind=kind, label=label)
+
+        return report
+
+
 class NodeContext:
     def __init__(
         self,
@@ -56,6 +91,7 @@ class NodeContext:
         emit: Callable[[RunEvent], None],
         cancel: CancelToken,
         allow_pickle: bool = False,
+        relay: ProgressRelay | None = None,
     ) -> None:
         self.node_id = node_id
         self.node_type = node_type
@@ -71,6 +107,9 @@ class NodeContext:
         self._cancel = cancel
         self._started = time.perf_counter()
         self._last_step = self._started
+        self._relay = relay
+        # (kind, label) -> (first call, last emitted) times, for untimed progress.
+        self._untimed: dict[tuple[str, str], tuple[float, float]] = {}
 
     @property
     def device(self) -> Any:
@@ -96,18 +135,45 @@ class NodeContext:
         if self._cancel.cancelled:
             raise Cancelled(f"cancelled in node {self.node_id!r}")
 
-    def progress(self, step: int, total: int, *, kind: str = "step", preview: Any = None) -> None:
-        """Report that step `step` (1-based) of `total` is done; raises `Cancelled` when asked to stop."""
+    def progress_callback(self, kind: str) -> OnProgress:
+        """A `(label, done, total)` callback for a loader or converter: it reports `kind` progress to the node
+        running when it is called (through the executor's relay), and raises `Cancelled` there."""
+        if self._relay is not None:
+            return self._relay.callback(kind)
+        return lambda label, done, total: self.progress(done, total, kind=kind, label=label)
+
+    def progress(
+        self, step: int, total: int, *, kind: str = "step", label: str = "", preview: Any = None
+    ) -> None:
+        """Report that step `step` (1-based) of `total` is done; raises `Cancelled` when asked to stop.
+
+        `kind` is a name in `nodes.events.PROGRESS_KINDS`; untimed kinds (bytes) are throttled here."""
+        if not progress_kind(kind).timed:
+            self._untimed_progress(step, total, kind, label)
+            self.check_cancelled()
+            return
         now = time.perf_counter()
         seconds = now - self._last_step
         self._last_step = now
         elapsed = now - self._started
         rate = step / elapsed if elapsed > 0 else 0.0
         self.memory.record_step(self.node_id, kind, step, total, seconds)
-        self._emit(NodeProgress(self.node_id, step, total, rate, kind))
+        self._emit(NodeProgress(self.node_id, step, total, rate, kind, label))
         if preview is not None:
             self._emit(NodePreview(self.node_id, preview, final=False))
         self.check_cancelled()
+
+    def _untimed_progress(self, done: int, total: int, kind: str, label: str) -> None:
+        now = time.perf_counter()
+        first, last = self._untimed.get((kind, label), (now, float("-inf")))
+        if 0 < done < total and now - last < UNTIMED_EVERY_S:
+            return
+        if done >= total:
+            self._untimed.pop((kind, label), None)  # the next load of the same thing starts afresh
+        else:
+            self._untimed[(kind, label)] = (first, now)
+        rate = done / (now - first) if now > first else 0.0
+        self._emit(NodeProgress(self.node_id, done, total, rate, kind, label))
 
     def text(self, delta: str, *, final: bool = False) -> None:
         """Stream text out (LLM tokens); also a cancellation point."""

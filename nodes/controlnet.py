@@ -27,7 +27,11 @@ def _run_load_controlnet(ctx: NodeContext, path: str, dtype: str) -> dict[str, A
         raise ValueError("field 'path': choose a ControlNet (a diffusers folder with config.json)")
     folder = resolve_model_path(path)
     ref = load_controlnet(
-        ctx.memory, folder, resolve_dtype(dtype, FAMILIES["sd"], ctx.device), allow_pickle=ctx.allow_pickle
+        ctx.memory,
+        folder,
+        resolve_dtype(dtype, FAMILIES["sd"], ctx.device),
+        allow_pickle=ctx.allow_pickle,
+        on_progress=ctx.progress_callback("load_bytes"),
     )
     return {"controlnet": ref}
 

@@ -2,6 +2,8 @@
 
 Lives here: one frozen dataclass per event and the `RunEvent` union. Imports nothing from Nodeloom.
 The headless CLI prints them; the GUI turns them into queued Qt signals. They are values, not strings.
+Also here: `PROGRESS_KINDS`, the one list of progress kinds, and `describe_progress`, the one wording of a
+progress event that the CLI and the GUI both show ("loading unet 0.8/3.2 GiB", "converting GGUF 40%").
 """
 
 from __future__ import annotations
@@ -25,10 +27,94 @@ class NodeStarted:
 @dataclass(frozen=True)
 class NodeProgress:
     node_id: str
-    step: int  # 1-based: step `step` of `total` has finished
+    step: int  # 1-based: step `step` of `total` has finished (bytes for "load_bytes")
     total: int
-    rate: float  # steps per second over the node so far
-    kind: str = "step"  # "sampler_step", "decode_token", ...
+    rate: float  # units (steps, tokens, bytes) per second over this task so far
+    kind: str = "step"  # a name in PROGRESS_KINDS
+    label: str = ""  # what the task is: a component ("unet"), a conversion stage ("reading metadata (1/4)")
+
+
+@dataclass(frozen=True)
+class ProgressKind:
+    """How one kind of progress is counted and worded."""
+
+    name: str
+    verb: str  # "sampling", "loading", ...
+    unit: str  # "it", "tok", "bytes", "%"
+    timed: bool  # each call is a step whose duration the step-timings plot shows (memory.record_step)
+
+
+PROGRESS_KINDS: dict[str, ProgressKind] = {
+    k.name: k
+    for k in (
+        ProgressKind("step", "step", "it", timed=True),
+        ProgressKind("sampler_step", "sampling", "it", timed=True),
+        ProgressKind("decode_token", "generating", "tok", timed=True),
+        # Weights read from disk into a model, counted in bytes; the total is what the ledger accounts.
+        ProgressKind("load_bytes", "loading", "bytes", timed=False),
+        # A one-off conversion (a GGUF to safetensors); the label names the stage, step/total count within it.
+        ProgressKind("convert", "converting", "%", timed=False),
+    )
+}
+
+
+def progress_kind(name: str) -> ProgressKind:
+    return PROGRESS_KINDS.get(name) or ProgressKind(name, name.replace("_", " "), "it", timed=True)
+
+
+def _gib(nbytes: float) -> str:
+    return f"{nbytes / 1024**3:.1f}"
+
+
+def _size(nbytes: float) -> str:
+    for unit, size in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if nbytes >= size:
+            return f"{nbytes / size:.1f} {unit}"
+    return f"{nbytes:.0f} B"
+
+
+def progress_amount(event: NodeProgress) -> str:
+    """How far: "3/20", "0.8/3.2 GiB", "40%"."""
+    unit = progress_kind(event.kind).unit
+    if unit == "bytes" and event.total <= 0:  # a whole-module build whose size is known only afterwards
+        return "…"
+    if unit == "bytes":
+        if event.total >= 1024**3 // 2:
+            return f"{_gib(event.step)}/{_gib(event.total)} GiB"
+        digits = 0 if event.total >= 10 * 1024**2 else 1
+        return f"{event.step / 1024**2:.{digits}f}/{event.total / 1024**2:.{digits}f} MiB"
+    if unit == "%":
+        return f"{100 * event.step // max(event.total, 1)}%"
+    return f"{event.step}/{event.total}"
+
+
+def progress_rate(event: NodeProgress) -> str:
+    unit = progress_kind(event.kind).unit
+    if unit == "bytes":
+        return f"{_size(event.rate)}/s"
+    if unit == "%":
+        return ""
+    return f"{event.rate:.1f} {unit}/s"
+
+
+def describe_progress(event: NodeProgress) -> tuple[str, str]:
+    """(short, long) wording: the short one fits a node's header, the long one a status line.
+
+    >>> describe_progress(NodeProgress("s", 8 * 2**27, 32 * 2**27, 0.0, "load_bytes", "unet"))[0]
+    'loading unet 1.0/4.0 GiB'
+    """
+    kind = progress_kind(event.kind)
+    amount = progress_amount(event)
+    if kind.unit == "bytes":
+        short = f"{kind.verb} {event.label} {amount}".replace("  ", " ")
+    elif kind.unit == "%":  # label "GGUF: reading metadata (1/4)": the part before the colon names the thing
+        short = f"{kind.verb} {event.label.split(':')[0]} {amount}".replace("  ", " ")
+    else:
+        short = amount
+    what = f"{kind.verb} {event.label}".strip() if kind.unit != "bytes" else short
+    rate = progress_rate(event)
+    long = f"{what} · {amount}" if kind.unit != "bytes" else what
+    return short, long + (f" · {rate}" if rate else "")
 
 
 @dataclass(frozen=True)

@@ -88,7 +88,10 @@ def _run_load_upscale_model(ctx: NodeContext, path: str) -> dict[str, Any]:
     if not path:
         raise ValueError("field 'path': choose an upscale model file (.safetensors)")
     file = resolve_model_path(path)
-    return {"upscale_model": load_upscale_model(ctx.memory, file, allow_pickle=ctx.allow_pickle)}
+    loaded = load_upscale_model(
+        ctx.memory, file, allow_pickle=ctx.allow_pickle, on_progress=ctx.progress_callback("load_bytes")
+    )
+    return {"upscale_model": loaded}
 
 
 def _run_upscale_image(

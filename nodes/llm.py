@@ -31,7 +31,14 @@ def _run_load_llm(ctx: NodeContext, path: str, keep_quantized: str = "auto") -> 
     resolved = resolve_model_path(path)
     keep = keep_quantized == "on" or (keep_quantized == "auto" and ctx.device.type != "cpu")
     with ctx.interruptible():  # a first GGUF conversion has no steps: Ctrl+C stops it at once
-        llm = open_llm(ctx.memory, resolved, allow_pickle=ctx.allow_pickle, keep_quantized=keep)
+        llm = open_llm(
+            ctx.memory,
+            resolved,
+            allow_pickle=ctx.allow_pickle,
+            keep_quantized=keep,
+            on_convert=ctx.progress_callback("convert"),
+            on_load=ctx.progress_callback("load_bytes"),
+        )
     if llm.files.from_gguf and llm.handle.spec.storage:
         ctx.log(f"{resolved.name}: weights kept quantized ({fmt_bytes(llm.handle.weight_bytes)})")
     elif llm.files.from_gguf:

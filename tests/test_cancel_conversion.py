@@ -25,14 +25,14 @@ def test_ctrl_c_cancels_a_gguf_conversion_at_once(tmp_path, monkeypatch) -> None
     steps: list[int] = []
     real_convert = gguf_cache.convert_gguf
 
-    def slow_convert(path, dest, on_plan=None):  # noqa: ANN001, ANN202
+    def slow_convert(path, dest, on_plan=None, on_progress=None):  # noqa: ANN001, ANN202
         dest.mkdir(parents=True)
         (dest / "partial.bin").write_bytes(b"x")
         started.set()
         for i in range(2000):  # 20 s unless interrupted; nothing in here checks the cancel token
             steps.append(i)
             time.sleep(0.01)
-        return real_convert(path, dest, on_plan)
+        return real_convert(path, dest, on_plan, on_progress)
 
     monkeypatch.setattr(gguf_cache, "convert_gguf", slow_convert)
 

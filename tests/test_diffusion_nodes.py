@@ -108,7 +108,7 @@ def test_txt2img_sequential_loads_each_model_once_and_unloads_it_before_the_next
     assert {r["component"] for r in report["reservations"]} == {"text_encoder", "unet", "vae"}
     assert all(r["source"] in ("formula", "learned") for r in report["reservations"])
 
-    progress = [e for e in events if isinstance(e, NodeProgress) and e.node_id == "sampler"]
+    progress = [e for e in events if isinstance(e, NodeProgress) and e.kind == "sampler_step"]
     assert [(p.step, p.total) for p in progress] == [(1, 4), (2, 4), (3, 4), (4, 4)]
     previews = [e for e in events if isinstance(e, NodePreview) and e.node_id == "sampler"]
     assert previews and all(isinstance(p.image, Image.Image) for p in previews)
@@ -120,7 +120,7 @@ def test_cancel_stops_the_sampler_and_releases_the_unet(data_dir, tmp_path) -> N
     cancel = CancelToken()
 
     def on_event(event: object) -> None:
-        if isinstance(event, NodeProgress) and event.node_id == "sampler" and event.step == 2:
+        if isinstance(event, NodeProgress) and event.kind == "sampler_step" and event.step == 2:
             cancel.cancel()
 
     result = Executor(registry, memory=mm).run(
@@ -162,7 +162,11 @@ def test_img2img_with_vae_encode_and_partial_denoise(data_dir, tmp_path) -> None
     assert result.ok, result.error
     assert result.outputs["encode"]["latent"].samples.shape == (1, 4, 8, 8)
     # denoise 0.5 of 4 steps runs the last 2 of the schedule.
-    assert [e.total for e in events if isinstance(e, NodeProgress) and e.node_id == "again"] == [2, 2]
+    assert [
+        e.total
+        for e in events
+        if isinstance(e, NodeProgress) and e.node_id == "again" and e.kind == "sampler_step"
+    ] == [2, 2]
     out = result.outputs["decode"]["image"]
     assert out.shape == (1, 64, 64, 3) and torch.isfinite(out).all()
 

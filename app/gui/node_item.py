@@ -180,7 +180,8 @@ class NodeItem(QGraphicsItem):
         if self.mode() == "mute":
             return "muted", QColor(theme.TEXT_DIM)
         if s.status == "running":
-            return (f"{s.step}/{s.total}" if s.total else "running…"), QColor(theme.RUNNING)
+            # The message is the progress's own wording ("loading unet 0.8/3.2 GiB", "converting GGUF 40%").
+            return (s.message or (f"{s.step}/{s.total}" if s.total else "running…")), QColor(theme.RUNNING)
         if s.status == "done":
             return f"✓ {s.seconds:.2f} s", QColor(theme.DONE)
         if s.status == "cached":
@@ -218,6 +219,9 @@ class NodeItem(QGraphicsItem):
         # Title and badge.
         badge, badge_color = self._badge()
         painter.setFont(self._small)
+        # A long progress badge ("loading text_encoder_2 0.6/1.6 GiB") leaves the title room: it loses its
+        # start, not the figures (the status bar has it whole).
+        badge = QFontMetrics(self._small).elidedText(badge, Qt.TextElideMode.ElideLeft, int(WIDTH * 0.58))
         badge_w = QFontMetrics(self._small).horizontalAdvance(badge) + 10 if badge else 0
         if badge:
             painter.setPen(badge_color.lighter(130))

@@ -2,7 +2,8 @@
 line; step timings (seconds per sampler step, ms per decoded token, time to first token); a per-node
 timeline of the last run (load, compute, unload bars).
 
-Lives here: `PlotsPanel`. Imports Qt, pyqtgraph, `memory.telemetry` records, `nodes.events`.
+Lives here: `PlotsPanel`. Imports Qt, pyqtgraph, `memory.telemetry` records, `nodes.events`, and
+`app.gui.plot_labels` (where the load/unload labels go).
 Records are appended as they are drained from the queue; a 10 Hz timer redraws only what changed, with at
 most `MAX_POINTS` samples per curve (FINDINGS: repaint cost grows with points).
 """
@@ -18,9 +19,10 @@ from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QSplitter, QTabWidget, QWidget
 
 from app.gui import theme
+from app.gui.plot_labels import LABEL_SPOTS, layout_labels
 from app.gui.run_worker import TimedEvent
 from memory.telemetry import LoadEvent, NodePeak, Sample, StepEvent, UnloadEvent
-from nodes.events import NodeCached, NodeFailed, NodeFinished, NodeStarted, RunStarted
+from nodes.events import NodeCached, NodeFailed, NodeFinished, NodeStarted, RunFinished, RunStarted
 
 MAX_POINTS = 6000
 MAX_MARKERS = 40
@@ -80,8 +82,8 @@ class PlotsPanel(QSplitter):
         self._markers: deque[Any] = deque()
         # Where each run began on the memory plot's time axis: the x-axis shows the last RUNS_SHOWN runs.
         self._run_starts: deque[float | None] = deque(maxlen=RUNS_SHOWN)
-        self._last_marker_t = float("-inf")
-        self._label_slot = 0
+        self._label_text: dict[Any, str] = {}  # marker line -> its label, before any "(+N)"
+        self._label_layout_key: tuple[Any, ...] = ()
         self._dirty: set[str] = set()
         self._step_index = 0
         self._first_step: dict[str, int] = {}  # node id -> index of its first step (TTFT goes there)
@@ -172,6 +174,7 @@ class PlotsPanel(QSplitter):
             series.clear()
         while self._markers:
             self.memory_plot.removeItem(self._markers.popleft())
+        self._label_text.clear()
         self._run_starts.clear()
         self._dirty.add("memory")
 
@@ -202,6 +205,13 @@ class PlotsPanel(QSplitter):
             if ttft is not None:  # LLM nodes report time to first token as a metric
                 self.ttft.append((self._first_step.get(event.node_id, self._step_index), ttft * 1000))
                 self._dirty.add("steps")
+        elif isinstance(event, RunFinished):
+            # A cancelled node sends no finish of its own: its span ends where the run did, not where the
+            # last finished node did (a 9 s LLM decode cancelled showed as 0.01 s).
+            for span in self.spans.values():
+                if span.end is None:
+                    span.end = t
+                    span.status = "cancelled" if event.cancelled else "error"
         else:
             return
         self._dirty.add("timeline")
@@ -217,34 +227,31 @@ class PlotsPanel(QSplitter):
         load = isinstance(record, LoadEvent)
         color = "#ffa726" if load else "#8d99ae"
         name = record.component.rsplit("/", 1)[-1]
-        label = f"{'+' if load else '−'}{name} {fmt_size(record.nbytes)}"  # + load, − unload
+        # + load, − unload; two short lines run half as far up the line as one long one.
+        label = f"{'+' if load else '−'}{name}\n{fmt_size(record.nbytes)}"
         band = pg.LinearRegionItem(
             (record.t - record.seconds, record.t),
             movable=False,
             brush=pg.mkBrush(color + "40"),
             pen=pg.mkPen(color + "00"),
         )
-        # Labels of events close in time go to alternating sides of their line so they do not overlap.
-        crowded = record.t - self._last_marker_t < 0.8
-        self._label_slot = (self._label_slot + 1) % 2 if crowded else 0
-        self._last_marker_t = record.t
         line = pg.InfiniteLine(
             record.t,
             angle=90,
             pen=pg.mkPen(color, width=1),
             label=label,
-            labelOpts={
-                "position": 0.03,
-                "color": color,
-                "rotateAxis": (1, 0),
-                "anchors": [((0, 1), (0, 1)), ((0, 0), (0, 0))][self._label_slot],
-            },
+            labelOpts={"position": LABEL_SPOTS[0][0], "color": color, "rotateAxis": (1, 0)},
         )
+        line.setToolTip(label)
+        self._label_text[line] = label
         for item in (band, line):
             self.memory_plot.addItem(item)
             self._markers.append(item)
         while len(self._markers) > 2 * MAX_MARKERS:
-            self.memory_plot.removeItem(self._markers.popleft())
+            old = self._markers.popleft()
+            self._label_text.pop(old, None)
+            self.memory_plot.removeItem(old)
+        self._dirty.add("labels")
 
     # -- drawing ----------------------------------------------------------------------------------
 
@@ -277,6 +284,13 @@ class PlotsPanel(QSplitter):
                     color=theme.TEXT,
                     size="10pt",
                 )
+        # Labels are laid out on screen: again when markers change, the view moves or the plot is resized.
+        view = self.memory_plot.getPlotItem().getViewBox()
+        legend = self.memory_plot.getPlotItem().legend.boundingRect().size().toTuple()  # shrinks on a CPU
+        key = (len(self._label_text), tuple(map(tuple, view.viewRange())), view.size().toTuple(), legend)
+        if self._label_text and ("labels" in self._dirty or key != self._label_layout_key):
+            self._label_layout_key = key
+            layout_labels(self.memory_plot.getPlotItem(), self._label_text)
         if "steps" in self._dirty:
             for kind, curve in (("sampler_step", self.curve_sampler), ("decode_token", self.curve_decode)):
                 points = self.steps.get(kind, []) + (
@@ -310,7 +324,13 @@ class PlotsPanel(QSplitter):
         order = [nid for nid in self.run_order if nid in self.spans] or list(self.spans)
         if not order:
             return
-        colors = {"done": theme.DONE, "running": theme.RUNNING, "error": theme.ERROR, "cached": theme.CACHED}
+        colors = {
+            "done": theme.DONE,
+            "running": theme.RUNNING,
+            "error": theme.ERROR,
+            "cached": theme.CACHED,
+            "cancelled": theme.TEXT_DIM,
+        }
         latest = max((s.end or s.start) for s in self.spans.values())
         for row, nid in enumerate(order):
             span = self.spans[nid]
@@ -329,8 +349,10 @@ class PlotsPanel(QSplitter):
                 )
                 self.timeline_plot.addItem(bar)
                 self.timeline_bars.append(bar)
+            # ✕ as on a cancelled node's badge; the grey bar says it too.
+            words = {"cached": "cached", "cancelled": f"{end - span.start:.2f} s ✕"}
             text = pg.TextItem(
-                f"{end - span.start:.2f} s" if span.status != "cached" else "cached",
+                words.get(span.status, f"{end - span.start:.2f} s"),
                 color=theme.TEXT_DIM,
                 anchor=(0, 0.5),
             )
@@ -343,4 +365,4 @@ class PlotsPanel(QSplitter):
         axis.setWidth(90)
         self.timeline_plot.setYRange(-0.7, len(order) - 0.3, padding=0)
         first = min(s.start for s in self.spans.values())
-        self.timeline_plot.setXRange(first, first + max(latest - first, 0.05) * 1.18, padding=0.02)
+        self.timeline_plot.setXRange(first, first + max(latest - first, 0.05) * 1.22, padding=0.02)

@@ -24,6 +24,7 @@ from nodes.events import (
     NodeText,
     RunFinished,
     RunStarted,
+    describe_progress,
 )
 from nodes.modes import apply_node_modes
 from nodes.workflow import Problem, validate
@@ -144,9 +145,11 @@ class RunOpsMixin:
             self.scene.set_run_state(event.node_id, NodeRunState("running"))
             self.status(f"Running {event.node_id}…")
         elif isinstance(event, NodeProgress):
-            self.scene.set_run_state(event.node_id, NodeRunState("running", event.step, event.total))
-            unit = "tok/s" if event.kind == "decode_token" else "it/s"
-            self.status(f"{event.node_id}: {event.step}/{event.total} · {event.rate:.1f} {unit}")
+            short, long = describe_progress(event)  # the same wording as `app --run` prints
+            self.scene.set_run_state(
+                event.node_id, NodeRunState("running", event.step, event.total, message=short)
+            )
+            self.status(f"{event.node_id}: {long}")
         elif isinstance(event, NodeCached):
             self.scene.set_run_state(event.node_id, NodeRunState("cached"))
             self._advance()

@@ -27,6 +27,7 @@ from diffusers.image_processor import VaeImageProcessor
 
 from memory import ComponentSpec, MemoryManager, ModelHandle
 from pipelines.diffusion.values import Conditioning
+from pipelines.load_progress import OnProgress, files_bytes, with_progress
 from pipelines.paths import check_weights_format
 
 
@@ -49,9 +50,15 @@ class ControlHint:
 
 
 def load_controlnet(
-    mm: MemoryManager, path: Path, dtype: torch.dtype, *, allow_pickle: bool = False
+    mm: MemoryManager,
+    path: Path,
+    dtype: torch.dtype,
+    *,
+    allow_pickle: bool = False,
+    on_progress: OnProgress | None = None,
 ) -> ControlNetRef:
-    """A diffusers-format ControlNet: a folder with `config.json` and its weights (loads nothing now)."""
+    """A diffusers-format ControlNet: a folder with `config.json` and its weights (loads nothing now).
+    `on_progress("controlnet", bytes, total)`: before and after it is read, when first used."""
     from diffusers import ControlNetModel
 
     folder = path if path.is_dir() else path.parent
@@ -76,6 +83,7 @@ def load_controlnet(
             str(folder), dtype=dtype, local_files_only=True, use_safetensors=bool(files)
         )
 
+    _, build = with_progress(None, build, "controlnet", on_progress, files_bytes(files, dtype))
     handle = mm.register(
         ComponentSpec(
             key=f"{folder}#controlnet@{dtype}",

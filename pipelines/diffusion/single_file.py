@@ -39,6 +39,7 @@ from pipelines.diffusion.lazy_load import (
 )
 from pipelines.diffusion.loading import LoadedModel, read_json, vae_dtype
 from pipelines.diffusion.values import DenoiserRef, TextEncoderRef, TokenizerSource, VaeRef
+from pipelines.load_progress import OnProgress, with_progress
 from pipelines.paths import RESOURCES_DIR
 from pipelines.weight_format import WeightFormat, check_weights_format, load_pickle_state_dict
 
@@ -175,6 +176,7 @@ def load_single_file(
     dtype: str = "auto",
     allow_pickle: bool = False,
     config_dir: Path | None = None,
+    on_progress: OnProgress | None = None,
 ) -> LoadedModel:
     """An SD1.x or SDXL original-format checkpoint as lazy handles, with no network access.
 
@@ -228,6 +230,7 @@ def load_single_file(
         if storage:
             whole = build
             build = lambda: apply_storage(whole(), storage, dt)  # noqa: E731
+        source, build = with_progress(source, build, name, on_progress)  # whole builds: size unknown before
         return mm.register(
             ComponentSpec(
                 key=f"{path}#{name}@{storage or dt}",

@@ -42,6 +42,7 @@ from pipelines.llm.gguf_loader import (
     read_gguf,
     tensor_types,
 )
+from pipelines.load_progress import OnProgress
 
 # Bump when the converted layout or numbers change; old cache folders are then ignored.
 CONVERTER_VERSION = 1
@@ -80,20 +81,38 @@ def is_converted(folder: Path) -> bool:
 OnPlan = Callable[[int], None]
 
 
-def convert_gguf(path: Path, dest: Path, on_plan: OnPlan | None = None) -> dict[str, object]:
-    """Write the transformers folder for `path` into `dest` (which must not exist). Returns the meta."""
+# The stages a conversion reports, in order (each with its own done/total; parsing the metadata is the longest).
+STAGES = ("reading {key}", "building the tokenizer", "dequantizing to float32", "writing safetensors")
+
+
+def _stage(on_progress: OnProgress | None, index: int, done: int, total: int, key: str = "") -> None:
+    if on_progress is not None:
+        what = STAGES[index].format(key=key.removeprefix("tokenizer.ggml.") or "metadata")
+        on_progress(f"GGUF: {what} ({index + 1}/{len(STAGES)})", done, total)
+
+
+def convert_gguf(
+    path: Path, dest: Path, on_plan: OnPlan | None = None, on_progress: OnProgress | None = None
+) -> dict[str, object]:
+    """Write the transformers folder for `path` into `dest` (which must not exist). Returns the meta.
+
+    `on_progress(stage, done, total)` follows each of `STAGES`; it may raise to cancel."""
     started = time.perf_counter()
-    contents = read_gguf(path)
+    _stage(on_progress, 0, 0, 1)
+    contents = read_gguf(path, lambda key, done, total: _stage(on_progress, 0, done, total, key))
     if on_plan is not None:
         on_plan(float32_bytes(contents))
     tokens = gguf_tokens(contents)
     config = gguf_config(contents, tokens)
+    _stage(on_progress, 1, 0, 1)
     tokenizer = gguf_tokenizer(contents, tokens)
-    state = gguf_state_dict(contents, config)
+    _stage(on_progress, 1, 1, 1)
+    state = gguf_state_dict(contents, config, lambda done, total: _stage(on_progress, 2, done, total))
     if config.tie_word_embeddings:
         state.pop("lm_head.weight", None)
 
     dest.mkdir(parents=True)
+    _stage(on_progress, 3, 0, 1)
     save_file(state, str(dest / "model.safetensors"), metadata={"format": "pt"})
     config.save_pretrained(dest)
     eos = end_of_turn_ids(contents, tokens)
@@ -114,11 +133,16 @@ def convert_gguf(path: Path, dest: Path, on_plan: OnPlan | None = None) -> dict[
         "seconds": round(time.perf_counter() - started, 3),
     }
     (dest / _META_FILE).write_text(json.dumps(meta, indent=2))
+    _stage(on_progress, 3, 1, 1)
     return meta
 
 
 def ensure_gguf_converted(
-    path: Path, *, cache_root: Path | None = None, on_plan: OnPlan | None = None
+    path: Path,
+    *,
+    cache_root: Path | None = None,
+    on_plan: OnPlan | None = None,
+    on_progress: OnProgress | None = None,
 ) -> Path:
     """The cache folder for `path`, converting the file first when it is not there yet."""
     path = Path(path)
@@ -132,7 +156,7 @@ def ensure_gguf_converted(
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=root))
     try:
         work = tmp / "model"
-        convert_gguf(path, work, on_plan)
+        convert_gguf(path, work, on_plan, on_progress)
         try:
             os.replace(work, folder)
         except OSError:

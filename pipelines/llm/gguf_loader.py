@@ -11,6 +11,7 @@ whole conversion is a few seconds; `gguf_cache` then stores the result as safete
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -92,8 +93,10 @@ _BIG_ARRAYS = (
 )
 
 
-def read_gguf(path: Path) -> GGUFContents:
-    reader = open_gguf_reader(path)  # GGUFReader that says "damaged, N bytes missing" for a cut file
+def read_gguf(path: Path, on_array: Callable[[str, int, int], None] | None = None) -> GGUFContents:
+    """Parse the file's metadata and tensor table; `on_array(key, items, total)` follows the big arrays."""
+    # GGUFReader that says "damaged, N bytes missing" for a cut file
+    reader = open_gguf_reader(path, on_array)
     metadata = {}
     for key, field in reader.fields.items():
         if key in _BIG_ARRAYS or key.startswith("GGUF."):
@@ -189,10 +192,13 @@ def _hf_name(gguf_name: str) -> str | None:
     return None
 
 
-def gguf_state_dict(contents: GGUFContents, config: PretrainedConfig) -> dict[str, torch.Tensor]:
-    """Every tensor dequantized to float32 under its transformers name."""
+def gguf_state_dict(
+    contents: GGUFContents, config: PretrainedConfig, on_bytes: Callable[[int, int], None] | None = None
+) -> dict[str, torch.Tensor]:
+    """Every tensor dequantized to float32 under its transformers name; `on_bytes(done, total)` after each."""
     _, permuted = _ARCHITECTURES[contents.architecture]
     state: dict[str, torch.Tensor] = {}
+    total, done = float32_bytes(contents), 0
     for tensor in contents.reader.tensors:
         name = _hf_name(tensor.name)
         if name is None:
@@ -207,6 +213,9 @@ def gguf_state_dict(contents: GGUFContents, config: PretrainedConfig) -> dict[st
         elif permuted and name.endswith("k_proj.weight"):
             weights = unpermute_qk(weights, config.num_key_value_heads)
         state[name] = torch.from_numpy(np.require(weights, requirements=["C", "W"]))
+        done += weights.size * 4
+        if on_bytes is not None:
+            on_bytes(done, total)
     return state
 
 

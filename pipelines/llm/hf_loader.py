@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file
+from safetensors import safe_open
 from transformers import (
     AutoConfig,
     AutoModelForCausalLM,
@@ -27,6 +27,7 @@ from transformers import (
 )
 
 from pipelines.llm.gguf_cache import OnPlan, ensure_gguf_converted
+from pipelines.load_progress import OnProgress, files_bytes
 from pipelines.paths import PICKLE_SUFFIXES, check_weights_format
 
 
@@ -52,14 +53,21 @@ def _weight_files(folder: Path) -> tuple[Path, ...]:
     return tuple(sorted(p for p in folder.iterdir() if p.suffix.lower() in PICKLE_SUFFIXES))
 
 
-def prepare_llm_files(path: Path, *, allow_pickle: bool = False, on_plan: OnPlan | None = None) -> LLMFiles:
+def prepare_llm_files(
+    path: Path,
+    *,
+    allow_pickle: bool = False,
+    on_plan: OnPlan | None = None,
+    on_progress: OnProgress | None = None,
+) -> LLMFiles:
     """Make `path` loadable: convert a GGUF once (cached), or check a transformers folder.
 
-    `on_plan(nbytes)` is called before a conversion dequantizes anything (see `gguf_cache`)."""
+    `on_plan(nbytes)` is called before a conversion dequantizes anything; `on_progress(stage, done, total)`
+    follows the conversion's stages (see `gguf_cache`)."""
     path = Path(path)
     # The format comes from the content: a GGUF is a GGUF whatever its name, a pickle named .gguf is refused.
     if path.is_file() and check_weights_format(path, allow_pickle=allow_pickle) == "gguf":
-        folder = ensure_gguf_converted(path, on_plan=on_plan)
+        folder = ensure_gguf_converted(path, on_plan=on_plan, on_progress=on_progress)
         return LLMFiles(path, folder, (folder / "model.safetensors",), from_gguf=True)
     if path.is_file():
         raise ValueError(
@@ -111,18 +119,39 @@ def _tied_keys(model: torch.nn.Module) -> set[str]:
     return tied
 
 
-def _build_from_safetensors(files: LLMFiles, dtype: torch.dtype) -> torch.nn.Module | None:
-    """Build the model empty from its config and assign the memory-mapped tensors (~0.1 s for 135M
-    parameters, vs ~1.5 s through `from_pretrained`). None when the files do not cover every weight."""
-    from transformers.initialization import no_init_weights
-
-    config = load_config(files)
-    with no_init_weights():
-        model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation="sdpa")
+def _read_state(
+    files: LLMFiles, dtype: torch.dtype, on_progress: OnProgress | None
+) -> dict[str, torch.Tensor]:
+    """Every tensor of the safetensors files (memory-mapped where already at `dtype`), reporting bytes."""
+    total, done = files_bytes(files.weight_files, dtype), 0
     state: dict[str, torch.Tensor] = {}
     for weight_file in files.weight_files:
-        state.update(load_file(str(weight_file)))
-    state = {k: v.to(dtype) if v.is_floating_point() and v.dtype != dtype else v for k, v in state.items()}
+        with safe_open(str(weight_file), framework="pt") as f:
+            for key in f.keys():
+                t = f.get_tensor(key)
+                state[key] = t.to(dtype) if t.is_floating_point() and t.dtype != dtype else t
+                done += state[key].numel() * state[key].element_size()
+                if on_progress is not None:
+                    on_progress("llm", min(done, total), total)
+    return state
+
+
+def _build_from_safetensors(
+    files: LLMFiles, dtype: torch.dtype, on_progress: OnProgress | None = None
+) -> torch.nn.Module | None:
+    """Build the model empty from its config and assign the memory-mapped tensors (~0.1 s for 135M
+    parameters, vs ~1.5 s through `from_pretrained`). None when the files do not cover every weight."""
+    from accelerate import init_empty_weights
+    from transformers.initialization import no_init_weights
+
+    if on_progress is not None:  # at once: importing and building the model class takes a second
+        on_progress("llm", 0, files_bytes(files.weight_files, dtype))
+    config = load_config(files)
+    # Parameters on the meta device: allocating them for real only to replace them cost ~1.4 s for SmolLM2
+    # (buffers such as the rotary frequencies stay real: the files don't hold them).
+    with init_empty_weights(), no_init_weights():
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation="sdpa")
+    state = _read_state(files, dtype, on_progress)
     missing, unexpected = model.load_state_dict(state, strict=False, assign=True)
     if unexpected or set(missing) - _tied_keys(model):
         return None  # names differ from the model's (an older layout): let from_pretrained map them
@@ -132,9 +161,13 @@ def _build_from_safetensors(files: LLMFiles, dtype: torch.dtype) -> torch.nn.Mod
     return model
 
 
-def build_causal_lm(files: LLMFiles, dtype: torch.dtype = torch.float32) -> torch.nn.Module:
-    """The model on CPU in `dtype`, in eval mode (float32 on CPU: bf16/fp16 are ~55x slower here)."""
-    model = None if files.uses_pickle else _build_from_safetensors(files, dtype)
+def build_causal_lm(
+    files: LLMFiles, dtype: torch.dtype = torch.float32, on_progress: OnProgress | None = None
+) -> torch.nn.Module:
+    """The model on CPU in `dtype`, in eval mode (float32 on CPU: bf16/fp16 are ~55x slower here).
+
+    `on_progress("llm", bytes, total)` follows the weights as they are read (safetensors files)."""
+    model = None if files.uses_pickle else _build_from_safetensors(files, dtype, on_progress)
     if model is None:
         model = AutoModelForCausalLM.from_pretrained(
             files.folder,

@@ -32,6 +32,7 @@ from pipelines.llm.hf_loader import (
 )
 from pipelines.llm.kv_cache import KVCache, kv_geometry
 from pipelines.llm.sampling import SamplingParams
+from pipelines.load_progress import OnProgress
 
 DTYPE = torch.float32  # CPU paths run in float32: bf16/fp16 are ~55x slower on these CPUs
 
@@ -59,9 +60,18 @@ class LLMModel:
 
 
 def open_llm(
-    memory: MemoryManager, path: Path, *, allow_pickle: bool = False, keep_quantized: bool = False
+    memory: MemoryManager,
+    path: Path,
+    *,
+    allow_pickle: bool = False,
+    keep_quantized: bool = False,
+    on_convert: OnProgress | None = None,
+    on_load: OnProgress | None = None,
 ) -> LLMModel:
     """Prepare `path` (GGUF converted once and cached) and register its weights with `memory`.
+
+    `on_convert(stage, done, total)` follows a first GGUF conversion; `on_load("llm", bytes, total)` follows
+    the weights being read whenever the manager loads the model (both may raise to cancel).
 
     `keep_quantized`: a GGUF's weights stay in the file's quantization, dequantized per layer as they run
     (pipelines.llm.gguf_quantized); the ledger then counts the file's block bytes. Ignored for other files.
@@ -77,7 +87,7 @@ def open_llm(
         reserved.append(nbytes)
 
     try:
-        files = prepare_llm_files(path, allow_pickle=allow_pickle, on_plan=reserve)
+        files = prepare_llm_files(path, allow_pickle=allow_pickle, on_plan=reserve, on_progress=on_convert)
     finally:
         if reserved:
             memory.release_working(what)
@@ -85,13 +95,13 @@ def open_llm(
     if keep_quantized and files.from_gguf:
         from pipelines.llm.gguf_quantized import register_quantized_llm
 
-        handle = register_quantized_llm(memory, files.source, config, DTYPE)
+        handle = register_quantized_llm(memory, files.source, config, DTYPE, on_load)
         return LLMModel(files, handle, load_tokenizer(files), config, end_of_turn_ids(files, config))
     spec = ComponentSpec(
         key=f"{files.source.resolve()}#llm",
         name="llm",
         kind="llm",
-        build=lambda: build_causal_lm(files, DTYPE),
+        build=lambda: build_causal_lm(files, DTYPE, on_load),
         files=files.weight_files if not files.uses_pickle else (),
         dtype=DTYPE,
         blocks=("model.layers",),

@@ -29,6 +29,7 @@ from pipelines.diffusion.families import (
 from pipelines.diffusion.loading import read_json, vae_dtype
 from pipelines.diffusion.single_file import ClipTokenizerSource
 from pipelines.diffusion.values import DenoiserRef, TextEncoderRef, TokenizerSource, VaeRef
+from pipelines.load_progress import OnProgress
 from pipelines.paths import RESOURCES_DIR, check_weights_format
 from pipelines.quant.detect import clip_width, detect_denoiser, detect_text_encoder, detect_vae
 from pipelines.quant.formats import split_precision
@@ -104,6 +105,7 @@ def load_denoiser_file(
     config_dir: Path | None = None,
     allow_pickle: bool = False,
     scheduler_config: dict[str, Any] | None = None,
+    on_progress: OnProgress | None = None,
 ) -> tuple[DenoiserRef, str]:
     """A transformer-only or UNet-only `.safetensors` (diffusers or the release's layout, any float/fp8 dtype)
     or `.gguf` file. Returns the reference and what was detected."""
@@ -163,6 +165,7 @@ def load_denoiser_file(
         source=str(path),
         files=(path,) if (found.layout == "diffusers" and not found.prefix) else (),
         blocks=denoiser_stream_blocks(fam, config),
+        on_progress=on_progress,
     )
     vae_config = folder / "vae" / "config.json"
     ref = DenoiserRef(
@@ -186,6 +189,7 @@ def load_text_encoder_files(
     dtype: str = "auto",
     config_dir: Path | None = None,
     allow_pickle: bool = False,
+    on_progress: OnProgress | None = None,
 ) -> tuple[TextEncoderRef, str]:
     """One to three text encoder files (CLIP-L, CLIP-G, T5-XXL in transformers' layout) for one family."""
     found = []
@@ -226,6 +230,7 @@ def load_text_encoder_files(
                 dtype=torch_dtype,
                 storage=storage,
                 source=str(path),
+                on_progress=on_progress,
             )
         )
         token_source = T5TokenizerSource if is_t5 else ClipTokenizerSource
@@ -243,6 +248,7 @@ def load_vae_file(
     dtype: str = "auto",
     config_dir: Path | None = None,
     allow_pickle: bool = False,
+    on_progress: OnProgress | None = None,
 ) -> tuple[VaeRef, str]:
     """A VAE file: diffusers layout or the original one (`ae.safetensors`, `vae-ft-mse-840000`, ...)."""
     check_weights_format(path, allow_pickle=allow_pickle)
@@ -264,6 +270,7 @@ def load_vae_file(
         storage=storage,
         source=str(path),
         files=(path,) if (found.layout == "diffusers" and not found.prefix) else (),
+        on_progress=on_progress,
     )
     return VaeRef(
         handle=handle, family=fam, config=config, dtype=torch_dtype
