@@ -34,6 +34,7 @@ from nodes.events import (
     RunEvent,
     RunFinished,
     RunStarted,
+    describe_progress,
     progress_amount,
     progress_kind,
     progress_rate,
@@ -191,6 +192,10 @@ class HeadlessPrinter:
         elif isinstance(event, NodeProgress):
             # One bar per thing a node does: its steps, and each model it loads or converts.
             kind = progress_kind(event.kind)
+            if kind.unit == "stage":  # no amount to show: a line when it starts
+                if event.step < event.total:
+                    self._say(f"  [dim]{escape(event.node_id)}: {escape(describe_progress(event)[1])}[/]")
+                return
             label = event.label if kind.unit == "bytes" else event.label.split(":")[0]
             key = (event.node_id, event.kind, label)
             task = self.tasks.get(key)

@@ -14,6 +14,8 @@ Progress that is not a timed step (bytes, a conversion's stages) is throttled to
 
 from __future__ import annotations
 
+import importlib
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -134,6 +136,24 @@ class NodeContext:
     def check_cancelled(self) -> None:
         if self._cancel.cancelled:
             raise Cancelled(f"cancelled in node {self.node_id!r}")
+
+    def importing(self, *modules: str) -> None:
+        """Import those of `modules` this process has not imported yet, saying so first ("importing
+        diffusers"): the first model node of a session spends seconds there, which would otherwise show as
+        a silent "running…". Node run functions call it before their lazy pipeline imports."""
+        saying = ""
+        for name in modules:
+            if name in sys.modules:
+                continue
+            package = name.split(".")[0]
+            if package != saying:
+                if saying:
+                    self.progress(1, 1, kind="import", label=saying)
+                self.progress(0, 1, kind="import", label=package)
+                saying = package
+            importlib.import_module(name)
+        if saying:
+            self.progress(1, 1, kind="import", label=saying)
 
     def progress_callback(self, kind: str) -> OnProgress:
         """A `(label, done, total)` callback for a loader or converter: it reports `kind` progress to the node

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from nodes.context import NodeContext
 from nodes.spec import Input, NodeSpec, Output, Param
 from nodes.types import CONDITIONING, CONTROL_NET, IMAGE
+from pipelines.diffusion.families import DIFFUSION_IMPORTS
 
 if TYPE_CHECKING:  # torch-heavy: imported when a node runs, so listing node types stays light
     import torch
@@ -19,6 +20,7 @@ if TYPE_CHECKING:  # torch-heavy: imported when a node runs, so listing node typ
 
 
 def _run_load_controlnet(ctx: NodeContext, path: str, dtype: str) -> dict[str, Any]:
+    ctx.importing(*DIFFUSION_IMPORTS)
     from pipelines.diffusion.controlnet import load_controlnet
     from pipelines.diffusion.families import FAMILIES, resolve_dtype
     from pipelines.paths import resolve_model_path

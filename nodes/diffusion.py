@@ -21,6 +21,7 @@ from nodes.context import NodeContext
 from nodes.spec import Input, NodeSpec, Output, Param
 from nodes.split_loaders import SPLIT_NODES
 from nodes.types import CONDITIONING, DENOISER, IMAGE, LATENT, TEXT_ENCODER, VAE
+from pipelines.diffusion.families import DIFFUSION_IMPORTS
 from pipelines.diffusion.prompt_weights import WEIGHTINGS
 from pipelines.diffusion.schedulers import K_SCHEDULER_NAMES, SCHEDULER_NAMES, SIGMA_SCHEDULES
 from pipelines.quant.formats import STORAGE_CHOICES
@@ -40,6 +41,7 @@ _DTYPE_HELP = (
 
 
 def _run_load_model(ctx: NodeContext, path: str, kind: str, dtype: str, config_dir: str) -> dict[str, Any]:
+    ctx.importing(*DIFFUSION_IMPORTS)
     from pipelines.diffusion.loading import load_model
 
     loaded = load_model(

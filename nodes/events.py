@@ -54,6 +54,9 @@ PROGRESS_KINDS: dict[str, ProgressKind] = {
         ProgressKind("load_bytes", "loading", "bytes", timed=False),
         # A one-off conversion (a GGUF to safetensors); the label names the stage, step/total count within it.
         ProgressKind("convert", "converting", "%", timed=False),
+        # Importing a library the first time a session needs it (diffusers, transformers: seconds on a slow
+        # machine); no fraction to show, only what is being imported.
+        ProgressKind("import", "importing", "stage", timed=False),
     )
 }
 
@@ -85,6 +88,8 @@ def progress_amount(event: NodeProgress) -> str:
         return f"{event.step / 1024**2:.{digits}f}/{event.total / 1024**2:.{digits}f} MiB"
     if unit == "%":
         return f"{100 * event.step // max(event.total, 1)}%"
+    if unit == "stage":
+        return ""
     return f"{event.step}/{event.total}"
 
 
@@ -92,7 +97,7 @@ def progress_rate(event: NodeProgress) -> str:
     unit = progress_kind(event.kind).unit
     if unit == "bytes":
         return f"{_size(event.rate)}/s"
-    if unit == "%":
+    if unit in ("%", "stage"):
         return ""
     return f"{event.rate:.1f} {unit}/s"
 
@@ -105,6 +110,8 @@ def describe_progress(event: NodeProgress) -> tuple[str, str]:
     """
     kind = progress_kind(event.kind)
     amount = progress_amount(event)
+    if kind.unit == "stage":
+        return f"{kind.verb} {event.label}", f"{kind.verb} {event.label} (once per session)"
     if kind.unit == "bytes":
         short = f"{kind.verb} {event.label} {amount}".replace("  ", " ")
     elif kind.unit == "%":  # label "GGUF: reading metadata (1/4)": the part before the colon names the thing

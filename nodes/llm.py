@@ -25,7 +25,12 @@ SEED_MAX = 2**63 - 1
 KEEP_QUANTIZED = ("auto", "on", "off")
 
 
+# What a session's first Load LLM imports (seconds on a slow machine): said on the node while it happens.
+LLM_IMPORTS = ("transformers", "transformers.modeling_utils", "transformers.generation")
+
+
 def _run_load_llm(ctx: NodeContext, path: str, keep_quantized: str = "auto") -> dict[str, Any]:
+    ctx.importing(*LLM_IMPORTS)
     from pipelines.llm.runtime import open_llm
 
     resolved = resolve_model_path(path)

@@ -17,7 +17,7 @@ from typing import Any
 from nodes.context import NodeContext
 from nodes.spec import Input, NodeSpec, Output, Param
 from nodes.types import DENOISER, TEXT_ENCODER, VAE
-from pipelines.diffusion.families import FAMILIES
+from pipelines.diffusion.families import DIFFUSION_IMPORTS, FAMILIES
 from pipelines.quant.formats import STORAGE_CHOICES
 
 _FAMILIES = ("auto", *FAMILIES)
@@ -43,6 +43,7 @@ def _config(config_dir: str) -> Path | None:
 def _run_load_denoiser(
     ctx: NodeContext, path: str, family: str, dtype: str, config_dir: str, reference: Any = None
 ) -> dict[str, Any]:
+    ctx.importing(*DIFFUSION_IMPORTS)
     from pipelines.quant.split_files import load_denoiser_file
 
     ref, message = load_denoiser_file(
@@ -62,6 +63,7 @@ def _run_load_denoiser(
 def _run_load_text_encoder(
     ctx: NodeContext, path: str, path_2: str, path_3: str, family: str, dtype: str, config_dir: str
 ) -> dict[str, Any]:
+    ctx.importing(*DIFFUSION_IMPORTS)
     from pipelines.quant.split_files import load_text_encoder_files
 
     paths = [resolve_split_path(p) for p in (path, path_2, path_3) if p]
@@ -81,6 +83,7 @@ def _run_load_text_encoder(
 
 
 def _run_load_vae(ctx: NodeContext, path: str, family: str, dtype: str, config_dir: str) -> dict[str, Any]:
+    ctx.importing(*DIFFUSION_IMPORTS)
     from pipelines.quant.split_files import load_vae_file
 
     ref, message = load_vae_file(

@@ -265,3 +265,45 @@ def test_a_controlnet_reports_its_bytes_when_first_used(tmp_path, cpu_memory) ->
         pass
     assert calls[0] == ("controlnet", 0, ref.handle.weight_bytes)
     assert calls[-1] == ("controlnet", ref.handle.weight_bytes, ref.handle.weight_bytes)
+
+
+def test_a_library_imported_for_the_first_time_is_said_before_it_loads(
+    tmp_path, monkeypatch, cpu_memory
+) -> None:
+    # The first model node of a session spends seconds importing diffusers/transformers: it says so first.
+    import sys
+
+    (tmp_path / "nodeloom_slow_library.py").write_text("VALUE = 42\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "nodeloom_slow_library", raising=False)
+    seen: list[tuple[object, bool]] = []
+    ctx = NodeContext(
+        node_id="load",
+        node_type="LoadDiffusionModel",
+        memory=cpu_memory,
+        out_dir=tmp_path,
+        workflow_json={},
+        emit=lambda e: seen.append((e, "nodeloom_slow_library" in sys.modules)),
+        cancel=CancelToken(),
+    )
+    ctx.importing("nodeloom_slow_library")
+    first, imported_yet = seen[0]
+    assert isinstance(first, NodeProgress) and not imported_yet
+    assert describe_progress(first)[0] == "importing nodeloom_slow_library"
+    assert sys.modules["nodeloom_slow_library"].VALUE == 42
+    count = len(seen)
+    ctx.importing("nodeloom_slow_library")  # already imported: nothing to say
+    assert len(seen) == count
+    monkeypatch.delitem(sys.modules, "nodeloom_slow_library")
+
+    import io
+
+    from rich.console import Console
+
+    from app.cli import HeadlessPrinter
+
+    out = io.StringIO()
+    with HeadlessPrinter(Console(file=out, width=120), quiet=False) as printer:
+        for event, _ in seen:
+            printer(event)  # type: ignore[arg-type]
+    assert "load: importing nodeloom_slow_library (once per session)" in out.getvalue()

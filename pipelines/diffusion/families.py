@@ -1,7 +1,7 @@
 """Model families: what differs between SD1.x/2.x, SDXL, PixArt-Sigma, SD3 and Flux, declared as data.
 
 Lives here: `Family`, `FAMILIES`, `ClassRef`, `family_for_pipeline_class`, `detect_single_file_family`,
-`resolve_dtype`. May import: stdlib at module level; torch, diffusers and transformers when a class or dtype
+`resolve_dtype`, `DIFFUSION_IMPORTS`. May import: stdlib at module level; torch, diffusers and transformers when a class or dtype
 is first asked for.
 
 The rest of pipelines/diffusion reads these facts instead of branching on names: which diffusers class holds
@@ -51,6 +51,11 @@ class TextEncoderSlot:
     @property
     def model_class(self) -> type:
         return self.model_ref.load()
+
+
+# What a session's first diffusion node imports (about 4 s on a 2-core machine), named so the node can say
+# so while it happens (`NodeContext.importing`); diffusers' autoencoders package pulls in its UNets too.
+DIFFUSION_IMPORTS = ("transformers", "diffusers", "diffusers.models.autoencoders")
 
 
 @dataclass(frozen=True)
