@@ -145,3 +145,25 @@ def test_a_dropped_picture_makes_a_load_image_and_a_workflow_opens(
     readme = tmp_path / "notes.txt"
     readme.write_text("x")
     assert not drop(window, [readme], QPoint(10, 10))  # refused at the door
+
+
+def test_a_run_resolves_library_names_as_app_run_does(window: MainWindow, models: Path, monkeypatch) -> None:
+    started: list = []
+    monkeypatch.setattr(window.runner, "start", lambda wf, out: started.append(wf))
+    monkeypatch.setattr(window, "show_problems", lambda title, problems, text: started.append(problems))
+    window.model.set_param(
+        "load", "path", "sd15/DreamShaper_8.safetensors"
+    )  # as an imported workflow names it
+    assert window.run_workflow()
+    assert started[0].nodes["load"].params["path"] == str(
+        models / "checkpoints/sd15/DreamShaper_8.safetensors"
+    )
+    assert (
+        window.model.node("load").params["path"] == "sd15/DreamShaper_8.safetensors"
+    )  # the graph keeps the name
+    window._set_running(False)
+
+    window.model.set_param("load", "path", "missing.safetensors")
+    assert not window.run_workflow()
+    (problem,) = started[1]
+    assert (problem.node, problem.field) == ("load", "path") and str(models) in problem.reason

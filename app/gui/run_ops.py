@@ -26,6 +26,7 @@ from nodes.events import (
     RunStarted,
     describe_progress,
 )
+from nodes.model_names import resolve_model_names
 from nodes.modes import apply_node_modes
 from nodes.workflow import Problem, validate
 
@@ -44,6 +45,9 @@ class RunOpsMixin:
             self.status("Nothing to run: add nodes first (Tab)")
             return False
         problems = validate(wf, self.registry)
+        if not problems and self.library:
+            # Names relative to a models-library root ("sd15.safetensors"), as `app --run` resolves them.
+            problems = resolve_model_names(wf, self.library)
         if problems:
             self._mark_problems(problems)
             self.show_problems("Cannot run yet", problems, "Fix these before running:")
