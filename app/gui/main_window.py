@@ -2,7 +2,8 @@
 menus, toolbar, shortcuts and the status bar.
 
 Lives here: `MainWindow`. Imports Qt and every `app.gui` module; `nodes` for the model and registry.
-File handling is in `file_ops.py`, editing in `edit_ops.py`, running in `run_ops.py`.
+Menus and the toolbar are in `menus.py`, file handling in `file_ops.py`, editing in `edit_ops.py`, running
+in `run_ops.py`.
 """
 
 from __future__ import annotations
@@ -13,20 +14,17 @@ from typing import TYPE_CHECKING
 
 import shiboken6
 from PySide6.QtCore import QEvent, QPoint, Qt, QTimer
-from PySide6.QtGui import QAction, QCloseEvent, QCursor, QKeySequence, QResizeEvent, QUndoStack
+from PySide6.QtGui import QCloseEvent, QCursor, QResizeEvent, QUndoStack
 from PySide6.QtWidgets import (
     QDockWidget,
     QLabel,
     QMainWindow,
-    QMenu,
     QProgressBar,
-    QToolButton,
     QToolTip,
     QUndoView,
     QWidget,
 )
 
-from app.gui import sweep_panel
 from app.gui.autosave import INTERVAL_MS, Autosave
 from app.gui.drops import DropOpsMixin
 from app.gui.edit_ops import EditOpsMixin
@@ -34,6 +32,7 @@ from app.gui.file_ops import FileOpsMixin
 from app.gui.history import HistoryPanel
 from app.gui.history_ops import HistoryOpsMixin
 from app.gui.inspector import Inspector
+from app.gui.menus import MenusMixin
 from app.gui.minimap import Minimap
 from app.gui.model_picker import model_choices
 from app.gui.output_panel import OutputPanel
@@ -58,7 +57,14 @@ CLIPBOARD_MIME = "application/x-nodeloom-snapshot"
 
 
 class MainWindow(
-    FileOpsMixin, EditOpsMixin, RunOpsMixin, StaplesMixin, HistoryOpsMixin, DropOpsMixin, QMainWindow
+    MenusMixin,
+    FileOpsMixin,
+    EditOpsMixin,
+    RunOpsMixin,
+    StaplesMixin,
+    HistoryOpsMixin,
+    DropOpsMixin,
+    QMainWindow,
 ):
     def __init__(
         self,
@@ -184,180 +190,6 @@ class MainWindow(
         self.resizeDocks([self.inspector_dock, self.output_dock], [380, 380], Qt.Orientation.Horizontal)
         self.resizeDocks([self.inspector_dock, self.output_dock], [330, 520], Qt.Orientation.Vertical)
         self.resizeDocks([self.plots_dock], [270], Qt.Orientation.Vertical)
-
-    def _action(
-        self,
-        text: str,
-        slot: object,
-        shortcut: QKeySequence | str | list | None = None,
-        canvas_only: bool = False,
-        tip: str = "",
-    ) -> QAction:
-        action = QAction(text, self)
-        if shortcut is not None:
-            keys = shortcut if isinstance(shortcut, list) else [shortcut]
-            action.setShortcuts([QKeySequence(k) for k in keys])
-        if canvas_only:  # keys that text boxes need (Backspace, Ctrl+C...) only act on the canvas
-            action.setShortcutContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
-            self.view.addAction(action)
-        else:
-            self.addAction(action)
-        action.triggered.connect(slot)  # type: ignore[arg-type]
-        hint = f" ({action.shortcut().toString(QKeySequence.SequenceFormat.NativeText)})" if shortcut else ""
-        action.setToolTip((tip or text.replace("&", "").rstrip("…")) + hint)
-        return action
-
-    def _build_actions(self) -> None:
-        S = QKeySequence.StandardKey
-        bar = self.menuBar()
-        file_menu = bar.addMenu("&File")
-        self.new_action = self._action("&New", self.new_file, S.New)
-        self.open_action = self._action("&Open…", self.open_dialog, S.Open)
-        self.save_action = self._action("&Save", self.save, S.Save)
-        self.save_as_action = self._action("Save &As…", self.save_as, S.SaveAs)
-        for action in (self.new_action, self.open_action):
-            file_menu.addAction(action)
-        self.recent_menu = QMenu("Open &Recent", self)
-        self.recent_menu.aboutToShow.connect(self.fill_recent_menu)
-        file_menu.addMenu(self.recent_menu)
-        self.import_action = self._action(
-            "&Import…", self.import_dialog, "Ctrl+I", tip="Open another tool's workflow"
-        )
-        file_menu.addAction(self.import_action)
-        file_menu.addSeparator()
-        file_menu.addAction(self.save_action)
-        file_menu.addAction(self.save_as_action)
-        file_menu.addSeparator()
-        self.settings_action = self._action(
-            "Se&ttings…",
-            self.open_settings,
-            "Ctrl+,",
-            tip="Device, memory budget, offload policy, output folder",
-        )
-        file_menu.addAction(self.settings_action)
-        file_menu.addSeparator()
-        file_menu.addAction(self._action("&Quit", self.close, S.Quit))
-
-        edit = bar.addMenu("&Edit")
-        self.undo_action = self.undo_stack.createUndoAction(self, "&Undo")
-        self.undo_action.setShortcuts(QKeySequence.keyBindings(S.Undo))
-        self.redo_action = self.undo_stack.createRedoAction(self, "&Redo")
-        self.redo_action.setShortcuts(QKeySequence.keyBindings(S.Redo) + [QKeySequence("Ctrl+Y")])
-        edit.addAction(self.undo_action)
-        edit.addAction(self.redo_action)
-        edit.addSeparator()
-        edit.addAction(
-            self._action(
-                "Add &Node…",
-                lambda: self.open_palette(self.view.cursor_scene_pos()),
-                "Shift+A",
-                tip="Add a node (also Tab or double-click the canvas)",
-            )
-        )
-        edit.addAction(self._action("Cu&t", self.cut, S.Cut, canvas_only=True))
-        edit.addAction(self._action("&Copy", self.copy, S.Copy, canvas_only=True))
-        edit.addAction(self._action("&Paste", self.paste, S.Paste, canvas_only=True))
-        edit.addAction(self._action("&Duplicate", self.duplicate, "Ctrl+D", canvas_only=True))
-        edit.addAction(
-            self._action("&Delete", self.scene.delete_selected, ["Del", "Backspace"], canvas_only=True)
-        )
-        edit.addAction(self._action("Select &All", self.select_all, S.SelectAll, canvas_only=True))
-        edit.addSeparator()
-        edit.addAction(
-            self._action("&Group Selection", lambda: self.scene.group_selection(), "Ctrl+G", canvas_only=True)
-        )
-        edit.addSeparator()
-        edit.addAction(
-            self._action(
-                "&Bypass",
-                lambda: self.toggle_mode("bypass"),
-                "Ctrl+B",
-                canvas_only=True,
-                tip="Pass the selected nodes (or group) through: their inputs go straight on",
-            )
-        )
-        edit.addAction(
-            self._action(
-                "&Mute",
-                lambda: self.toggle_mode("mute"),
-                "Ctrl+M",
-                canvas_only=True,
-                tip="Skip the selected nodes (or group) and what needs them",
-            )
-        )
-        edit.addAction(
-            self._action(
-                "Co&llapse / Expand",
-                lambda: self.toggle_collapsed(),
-                "Alt+C",
-                canvas_only=True,
-                tip="Show only the title bar of the selected nodes (or a group's nodes); again to expand",
-            )
-        )
-        edit.addAction(self._action("Re&name Node…", lambda: self.rename_node(), "F2", canvas_only=True))
-        edit.addAction(self._action("&Find in Graph…", lambda: self.find_in_graph(), "Ctrl+F"))
-
-        view = bar.addMenu("&View")
-        self.fit_action = self._action("&Fit Graph", lambda: self.view.fit(), "F", canvas_only=True)
-        view.addAction(self.fit_action)
-        view.addAction(self._action("Zoom &In", lambda: self.view.set_zoom(self.view.zoom() * 1.2), S.ZoomIn))
-        view.addAction(
-            self._action("Zoom &Out", lambda: self.view.set_zoom(self.view.zoom() / 1.2), S.ZoomOut)
-        )
-        view.addAction(self._action("&Actual Size", lambda: self.view.set_zoom(1.0), "Ctrl+0"))
-        self.minimap_action = self._action("&Minimap", self._toggle_minimap, "Ctrl+Shift+M")
-        self.minimap_action.setCheckable(True)
-        self.minimap_action.setChecked(self.settings.q.value("view/minimap", True) not in (False, "false"))
-        self.minimap.setVisible(self.minimap_action.isChecked())
-        view.addAction(self.minimap_action)
-        view.addSeparator()
-        for dock in (
-            self.inspector_dock,
-            self.output_dock,
-            self.outputs_dock,
-            self.queue_dock,
-            self.plots_dock,
-            self.history_dock,
-        ):
-            view.addAction(dock.toggleViewAction())
-
-        run = bar.addMenu("&Run")
-        self.run_action = self._action(
-            "&Run", self.run_workflow, ["Ctrl+Return", "Ctrl+Enter"], tip="Run the graph"
-        )
-        self.cancel_action = self._action(
-            "&Cancel", self.cancel_run, "Esc", tip="Stop the run at the next step"
-        )
-        self.cancel_action.setEnabled(False)
-        run.addAction(self.run_action)
-        run.addAction(self.cancel_action)
-        self.sweep = sweep_panel.install(self, run)  # Run sweep... (app/gui/sweep_panel.py)
-
-        help_menu = bar.addMenu("&Help")
-        help_menu.addAction(self._action("Keyboard &Shortcuts", self.show_shortcuts, "F1"))
-
-        tools = self.addToolBar("Main")
-        tools.setObjectName("main-toolbar")
-        tools.setMovable(False)
-        for action in (self.new_action, self.open_action, self.save_action):
-            tools.addAction(action)
-        tools.addSeparator()
-        tools.addAction(self.undo_action)
-        tools.addAction(self.redo_action)
-        tools.addSeparator()
-        tools.addAction(self.fit_action)
-        tools.addAction(self.settings_action)
-        tools.addSeparator()
-        tools.addAction(self.run_action)
-        tools.addAction(self.cancel_action)
-        tools.widgetForAction(self.run_action).setObjectName("runButton")
-        tools.widgetForAction(self.cancel_action).setObjectName("cancelButton")
-        self.run_action.setText("▶  Run")
-        self.cancel_action.setText("■  Cancel")
-        for action in (self.run_action, self.cancel_action):
-            button = tools.widgetForAction(action)
-            if isinstance(button, QToolButton):
-                button.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextOnly)
 
     def _build_status_bar(self) -> None:
         bar = self.statusBar()
