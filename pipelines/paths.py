@@ -74,6 +74,10 @@ def resolve_model_path(
     path = Path(spec).expanduser()
     if path.exists():
         return path
+    if path.is_absolute():  # a full path names one file: the library folders are beside the point
+        nearest = next((p for p in path.parents if p.exists()), None)
+        where = f" ({nearest} exists, the rest of the path does not)" if nearest and nearest.parent != nearest else ""
+        raise ModelNotFoundError(f"file does not exist: {path}{where}")
     if library is not None:
         found = library.find(spec, kinds)
         if found is not None:

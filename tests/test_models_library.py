@@ -152,3 +152,13 @@ def test_a_missing_model_name_is_a_validation_error_naming_the_folders(
     assert "node '4', field 'path': model 'sd15/missing.safetensors' not found; searched:" in err
     assert os.fspath(sd15_root / "checkpoints") in err
     assert main(["--run", str(workflow), "--models-dir", str(sd15_root), "--out", str(tmp_path / "o")]) == 2
+
+
+def test_a_missing_full_path_says_the_file_does_not_exist(sd15_root: Path, tmp_path: Path, capsys) -> None:
+    # The library folders matter for names, not for a full path the user typed.
+    missing = tmp_path / "downloads" / "model.safetensors"
+    workflow = _sd15_api(tmp_path, str(missing))
+    assert main(["check", str(workflow), "--models-dir", str(sd15_root)]) == 2
+    err = capsys.readouterr().err
+    assert f"node '4', field 'path': file does not exist: {missing} ({tmp_path} exists" in err
+    assert "searched" not in err
