@@ -40,9 +40,9 @@ from nodes.events import (
     progress_rate,
 )
 from nodes.executor import Executor, RunResult
-from nodes.modes import apply_node_modes
+from nodes.modes import runnable
 from nodes.registry import NodeRegistry
-from nodes.workflow import Problem, Workflow, WorkflowError, atomic_write_text, validate
+from nodes.workflow import Problem, Workflow, WorkflowError, atomic_write_text
 
 
 @dataclass(frozen=True)
@@ -271,8 +271,8 @@ def run_headless(args: Any, registry: NodeRegistry) -> int:
         err.print(f"[red]error[/]: {escape(str(exc))}", highlight=False)
         return EXIT_INVALID
     problems = apply_overrides(wf, overrides, registry)
-    wf = apply_node_modes(wf, registry)  # nodes bypassed or muted in the editor run here as they do there
-    problems += validate(wf, registry)
+    wf, more = runnable(wf, registry)  # nodes bypassed or muted in the editor run here as they do there
+    problems += more
     if problems:
         err.print(f"[red]error[/]: {escape(str(WorkflowError(problems)))}", highlight=False)
         return EXIT_INVALID

@@ -1,7 +1,7 @@
 """Bypass and mute: how a node (or a group's nodes) set aside in the editor changes what runs; reroutes
 are passed through the same way.
 
-Lives here: `NODE_MODES`, `node_mode`, `apply_node_modes`, `without_reroutes`. Imports `nodes.workflow`,
+Lives here: `NODE_MODES`, `node_mode`, `apply_node_modes`, `runnable`, `without_reroutes`. Imports `nodes.workflow`,
 `nodes.registry`, `nodes.reroute`.
 
 The mode is saved per node in the workflow's `ui` section (`ui.nodes.<id>.mode`), as ComfyUI keeps it
@@ -17,7 +17,7 @@ from collections.abc import Iterable
 
 from nodes.registry import NodeRegistry
 from nodes.reroute import is_pass_through
-from nodes.workflow import Link, Workflow
+from nodes.workflow import Link, Problem, Workflow, validate
 
 NODE_MODES = ("normal", "bypass", "mute")
 
@@ -91,3 +91,37 @@ def apply_node_modes(workflow: Workflow, registry: NodeRegistry) -> Workflow:
     for nid in gone:
         del wf.nodes[nid]
     return wf
+
+
+def runnable(workflow: Workflow, registry: NodeRegistry) -> tuple[Workflow, list[Problem]]:
+    """The graph that runs (`apply_node_modes`) and every reason it cannot. An input left unfed because the
+    node feeding it is bypassed and has no input of that type to pass on says so, instead of "not
+    connected" about a wire the user can see."""
+    wf = apply_node_modes(workflow, registry)
+    gaps: dict[tuple[str, str], str] = {}
+    for nid, node in workflow.nodes.items():
+        for name, link in node.inputs.items():
+            if (
+                link.node in workflow.nodes
+                and node_mode(workflow, link.node) == "bypass"
+                and _pass_through(workflow, registry, link.node, link.output) is None
+            ):
+                gaps[(nid, name)] = link.node
+    problems = []
+    for problem in validate(wf, registry):
+        bypassed = gaps.get((problem.node or "", problem.field or ""))
+        if bypassed is not None:
+            spec = registry.get(workflow.nodes[bypassed].type)
+            title = f" ({spec.title})" if spec is not None else ""
+            link = workflow.nodes[problem.node or ""].inputs[problem.field or ""]
+            out = spec.output(link.output) if spec is not None else None
+            kind = out.type.name if out is not None else link.output
+            problem = Problem(
+                problem.file,
+                problem.node,
+                problem.field,
+                f"its wire comes from {bypassed!r}{title}, which is bypassed and has no {kind} input to pass "
+                f"on: mute {bypassed!r} instead, or turn its bypass off",
+            )
+        problems.append(problem)
+    return wf, problems
