@@ -76,7 +76,11 @@ def resolve_model_path(
         return path
     if path.is_absolute():  # a full path names one file: the library folders are beside the point
         nearest = next((p for p in path.parents if p.exists()), None)
-        where = f" ({nearest} exists, the rest of the path does not)" if nearest and nearest.parent != nearest else ""
+        where = (
+            f" ({nearest} exists, the rest of the path does not)"
+            if nearest and nearest.parent != nearest
+            else ""
+        )
         raise ModelNotFoundError(f"file does not exist: {path}{where}")
     if library is not None:
         found = library.find(spec, kinds)

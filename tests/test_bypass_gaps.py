@@ -16,7 +16,9 @@ TXT2IMG = Path(__file__).resolve().parent.parent / "resources/workflows/txt2img.
 
 def test_a_bypass_with_nothing_to_pass_on_names_the_bypassed_node(tmp_path: Path, capsys) -> None:
     data = json.loads(TXT2IMG.read_text())
-    data["ui"].setdefault("nodes", {}).setdefault("decode", {})["mode"] = "bypass"  # VAE Decode: no IMAGE input
+    data["ui"].setdefault("nodes", {}).setdefault("decode", {})["mode"] = (
+        "bypass"  # VAE Decode: no IMAGE input
+    )
     registry = default_registry()
     _, problems = runnable(workflow_from_dict(data, registry), registry)
     (problem,) = problems
