@@ -174,7 +174,7 @@ class FileOpsMixin:
         self.path = path
         self.template_name = None
         self._force_dirty = False
-        self.output.new_run()
+        self.output.clear_outputs()  # the previous graph's pictures and texts; the history keeps them
         if not self.view.restore_view_state(wf.ui.get("view") or {}):
             self.view.fit()
         self.update_title()
