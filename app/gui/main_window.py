@@ -192,6 +192,9 @@ class MainWindow(
         self.resizeDocks([self.plots_dock], [270], Qt.Orientation.Vertical)
 
     def _build_status_bar(self) -> None:
+        from app.gui.status_bar import StatusBar
+
+        self.setStatusBar(StatusBar())  # long messages elide before the RSS label; tooltip has them whole
         bar = self.statusBar()
         self.progress = QProgressBar()
         self.progress.setFixedWidth(180)
