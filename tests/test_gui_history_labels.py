@@ -25,10 +25,12 @@ def panel_with(qtbot, entry: HistoryEntry) -> HistoryPanel:  # noqa: ANN001
 
 
 def test_a_picture_row_names_its_workflow_and_seed(qtbot) -> None:
-    entry = HistoryEntry(1_764_569_460.0, "txt2img.json", {}, {"sampler.seed": 42}, [str(SHAPES)])
+    entry = HistoryEntry(
+        1_764_569_460.0, "txt2img.json (sampler.seed=42)", {}, {"sampler.seed": 42}, [str(SHAPES)]
+    )
     panel = panel_with(qtbot, entry)
     text = panel.list.item(0).text()
-    assert "txt2img.json" in text and "seed 42" in text
+    assert text.startswith("txt2img.json · seed 42 · ") and text.count("42") == 1
 
 
 def test_a_text_row_is_one_readable_line(qtbot) -> None:

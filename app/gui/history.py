@@ -12,6 +12,7 @@ appended, so a crash loses at most the run in flight and the history moves with 
 from __future__ import annotations
 
 import json
+import re
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -44,7 +45,8 @@ class HistoryEntry:
     def caption(self) -> str:
         """What the list shows before the output itself: workflow, seed(s), time, and a cancelled mark."""
         stamp = time.strftime("%d %b %H:%M", time.localtime(self.time))
-        parts = [self.label]
+        # A run's label is "name (node.seed=N, …)": the seeds are shown once, from `seeds`, so keep the name.
+        parts = [re.sub(r" \([^()]*=[^()]*\)$", "", self.label) if self.seeds else self.label]
         if self.seeds:
             parts.append("seed " + ", ".join(str(v) for v in self.seeds.values()))
         parts.append(stamp)
