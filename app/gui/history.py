@@ -108,6 +108,7 @@ class HistoryPanel(QWidget):
         self.list.setWordWrap(False)
         self.list.setTextElideMode(Qt.TextElideMode.ElideRight)
         self.list.setUniformItemSizes(False)
+        self.list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.list.itemDoubleClicked.connect(self._reopen)
         layout.addWidget(self.list)
 
@@ -144,6 +145,10 @@ class HistoryPanel(QWidget):
             self._insert(QListWidgetItem(f"{caption}\n{Path(entry.files[0]).name}"), index, tip)
 
     def _insert(self, item: QListWidgetItem, index: int, tip: str) -> None:
+        # A narrow width hint: rows take the list's width and long labels elide instead of scrolling.
+        lines = 2 * self.list.fontMetrics().lineSpacing()
+        icon = self.list.iconSize().height() if not item.icon().isNull() else 0
+        item.setSizeHint(QSize(40, max(lines, icon) + 8))
         item.setData(Qt.ItemDataRole.UserRole, index)
         item.setToolTip(tip)
         self.list.insertItem(0, item)  # newest first
