@@ -44,3 +44,13 @@ def test_opening_another_workflow_clears_the_output_dock(qtbot, tmp_path: Path, 
     window.output.add_file("save", str(SHAPES))
     window.new_file()
     assert window.output.files.count() == 0
+
+
+def test_a_run_whose_save_was_cached_ends_on_the_saved_picture(qtbot) -> None:
+    """Re-running with only the edge branch changed: Save Image is cached, its file is still the result."""
+    panel = OutputPanel()
+    qtbot.addWidget(panel)
+    panel.new_run()
+    panel.show_preview("show_edges", Image.new("RGB", (64, 64), "white"), final=True)
+    panel.finish_run([("save", str(SHAPES))])
+    assert panel.caption.text().startswith("save: shapes_sample.png")

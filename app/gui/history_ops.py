@@ -23,7 +23,9 @@ class HistoryOpsMixin:
         Only what this run made: a node served from the cache lists the file an earlier run wrote, so a
         re-run of an unchanged graph adds no entry (the earlier entry already holds that file).
         """
-        self.output.finish_run()
+        self.output.finish_run(
+            [(nid, f) for nid, r in result.nodes.items() if r.status == "cached" for f in r.files]
+        )
         job = self.current_run
         files = [f for r in result.nodes.values() if r.status != "cached" for f in r.files]
         texts = dict(self.output.text_by_node)

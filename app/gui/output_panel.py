@@ -10,6 +10,7 @@ of it, and the run's end shows the last saved picture again. Opening another gra
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from PySide6.QtWidgets import (
 )
 
 PLACEHOLDER = "Images appear here while a run draws them."
+PICTURE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp")
 
 
 def pil_to_qimage(image: Any) -> QImage:
@@ -145,8 +147,16 @@ class OutputPanel(QTabWidget):
         self.last_folder = None
         self.open_button.setEnabled(False)
 
-    def finish_run(self) -> None:
-        """A run ended: the picture it saved is the result to look at, whatever previews came after it."""
+    def finish_run(self, cached: Sequence[tuple[str, str]] = ()) -> None:
+        """A run ended: the picture it saved is the result to look at, whatever previews came after it.
+
+        `cached` lists (node, file) that cached save nodes hold from an earlier run: when this run saved
+        nothing new, the last of those pictures is the result (not a side branch's preview).
+        """
+        if self._saved is None:
+            pictures = [(node, Path(f)) for node, f in cached if Path(f).suffix.lower() in PICTURE_SUFFIXES]
+            if pictures and pictures[-1][1].is_file():
+                self._saved = pictures[-1]
         if self._saved is not None:
             self._show_saved(*self._saved)
 
@@ -169,7 +179,7 @@ class OutputPanel(QTabWidget):
         file = Path(path)
         self.last_folder = file.parent
         self.open_button.setEnabled(True)
-        if file.suffix.lower() not in (".png", ".jpg", ".jpeg", ".webp"):
+        if file.suffix.lower() not in PICTURE_SUFFIXES:
             self.add_log(f"{node_id} wrote {file}")
             return
         image = QImage(str(file))
