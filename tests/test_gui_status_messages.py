@@ -52,3 +52,12 @@ def test_problems_in_an_example_copy_name_the_untitled_copy(qtbot, tmp_path: Pat
     assert window.save_to(saved)
     assert not window.run_workflow()
     assert str(saved) in window.problem_dialog.detailedText()
+
+
+def test_problems_in_a_new_graph_name_it_untitled(qtbot, tmp_path: Path, registry) -> None:
+    window = make_window(qtbot, tmp_path, registry)
+    for _ in range(2):  # the graph the window starts with, then File > New
+        window.model.add_node("SaveText", (0, 0))
+        assert not window.run_workflow()
+        assert window.problem_dialog.detailedText().startswith("Untitled: node 'save_text'")
+        window.new_file()

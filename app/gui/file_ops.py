@@ -136,7 +136,7 @@ class FileOpsMixin:
     def new_file(self: MainWindow) -> None:
         if not self.confirm_discard():
             return
-        self.set_workflow(Workflow(), None)
+        self.set_workflow(Workflow(source="Untitled"), None)
 
     def open_dialog(self: MainWindow) -> None:
         if not self.confirm_discard():

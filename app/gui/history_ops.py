@@ -54,7 +54,7 @@ class HistoryOpsMixin:
         if not self.confirm_discard():
             return
         try:
-            wf, _soft = read_for_editing(entry.workflow, self.registry, "history")
+            wf, _soft = read_for_editing(entry.workflow, self.registry, "Untitled (from the output history)")
         except WorkflowError as exc:
             self.show_problems("Cannot reopen", exc.problems)
             return
