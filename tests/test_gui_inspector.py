@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from PySide6.QtCore import QPointF, Qt
-from PySide6.QtGui import QColor, QFontMetrics
+from PySide6.QtGui import QColor, QFontMetrics, QTextCursor
 from PySide6.QtWidgets import QApplication, QPushButton, QSpinBox
 
 from app.gui.main_window import MainWindow
@@ -88,3 +88,43 @@ def test_spin_box_arrows_are_visible_on_the_dark_theme(qtbot) -> None:
         app.setStyleSheet(old_sheet)
         app.setPalette(old_palette)
         app.setStyle(old_style)
+
+
+def select_only(window: MainWindow, node_id: str) -> None:
+    window.scene.clearSelection()
+    window.scene.node_items[node_id].setSelected(True)
+
+
+def test_ctrl_z_undoes_one_typing_session_not_two(qtbot, window: MainWindow) -> None:
+    """Typing, clicking another node and back, typing again: Ctrl+Z takes back only the second typing."""
+    workflows = Path(__file__).resolve().parent.parent / "resources" / "workflows"
+    assert window.open_path(workflows / "txt2img.json", confirm=False)
+    original = window.model.node("positive").params["text"]
+    select_only(window, "positive")
+    box = window.inspector.editors["text"].editor
+    box.setFocus()
+    box.moveCursor(QTextCursor.MoveOperation.End)
+    qtbot.keyClicks(box, ", red")
+    select_only(window, "sampler")
+    select_only(window, "positive")
+    box = window.inspector.editors["text"].editor
+    box.setFocus()
+    box.moveCursor(QTextCursor.MoveOperation.End)
+    qtbot.keyClicks(box, ", big")
+    assert window.model.node("positive").params["text"] == original + ", red, big"
+    qtbot.keyClick(box, Qt.Key.Key_Z, Qt.KeyboardModifier.ControlModifier)
+    assert window.model.node("positive").params["text"] == original + ", red"
+    window.undo_stack.undo()
+    assert window.model.node("positive").params["text"] == original
+
+
+def test_a_prompt_box_losing_focus_ends_the_typing_session(qtbot, window: MainWindow) -> None:
+    node = window.scene.add_node("Text", QPointF(0, 0))
+    box = window.inspector.editors["text"].editor
+    box.setFocus()
+    qtbot.keyClicks(box, "one")
+    window.view.setFocus()  # focus leaves the box, the node stays selected
+    box.setFocus()
+    qtbot.keyClicks(box, " two")
+    window.undo_stack.undo()
+    assert window.model.node(node).params["text"] == "one"

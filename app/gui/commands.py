@@ -2,7 +2,9 @@
 
 Lives here: one `QUndoCommand` per kind of edit. Imports Qt, `nodes.graph_model`, `nodes.workflow`.
 Deletes and pastes keep a snapshot in the workflow file format and replay it (QtNodes' design).
-Consecutive moves of the same items and consecutive edits of the same parameter merge into one step.
+Consecutive moves of the same items merge into one step; consecutive edits of the same parameter merge
+while they belong to one typing session (the inspector's `session`: same node shown, same box focused) and
+come less than `MERGE_WINDOW_S` apart.
 """
 
 from __future__ import annotations
@@ -101,9 +103,14 @@ class SetInputsCommand(QUndoCommand):
 
 
 class SetParamCommand(QUndoCommand):
-    def __init__(self, model: GraphModel, node_id: str, name: str, value: Any) -> None:
+    """One parameter's new value; `session` tells typing sessions apart (None: never merges)."""
+
+    def __init__(
+        self, model: GraphModel, node_id: str, name: str, value: Any, session: int | None = None
+    ) -> None:
         super().__init__(f"Set {node_id}.{name}")
         self.model, self.node_id, self.name, self.value = model, node_id, name, value
+        self.session = session
         self.old = model.node(node_id).params.get(name)
         self.stamp = time.monotonic()
 
@@ -113,7 +120,7 @@ class SetParamCommand(QUndoCommand):
     def mergeWith(self, other: QUndoCommand) -> bool:
         if not isinstance(other, SetParamCommand) or (other.node_id, other.name) != (self.node_id, self.name):
             return False
-        if other.stamp - self.stamp > MERGE_WINDOW_S:
+        if self.session is None or other.session != self.session or other.stamp - self.stamp > MERGE_WINDOW_S:
             return False
         self.value, self.stamp = other.value, other.stamp
         return True

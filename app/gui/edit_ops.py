@@ -128,7 +128,7 @@ class EditOpsMixin:
             self.inspector.show_node(node_id, status=error, info=" · ".join(facts))
 
     def _param_edited(self: MainWindow, node_id: str, name: str, value: object) -> None:
-        self.undo_stack.push(SetParamCommand(self.model, node_id, name, value))
+        self.undo_stack.push(SetParamCommand(self.model, node_id, name, value, self.inspector.session))
 
     def copy(self: MainWindow) -> bool:
         snapshot = self.scene.copy_selected()

@@ -2,7 +2,8 @@
 before losing work, autosave with crash recovery, drag-and-drop of workflow JSON or PNG files, and the
 dialog that lists every problem of an invalid file.
 
-Lives here: `FileOpsMixin`, `read_for_editing`, `is_shipped_example`. Imports Qt, `app.gui.autosave`, `nodes.workflow`.
+Lives here: `FileOpsMixin`, `read_for_editing`, `is_shipped_example`, `untitled_from_example`. Imports Qt,
+`app.gui.autosave`, `nodes.workflow`.
 """
 
 from __future__ import annotations
@@ -53,6 +54,11 @@ def is_shipped_example(path: Path) -> bool:
         return path.resolve().is_relative_to((RESOURCES_DIR / "workflows").resolve())
     except OSError:
         return False
+
+
+def untitled_from_example(name: str) -> str:
+    """How messages name an example's unsaved copy (the user saved it nowhere yet)."""
+    return f"Untitled (from example {name})"
 
 
 class FileOpsMixin:
@@ -108,6 +114,9 @@ class FileOpsMixin:
         """A non-blocking dialog listing every problem: file, node, field and reason."""
         self.last_problems = list(problems)
         lines = [f"• {p.node or '(file)'}{'.' + p.field if p.field else ''}: {p.reason}" for p in problems]
+        # The status bar says so too: a previous run's message must not stand for this refusal.
+        more = f" (+{len(lines) - 1} more)" if len(lines) > 1 else ""
+        self.status(f"{title}: {lines[0][2:]}{more}" if lines else title)
         box = QMessageBox(
             QMessageBox.Icon.Warning,
             title,
@@ -127,7 +136,7 @@ class FileOpsMixin:
     def new_file(self: MainWindow) -> None:
         if not self.confirm_discard():
             return
-        self.set_workflow(Workflow(), None)
+        self.set_workflow(Workflow(source="Untitled"), None)
 
     def open_dialog(self: MainWindow) -> None:
         if not self.confirm_discard():
@@ -154,6 +163,8 @@ class FileOpsMixin:
         is_png = Path(path).suffix.lower() == ".png"
         # A shipped example opens as a template: Save goes to Save As, never over the example itself.
         template = is_shipped_example(Path(path))
+        if template:  # messages name the unsaved copy, never the installed example's path
+            wf.source = untitled_from_example(Path(path).name)
         self.set_workflow(wf, None if is_png or template else Path(path))
         self.template_name = Path(path).name if template else None
         self.update_title()
@@ -174,7 +185,7 @@ class FileOpsMixin:
         self.path = path
         self.template_name = None
         self._force_dirty = False
-        self.output.new_run()
+        self.output.clear_outputs()  # the previous graph's pictures and texts; the history keeps them
         if not self.view.restore_view_state(wf.ui.get("view") or {}):
             self.view.fit()
         self.update_title()
@@ -212,6 +223,7 @@ class FileOpsMixin:
             QMessageBox.critical(self, "Save failed", f"Could not save {path}:\n{exc.strerror or exc}")
             return False
         self.path = Path(path)
+        self.model.workflow.source = str(path)  # messages from now on name the file it was saved to
         self.template_name = None
         self.undo_stack.setClean()
         self._force_dirty = False

@@ -18,9 +18,16 @@ if TYPE_CHECKING:
 
 class HistoryOpsMixin:
     def record_history(self: MainWindow, result: Any) -> None:
-        """Keep what a run made (pictures, texts) with its workflow, seeds and report, across restarts."""
+        """Keep what a run made (pictures, texts) with its workflow, seeds and report, across restarts.
+
+        Only what this run made: a node served from the cache lists the file an earlier run wrote, so a
+        re-run of an unchanged graph adds no entry (the earlier entry already holds that file).
+        """
+        self.output.finish_run(
+            [(nid, f) for nid, r in result.nodes.items() if r.status == "cached" for f in r.files]
+        )
         job = self.current_run
-        files = [f for r in result.nodes.values() for f in r.files]
+        files = [f for r in result.nodes.values() if r.status != "cached" for f in r.files]
         texts = dict(self.output.text_by_node)
         if job is None or not (files or texts):
             return
@@ -47,7 +54,7 @@ class HistoryOpsMixin:
         if not self.confirm_discard():
             return
         try:
-            wf, _soft = read_for_editing(entry.workflow, self.registry, "history")
+            wf, _soft = read_for_editing(entry.workflow, self.registry, "Untitled (from the output history)")
         except WorkflowError as exc:
             self.show_problems("Cannot reopen", exc.problems)
             return

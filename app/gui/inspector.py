@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QEvent, Qt, Signal
-from PySide6.QtGui import QKeyEvent, QKeySequence, QRegularExpressionValidator, QTextCursor
+from PySide6.QtGui import QFocusEvent, QKeyEvent, QKeySequence, QRegularExpressionValidator, QTextCursor
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -64,10 +64,15 @@ class PromptEdit(QPlainTextEdit):
     """
 
     tab_pressed = Signal()
+    focus_lost = Signal()  # ends a typing session: the next typing is a new undo step
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setUndoRedoEnabled(False)
+
+    def focusOutEvent(self, event: QFocusEvent) -> None:  # noqa: N802 (Qt name)
+        self.focus_lost.emit()
+        super().focusOutEvent(event)
 
     def event(self, event: QEvent) -> bool:
         if event.type() == QEvent.Type.ShortcutOverride and isinstance(event, QKeyEvent):
@@ -92,6 +97,7 @@ class ParamEditor(QWidget):
 
     changed = Signal(object)
     tab_pressed = Signal()
+    session_ended = Signal()  # the prompt box lost focus
 
     def __init__(
         self, param: Param, value: Any, parent: QWidget | None = None, size: ImageSize | None = None
@@ -115,6 +121,7 @@ class ParamEditor(QWidget):
             box.setPlaceholderText(param.help or "Type here…")
             box.textChanged.connect(self._emit)
             box.tab_pressed.connect(self.tab_pressed)
+            box.focus_lost.connect(self.session_ended)
             self.editor, self._get = box, box.toPlainText
             self._set = lambda v: box.set_text_keep_cursor(str(v or ""))
         elif kind == "int":
@@ -272,6 +279,10 @@ class ParamEditor(QWidget):
 
 
 class Inspector(QScrollArea):
+    """The selected node's settings. `session` numbers typing sessions for the undo stack: it changes when
+    the shown node changes or a prompt box loses focus, so each session is its own undo step (edits within
+    one session merge while they come less than `commands.MERGE_WINDOW_S` apart)."""
+
     edited = Signal(str, str, object)  # node id, param name, value
     palette_requested = Signal()  # Tab in a text box
     seed_control_changed = Signal(str, str, str)  # node id, param name, "fixed" | "increment" | "randomize"
@@ -280,6 +291,7 @@ class Inspector(QScrollArea):
         super().__init__(parent)
         self.model = model
         self.node_id: str | None = None
+        self.session = 0
         self.editors: dict[str, ParamEditor] = {}
         # The picture size of the model feeding a node (the window reads it from the graph).
         self.size_hint: Callable[[str], ImageSize | None] = lambda _node_id: None
@@ -299,7 +311,11 @@ class Inspector(QScrollArea):
         if node_id == self.node_id:
             self.show_node(node_id)
 
+    def end_session(self) -> None:
+        self.session += 1
+
     def show_node(self, node_id: str | None, status: str = "", info: str = "") -> None:
+        self.end_session()
         self.node_id = node_id
         self.editors = {}
         page = QWidget()
@@ -353,6 +369,7 @@ class Inspector(QScrollArea):
                 editor.add_model_picker(self.model_choices(node.type, param))
             editor.changed.connect(lambda value, name=param.name: self.edited.emit(node_id, name, value))
             editor.tab_pressed.connect(self.palette_requested)
+            editor.session_ended.connect(self.end_session)
             if param.kind == "seed":
                 editor.layout().addWidget(self._seed_control(node_id, param.name))
             self.editors[param.name] = editor

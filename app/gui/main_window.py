@@ -47,7 +47,7 @@ from app.gui.staples import StaplesMixin
 from app.gui.view import GraphView
 from nodes.graph_model import GraphModel
 from nodes.registry import NodeRegistry
-from nodes.workflow import Problem
+from nodes.workflow import Problem, Workflow
 from pipelines.models_library import ModelsLibrary, load_saved_roots, roots_from_env
 
 if TYPE_CHECKING:
@@ -90,7 +90,7 @@ class MainWindow(
         self.resize(1500, 950)
         self.setAcceptDrops(True)
 
-        self.model = GraphModel(registry)
+        self.model = GraphModel(registry, Workflow(source="Untitled"))  # messages name it as the title does
         self.undo_stack = QUndoStack(self)
         self.scene = GraphScene(self.model, self.undo_stack, self)
         self.view = GraphView(self.scene)
@@ -192,6 +192,9 @@ class MainWindow(
         self.resizeDocks([self.plots_dock], [270], Qt.Orientation.Vertical)
 
     def _build_status_bar(self) -> None:
+        from app.gui.status_bar import StatusBar
+
+        self.setStatusBar(StatusBar())  # long messages elide before the RSS label; tooltip has them whole
         bar = self.statusBar()
         self.progress = QProgressBar()
         self.progress.setFixedWidth(180)

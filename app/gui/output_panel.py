@@ -2,12 +2,15 @@
 log of run messages.
 
 Lives here: `OutputPanel`, `pil_to_qimage`. Imports Qt, PIL (through the images it is given).
-Clicking a saved picture shows it; double-clicking it (or "Open folder") opens its folder.
+Clicking a saved picture shows it; double-clicking it (or "Open folder") opens its folder. Once a run has
+saved a picture, that picture is the main view: a later final preview (a ControlNet's edge map) stays out
+of it, and the run's end shows the last saved picture again. Opening another graph clears the dock.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +28,9 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
+
+PLACEHOLDER = "Images appear here while a run draws them."
+PICTURE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp")
 
 
 def pil_to_qimage(image: Any) -> QImage:
@@ -47,12 +53,17 @@ class ImageView(QLabel):
         self.setMinimumSize(120, 120)
         self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Ignored)
         self.setStyleSheet("background: #151618; border-radius: 4px; color: #9aa0a6;")
-        self.setText("Images appear here while a run draws them.")
+        self.setText(PLACEHOLDER)
         self._image: QImage | None = None
 
     def set_image(self, image: QImage) -> None:
         self._image = image
         self._rescale()
+
+    def clear_image(self) -> None:
+        self._image = None
+        self.clear()
+        self.setText(PLACEHOLDER)
 
     def resizeEvent(self, event: QResizeEvent) -> None:
         super().resizeEvent(event)
@@ -76,6 +87,7 @@ class OutputPanel(QTabWidget):
         super().__init__(parent)
         self.previews = 0  # how many live previews arrived in this run (tests check it)
         self.text_by_node: dict[str, str] = {}
+        self._saved: tuple[str, Path] | None = None  # this run's last saved picture: (node, file)
         # Images tab.
         images = QWidget()
         layout = QVBoxLayout(images)
@@ -122,9 +134,41 @@ class OutputPanel(QTabWidget):
         self.previews = 0
         self.text_by_node.clear()
         self._text_node = None
+        self._saved = None  # this run's last saved picture: (node, file)
+
+    def clear_outputs(self) -> None:
+        """Another graph was opened: its outputs are not this one's (the output history keeps them)."""
+        self.new_run()
+        self.files.clear()
+        self.files.setVisible(False)
+        self.text.clear()
+        self.caption.setText("")
+        self.view.clear_image()
+        self.last_folder = None
+        self.open_button.setEnabled(False)
+
+    def finish_run(self, cached: Sequence[tuple[str, str]] = ()) -> None:
+        """A run ended: the picture it saved is the result to look at, whatever previews came after it.
+
+        `cached` lists (node, file) that cached save nodes hold from an earlier run: when this run saved
+        nothing new, the last of those pictures is the result (not a side branch's preview).
+        """
+        if self._saved is None:
+            pictures = [(node, Path(f)) for node, f in cached if Path(f).suffix.lower() in PICTURE_SUFFIXES]
+            if pictures and pictures[-1][1].is_file():
+                self._saved = pictures[-1]
+        if self._saved is not None:
+            self._show_saved(*self._saved)
+
+    def _show_saved(self, node_id: str, file: Path) -> None:
+        image = QImage(str(file))
+        self.view.set_image(image)
+        self.caption.setText(f"{node_id}: {file.name}  ({image.width()}×{image.height()})")
 
     def show_preview(self, node_id: str, image: Any, final: bool) -> None:
         self.previews += 0 if final else 1
+        if final and self._saved is not None:
+            return  # a side branch's last look (an edge map) does not cover the saved result
         qimage = pil_to_qimage(image)
         self.view.set_image(qimage)
         self.caption.setText(
@@ -135,7 +179,7 @@ class OutputPanel(QTabWidget):
         file = Path(path)
         self.last_folder = file.parent
         self.open_button.setEnabled(True)
-        if file.suffix.lower() not in (".png", ".jpg", ".jpeg", ".webp"):
+        if file.suffix.lower() not in PICTURE_SUFFIXES:
             self.add_log(f"{node_id} wrote {file}")
             return
         image = QImage(str(file))
@@ -144,8 +188,8 @@ class OutputPanel(QTabWidget):
         item.setData(Qt.ItemDataRole.UserRole, str(file))
         self.files.insertItem(0, item)
         self.files.setVisible(True)
-        self.view.set_image(image)
-        self.caption.setText(f"{node_id}: {file.name}  ({image.width()}×{image.height()})")
+        self._saved = (node_id, file)
+        self._show_saved(node_id, file)
         self.setCurrentIndex(0)
 
     def append_text(self, node_id: str, delta: str) -> None:
