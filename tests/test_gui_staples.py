@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QWidget
 
 from app.gui.history import read_history
 from app.gui.main_window import MainWindow
@@ -128,3 +129,33 @@ def test_a_headless_run_honours_the_modes_saved_by_the_editor(tmp_path: Path) ->
 def _write(path: Path, data: dict) -> Path:
     path.write_text(json.dumps(data))
     return path
+
+
+def test_find_again_cycles_through_every_match(qtbot, window: MainWindow) -> None:
+    # "three" and "four" are both Numbers: the same search reaches the second one, then wraps.
+    assert window.find_in_graph("number") == "three"
+    assert window.find_in_graph("number") == "four"
+    assert "2 of 2" in window.statusBar().currentMessage()
+    window.view.setFocus()
+    qtbot.keyClick(window.view, Qt.Key.Key_F3)  # Find Next
+    assert window.scene.node_items["three"].isSelected()
+    assert "1 of 2" in window.statusBar().currentMessage()
+
+
+def test_rename_with_nothing_selected_says_what_to_do(qtbot, window: MainWindow) -> None:
+    window.scene.clearSelection()
+    window.view.setFocus()
+    qtbot.keyClick(window.view, Qt.Key.Key_F2)
+    assert window.statusBar().currentMessage() == "Select a node to rename"
+
+
+def test_the_toolbar_undo_label_stays_short(window: MainWindow) -> None:
+    run_button = window.findChild(QWidget, "runButton")
+    x_before = run_button.x()
+    window.rename_node("add", "A much longer title that makes a long undo text")
+    assert window.tool_undo_action.text() == "Undo"
+    assert window.tool_undo_action.isEnabled()
+    assert "Rename add" in window.tool_undo_action.toolTip()
+    assert run_button.x() == x_before  # Run does not move as the undo text changes
+    window.tool_undo_action.trigger()
+    assert window.scene.node_items["add"].title() != "A much longer title that makes a long undo text"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import shiboken6
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QMenu, QToolButton
@@ -41,6 +42,22 @@ class MenusMixin:
         hint = f" ({action.shortcut().toString(QKeySequence.SequenceFormat.NativeText)})" if shortcut else ""
         action.setToolTip((tip or text.replace("&", "").rstrip("…")) + hint)
         return action
+
+    def _toolbar_twin(self: MainWindow, label: str, slot: object, menu_action: QAction) -> QAction:
+        """A toolbar action with a fixed `label` that follows `menu_action`'s enabled state and text."""
+        twin = QAction(label, self)
+        twin.triggered.connect(slot)  # type: ignore[arg-type]
+        keys = menu_action.shortcut().toString(QKeySequence.SequenceFormat.NativeText)
+
+        def follow() -> None:
+            if not (shiboken6.isValid(twin) and shiboken6.isValid(menu_action)):  # window being destroyed
+                return
+            twin.setEnabled(menu_action.isEnabled())
+            twin.setToolTip(f"{menu_action.text().replace('&', '')} ({keys})")
+
+        menu_action.changed.connect(follow)
+        follow()
+        return twin
 
     def _build_actions(self: MainWindow) -> None:
         S = QKeySequence.StandardKey
@@ -131,6 +148,11 @@ class MenusMixin:
         )
         edit.addAction(self._action("Re&name Node…", lambda: self.rename_node(), "F2", canvas_only=True))
         edit.addAction(self._action("&Find in Graph…", lambda: self.find_in_graph(), "Ctrl+F"))
+        edit.addAction(
+            self._action(
+                "Find &Next", lambda: self.find_next(), "F3", tip="The next node matching the search"
+            )
+        )
 
         view = bar.addMenu("&View")
         self.fit_action = self._action("&Fit Graph", lambda: self.view.fit(), "F", canvas_only=True)
@@ -177,8 +199,12 @@ class MenusMixin:
         for action in (self.new_action, self.open_action, self.save_action):
             tools.addAction(action)
         tools.addSeparator()
-        tools.addAction(self.undo_action)
-        tools.addAction(self.redo_action)
+        # Fixed labels on the toolbar (the Edit menu's items name the step): a label that grows with
+        # "Undo Connect vaedecode → save_image.image" pushes Run sideways; the detail is in the tooltip.
+        self.tool_undo_action = self._toolbar_twin("Undo", self.undo_stack.undo, self.undo_action)
+        self.tool_redo_action = self._toolbar_twin("Redo", self.undo_stack.redo, self.redo_action)
+        tools.addAction(self.tool_undo_action)
+        tools.addAction(self.tool_redo_action)
         tools.addSeparator()
         tools.addAction(self.fit_action)
         tools.addAction(self.settings_action)

@@ -55,6 +55,7 @@ class StaplesMixin:
         """The title shown on the canvas (the node id and type stay)."""
         ids = [node_id] if node_id else self.selected_node_ids()[:1]
         if not ids:
+            self.status("Select a node to rename")
             return
         nid = ids[0]
         item = self.scene.node_items[nid]
@@ -68,19 +69,45 @@ class StaplesMixin:
         )
 
     def find_in_graph(self: MainWindow, query: str | None = None) -> str | None:
-        """Find a node by title, id or type and jump to it; returns its id."""
+        """Find a node by title, id or type and jump to it; returns its id. The same query again (Ctrl+F
+        then Enter, or F3) moves on to the next match, so every match can be reached."""
         if query is None:
-            query, ok = QInputDialog.getText(self, "Find in graph", "Node title, id or type:")
+            last = getattr(self, "_find_state", ("", -1))[0]
+            query, ok = QInputDialog.getText(self, "Find in graph", "Node title, id or type:", text=last)
             if not ok:
                 return None
+        return self._find_step(query)
+
+    def find_next(self: MainWindow) -> str | None:
+        """F3: the next match of the last search (asks for a query when there was none)."""
+        last = getattr(self, "_find_state", ("", -1))[0]
+        return self._find_step(last) if last else self.find_in_graph()
+
+    def find_matches(self: MainWindow, query: str) -> list[str]:
+        """Node ids whose title, id or type contains `query` (case-insensitive), in graph order."""
         q = query.lower().strip()
-        for nid, item in self.scene.node_items.items():
-            node = self.model.node(nid)
-            if q and any(q in text.lower() for text in (item.title(), nid, node.type)):
-                self.scene.clearSelection()
-                item.setSelected(True)
-                self.view.centerOn(item)
-                self.status(f"Found {nid}")
-                return nid
-        self.status(f"No node matches {query!r}")
-        return None
+        if not q:
+            return []
+        return [
+            nid
+            for nid, item in self.scene.node_items.items()
+            if any(q in text.lower() for text in (item.title(), nid, self.model.node(nid).type))
+        ]
+
+    def _find_step(self: MainWindow, query: str) -> str | None:
+        matches = self.find_matches(query)
+        if not matches:
+            self._find_state = ("", -1)
+            self.status(f"No node matches {query!r}")
+            return None
+        last_query, last_index = getattr(self, "_find_state", ("", -1))
+        same = last_query.lower().strip() == query.lower().strip()
+        index = (last_index + 1) % len(matches) if same else 0
+        self._find_state = (query, index)
+        nid = matches[index]
+        item = self.scene.node_items[nid]
+        self.scene.clearSelection()
+        item.setSelected(True)
+        self.view.centerOn(item)
+        self.status(f"Found {nid} ({index + 1} of {len(matches)}; F3 for the next)")
+        return nid
