@@ -12,12 +12,34 @@ from typing import TYPE_CHECKING
 import shiboken6
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction, QKeySequence
-from PySide6.QtWidgets import QMenu, QToolButton
+from PySide6.QtWidgets import (
+    QDialog,
+    QHeaderView,
+    QMenu,
+    QTableWidget,
+    QTableWidgetItem,
+    QToolButton,
+    QVBoxLayout,
+)
 
 from app.gui import sweep_panel
 
 if TYPE_CHECKING:
     from app.gui.main_window import MainWindow
+
+
+# What no QAction carries (mouse gestures, keys the canvas handles itself); F1 lists them after the actions.
+GESTURES = [
+    ("Tab / double-click canvas", "Add a node (search by name, tag or ComfyUI class)"),
+    ("Drag from a port", "Connect; from a connected input: move or remove the wire"),
+    ("Double-click a title", "Collapse / expand the node"),
+    ("Double-click a wire", "Add a reroute dot"),
+    ("Wheel", "Zoom"),
+    ("Middle drag / Space+drag", "Pan"),
+]
+
+# Alternates Qt's standard Undo/Redo bindings carry (old Windows keys, the keyboard's own Undo key): noise in F1.
+LEGACY_KEYS = {"Alt+Backspace", "Alt+Shift+Backspace", "Undo", "Redo"}
 
 
 class MenusMixin:
@@ -58,6 +80,43 @@ class MenusMixin:
         menu_action.changed.connect(follow)
         follow()
         return twin
+
+    def shortcut_rows(self: MainWindow) -> list[tuple[str, str]]:
+        """(keys, what) for every action with a shortcut, read from the actions themselves, then GESTURES."""
+        rows: list[tuple[str, str]] = []
+        seen: set[int] = set()
+        for action in [*self.actions(), *self.view.actions(), *self.findChildren(QAction)]:
+            keys = [k.toString(QKeySequence.SequenceFormat.NativeText) for k in action.shortcuts()]
+            keys = [k for k in keys if k and k not in LEGACY_KEYS]
+            if not keys or id(action) in seen:
+                continue
+            seen.add(id(action))
+            what = action.text().replace("&", "").rstrip("….").lstrip("▶■ ").strip()
+            if action in (self.undo_action, self.redo_action):  # their text names the next step
+                what = "Undo" if action is self.undo_action else "Redo"
+            rows.append((" / ".join(dict.fromkeys(keys)), what))
+        return [*rows, *GESTURES]
+
+    def _shortcuts_dialog(self: MainWindow) -> QDialog:
+        """A two-column table (keys | action), non-modal so it can stay open beside the canvas."""
+        rows = self.shortcut_rows()
+        dialog = QDialog(self)
+        dialog.setWindowTitle("Keyboard shortcuts")
+        table = QTableWidget(len(rows), 2, dialog)
+        table.setObjectName("shortcutsTable")
+        table.setHorizontalHeaderLabels(["Keys", "Action"])
+        table.verticalHeader().setVisible(False)
+        table.verticalHeader().setDefaultSectionSize(22)
+        table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+        for row, (keys, what) in enumerate(rows):
+            table.setItem(row, 0, QTableWidgetItem(keys))
+            table.setItem(row, 1, QTableWidgetItem(what))
+        table.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.ResizeToContents)
+        table.horizontalHeader().setStretchLastSection(True)
+        layout = QVBoxLayout(dialog)
+        layout.addWidget(table)
+        dialog.resize(620, min(900, 60 + 22 * len(rows)))
+        return dialog
 
     def _build_actions(self: MainWindow) -> None:
         S = QKeySequence.StandardKey
