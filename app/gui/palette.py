@@ -18,7 +18,6 @@ from PySide6.QtWidgets import QFrame, QLabel, QLineEdit, QListWidget, QListWidge
 from nodes.registry import NodeRegistry
 from nodes.spec import NodeSpec
 
-
 # A match scoring at least this (exact, prefix, word start, substring, a known user word) is "good": when a
 # query has good matches, the weak ones (letters scattered through a title, a word in a description) go.
 STRONG = 100.0
