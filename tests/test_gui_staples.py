@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 from PySide6.QtCore import Qt
+from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QWidget
 
+from app.gui import node_item, theme
 from app.gui.history import read_history
 from app.gui.main_window import MainWindow
 from nodes.workflow import workflow_from_dict
@@ -159,3 +161,27 @@ def test_the_toolbar_undo_label_stays_short(window: MainWindow) -> None:
     assert run_button.x() == x_before  # Run does not move as the undo text changes
     window.tool_undo_action.trigger()
     assert window.scene.node_items["add"].title() != "A much longer title that makes a long undo text"
+
+
+def _luminance(color: QColor) -> float:
+    def channel(c: float) -> float:
+        return c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4
+
+    return 0.2126 * channel(color.redF()) + 0.7152 * channel(color.greenF()) + 0.0722 * channel(color.blueF())
+
+
+def _over(top: QColor, below: QColor) -> QColor:
+    a = top.alphaF()
+    mix = [a * t + (1 - a) * b for t, b in zip(top.getRgbF()[:3], below.getRgbF()[:3], strict=True)]
+    return QColor.fromRgbF(*mix)
+
+
+def test_the_bypassed_badge_reads_on_its_purple_header(window: MainWindow) -> None:
+    window.toggle_mode("bypass", ["add"])
+    item = window.scene.node_items["add"]
+    text, color = item.badge()
+    assert text == "bypassed"
+    # Drawn on its dark pill over the purple veil: WCAG contrast at least 4.5 (normal text).
+    background = _over(node_item.BADGE_BACKGROUND, QColor(theme.BYPASS))
+    lighter, darker = sorted((_luminance(color), _luminance(background)), reverse=True)
+    assert (lighter + 0.05) / (darker + 0.05) >= 4.5
