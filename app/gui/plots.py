@@ -88,7 +88,10 @@ class PlotsPanel(QSplitter):
         self._step_index = 0
         self._first_step: dict[str, int] = {}  # node id -> index of its first step (TTFT goes there)
 
-        self.memory_plot = _plot("Memory", "MiB")
+        # The legend is one row at the top left, inside the headroom above the curves (the y range leaves
+        # 40 % above the peak): stacked at the top right it covered the newest RSS samples.
+        self.memory_plot = _plot("Memory", "MiB", legend_offset=(8, 4))
+        self.memory_plot.getPlotItem().legend.setColumnCount(4)
         self.memory_plot.setToolTip(
             "Orange bands: a model loading (+name size); grey: unloading (−name size).\n"
             "Dashed red: the memory budget."
@@ -304,6 +307,12 @@ class PlotsPanel(QSplitter):
             highest = max([highest] + [p[1] for p in self.ttft])
             if highest > 0:
                 self.steps_plot.setYRange(0, highest * 1.5, padding=0)  # headroom for the legend
+            xs = [p[0] for points in self.steps.values() for p in points] + [p[0] for p in self.ttft]
+            if xs:  # auto-range around one point spans -5..10: keep a step either side, never below 0
+                pad = max(1.0, 0.05 * (max(xs) - min(xs)))
+                self.steps_plot.setXRange(max(0.0, min(xs) - pad), max(xs) + pad, padding=0)
+            legend = self.steps_plot.getPlotItem().legend
+            legend.setVisible(bool(legend.items))  # an empty legend is a bare square
         if "timeline" in self._dirty:
             self._draw_timeline()
         self._dirty.clear()
