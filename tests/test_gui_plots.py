@@ -74,6 +74,7 @@ def test_the_memory_legend_covers_no_data(qtbot) -> None:
     x, y = plots.curve_rss.getData()
     points = [item.getViewBox().mapViewToScene(pg.Point(a, b)) for a, b in zip(x, y, strict=True)]
     assert points and not any(legend.contains(p) for p in points)
+    assert not legend.intersects(item.getViewBox().sceneBoundingRect())  # beside the plot area
     budget = item.getViewBox().mapViewToScene(pg.Point(x[-1], plots.budget[-1]))
     assert not legend.contains(budget)
 
