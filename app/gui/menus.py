@@ -85,7 +85,9 @@ class MenusMixin:
         """(keys, what) for every action with a shortcut, read from the actions themselves, then GESTURES."""
         rows: list[tuple[str, str]] = []
         seen: set[int] = set()
-        for action in [*self.actions(), *self.view.actions(), *self.findChildren(QAction)]:
+        in_menus = [a for menu in self.menuBar().actions() if menu.menu() for a in menu.menu().actions()]
+        # Menu order first (File, Edit, View, Run, Help), then any action that is in no menu.
+        for action in [*in_menus, *self.actions(), *self.view.actions(), *self.findChildren(QAction)]:
             keys = [k.toString(QKeySequence.SequenceFormat.NativeText) for k in action.shortcuts()]
             keys = [k for k in keys if k and k not in LEGACY_KEYS]
             if not keys or id(action) in seen:
