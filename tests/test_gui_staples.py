@@ -185,3 +185,20 @@ def test_the_bypassed_badge_reads_on_its_purple_header(window: MainWindow) -> No
     background = _over(node_item.BADGE_BACKGROUND, QColor(theme.BYPASS))
     lighter, darker = sorted((_luminance(color), _luminance(background)), reverse=True)
     assert (lighter + 0.05) / (darker + 0.05) >= 4.5
+
+
+def test_the_find_bar_is_typed_into_and_steps_with_enter(qtbot, window: MainWindow) -> None:
+    window.view.setFocus()
+    qtbot.keyClick(window.view, Qt.Key.Key_F, Qt.KeyboardModifier.ControlModifier)
+    bar = window.find_bar
+    assert bar.isVisible() and bar.field.hasFocus()  # non-modal: the canvas stays usable
+    qtbot.keyClicks(bar.field, "number")
+    assert window.scene.node_items["three"].isSelected() and bar.count.text() == "1 of 2"
+    qtbot.keyClick(bar.field, Qt.Key.Key_Return)
+    assert window.scene.node_items["four"].isSelected() and bar.count.text() == "2 of 2"
+    qtbot.keyClick(bar.field, Qt.Key.Key_Return, Qt.KeyboardModifier.ShiftModifier)
+    assert window.scene.node_items["three"].isSelected() and bar.count.text() == "1 of 2"
+    qtbot.keyClicks(bar.field, "zzz")
+    assert bar.count.text() == "no match"
+    qtbot.keyClick(bar.field, Qt.Key.Key_Escape)
+    assert not bar.isVisible()

@@ -214,6 +214,11 @@ class MenusMixin:
                 "Find &Next", lambda: self.find_next(), "F3", tip="The next node matching the search"
             )
         )
+        edit.addAction(
+            self._action(
+                "Find &Previous", lambda: self.find_next(-1), "Shift+F3", tip="The previous node matching"
+            )
+        )
 
         view = bar.addMenu("&View")
         self.fit_action = self._action("&Fit Graph", lambda: self.view.fit(), "F", canvas_only=True)
