@@ -69,7 +69,7 @@ def test_the_memory_legend_covers_no_data(qtbot) -> None:
     plots.add_records([s for i in range(20) for s in samples(i, i + 0.5, 200 + 40 * i)])
     plots.redraw()
     item = plots.memory_plot.getPlotItem()
-    qtbot.waitUntil(lambda: item.legend.pos().x() > 0)  # placed by the plot's layout, in an event loop turn
+    item.layout.activate()  # the plot's layout places the legend (the event loop does it in the app)
     item.getViewBox().updateMatrix()
     legend = item.legend.mapRectToScene(item.legend.boundingRect())
     x, y = plots.curve_rss.getData()
