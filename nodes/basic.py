@@ -105,6 +105,7 @@ def _run_preview_image(ctx: NodeContext, image: Any) -> dict[str, Any]:
 NODES: tuple[NodeSpec, ...] = (
     NodeSpec(
         type="Text",
+        tags=("PrimitiveStringMultiline", "PrimitiveString"),
         title="Text",
         category="primitives",
         run=_run_text,
@@ -114,6 +115,7 @@ NODES: tuple[NodeSpec, ...] = (
     ),
     NodeSpec(
         type="Int",
+        tags=("PrimitiveInt",),
         title="Integer",
         category="primitives",
         run=_run_int,
@@ -123,6 +125,7 @@ NODES: tuple[NodeSpec, ...] = (
     ),
     NodeSpec(
         type="Float",
+        tags=("PrimitiveFloat",),
         title="Float",
         category="primitives",
         run=_run_float,
@@ -132,6 +135,7 @@ NODES: tuple[NodeSpec, ...] = (
     ),
     NodeSpec(
         type="Bool",
+        tags=("PrimitiveBoolean",),
         title="Boolean",
         category="primitives",
         run=_run_bool,
@@ -218,6 +222,7 @@ NODES: tuple[NodeSpec, ...] = (
     ),
     NodeSpec(
         type="LoadImage",
+        tags=("img2img",),
         title="Load Image",
         category="image",
         run=_run_load_image,

@@ -72,7 +72,7 @@ NODES: tuple[NodeSpec, ...] = (
         outputs=[Output("controlnet", CONTROL_NET)],
         run=_run_load_controlnet,
         description="A ControlNet for SD 1.x / SDXL, loaded lazily and placed by the memory manager.",
-        tags=("controlnet", "control", "canny"),
+        tags=("controlnet", "control", "canny", "ControlNetLoader"),
     ),
     NodeSpec(
         type="ApplyControlNet",
@@ -92,6 +92,6 @@ NODES: tuple[NodeSpec, ...] = (
         outputs=[Output("positive", CONDITIONING), Output("negative", CONDITIONING)],
         run=_run_apply_controlnet,
         description="Steer the sampler with a control picture (edges, line art...); stack several.",
-        tags=("controlnet", "control"),
+        tags=("controlnet", "control", "ControlNetApply", "ControlNetApplyAdvanced"),
     ),
 )

@@ -165,6 +165,7 @@ _SIZE_HELP = "pixels; 0: the connected model's native size"
 NODES: tuple[NodeSpec, ...] = (
     NodeSpec(
         type="LoadDiffusionModel",
+        tags=("CheckpointLoaderSimple", "checkpoint"),
         title="Load Diffusion Model",
         category="diffusion/loaders",
         description="A diffusers folder (SD1.x/2.x, SDXL, PixArt-Sigma, SD3, Flux) or a single-file SD1.x/SDXL "
@@ -194,6 +195,7 @@ NODES: tuple[NodeSpec, ...] = (
     *SPLIT_NODES,  # LoadDenoiser, LoadTextEncoder, LoadVAE (nodes/split_loaders.py)
     NodeSpec(
         type="TextEncode",
+        tags=("CLIPTextEncode", "CLIPTextEncodeFlux"),
         title="Text Encode",
         category="diffusion",
         inputs=[Input("text_encoder", TEXT_ENCODER)],
@@ -220,6 +222,7 @@ NODES: tuple[NodeSpec, ...] = (
     ),
     NodeSpec(
         type="EmptyLatent",
+        tags=("EmptyLatentImage", "EmptySD3LatentImage"),
         title="Empty Latent",
         category="diffusion/latent",
         inputs=[Input("denoiser", DENOISER, optional=True), Input("vae", VAE, optional=True)],
@@ -233,6 +236,7 @@ NODES: tuple[NodeSpec, ...] = (
     ),
     NodeSpec(
         type="Sampler",
+        tags=("KSampler",),
         title="Sampler",
         category="diffusion",
         inputs=[
@@ -301,6 +305,7 @@ NODES: tuple[NodeSpec, ...] = (
     ),
     NodeSpec(
         type="VAEEncode",
+        tags=("img2img",),
         title="VAE Encode",
         category="diffusion/latent",
         inputs=[Input("vae", VAE), Input("image", IMAGE)],

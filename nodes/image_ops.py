@@ -173,7 +173,7 @@ NODES: tuple[NodeSpec, ...] = (
         outputs=[Output("upscale_model", UPSCALE_MODEL)],
         run=_run_load_upscale_model,
         description="An ESRGAN-family upscaler (read by spandrel: pip install 'nodeloom[upscale]').",
-        tags=("upscale", "esrgan", "realesrgan"),
+        tags=("upscale", "esrgan", "realesrgan", "UpscaleModelLoader"),
     ),
     NodeSpec(
         type="UpscaleImage",
@@ -195,7 +195,7 @@ NODES: tuple[NodeSpec, ...] = (
         outputs=[Output("image", IMAGE)],
         run=_run_upscale_image,
         description="Upscale with a model, in overlapping tiles that shrink when memory runs out.",
-        tags=("upscale", "esrgan"),
+        tags=("upscale", "esrgan", "ImageUpscaleWithModel"),
     ),
     NodeSpec(
         type="ImageInvert",
@@ -300,7 +300,7 @@ NODES: tuple[NodeSpec, ...] = (
         ],
         run=_run_inpaint_conditioning,
         description="For inpainting models (9-channel UNets): the picture, the mask and the masked picture.",
-        tags=("inpaint", "inpainting", "mask"),
+        tags=("inpaint", "inpainting", "mask", "InpaintModelConditioning"),
     ),
     NodeSpec(
         type="VAEDecodeTiled",

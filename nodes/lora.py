@@ -70,6 +70,7 @@ _STRENGTH_HELP = "how much of the LoRA to add: 1 as trained, 0 none, negative su
 NODES: tuple[NodeSpec, ...] = (
     NodeSpec(
         type="LoadLoRA",
+        tags=("LoraLoader", "LoraLoaderModelOnly"),
         title="Load LoRA",
         category="diffusion/loaders",
         description="A LoRA (kohya/A1111, diffusers/PEFT, LyCORIS LoCon/LoHa, Flux/SD3 layouts) applied to "
@@ -93,6 +94,7 @@ NODES: tuple[NodeSpec, ...] = (
     ),
     NodeSpec(
         type="ClipSkip",
+        tags=("CLIPSetLastLayer",),
         title="CLIP Skip (Set Last Layer)",
         category="diffusion/loaders",
         description="Which CLIP layer the prompt's embeddings come from, as ComfyUI's CLIPSetLastLayer: -1 the "

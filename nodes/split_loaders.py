@@ -102,6 +102,7 @@ def _run_load_vae(ctx: NodeContext, path: str, family: str, dtype: str, config_d
 SPLIT_NODES: tuple[NodeSpec, ...] = (
     NodeSpec(
         type="LoadDenoiser",
+        tags=("UNETLoader",),
         title="Load UNet / DiT File",
         category="diffusion/loaders",
         description="A transformer-only or UNet-only file (.safetensors in diffusers or the release's layout, "
@@ -120,6 +121,7 @@ SPLIT_NODES: tuple[NodeSpec, ...] = (
     ),
     NodeSpec(
         type="LoadTextEncoder",
+        tags=("CLIPLoader", "DualCLIPLoader", "TripleCLIPLoader"),
         title="Load Text Encoder Files",
         category="diffusion/loaders",
         description="One to three text encoder files (CLIP-L, CLIP-G, T5-XXL) for sd1, sdxl, sd3 or flux.",
@@ -150,6 +152,7 @@ SPLIT_NODES: tuple[NodeSpec, ...] = (
     ),
     NodeSpec(
         type="LoadVAE",
+        tags=("VAELoader",),
         title="Load VAE File",
         category="diffusion/loaders",
         description="A separate VAE .safetensors (ae.safetensors, vae-ft-mse-840000-ema-pruned, a diffusers file).",

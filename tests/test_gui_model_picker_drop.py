@@ -61,7 +61,13 @@ def test_the_loader_field_lists_the_library_and_filters_as_you_type(
     assert completer is not None
     names = [c.name for c in completer.choices]
     # Checkpoints and the built-in model; not the LoRA, the VAE or the text file.
-    assert names == ["builtin:shapes-sd", "realisticVision.safetensors", "sd15/DreamShaper_8.safetensors"]
+    demos = ["demo:tiny-sd", "demo:tiny-sdxl", "demo:tiny-pixart", "demo:tiny-sd3", "demo:tiny-flux"]
+    assert names == [
+        "builtin:shapes-sd",
+        *demos,  # the shipped workflows use them
+        "realisticVision.safetensors",
+        "sd15/DreamShaper_8.safetensors",
+    ]
     field.editor.clear()
     field.editor.setFocus()
     qtbot.keyClicks(field.editor, "dream")  # any case, anywhere in the name
@@ -167,3 +173,32 @@ def test_a_run_resolves_library_names_as_app_run_does(window: MainWindow, models
     assert not window.run_workflow()
     (problem,) = started[1]
     assert (problem.node, problem.field) == ("load", "path") and str(models) in problem.reason
+
+
+def test_the_picker_is_wide_enough_for_its_names_and_shows_their_folder(qtbot, window: MainWindow) -> None:
+    from app.gui.model_picker import DETAIL_ROLE
+
+    window.scene.clearSelection()
+    window.scene.node_items["load"].setSelected(True)
+    field = window.inspector.editors["path"]
+    completer = field.picker
+    field.editor.clear()
+    field.editor.setFocus()
+    qtbot.keyClicks(field.editor, "dream")
+    popup = completer.popup()
+    assert popup.isVisible()
+    name = "sd15/DreamShaper_8.safetensors"
+    index = completer.completionModel().index(0, 0)
+    assert index.data() == name and index.data(DETAIL_ROLE) == "checkpoints"
+    needed = popup.fontMetrics().horizontalAdvance(name) + popup.fontMetrics().horizontalAdvance(
+        "checkpoints"
+    )
+    assert popup.width() > needed > field.editor.width()  # the field alone would cut the name
+    assert popup.width() >= completer.popup_width()
+
+
+def test_the_demo_names_are_the_demo_models(qtbot) -> None:
+    from app.gui.model_picker import DEMO_NAMES
+    from pipelines.diffusion.demo_models import DEMO_MODELS
+
+    assert set(DEMO_NAMES) == set(DEMO_MODELS)

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pyqtgraph as pg
+
 from app.gui.plots import RUNS_SHOWN, PlotsPanel
 from app.gui.settings import SettingsDialog
-from memory.telemetry import Sample
+from memory.telemetry import Sample, StepEvent
 from tests.gui_support import make_window
 
 MIB = 1024 * 1024
@@ -54,3 +56,38 @@ def test_the_memory_axis_follows_the_last_runs(qtbot) -> None:
     # A run starts where the previous one left off (t=219.5 for the fourth run): earlier runs are off the left.
     assert left > 200
     assert right >= (RUNS_SHOWN + 2) * 100 + 19
+
+
+def test_the_memory_legend_covers_no_data(qtbot) -> None:
+    plots = PlotsPanel()
+    qtbot.addWidget(plots)
+    plots.resize(600, 200)  # the dock's usual height: the stacked legend reached the curve
+    plots.show()
+    qtbot.waitExposed(plots)
+    plots.new_run()
+    # RSS climbing to its peak at the newest sample: where the legend used to sit (top right).
+    plots.add_records([s for i in range(20) for s in samples(i, i + 0.5, 200 + 40 * i)])
+    plots.redraw()
+    item = plots.memory_plot.getPlotItem()
+    item.layout.activate()  # the plot's layout places the legend (the event loop does it in the app)
+    item.getViewBox().updateMatrix()
+    legend = item.legend.mapRectToScene(item.legend.boundingRect())
+    x, y = plots.curve_rss.getData()
+    points = [item.getViewBox().mapViewToScene(pg.Point(a, b)) for a, b in zip(x, y, strict=True)]
+    assert points and not any(legend.contains(p) for p in points)
+    assert not legend.adjusted(1, 0, 0, 0).intersects(item.getViewBox().sceneBoundingRect())  # beside it
+    budget = item.getViewBox().mapViewToScene(pg.Point(x[-1], plots.budget[-1]))
+    assert not legend.contains(budget)
+
+
+def test_the_steps_panel_with_nothing_or_one_step(qtbot) -> None:
+    plots = PlotsPanel()
+    qtbot.addWidget(plots)
+    plots.redraw()
+    assert not plots.steps_plot.getPlotItem().legend.isVisible()  # no empty legend square
+    plots.new_run()
+    plots.add_records([StepEvent("sampler", "sampler_step", 1, 1, 0.25)])
+    plots.redraw()
+    assert plots.steps_plot.getPlotItem().legend.isVisible()
+    (left, right), _ = plots.steps_plot.getPlotItem().viewRange()
+    assert 0 <= left < 1 < right <= 3  # around the one step, not -5..10

@@ -7,7 +7,10 @@ from pathlib import Path
 
 import pytest
 from PySide6.QtCore import Qt
+from PySide6.QtGui import QColor
+from PySide6.QtWidgets import QWidget
 
+from app.gui import node_item, theme
 from app.gui.history import read_history
 from app.gui.main_window import MainWindow
 from nodes.workflow import workflow_from_dict
@@ -128,3 +131,74 @@ def test_a_headless_run_honours_the_modes_saved_by_the_editor(tmp_path: Path) ->
 def _write(path: Path, data: dict) -> Path:
     path.write_text(json.dumps(data))
     return path
+
+
+def test_find_again_cycles_through_every_match(qtbot, window: MainWindow) -> None:
+    # "three" and "four" are both Numbers: the same search reaches the second one, then wraps.
+    assert window.find_in_graph("number") == "three"
+    assert window.find_in_graph("number") == "four"
+    assert "2 of 2" in window.statusBar().currentMessage()
+    window.view.setFocus()
+    qtbot.keyClick(window.view, Qt.Key.Key_F3)  # Find Next
+    assert window.scene.node_items["three"].isSelected()
+    assert "1 of 2" in window.statusBar().currentMessage()
+
+
+def test_rename_with_nothing_selected_says_what_to_do(qtbot, window: MainWindow) -> None:
+    window.scene.clearSelection()
+    window.view.setFocus()
+    qtbot.keyClick(window.view, Qt.Key.Key_F2)
+    assert window.statusBar().currentMessage() == "Select a node to rename"
+
+
+def test_the_toolbar_undo_label_stays_short(window: MainWindow) -> None:
+    run_button = window.findChild(QWidget, "runButton")
+    x_before = run_button.x()
+    window.rename_node("add", "A much longer title that makes a long undo text")
+    assert window.tool_undo_action.text() == "Undo"
+    assert window.tool_undo_action.isEnabled()
+    assert "Rename add" in window.tool_undo_action.toolTip()
+    assert run_button.x() == x_before  # Run does not move as the undo text changes
+    window.tool_undo_action.trigger()
+    assert window.scene.node_items["add"].title() != "A much longer title that makes a long undo text"
+
+
+def _luminance(color: QColor) -> float:
+    def channel(c: float) -> float:
+        return c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4
+
+    return 0.2126 * channel(color.redF()) + 0.7152 * channel(color.greenF()) + 0.0722 * channel(color.blueF())
+
+
+def _over(top: QColor, below: QColor) -> QColor:
+    a = top.alphaF()
+    mix = [a * t + (1 - a) * b for t, b in zip(top.getRgbF()[:3], below.getRgbF()[:3], strict=True)]
+    return QColor.fromRgbF(*mix)
+
+
+def test_the_bypassed_badge_reads_on_its_purple_header(window: MainWindow) -> None:
+    window.toggle_mode("bypass", ["add"])
+    item = window.scene.node_items["add"]
+    text, color = item.badge()
+    assert text == "bypassed"
+    # Drawn on its dark pill over the purple veil: WCAG contrast at least 4.5 (normal text).
+    background = _over(node_item.BADGE_BACKGROUND, QColor(theme.BYPASS))
+    lighter, darker = sorted((_luminance(color), _luminance(background)), reverse=True)
+    assert (lighter + 0.05) / (darker + 0.05) >= 4.5
+
+
+def test_the_find_bar_is_typed_into_and_steps_with_enter(qtbot, window: MainWindow) -> None:
+    window.view.setFocus()
+    qtbot.keyClick(window.view, Qt.Key.Key_F, Qt.KeyboardModifier.ControlModifier)
+    bar = window.find_bar
+    assert bar.isVisible() and bar.field.hasFocus()  # non-modal: the canvas stays usable
+    qtbot.keyClicks(bar.field, "number")
+    assert window.scene.node_items["three"].isSelected() and bar.count.text() == "1 of 2"
+    qtbot.keyClick(bar.field, Qt.Key.Key_Return)
+    assert window.scene.node_items["four"].isSelected() and bar.count.text() == "2 of 2"
+    qtbot.keyClick(bar.field, Qt.Key.Key_Return, Qt.KeyboardModifier.ShiftModifier)
+    assert window.scene.node_items["three"].isSelected() and bar.count.text() == "1 of 2"
+    qtbot.keyClicks(bar.field, "zzz")
+    assert bar.count.text() == "no match"
+    qtbot.keyClick(bar.field, Qt.Key.Key_Escape)
+    assert not bar.isVisible()

@@ -310,9 +310,9 @@ class MainWindow(
                 )
 
     def show_shortcuts(self) -> None:
-        from PySide6.QtWidgets import QMessageBox
-
-        QMessageBox.information(self, "Keyboard shortcuts", SHORTCUTS)
+        """F1: a table built from the actions themselves (app/gui/menus.py), so it never misses one."""
+        self.shortcuts_dialog = self._shortcuts_dialog()
+        self.shortcuts_dialog.show()
 
     # -- closing ----------------------------------------------------------------------------------
 
@@ -330,15 +330,3 @@ class MainWindow(
         self.settings.q.setValue("window/geometry", self.saveGeometry())
         self.settings.q.setValue("window/state", self.saveState())
         event.accept()
-
-
-SHORTCUTS = """Tab / Shift+A / double-click canvas — add a node (fuzzy search)
-Drag from a port — connect; drag from a connected input — move or remove the wire
-Del / Backspace — delete selection      Ctrl+C / Ctrl+X / Ctrl+V — copy / cut / paste
-Ctrl+D — duplicate      Ctrl+G — group selection      Ctrl+A — select all
-Ctrl+B — bypass      Ctrl+M — mute (nodes or a group)      F2 — rename      Ctrl+F — find in graph
-Alt+C or double-click a title — collapse / expand      double-click a wire — add a reroute dot
-Ctrl+Z / Ctrl+Shift+Z (Ctrl+Y) — undo / redo
-Wheel — zoom      middle drag or Space+drag — pan      F — fit graph
-Ctrl+Enter — run (while running: queue another)      Esc — cancel the run
-Ctrl+N / Ctrl+O / Ctrl+S / Ctrl+Shift+S — new / open / save / save as"""

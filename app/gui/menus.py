@@ -9,14 +9,37 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import shiboken6
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction, QKeySequence
-from PySide6.QtWidgets import QMenu, QToolButton
+from PySide6.QtWidgets import (
+    QDialog,
+    QHeaderView,
+    QMenu,
+    QTableWidget,
+    QTableWidgetItem,
+    QToolButton,
+    QVBoxLayout,
+)
 
 from app.gui import sweep_panel
 
 if TYPE_CHECKING:
     from app.gui.main_window import MainWindow
+
+
+# What no QAction carries (mouse gestures, keys the canvas handles itself); F1 lists them after the actions.
+GESTURES = [
+    ("Tab / double-click canvas", "Add a node (search by name, tag or ComfyUI class)"),
+    ("Drag from a port", "Connect; from a connected input: move or remove the wire"),
+    ("Double-click a title", "Collapse / expand the node"),
+    ("Double-click a wire", "Add a reroute dot"),
+    ("Wheel", "Zoom"),
+    ("Middle drag / Space+drag", "Pan"),
+]
+
+# Alternates Qt's standard Undo/Redo bindings carry (old Windows keys, the keyboard's own Undo key): noise in F1.
+LEGACY_KEYS = {"Alt+Backspace", "Alt+Shift+Backspace", "Undo", "Redo"}
 
 
 class MenusMixin:
@@ -41,6 +64,61 @@ class MenusMixin:
         hint = f" ({action.shortcut().toString(QKeySequence.SequenceFormat.NativeText)})" if shortcut else ""
         action.setToolTip((tip or text.replace("&", "").rstrip("…")) + hint)
         return action
+
+    def _toolbar_twin(self: MainWindow, label: str, slot: object, menu_action: QAction) -> QAction:
+        """A toolbar action with a fixed `label` that follows `menu_action`'s enabled state and text."""
+        twin = QAction(label, self)
+        twin.triggered.connect(slot)  # type: ignore[arg-type]
+        keys = menu_action.shortcut().toString(QKeySequence.SequenceFormat.NativeText)
+
+        def follow() -> None:
+            if not (shiboken6.isValid(twin) and shiboken6.isValid(menu_action)):  # window being destroyed
+                return
+            twin.setEnabled(menu_action.isEnabled())
+            twin.setToolTip(f"{menu_action.text().replace('&', '')} ({keys})")
+
+        menu_action.changed.connect(follow)
+        follow()
+        return twin
+
+    def shortcut_rows(self: MainWindow) -> list[tuple[str, str]]:
+        """(keys, what) for every action with a shortcut, read from the actions themselves, then GESTURES."""
+        rows: list[tuple[str, str]] = []
+        seen: set[int] = set()
+        in_menus = [a for menu in self.menuBar().actions() if menu.menu() for a in menu.menu().actions()]
+        # Menu order first (File, Edit, View, Run, Help), then any action that is in no menu.
+        for action in [*in_menus, *self.actions(), *self.view.actions(), *self.findChildren(QAction)]:
+            keys = [k.toString(QKeySequence.SequenceFormat.NativeText) for k in action.shortcuts()]
+            keys = [k for k in keys if k and k not in LEGACY_KEYS]
+            if not keys or id(action) in seen:
+                continue
+            seen.add(id(action))
+            what = action.text().replace("&", "").rstrip("….").lstrip("▶■ ").strip()
+            if action in (self.undo_action, self.redo_action):  # their text names the next step
+                what = "Undo" if action is self.undo_action else "Redo"
+            rows.append((" / ".join(dict.fromkeys(keys)), what))
+        return [*rows, *GESTURES]
+
+    def _shortcuts_dialog(self: MainWindow) -> QDialog:
+        """A two-column table (keys | action), non-modal so it can stay open beside the canvas."""
+        rows = self.shortcut_rows()
+        dialog = QDialog(self)
+        dialog.setWindowTitle("Keyboard shortcuts")
+        table = QTableWidget(len(rows), 2, dialog)
+        table.setObjectName("shortcutsTable")
+        table.setHorizontalHeaderLabels(["Keys", "Action"])
+        table.verticalHeader().setVisible(False)
+        table.verticalHeader().setDefaultSectionSize(22)
+        table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+        for row, (keys, what) in enumerate(rows):
+            table.setItem(row, 0, QTableWidgetItem(keys))
+            table.setItem(row, 1, QTableWidgetItem(what))
+        table.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.ResizeToContents)
+        table.horizontalHeader().setStretchLastSection(True)
+        layout = QVBoxLayout(dialog)
+        layout.addWidget(table)
+        dialog.resize(620, min(900, 60 + 22 * len(rows)))
+        return dialog
 
     def _build_actions(self: MainWindow) -> None:
         S = QKeySequence.StandardKey
@@ -131,6 +209,16 @@ class MenusMixin:
         )
         edit.addAction(self._action("Re&name Node…", lambda: self.rename_node(), "F2", canvas_only=True))
         edit.addAction(self._action("&Find in Graph…", lambda: self.find_in_graph(), "Ctrl+F"))
+        edit.addAction(
+            self._action(
+                "Find &Next", lambda: self.find_next(), "F3", tip="The next node matching the search"
+            )
+        )
+        edit.addAction(
+            self._action(
+                "Find &Previous", lambda: self.find_next(-1), "Shift+F3", tip="The previous node matching"
+            )
+        )
 
         view = bar.addMenu("&View")
         self.fit_action = self._action("&Fit Graph", lambda: self.view.fit(), "F", canvas_only=True)
@@ -177,8 +265,12 @@ class MenusMixin:
         for action in (self.new_action, self.open_action, self.save_action):
             tools.addAction(action)
         tools.addSeparator()
-        tools.addAction(self.undo_action)
-        tools.addAction(self.redo_action)
+        # Fixed labels on the toolbar (the Edit menu's items name the step): a label that grows with
+        # "Undo Connect vaedecode → save_image.image" pushes Run sideways; the detail is in the tooltip.
+        self.tool_undo_action = self._toolbar_twin("Undo", self.undo_stack.undo, self.undo_action)
+        self.tool_redo_action = self._toolbar_twin("Redo", self.undo_stack.redo, self.redo_action)
+        tools.addAction(self.tool_undo_action)
+        tools.addAction(self.tool_redo_action)
         tools.addSeparator()
         tools.addAction(self.fit_action)
         tools.addAction(self.settings_action)

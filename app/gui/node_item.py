@@ -29,6 +29,8 @@ ROW = 22.0
 PAD = 8.0
 ARROW = 20.0  # the collapse arrow at the left of the title bar
 MIN_COLLAPSED = 110.0
+# Behind the header badge, so its colour reads on any header colour (a bypassed node's is purple).
+BADGE_BACKGROUND = QColor(16, 16, 20, 220)
 
 
 @dataclass
@@ -173,10 +175,15 @@ class NodeItem(QGraphicsItem):
             lines.append("Result reused from the cache")
         self.setToolTip("<br>".join(lines))
 
+    def badge(self) -> tuple[str, QColor]:
+        """The header badge's text and colour (drawn on BADGE_BACKGROUND)."""
+        text, color = self._badge()
+        return text, color.lighter(130) if self.mode() != "bypass" else color
+
     def _badge(self) -> tuple[str, QColor]:
         s = self.state
         if self.mode() == "bypass":
-            return "bypassed", QColor(theme.BYPASS)
+            return "bypassed", QColor(theme.BYPASS).lighter(160)
         if self.mode() == "mute":
             return "muted", QColor(theme.TEXT_DIM)
         if s.status == "running":
@@ -217,19 +224,21 @@ class NodeItem(QGraphicsItem):
         painter.restore()
         self._paint_arrow(painter)
         # Title and badge.
-        badge, badge_color = self._badge()
+        badge, badge_color = self.badge()
         painter.setFont(self._small)
         # A long progress badge ("loading text_encoder_2 0.6/1.6 GiB") leaves the title room: it loses its
         # start, not the figures (the status bar has it whole).
         badge = QFontMetrics(self._small).elidedText(badge, Qt.TextElideMode.ElideLeft, int(WIDTH * 0.58))
         badge_w = QFontMetrics(self._small).horizontalAdvance(badge) + 10 if badge else 0
         if badge:
-            painter.setPen(badge_color.lighter(130))
-            painter.drawText(
-                QRectF(self.width - badge_w - 6, 0, badge_w, HEADER - 2),
-                Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter,
-                badge,
-            )
+            # A dark pill behind the badge: its colour is readable on every header (purple on a bypassed
+            # node's purple header was not).
+            box = QRectF(self.width - badge_w - 6, 4, badge_w, HEADER - 10)
+            pill = QPainterPath()
+            pill.addRoundedRect(box.adjusted(0, 0, 2, 0), 4, 4)
+            painter.fillPath(pill, BADGE_BACKGROUND)
+            painter.setPen(badge_color)
+            painter.drawText(box, Qt.AlignmentFlag.AlignCenter, badge)
         painter.setPen(QColor(theme.TEXT))
         title = self.title()
         room = int(self.width - badge_w - ARROW - 8)

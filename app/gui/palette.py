@@ -1,9 +1,10 @@
 """The node palette: a popup with fuzzy search over every registered node type.
 
-Lives here: `fuzzy_score`, `USER_WORDS`, `NodePalette`. Imports Qt, `nodes.registry`. Tab or a double-click
+Lives here: `STRONG`, `fuzzy_score`, `USER_WORDS`, `NodePalette`. Imports Qt, `nodes.registry`. Tab or a double-click
 on empty canvas opens it; Enter (or a click) inserts the highlighted node at the remembered position.
 Search covers titles, type names, categories, tags, the words users bring from other tools (checkpoint,
-ksampler, clip...) and descriptions.
+ksampler, clip...), ComfyUI class names (tags on the specs) and descriptions. Exact, prefix and word
+matches rank first; scattered-letter matches only show when nothing matches well.
 """
 
 from __future__ import annotations
@@ -17,26 +18,41 @@ from PySide6.QtWidgets import QFrame, QLabel, QLineEdit, QListWidget, QListWidge
 from nodes.registry import NodeRegistry
 from nodes.spec import NodeSpec
 
+# A match scoring at least this (exact, prefix, word start, substring, a known user word) is "good": when a
+# query has good matches, the weak ones (letters scattered through a title, a word in a description) go.
+STRONG = 100.0
+
 
 def fuzzy_score(query: str, text: str) -> float | None:
-    """None when `query`'s letters do not appear in order in `text`; higher is a better match."""
+    """None when `query`'s letters do not appear in order in `text`; higher is a better match: exact, then
+    prefix, then the start of a word, then any substring, then (weak, below STRONG) letters in order."""
     query, text = query.lower().strip(), text.lower()
     if not query:
         return 0.0
+    if query == text:
+        return 400.0
+    if text.startswith(query):
+        return 250.0 - 0.1 * len(text)
     if query in text:
-        return 100.0 - text.index(query) - 0.1 * len(text) + (50 if text.startswith(query) else 0)
-    score, pos, prev = 0.0, 0, -2
+        index = text.index(query)
+        at_word = any(text.startswith(query, i + 1) for i, ch in enumerate(text) if ch in " _-./")
+        return (180.0 if at_word else STRONG) - 0.5 * index - 0.1 * len(text)
+    score, pos, prev, letters = 0.0, 0, -2, 0
     for ch in query:
         if ch == " ":
             continue
         found = text.find(ch, pos)
         if found < 0:
             return None
+        letters += 1
         score += 3 if found == prev + 1 else 1
         if found == 0 or text[found - 1] in " _-.":
             score += 2
         prev, pos = found, found + 1
-    return score - 0.05 * len(text)
+    # Letters scattered one by one ("note" in "Load Text Encoder Files") are noise, not a match.
+    if score < 2 * letters:
+        return None
+    return min(score - 0.05 * len(text), STRONG - 1)
 
 
 # The names people arrive with (ComfyUI, A1111, tutorials) -> our node types. Other helpers' node types are
@@ -67,6 +83,9 @@ USER_WORDS: dict[str, tuple[str, ...]] = {
     "llm": ("LoadLLM", "LLMGenerate"),
     "chat": ("LLMGenerate",),
     "primitive": ("Int", "Float", "Text", "Bool", "Seed"),
+    "img2img": ("LoadImage", "VAEEncode"),
+    "image to image": ("LoadImage", "VAEEncode"),
+    "inpaint": ("InpaintConditioning", "SetLatentNoiseMask"),
 }
 
 
@@ -78,8 +97,9 @@ def user_word_score(query: str, spec: NodeSpec) -> float | None:
     best = None
     for word, types in USER_WORDS.items():
         if spec.type in types and word.startswith(q):
-            # Earlier in the list is the more usual meaning ("save" is mostly Save Image).
-            score = 160.0 - types.index(spec.type) * 5 - (len(word) - len(q)) * 0.5
+            # Earlier in the list is the more usual meaning; the whole word outranks a title that merely starts with it ("save" is mostly Save Image).
+            base = 260.0 if word == q else 160.0
+            score = base - types.index(spec.type) * 5 - (len(word) - len(q)) * 0.5
             best = score if best is None else max(best, score)
     return best
 
@@ -147,7 +167,8 @@ class NodePalette(QFrame):
         for spec in self.registry:
             if self.accepts is not None and not self.accepts(spec):
                 continue
-            texts = [spec.title, spec.type, f"{spec.category} {spec.title}", " ".join(spec.tags)]
+            # Each tag alone, so a ComfyUI class name (a tag) is an exact match.
+            texts = [spec.title, spec.type, f"{spec.category} {spec.title}", *spec.tags]
             scores = [fuzzy_score(query, t) for t in texts]
             scores += [user_word_score(query, spec), description_score(query, spec)]
             best = max((s for s in scores if s is not None), default=None)
@@ -155,6 +176,8 @@ class NodePalette(QFrame):
                 scored.append((best, spec))
         if not query.strip():
             return sorted((s for _, s in scored), key=lambda s: (s.category, s.title))
+        if any(score >= STRONG for score, _ in scored):
+            scored = [(score, spec) for score, spec in scored if score >= STRONG]
         return [s for _, s in sorted(scored, key=lambda p: (-p[0], p[1].title))]
 
     def set_query(self, query: str) -> None:

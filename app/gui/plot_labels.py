@@ -31,7 +31,7 @@ def layout_labels(plot: Any, texts: dict[Any, str]) -> None:
     view.updateMatrix()  # a range set this redraw is otherwise applied only at the next paint
     box = view.sceneBoundingRect()
     legend = plot.legend
-    # The legend sits in the top right corner: a label must not run under it either.
+    # A legend inside the plot (the memory plot keeps its own outside): a label must not run under it.
     placed: list[Any] = [legend.mapRectToScene(legend.boundingRect())] if legend.isVisible() else []
     shown: dict[Any, Any] = {}  # line -> where its label is
     last_shown: Any = None

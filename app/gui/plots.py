@@ -16,7 +16,7 @@ from typing import Any
 
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer
-from PySide6.QtWidgets import QSplitter, QTabWidget, QWidget
+from PySide6.QtWidgets import QSizePolicy, QSplitter, QTabWidget, QWidget
 
 from app.gui import theme
 from app.gui.plot_labels import LABEL_SPOTS, layout_labels
@@ -48,13 +48,23 @@ class NodeSpan:
     unloads: list[tuple[float, float, str]] = field(default_factory=list)
 
 
-def _plot(title: str, left: str, legend_offset: tuple[int, int] = (-8, 6)) -> pg.PlotWidget:
+def _plot(
+    title: str, left: str, legend_offset: tuple[int, int] = (-8, 6), legend_outside: bool = False
+) -> pg.PlotWidget:
     widget = pg.PlotWidget(background=theme.CANVAS)
     widget.setTitle(title, color=theme.TEXT, size="10pt")
     widget.setLabel("left", left, color=theme.TEXT_DIM)
     widget.setLabel("bottom", "seconds", color=theme.TEXT_DIM)
     widget.showGrid(x=True, y=True, alpha=0.15)
-    widget.addLegend(offset=legend_offset, labelTextColor=theme.TEXT, brush=pg.mkBrush(30, 31, 34, 200))
+    style = {"labelTextColor": theme.TEXT, "brush": pg.mkBrush(30, 31, 34, 200)}
+    if legend_outside:  # a column right of the plot area; curves made with name= still join it
+        item = widget.getPlotItem()
+        item.legend = pg.LegendItem(**style)
+        # Its own size, not the plot's height: a stretched legend spreads its rows apart.
+        item.legend.setSizePolicy(QSizePolicy.Policy.Fixed, QSizePolicy.Policy.Fixed)
+        item.layout.addItem(item.legend, 2, 3, Qt.AlignmentFlag.AlignTop)
+    else:
+        widget.addLegend(offset=legend_offset, **style)
     widget.setMenuEnabled(False)
     for side in ("left", "bottom"):
         widget.getAxis(side).enableAutoSIPrefix(False)
@@ -88,7 +98,9 @@ class PlotsPanel(QSplitter):
         self._step_index = 0
         self._first_step: dict[str, int] = {}  # node id -> index of its first step (TTFT goes there)
 
-        self.memory_plot = _plot("Memory", "MiB")
+        # The legend sits right of the plot area, in the plot's own layout: inside it (top right) it covered
+        # the newest RSS samples and the load labels hanging from the top.
+        self.memory_plot = _plot("Memory", "MiB", legend_outside=True)
         self.memory_plot.setToolTip(
             "Orange bands: a model loading (+name size); grey: unloading (−name size).\n"
             "Dashed red: the memory budget."
@@ -304,6 +316,12 @@ class PlotsPanel(QSplitter):
             highest = max([highest] + [p[1] for p in self.ttft])
             if highest > 0:
                 self.steps_plot.setYRange(0, highest * 1.5, padding=0)  # headroom for the legend
+            xs = [p[0] for points in self.steps.values() for p in points] + [p[0] for p in self.ttft]
+            if xs:  # auto-range around one point spans -5..10: keep a step either side, never below 0
+                pad = max(1.0, 0.05 * (max(xs) - min(xs)))
+                self.steps_plot.setXRange(max(0.0, min(xs) - pad), max(xs) + pad, padding=0)
+            legend = self.steps_plot.getPlotItem().legend
+            legend.setVisible(bool(legend.items))  # an empty legend is a bare square
         if "timeline" in self._dirty:
             self._draw_timeline()
         self._dirty.clear()

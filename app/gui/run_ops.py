@@ -25,6 +25,7 @@ from nodes.events import (
     RunFinished,
     RunStarted,
     describe_progress,
+    progress_kind,
 )
 from nodes.model_names import resolve_model_names
 from nodes.modes import apply_node_modes
@@ -145,10 +146,18 @@ class RunOpsMixin:
             self._planned = list(event.node_ids)
             self.progress.setRange(0, max(1, len(event.node_ids)))
             self.progress.setValue(0)
+            self._text_brought_forward = False
         elif isinstance(event, NodeStarted):
             self.scene.set_run_state(event.node_id, NodeRunState("running"))
             self.status(f"Running {event.node_id}…")
         elif isinstance(event, NodeProgress):
+            kind = progress_kind(event.kind)
+            if kind.unit in ("bytes", "%") and event.total and event.step >= event.total:
+                # A finished load or conversion: the node works on with nothing left to count, and a frozen
+                # "loading vae 0.3/0.3 MiB · 0 B/s" would read as stuck.
+                self.scene.set_run_state(event.node_id, NodeRunState("running"))
+                self.status(f"{event.node_id}: {kind.verb} {event.label} done; running…")
+                return
             short, long = describe_progress(event)  # the same wording as `app --run` prints
             self.scene.set_run_state(
                 event.node_id, NodeRunState("running", event.step, event.total, message=short)
@@ -159,6 +168,7 @@ class RunOpsMixin:
             self._advance()
         elif isinstance(event, NodeFinished):
             self.scene.set_run_state(event.node_id, NodeRunState("done", seconds=event.seconds))
+            self.status(f"{event.node_id} finished in {event.seconds:.2f} s")
             for path in event.files:
                 self.output.add_file(event.node_id, path)
             if self.inspector.node_id == event.node_id:
@@ -184,8 +194,11 @@ class RunOpsMixin:
             self.output.show_preview(event.node_id, event.image, event.final)
         elif isinstance(event, NodeText):
             self.output.append_text(event.node_id, event.delta)
-            if not self.output.currentIndex() == 1 and event.delta:
+            # Once per run, so a user who turns to another tab while the text streams is left there.
+            if event.delta and not getattr(self, "_text_brought_forward", False):
+                self._text_brought_forward = True
                 self.output.setCurrentIndex(1)
+                self.output_dock.raise_()  # in front of the Outputs history tabbed with it
         elif isinstance(event, NodeLog):
             self.output.add_log(f"{event.node_id}: {event.message}")
         elif isinstance(event, RunFinished):

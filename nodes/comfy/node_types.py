@@ -114,6 +114,7 @@ _SIDE_HELP = "pixels; 0 keeps the aspect ratio from the other side"
 NODES: tuple[NodeSpec, ...] = (
     NodeSpec(
         type="ZeroConditioning",
+        tags=("ConditioningZeroOut",),
         title="Zero Conditioning",
         category="diffusion/conditioning",
         description="All-zero embeddings of the same shape (ComfyUI's ConditioningZeroOut; SD3's negative).",
@@ -123,6 +124,7 @@ NODES: tuple[NodeSpec, ...] = (
     ),
     NodeSpec(
         type="SamplerAdvanced",
+        tags=("KSamplerAdvanced",),
         title="Sampler (Advanced)",
         category="diffusion",
         description="Run steps [start_step, end_step) of a k-diffusion schedule (ComfyUI's KSamplerAdvanced): "
