@@ -34,3 +34,26 @@ def test_a_bypass_with_nothing_to_pass_on_names_the_bypassed_node(tmp_path: Path
 
     data["ui"]["nodes"]["decode"]["mode"] = "mute"  # what the message suggests: the run goes, without saving
     assert runnable(workflow_from_dict(data, registry), registry)[1] == []
+
+
+def test_the_editor_refuses_it_the_same_way_and_the_marks_go_with_the_next_edit(
+    qtbot, tmp_path: Path
+) -> None:
+    from nodes.registry import default_registry as registry_for_gui
+    from nodes.workflow import load_workflow
+    from tests import gui_support
+
+    registry = registry_for_gui(entry_point_packs=False)
+    window = gui_support.make_window(qtbot, tmp_path, registry)
+    window.set_workflow(load_workflow(TXT2IMG, registry), None)
+    shown: list = []
+    window.show_problems = lambda title, problems, text: shown.append(problems)  # type: ignore[method-assign]
+    window.scene.clearSelection()
+    window.scene.node_items["decode"].setSelected(True)
+    window.toggle_mode("bypass")
+    assert not window.run_workflow()
+    (problem,) = shown[0]
+    assert "which is bypassed" in problem.reason
+    assert window.scene.run_states["save"].status == "error"
+    window.toggle_mode("bypass")  # the user turns the bypass off: the old complaint is gone
+    assert window.scene.run_states.get("save") is None or window.scene.run_states["save"].status != "error"

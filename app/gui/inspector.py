@@ -159,7 +159,9 @@ class ParamEditor(QWidget):
             self._set = lambda v: combo.setCurrentIndex(max(0, combo.findData(v)))
         elif kind == "seed":
             line = QLineEdit()
-            line.setValidator(QRegularExpressionValidator(r"\d{0,19}"))
+            line.setValidator(QRegularExpressionValidator(r"\d{0,19}"))  # seeds are never negative
+            low, high = int(param.min or 0), int(param.max) if param.max is not None else 2**63 - 1
+            line.setToolTip(f"A whole number from {low} to {high} (digits only); Random picks one")
             line.editingFinished.connect(self._emit)
             # Plain text: an emoji die renders as an empty box where no emoji font is installed.
             dice = QPushButton("Random")

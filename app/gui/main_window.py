@@ -297,6 +297,7 @@ class MainWindow(
     def _undo_changed(self, *_args: object) -> None:
         if shiboken6.isValid(self.undo_stack):  # the stack emits while it is destroyed with the window
             self.update_title()
+            self.clear_stale_problem_marks()
 
     def open_settings(self) -> None:
         if SettingsDialog(self.settings, self).exec():

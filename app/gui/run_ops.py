@@ -28,8 +28,8 @@ from nodes.events import (
     progress_kind,
 )
 from nodes.model_names import resolve_model_names
-from nodes.modes import apply_node_modes
-from nodes.workflow import Problem, validate
+from nodes.modes import runnable
+from nodes.workflow import Problem
 
 if TYPE_CHECKING:
     from app.gui.main_window import MainWindow
@@ -41,11 +41,11 @@ class RunOpsMixin:
     def run_workflow(self: MainWindow) -> bool:
         """Run the graph as it is now; while a run is going, queue it (Run queue dock)."""
         source = self.model.to_workflow()
-        wf = apply_node_modes(source, self.registry)  # bypassed/muted nodes set aside
+        # Bypassed/muted nodes set aside; a bypass with nothing to pass on says so (as `app --run`).
+        wf, problems = runnable(source, self.registry)
         if not wf.nodes:
             self.status("Nothing to run: add nodes first (Tab)")
             return False
-        problems = validate(wf, self.registry)
         if not problems and self.library:
             # Names relative to a models-library root ("sd15.safetensors"), as `app --run` resolves them.
             problems = resolve_model_names(wf, self.library)
@@ -96,6 +96,7 @@ class RunOpsMixin:
             )
             return False
         self.scene.clear_run_states()
+        self.problem_marks_at = None  # this run's own states stay after edits
         for nid in self.runner.executor.plan(wf):
             self.scene.set_run_state(nid, NodeRunState("queued"))
         self.output.new_run()
@@ -135,6 +136,14 @@ class RunOpsMixin:
         for p in problems:
             if p.node in self.scene.node_items:
                 self.scene.set_run_state(p.node, NodeRunState("error", message=f"{p.field}: {p.reason}"))
+        self.problem_marks_at = self.undo_stack.index()
+
+    def clear_stale_problem_marks(self: MainWindow) -> None:
+        """A refused run's marks describe the graph as it was: the next edit (or undo) takes them away."""
+        marked_at = getattr(self, "problem_marks_at", None)
+        if marked_at is not None and self.undo_stack.index() != marked_at:
+            self.problem_marks_at = None
+            self.scene.clear_run_states()
 
     # -- events from the worker -------------------------------------------------------------------
 
