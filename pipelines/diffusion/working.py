@@ -109,59 +109,21 @@ def diffusion_working_bytes(
     `patch_size` latent pixels a side per token, plus `text_tokens` joint-attention tokens), "vae_decode" /
     "vae_encode" (pass the VAE's block_out_channels, SD: 128, 256, 512, 512) or "text_encoder".
     """
-    cfg_batch = batch * (2 if guidance else 1)
-    return _with_small_tensors(
-        _large_tensor_bytes(
-            kind,
-            height,
-            width,
-            batch,
-            cfg_batch,
-            dtype,
-            block_out_channels,
-            layers_per_block,
-            attention_level,
-            vae_scale,
-            patch_size,
-            text_tokens,
-            hidden_size,
-        )
-    )
-
-
-def _with_small_tensors(nbytes: int) -> int:
-    """The terms above are the large tensors; beside them live small ones (time embeddings, the text
-    context, norm statistics, the latents): 1/64 more covers them at every size measured."""
-    return nbytes + nbytes // 64
-
-
-def _large_tensor_bytes(
-    kind: str,
-    height: int,
-    width: int,
-    batch: int,
-    cfg_batch: int,
-    dtype: torch.dtype,
-    block_out_channels: tuple[int, ...],
-    layers_per_block: int,
-    attention_level: int,
-    vae_scale: int,
-    patch_size: int,
-    text_tokens: int,
-    hidden_size: int,
-) -> int:
+    rows = batch * (2 if guidance else 1)  # the batch a call sees: doubled under CFG
     if kind == "denoiser":
         tokens = (height // vae_scale) * (width // vae_scale)
         terms = unet_activations(block_out_channels, layers_per_block, tokens, attention_level)
-        return activation_bytes(terms, batch=cfg_batch, dtype=dtype)
-    if kind == "dit":
+    elif kind == "dit":
         side = vae_scale * patch_size
-        tokens = (height // side) * (width // side) + text_tokens
-        return activation_bytes(dit_activations(hidden_size, tokens), batch=cfg_batch, dtype=dtype)
-    if kind in ("vae_decode", "vae_encode"):
+        terms = dit_activations(hidden_size, (height // side) * (width // side) + text_tokens)
+    elif kind in ("vae_decode", "vae_encode"):
         terms = vae_activations(block_out_channels, height, width, decode=kind == "vae_decode")
-        return activation_bytes(terms, batch=batch, dtype=dtype)
-    if kind == "text_encoder":
+        rows = batch  # decoded once per picture, guidance or not
+    elif kind == "text_encoder":
         terms = text_encoder_activations(hidden_size, text_tokens)
-        return activation_bytes(terms, batch=cfg_batch, dtype=dtype)
-    raise ValueError(f"no working-memory formula for kind {kind!r}")
+    else:
+        raise ValueError(f"no working-memory formula for kind {kind!r}")
+    large = activation_bytes(terms, batch=rows, dtype=dtype)
+    # Beside the large tensors live small ones (time embeddings, the text context, norm statistics, the
+    # latents): 1/64 more covers them at every size measured.
+    return large + large // 64
