@@ -29,6 +29,7 @@ from app.gui.autosave import INTERVAL_MS, Autosave
 from app.gui.drops import DropOpsMixin
 from app.gui.edit_ops import EditOpsMixin
 from app.gui.file_ops import FileOpsMixin
+from app.gui.find_bar import FindBar
 from app.gui.history import HistoryPanel
 from app.gui.history_ops import HistoryOpsMixin
 from app.gui.inspector import Inspector
@@ -106,6 +107,9 @@ class MainWindow(
         self.history_panel = HistoryPanel()
         self.current_run: QueuedRun | None = None
         self._seed_rng = random.Random()
+        self.problem_marks_at: int | None = None  # undo index when a refused run marked its problems
+        self._find_state: tuple[str, int, int] = ("", -1, 0)  # last search, position, matches
+        self.find_bar: FindBar | None = None
         self._build_docks()
         self._build_actions()
         self._build_status_bar()

@@ -140,7 +140,7 @@ class RunOpsMixin:
 
     def clear_stale_problem_marks(self: MainWindow) -> None:
         """A refused run's marks describe the graph as it was: the next edit (or undo) takes them away."""
-        marked_at = getattr(self, "problem_marks_at", None)
+        marked_at = self.problem_marks_at
         if marked_at is not None and self.undo_stack.index() != marked_at:
             self.problem_marks_at = None
             self.scene.clear_run_states()

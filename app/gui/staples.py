@@ -73,13 +73,13 @@ class StaplesMixin:
         """Find a node by title, id or type and jump to it; returns its id. The same query again moves on to
         the next match, so every match can be reached. With no query (Ctrl+F): the non-modal find bar."""
         if query is None:
-            self._find_bar().open(self._find_state[0] if hasattr(self, "_find_state") else "")
+            self._find_bar().open(self._find_state[0])
             return None
         return self._find_step(query)
 
     def find_next(self: MainWindow, direction: int = 1) -> str | None:
         """F3: the next (or with -1 the previous) match of the last search; the find bar when there was none."""
-        last = self._find_state[0] if hasattr(self, "_find_state") else ""
+        last = self._find_state[0]
         if not last:
             return self.find_in_graph()
         return self._find_step(last, direction)
@@ -96,7 +96,7 @@ class StaplesMixin:
         ]
 
     def _find_bar(self: MainWindow) -> FindBar:
-        if getattr(self, "find_bar", None) is None:
+        if self.find_bar is None:  # built on first use
             self.find_bar = FindBar(
                 self.view,
                 search=lambda text: self._find_counted(text, 1, restart=True),
@@ -117,7 +117,7 @@ class StaplesMixin:
             self._find_state = ("", -1, 0)
             self.status(f"No node matches {query!r}")
             return None
-        last_query, last_index, _total = getattr(self, "_find_state", ("", -1, 0))
+        last_query, last_index, _total = self._find_state
         same = not restart and last_query.lower().strip() == query.lower().strip()
         index = (last_index + direction) % len(matches) if same else 0
         self._find_state = (query, index, len(matches))
