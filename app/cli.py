@@ -1,6 +1,6 @@
 """Headless runs: `app --run WORKFLOW.json`, with rich progress, `--set` overrides and a JSON report.
 
-Lives here: `run_headless`, `parse_set`, `apply_overrides`, `HeadlessPrinter`. Imports `nodes`, `memory`,
+Lives here: `run_headless`, `memory_config`, `parse_set`, `apply_overrides`, `HeadlessPrinter`. Imports `nodes`, `memory`,
 rich. No Qt: the GUI is never imported on this path.
 """
 
@@ -257,6 +257,14 @@ def build_report(wf: Workflow, results: list[RunResult], memory: MemoryManager) 
     }
 
 
+def memory_config(args: Any) -> MemoryConfig:
+    """The one mapping from the memory flags (--device, --offload, --vram-budget, --ram-budget) to the config
+    `--run` and `--sweep` both use; raises ValueError naming a malformed setting."""
+    return MemoryConfig(
+        device=args.device, policy=args.offload, vram_budget=args.vram_budget, ram_budget=args.ram_budget
+    )
+
+
 def run_headless(args: Any, registry: NodeRegistry) -> int:
     err = Console(stderr=True)
     overrides, set_errors = parse_set(args.set or [])
@@ -277,14 +285,7 @@ def run_headless(args: Any, registry: NodeRegistry) -> int:
         err.print(f"[red]error[/]: {escape(str(WorkflowError(problems)))}", highlight=False)
         return EXIT_INVALID
     try:
-        memory = MemoryManager(
-            MemoryConfig(
-                device=args.device,
-                policy=args.offload,
-                vram_budget=args.vram_budget,
-                ram_budget=args.ram_budget,
-            )
-        )
+        memory = MemoryManager(memory_config(args))
     except (ValueError, RuntimeError) as exc:  # a bad --device, --offload or budget
         err.print(f"[red]error[/]: {escape(str(exc))}", highlight=False)
         return EXIT_INVALID

@@ -1,6 +1,9 @@
 """Memory configuration: the `MemoryConfig` dataclass, budget rules and byte-size parsing.
 
 Lives here: `MemoryConfig`, `parse_bytes`, `parse_budget`, `Budgets`. May import: stdlib, memory.policy.
+`MemoryConfig` is the one owner of the budget settings: the CLI (`app.cli.memory_config`), the GUI
+(`app.gui.settings.AppSettings.memory`) and the sweep workers (`app.batch.worker.WorkerConfig.memory`) all
+build and pass this type; none declares its own copy of device/policy/budgets.
 Every setting is parsed when the config is built, whatever the device, so a bad value fails at once with the
 setting's name; `ignored_settings(device_type)` says which settings have no effect on a device.
 """
@@ -76,7 +79,7 @@ class Budgets:
     host: int | None
 
 
-@dataclass
+@dataclass(frozen=True)
 class MemoryConfig:
     """How the memory manager places models.
 

@@ -8,7 +8,8 @@ from PySide6.QtCore import QSettings
 
 from app.gui.autosave import Autosave
 from app.gui.main_window import MainWindow
-from app.gui.settings import AppSettings, MemorySettings
+from app.gui.settings import AppSettings
+from memory.config import MemoryConfig
 
 
 def make_window(qtbot, tmp_path: Path, registry, *, for_runs: bool = False) -> MainWindow:  # noqa: ANN001
@@ -16,7 +17,7 @@ def make_window(qtbot, tmp_path: Path, registry, *, for_runs: bool = False) -> M
     settings = AppSettings(QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat))
     if for_runs:
         settings.set_output_dir(tmp_path / "outputs")
-        settings.set_memory(MemorySettings(device="cpu", policy="auto"))
+        settings.set_memory(MemoryConfig(device="cpu", policy="auto"))
     win = MainWindow(registry, settings, Autosave(tmp_path / "autosave"))
     win.ask_save_changes = lambda: "discard"  # type: ignore[method-assign]
     qtbot.addWidget(win)

@@ -22,7 +22,15 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from app.batch.execute import execute_sweep, prepare_sweep
 from app.batch.report import summary_lines
 from app.batch.worker import JobResult, WorkerConfig
-from app.cli import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_OK, apply_overrides, parse_set
+from app.cli import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_INVALID,
+    EXIT_OK,
+    apply_overrides,
+    memory_config,
+    parse_set,
+)
 from nodes.context import CancelToken
 from nodes.registry import NodeRegistry
 from nodes.sweep import SweepError, SweepJob
@@ -43,10 +51,7 @@ def _job_line(result: JobResult) -> str:
 
 def _worker_config(args: Any, out_dir: Path | None) -> WorkerConfig:
     return WorkerConfig(
-        device=args.device,
-        policy=args.offload,
-        vram_budget=args.vram_budget,
-        ram_budget=args.ram_budget,
+        memory=memory_config(args),
         threads=args.threads,
         allow_pickle=args.allow_pickle,
         out_dir=None if out_dir is None else str(out_dir),
@@ -77,6 +82,10 @@ def run_sweep(args: Any, registry: NodeRegistry) -> int:
     try:
         plan = prepare_sweep(wf, list(args.sweep or []), registry, zip_axes=args.zip)
     except SweepError as exc:
+        return invalid(str(exc))
+    try:
+        memory_config(args)  # a malformed budget is refused here, before any worker (or Ray) starts
+    except ValueError as exc:
         return invalid(str(exc))
     out_dir = Path(args.out)
     cancel = CancelToken()

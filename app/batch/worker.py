@@ -33,13 +33,10 @@ IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp")
 
 @dataclass(frozen=True)
 class WorkerConfig:
-    """How a worker builds its memory manager and where it writes."""
+    """A worker's own settings; its memory manager's are the one `MemoryConfig` (`memory`), passed as is."""
 
     worker_id: str = "local"
-    device: str = "auto"
-    policy: str = "auto"
-    vram_budget: str | None = None
-    ram_budget: str | None = None
+    memory: MemoryConfig = field(default_factory=MemoryConfig)
     threads: int | None = None  # torch threads in this worker (None: torch's choice)
     allow_pickle: bool = False
     # None: write into a private temp folder and send the files back with the result (a remote worker);
@@ -116,14 +113,7 @@ class SweepWorker:
         self.config = config
         self.registry = registry if registry is not None else default_registry()
         self.workflow = workflow
-        self.memory = MemoryManager(
-            MemoryConfig(
-                device=config.device,
-                policy=config.policy,
-                vram_budget=config.vram_budget,
-                ram_budget=config.ram_budget,
-            )
-        )
+        self.memory = MemoryManager(config.memory)
         self.executor = Executor(self.registry, self.memory, allow_pickle=config.allow_pickle)
         self.cancel_token = cancel or CancelToken()
         self._ship = config.out_dir is None

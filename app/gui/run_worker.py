@@ -19,6 +19,7 @@ from typing import Any
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
+from memory.config import MemoryConfig
 from nodes.context import CancelToken
 from nodes.registry import NodeRegistry
 from nodes.workflow import Workflow, WorkflowError
@@ -32,14 +33,6 @@ class TimedEvent:
     event: Any
 
 
-@dataclass(frozen=True)
-class MemorySettings:
-    device: str = "auto"
-    policy: str = "auto"
-    vram_budget: str | None = None
-    ram_budget: str | None = None
-
-
 class RunController(QObject):
     run_event = Signal(object)  # TimedEvent, on the GUI thread
     telemetry = Signal(list)  # a batch of memory telemetry records
@@ -51,7 +44,7 @@ class RunController(QObject):
         self.registry = registry
         self.executor: Any = None
         self.memory: Any = None
-        self.settings: MemorySettings | None = None
+        self.settings: MemoryConfig | None = None
         self._unsubscribe: Any = None
         self._events: deque[TimedEvent] = deque()
         self._records: deque[Any] = deque()
@@ -70,7 +63,7 @@ class RunController(QObject):
 
     # -- executor lifetime ------------------------------------------------------------------------
 
-    def configure(self, settings: MemorySettings, *, allow_pickle: bool = False) -> None:
+    def configure(self, settings: MemoryConfig, *, allow_pickle: bool = False) -> None:
         """Keep the executor (and its cache) unless the memory settings changed."""
         if self.executor is not None and settings == self.settings:
             if self.executor.allow_pickle != allow_pickle and not self.running:
@@ -82,17 +75,10 @@ class RunController(QObject):
         if self.running:
             raise RuntimeError("cannot change the device while a run is in progress")
         self.close()
-        from memory import MemoryConfig, MemoryManager
+        from memory import MemoryManager
         from nodes.executor import Executor
 
-        self.memory = MemoryManager(
-            MemoryConfig(
-                device=settings.device,
-                policy=settings.policy,
-                vram_budget=settings.vram_budget,
-                ram_budget=settings.ram_budget,
-            )
-        )
+        self.memory = MemoryManager(settings)
         self._unsubscribe = self.memory.telemetry.subscribe(self._records.append)
         self.memory.start_sampler()  # the memory plot is live from the start, not only during runs
         self.executor = Executor(self.registry, self.memory, allow_pickle=allow_pickle)

@@ -1,7 +1,8 @@
 """User settings (device, budgets, offload policy, output folder, pickle loading, recent files) persisted
 in QSettings, and the Settings dialog.
 
-Lives here: `AppSettings`, `SettingsDialog`. Imports Qt, `app.gui.run_worker` (MemorySettings).
+Lives here: `AppSettings`, `SettingsDialog`. Imports Qt, `memory.config` (the one `MemoryConfig`, which the
+settings store field by field under the same names).
 """
 
 from __future__ import annotations
@@ -23,11 +24,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.gui.run_worker import MemorySettings
 from memory.config import MemoryConfig
 from memory.policy import POLICIES, POLICY_NAMES
 
 MAX_RECENT = 10
+# The MemoryConfig fields the GUI sets, stored under their own names; the rest keep MemoryConfig's defaults.
+MEMORY_KEYS = ("device", "policy", "vram_budget", "ram_budget")
 
 
 class AppSettings:
@@ -40,20 +42,18 @@ class AppSettings:
         value = self.q.value(key, default)
         return str(value) if value is not None else default
 
-    @property
-    def memory(self) -> MemorySettings:
-        return MemorySettings(
-            device=self._str("device", "auto"),
-            policy=self._str("policy", "auto"),
-            vram_budget=self._str("vram_budget", "") or None,
-            ram_budget=self._str("ram_budget", "") or None,
-        )
+    def stored_memory(self) -> dict[str, str]:
+        """The memory settings as stored ("" for unset), unchecked: the dialog shows even a malformed one."""
+        return {key: self._str(key, "") for key in MEMORY_KEYS}
 
-    def set_memory(self, value: MemorySettings) -> None:
-        self.q.setValue("device", value.device)
-        self.q.setValue("policy", value.policy)
-        self.q.setValue("vram_budget", value.vram_budget or "")
-        self.q.setValue("ram_budget", value.ram_budget or "")
+    @property
+    def memory(self) -> MemoryConfig:
+        """The stored memory settings; raises ValueError naming a malformed one (a hand-edited file)."""
+        return MemoryConfig(**{key: value for key, value in self.stored_memory().items() if value})
+
+    def set_memory(self, value: MemoryConfig) -> None:
+        for key in MEMORY_KEYS:
+            self.q.setValue(key, getattr(value, key) or "")
 
     @property
     def allow_pickle(self) -> bool:
@@ -107,19 +107,20 @@ class SettingsDialog(QDialog):
         self.setWindowTitle("Settings")
         self.settings = settings
         self.setMinimumWidth(560)
-        memory = settings.memory
+        memory = MemoryConfig()  # shown where nothing is stored
+        stored = settings.stored_memory()
         form = QFormLayout(self)
         self.device = QComboBox()
         self.device.setEditable(True)
         self.device.addItems(_device_choices())
-        self.device.setCurrentText(memory.device)
+        self.device.setCurrentText(stored["device"] or memory.device)
         self.policy = QComboBox()
         self.policy.addItems(POLICY_NAMES)
-        self.policy.setCurrentText(memory.policy)
+        self.policy.setCurrentText(stored["policy"] or memory.policy)
         self.policy.setToolTip("\n".join(f"{p.name}: {p.help}" for p in POLICIES))
-        self.vram = QLineEdit(memory.vram_budget or "")
+        self.vram = QLineEdit(stored["vram_budget"])
         self.vram.setPlaceholderText("all free GPU memory (e.g. 6GiB or 0.8)")
-        self.ram = QLineEdit(memory.ram_budget or "")
+        self.ram = QLineEdit(stored["ram_budget"])
         self.ram.setPlaceholderText("all available RAM (e.g. 8GiB or 0.5)")
         # Says when a budget is malformed or does nothing on the chosen device (e.g. a VRAM budget on CPU).
         self.budget_note = QLabel("")
@@ -189,11 +190,11 @@ class SettingsDialog(QDialog):
 
     def accept(self) -> None:
         self.settings.set_memory(
-            MemorySettings(
-                self.device.currentText().strip() or "auto",
-                self.policy.currentText(),
-                self.vram.text().strip() or None,
-                self.ram.text().strip() or None,
+            MemoryConfig(
+                device=self.device.currentText().strip() or "auto",
+                policy=self.policy.currentText(),
+                vram_budget=self.vram.text().strip() or None,
+                ram_budget=self.ram.text().strip() or None,
             )
         )
         self.settings.set_output_dir(Path(self.out.text().strip() or "outputs"))

@@ -185,13 +185,14 @@ class SweepUi:
             self.window.status("A sweep is already running")
             return False
         settings = self.window.settings
-        memory = settings.memory
+        try:
+            memory = settings.memory
+        except ValueError as exc:  # a malformed budget stored by hand: say so, keep the editor alive
+            self.window.status(f"Cannot start the sweep: {exc} (see Settings)")
+            return False
         out_dir = settings.output_dir / f"sweep-{time.strftime('%Y%m%d-%H%M%S')}"
         config = WorkerConfig(
-            device=memory.device,
-            policy=memory.policy,
-            vram_budget=memory.vram_budget,
-            ram_budget=memory.ram_budget,
+            memory=memory,
             allow_pickle=settings.allow_pickle,
             # Local jobs write straight into the folder; Ray workers send their files back.
             out_dir=None if choice.cluster else str(out_dir),
