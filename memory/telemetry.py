@@ -60,6 +60,10 @@ class TransferEvent:
 
 @dataclass(frozen=True)
 class StepEvent:
+    """The telemetry record of one pipeline step (`pipelines.steps.Step`), written only by
+    `MemoryManager.record_step` from the node's one clock reading; `kind` is a `nodes.events.PROGRESS_KINDS`
+    name."""
+
     node_id: str
     kind: str
     index: int

@@ -118,7 +118,8 @@ def _run_sampler(
     preview_every: int,
 ) -> dict[str, Any]:
     from pipelines.diffusion.previews import latent_preview, load_preview_decoder, model_folder
-    from pipelines.diffusion.sampling import SamplerSettings, StepInfo, sample
+    from pipelines.diffusion.sampling import SamplerSettings, sample
+    from pipelines.steps import Step
 
     settings = SamplerSettings(
         scheduler=scheduler, sigma_schedule=sigma_schedule, steps=steps, cfg=cfg, seed=seed, denoise=denoise
@@ -128,7 +129,7 @@ def _run_sampler(
 
     decoder = load_preview_decoder(model_folder(denoiser.handle.spec.files)) if preview_every > 0 else None
 
-    def on_step(info: StepInfo) -> None:
+    def on_step(info: Step) -> None:
         show = preview_every > 0 and (info.step % preview_every == 0 or info.step == info.total)
         # The x0 prediction: what the picture is becoming (the noisy latents are mostly noise mid-run).
         seen = info.denoised if info.denoised is not None else info.latents

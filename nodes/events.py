@@ -26,6 +26,9 @@ class NodeStarted:
 
 @dataclass(frozen=True)
 class NodeProgress:
+    """The run event for progress: a pipeline's `pipelines.steps.Step` (timed kinds, emitted with its memory
+    `StepEvent` from one clock reading in `NodeContext.progress`), or a load, conversion or import."""
+
     node_id: str
     step: int  # 1-based: step `step` of `total` has finished (bytes for "load_bytes")
     total: int

@@ -101,7 +101,7 @@ def _run_generate(
         llm,
         request,
         on_text=ctx.text,
-        on_step=lambda step, total: ctx.progress(step, total, kind="decode_token"),
+        on_step=lambda step: ctx.progress(step.step, step.total, kind="decode_token"),
     )
     for name, value in out.metrics.items():
         ctx.metric(name, value)

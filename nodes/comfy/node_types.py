@@ -20,8 +20,8 @@ from pipelines.diffusion.schedulers import K_SCHEDULER_NAMES, SIGMA_SCHEDULES
 if TYPE_CHECKING:  # torch-heavy: imported when a node runs, so listing node types stays light
     import torch
 
-    from pipelines.diffusion.sampling import StepInfo
     from pipelines.diffusion.values import Conditioning, DenoiserRef, Latents
+    from pipelines.steps import Step
 
 
 def _run_zero_conditioning(ctx: NodeContext, conditioning: Conditioning) -> dict[str, Any]:
@@ -63,7 +63,7 @@ def _run_sampler_advanced(
         force_full_denoise=not leftover_noise,
     )
 
-    def on_step(info: StepInfo) -> None:
+    def on_step(info: Step) -> None:
         preview = latent_preview(info.latents, denoiser.family) if info.step == info.total else None
         ctx.progress(info.step, info.total, kind="sampler_step", preview=preview)
 

@@ -14,7 +14,6 @@ negative prompt is not used. SD3 runs classic classifier-free guidance on a doub
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import numpy as np
@@ -26,13 +25,12 @@ from memory import MemoryManager
 from pipelines.diffusion.lora import use_denoiser
 from pipelines.diffusion.sampling import (
     SamplerSettings,
-    StepCallback,
-    StepInfo,
     batched_conditioning,
     denoiser_working,
     same_length,
 )
 from pipelines.diffusion.values import Conditioning, DenoiserRef, Latents
+from pipelines.steps import OnStep, Step
 
 FLOW_SCHEDULERS = ("default", "euler")
 
@@ -109,7 +107,7 @@ def sample_flux(
     latents: Latents,
     settings: SamplerSettings,
     *,
-    on_step: StepCallback | None = None,
+    on_step: OnStep | None = None,
 ) -> Latents:
     # 1. Check inputs
     check_flow_scheduler(denoiser, settings)
@@ -168,7 +166,6 @@ def sample_flux(
     )
     with use_denoiser(mm, denoiser, working=working) as model:
         for i, t in enumerate(timesteps):
-            started = time.perf_counter()
             timestep = t.expand(batch).to(x.dtype)
 
             noise_pred = model(
@@ -187,12 +184,11 @@ def sample_flux(
 
             if on_step is not None:
                 on_step(
-                    StepInfo(
+                    Step(
                         step=i + 1,
                         total=len(timesteps),
                         timestep=float(t),
                         latents=unpack_latents(x, h, w),
-                        seconds=time.perf_counter() - started,
                         denoised=unpack_latents(flow_denoised(scheduler, before, noise_pred), h, w),
                     )
                 )
@@ -211,7 +207,7 @@ def sample_sd3(
     latents: Latents,
     settings: SamplerSettings,
     *,
-    on_step: StepCallback | None = None,
+    on_step: OnStep | None = None,
 ) -> Latents:
     # 1. Check inputs
     check_flow_scheduler(denoiser, settings)
@@ -263,7 +259,6 @@ def sample_sd3(
     )
     with use_denoiser(mm, denoiser, working=working) as model:
         for i, t in enumerate(timesteps):
-            started = time.perf_counter()
             model_input = torch.cat([x] * 2) if do_cfg else x
             timestep = t.expand(model_input.shape[0])
 
@@ -284,12 +279,11 @@ def sample_sd3(
 
             if on_step is not None:
                 on_step(
-                    StepInfo(
+                    Step(
                         step=i + 1,
                         total=len(timesteps),
                         timestep=float(t),
                         latents=x,
-                        seconds=time.perf_counter() - started,
                         denoised=flow_denoised(scheduler, before, noise_pred),
                     )
                 )

@@ -19,7 +19,6 @@ Only DDPM-trained (UNet) families run here; flow-matching models keep their own 
 from __future__ import annotations
 
 import math
-import time
 from typing import Any
 
 import torch
@@ -34,8 +33,6 @@ from pipelines.diffusion.k_schedules import (
 from pipelines.diffusion.lora import use_denoiser
 from pipelines.diffusion.sampling import (
     SamplerSettings,
-    StepCallback,
-    StepInfo,
     _predict_noise,
     batched_conditioning,
     denoiser_working,
@@ -43,6 +40,7 @@ from pipelines.diffusion.sampling import (
 )
 from pipelines.diffusion.schedulers import K_PREFIX, K_SCHEDULER_NAMES, SIGMA_SCHEDULES
 from pipelines.diffusion.values import Conditioning, DenoiserRef, Latents
+from pipelines.steps import OnStep, Step
 
 __all__ = ["K_SCHEDULER_NAMES", "SIGMA_SCHEDULES", "KDenoiser", "initial_latent", "is_k_sampler", "sample_k"]
 
@@ -122,7 +120,7 @@ def sample_k(
     latents: Latents,
     settings: SamplerSettings,
     *,
-    on_step: StepCallback | None = None,
+    on_step: OnStep | None = None,
 ) -> Latents:
     # 1. Check inputs
     if denoiser.family.flow:
@@ -167,20 +165,10 @@ def sample_k(
     # 5. Denoising loop: the sampler calls the model; each finished step reports through `done`
     working = denoiser_working(denoiser, height, width, batch, do_cfg)
     total = len(sigmas) - 1
-    clock = [time.perf_counter()]
 
     def done(i: int, x_now: torch.Tensor) -> None:
         if on_step is not None:
-            now = time.perf_counter()
-            info = StepInfo(
-                step=i + 1,
-                total=total,
-                timestep=float(model_sigmas.timestep(sigmas[i])),
-                latents=x_now,
-                seconds=now - clock[0],
-            )
-            clock[0] = now
-            on_step(info)
+            on_step(Step(i + 1, total, timestep=float(model_sigmas.timestep(sigmas[i])), latents=x_now))
 
     with use_denoiser(mm, denoiser, working=working) as model:  # with the ref's LoRA patches
         k_denoise = KDenoiser(model, denoiser, model_sigmas, cond, added_cond_kwargs, settings.cfg, do_cfg)

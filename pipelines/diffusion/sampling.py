@@ -1,13 +1,14 @@
 """The denoising loop: our own, written out like a diffusers pipeline's `__call__`, one step at a time.
 
-Lives here: `SamplerSettings`, `StepInfo`, `sample`, `batched_conditioning`, `unet_conditioning`,
+Lives here: `SamplerSettings`, `sample`, `batched_conditioning`, `unet_conditioning`,
 `denoiser_working_bytes`.
-May import: stdlib, torch, diffusers, memory, pipelines.diffusion.*.
+May import: stdlib, torch, diffusers, memory, pipelines.steps, pipelines.diffusion.*.
 
-Why our own loop: each step reports to a callback (progress, timing, latent preview, cancellation: the
-callback may raise), and the denoiser is held through `mm.use(...)` with a working-memory estimate, so the
-memory manager loads it per policy and knows what the step needs. The numerics are the diffusers pipelines'
-(same noise draw, same scheduler calls, same CFG), so images match theirs for the same seed.
+Why our own loop: each step reports a `pipelines.steps.Step` to a callback (progress, latent preview,
+cancellation: the callback may raise; the node times the step), and the denoiser is held through
+`mm.use(...)` with a working-memory estimate, so the memory manager loads it per policy and knows what the
+step needs. The numerics are the diffusers pipelines' (same noise draw, same scheduler calls, same CFG), so
+images match theirs for the same seed.
 """
 
 from __future__ import annotations
@@ -15,8 +16,6 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import math
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -29,6 +28,7 @@ from pipelines.diffusion.lora import use_denoiser
 from pipelines.diffusion.schedulers import make_scheduler
 from pipelines.diffusion.values import Conditioning, DenoiserRef, Latents
 from pipelines.diffusion.working import diffusion_working_bytes
+from pipelines.steps import OnStep, Step
 
 
 @dataclass(frozen=True)
@@ -51,20 +51,6 @@ class SamplerSettings:
     force_full_denoise: bool = True
 
 
-@dataclass(frozen=True)
-class StepInfo:
-    """What a step callback receives: explicit names, no `locals()`."""
-
-    step: int  # 1-based: this many steps are done
-    total: int
-    timestep: float
-    latents: torch.Tensor  # (B, C, h, w) after this step
-    seconds: float  # wall time of this step
-    # The model's current guess of the final latents (x0): what a live preview shows, since the noisy
-    # latents are mostly noise halfway through. None where the scheduler does not tell.
-    denoised: torch.Tensor | None = None
-
-
 def predicted_original(scheduler: Any, step_output: Any) -> torch.Tensor | None:
     """x0 after a scheduler step: Euler/DDIM return it; DPM++/UniPC keep it as their last model output."""
     pred = getattr(step_output, "pred_original_sample", None)
@@ -73,9 +59,6 @@ def predicted_original(scheduler: Any, step_output: Any) -> torch.Tensor | None:
         if outputs and outputs[-1] is not None:
             pred = outputs[-1]
     return pred
-
-
-StepCallback = Callable[[StepInfo], None]
 
 
 def denoiser_working_bytes(ref: DenoiserRef, height: int, width: int, batch: int, guidance: bool) -> int:
@@ -275,7 +258,7 @@ def sample(
     latents: Latents,
     settings: SamplerSettings,
     *,
-    on_step: StepCallback | None = None,
+    on_step: OnStep | None = None,
 ) -> Latents:
     # 1. Check inputs
     family = denoiser.family.name
@@ -363,7 +346,6 @@ def sample(
     working = denoiser_working(denoiser, height, width, batch, do_cfg)
     with use_denoiser(mm, denoiser, working=working) as model, controls:
         for i, t in enumerate(timesteps):
-            started = time.perf_counter()
             model_input = torch.cat([x] * 2) if do_cfg else x
             model_input = scheduler.scale_model_input(model_input, t)
 
@@ -387,12 +369,11 @@ def sample(
 
             if on_step is not None:
                 on_step(
-                    StepInfo(
+                    Step(
                         step=i + 1,
                         total=len(timesteps),
                         timestep=float(t),
                         latents=x,
-                        seconds=time.perf_counter() - started,
                         denoised=predicted_original(scheduler, stepped),
                     )
                 )

@@ -33,6 +33,7 @@ from pipelines.llm.hf_loader import (
 from pipelines.llm.kv_cache import KVCache, kv_geometry
 from pipelines.llm.sampling import SamplingParams
 from pipelines.load_progress import OnProgress
+from pipelines.steps import OnStep, Step
 
 DTYPE = torch.float32  # CPU paths run in float32: bf16/fp16 are ~55x slower on these CPUs
 
@@ -144,9 +145,8 @@ class TextGeneration:
         }
 
 
-# on_text(delta); on_step(index_1_based, total) -- both may raise to cancel.
+# on_text(delta); on_step(Step(index_1_based, total)) -- both may raise to cancel.
 OnText = Callable[[str], None]
-OnStep = Callable[[int, int], None]
 
 
 def _context_size(llm: LLMModel, request: GenerationRequest, prompt_tokens: int) -> int:
@@ -190,7 +190,7 @@ def generate_text(
             if delta and on_text is not None:
                 on_text(delta)
         if on_step is not None:
-            on_step(index + 1, request.max_new_tokens)
+            on_step(Step(index + 1, request.max_new_tokens))
         return stream.stopped
 
     try:
@@ -215,5 +215,5 @@ def generate_text(
     if tail and on_text is not None:
         on_text(tail)
     if result.stop_reason == "eos" and on_step is not None:
-        on_step(len(result.tokens), len(result.tokens))
+        on_step(Step(len(result.tokens), len(result.tokens)))
     return TextGeneration(stream.text, result, kv_reserved, kv_used)
