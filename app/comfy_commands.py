@@ -42,6 +42,7 @@ from nodes.workflow import (
     read_workflow_json,
     workflow_from_dict,
 )
+from pipelines.diffusion.families import FAMILIES
 from pipelines.models_library import (
     ModelsLibrary,
     detect_family,
@@ -73,7 +74,7 @@ def _family_detector(library: ModelsLibrary):
     def detect(name: str) -> str | None:
         found = library.find(name) if library else None
         family = detect_family(found) if found is not None else None
-        return family if family in ("sd", "sdxl", "sd3", "flux", "pixart_sigma") else None
+        return family if family in FAMILIES else None  # a part ("text_encoder", "lora") names no family
 
     return detect
 

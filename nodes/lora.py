@@ -60,7 +60,7 @@ def _run_load_lora(
 
 
 def _run_clip_skip(ctx: NodeContext, text_encoder: TextEncoderRef, clip_skip: int) -> dict[str, Any]:
-    if text_encoder.family.name in ("pixart_sigma",):
+    if not text_encoder.family.has_clip:
         raise ValueError(f"{text_encoder.family.title} has no CLIP text encoder to skip layers of")
     return {"text_encoder": dataclasses.replace(text_encoder, clip_skip=int(clip_skip))}
 

@@ -1,7 +1,8 @@
 """The models library: one or more model roots, searched by name, listed with size, family and format.
 
 Lives here: `ModelsLibrary`, `ModelEntry`, `MODEL_KINDS`, `KIND_FOLDERS`, `detect_family`,
-`load_saved_roots`, `save_roots`, `roots_from_env`. May import: stdlib, safetensors, memory.paths.
+`load_saved_roots`, `save_roots`, `roots_from_env`. May import: stdlib, memory.paths,
+pipelines.diffusion.family_detect (the family registry's detector; `detect_family` is re-exported from it).
 
 A root is ComfyUI-style when it has any of ComfyUI's model sub-folders (`checkpoints`, `diffusion_models`
 or `unet`, `text_encoders` or `clip`, `vae`, `loras`, `controlnet`, `upscale_models`, `embeddings`), or
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from memory.paths import user_data_dir
+from pipelines.diffusion.family_detect import detect_family  # noqa: F401 (re-exported)
 
 # Our kind -> the ComfyUI sub-folders holding it, first the current name then the legacy one.
 KIND_FOLDERS: dict[str, tuple[str, ...]] = {
@@ -51,60 +53,6 @@ class ModelEntry:
 
 def _has_kind_folders(folder: Path) -> bool:
     return any((folder / sub).is_dir() for subs in KIND_FOLDERS.values() for sub in subs)
-
-
-def detect_family(path: Path) -> str | None:
-    """The model family from tensor names and shapes in a safetensors header (None when unknown)."""
-    if path.is_dir():
-        index = path / "model_index.json"
-        if index.is_file():
-            try:
-                name = json.loads(index.read_text(encoding="utf-8")).get("_class_name", "")
-            except (OSError, json.JSONDecodeError):
-                return None
-            for marker, family in (
-                ("XL", "sdxl"),
-                ("3", "sd3"),
-                ("Flux", "flux"),
-                ("PixArt", "pixart_sigma"),
-            ):
-                if marker in name:
-                    return family
-            return "sd" if name.startswith("StableDiffusion") else None
-        return None
-    if path.suffix.lower() not in (".safetensors", ".sft"):
-        return None
-    from safetensors import safe_open
-
-    try:
-        with safe_open(str(path), framework="pt") as f:
-            keys = list(f.keys())
-            shapes = {k: f.get_slice(k).get_shape() for k in keys if k.endswith("conv_in.weight")}
-    except Exception:  # a damaged or non-safetensors file: no family, the loader reports the real error
-        return None
-    return _family_from_keys(keys, shapes)
-
-
-def _family_from_keys(keys: list[str], shapes: dict[str, list[int]]) -> str | None:
-    def has(fragment: str) -> bool:
-        return any(fragment in k for k in keys)
-
-    if has("double_blocks.") or has("single_transformer_blocks."):
-        return "flux"
-    if has("joint_blocks.") or (has("transformer_blocks.") and has("context_embedder")):
-        return "sd3"
-    if has("conditioner.embedders.1.") or has("add_embedding.linear_1") or has("label_emb.0.0"):
-        return "sdxl"
-    if has("cond_stage_model.") or has("input_blocks.") or has("down_blocks.") and has("attn2"):
-        return "sd"
-    if has("text_model.encoder.") or has("encoder.block.0.") or has("text_projection"):
-        return "text_encoder"
-    latent = next((s[1] for k, s in shapes.items() if "decoder" in k and len(s) > 1), None)
-    if latent is not None:  # a VAE: 4 latent channels (SD/SDXL) or 16 (SD3/Flux)
-        return "sd" if latent == 4 else "sd3" if latent == 16 else None
-    if has("lora_unet_") or has(".lora_A.") or has(".lora_down."):
-        return "lora"
-    return None
 
 
 def _format(path: Path) -> str:

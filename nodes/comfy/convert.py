@@ -1,7 +1,7 @@
 """A ComfyUI graph -> a Nodeloom workflow (as JSON data), with the report of what the user should know.
 
 Lives here: `ImportResult`, `Unsupported`, `convert_graph`, `unsupported_nodes`, `COMFY_META_KEY`.
-Imports `nodes.comfy.*`, `nodes.registry`, `nodes.workflow` (FORMAT, VERSION).
+Imports `nodes.comfy.*`, `nodes.registry`, `nodes.workflow` (FORMAT, VERSION), `pipelines.diffusion.families`.
 
 Node ids stay ComfyUI's ("3", and "12:5" inside a subgraph), so every message points at the node the user
 sees in ComfyUI. The workflow's `meta.comfyui` records each node's ComfyUI class; `unsupported_nodes`
@@ -25,6 +25,7 @@ from nodes.comfy.mapping import (
 )
 from nodes.registry import NodeRegistry
 from nodes.workflow import FORMAT, VERSION
+from pipelines.diffusion.families import FAMILIES
 
 COMFY_META_KEY = "comfyui"
 _SAMPLERS = ("Sampler", "SamplerAdvanced")
@@ -137,7 +138,7 @@ class _Converter:
         nodes = {nid: self.node_json(nid, m) for nid, m in self.mapped.items() if isinstance(m, Emit)}
         for nid, data in nodes.items():
             family = self._family(nodes, data) if data["type"] in _SAMPLERS else None
-            if family in ("sd3", "flux"):
+            if family in FAMILIES and FAMILIES[family].flow:
                 # Flow models run their own flow-matching Euler loop here (k_euler maps onto it).
                 scheduler, schedule = data["params"].get("scheduler"), data["params"].get("sigma_schedule")
                 if scheduler != "k_euler":

@@ -1,6 +1,7 @@
 """Which model family a ComfyUI workflow or file name points at, when the file itself is not at hand.
 
-Lives here: `family_from_name`, `graph_family_hint`. Imports `nodes.comfy.graph`.
+Lives here: `family_from_name`, `graph_family_hint`. Imports `nodes.comfy.graph`,
+`pipelines.diffusion.family_detect` (the family registry's detector, which owns the file-name markers).
 
 The models library reads a file's header when it finds the file; these guesses cover the rest, and every
 guess is reported in the import notes.
@@ -11,9 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 from nodes.comfy.graph import ComfyGraph
+from pipelines.diffusion.family_detect import family_from_file_name
 
-_NAME_HINTS = (("flux", "flux"), ("sd3", "sd3"), ("sd_3", "sd3"), ("xl", "sdxl"))
-# Nodes that only appear in one family's workflows.
+# ComfyUI nodes that only appear in one family's workflows (values: family ids of the registry).
 _GRAPH_HINTS = {
     "CLIPTextEncodeFlux": "flux",
     "FluxGuidance": "flux",
@@ -26,8 +27,7 @@ _GRAPH_HINTS = {
 
 def family_from_name(name: Any) -> str | None:
     """flux1-dev.safetensors -> "flux", sd3.5_large... -> "sd3", sd_xl_base... -> "sdxl"."""
-    lowered = name.lower() if isinstance(name, str) else ""
-    return next((fam for marker, fam in _NAME_HINTS if marker in lowered), None)
+    return family_from_file_name(name)
 
 
 def graph_family_hint(graph: ComfyGraph) -> str | None:

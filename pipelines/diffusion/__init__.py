@@ -6,7 +6,9 @@ Never nodes/, app/ or Qt. This package file imports nothing: import the module y
 choices) costs no diffusers import.
 
 Modules, by concept:
-  families      what differs between SD1.x/2.x, SDXL, PixArt-Sigma, SD3 and Flux (data, not branches)
+  families      what differs between SD1.x/2.x, SDXL, PixArt-Sigma, SD3 and Flux (data, not branches): the
+                one family registry, with the single-file checkpoint layouts as its variants
+  family_detect which family a folder, file header or file name is (the registry's one detector)
   values        the values on wires: DenoiserRef, TextEncoderRef, VaeRef, Conditioning, Latents
   loading       diffusers folders and separate component files -> lazy memory-manager handles
   single_file   original-format .safetensors checkpoints (SD1.x, SDXL), offline with shipped configs

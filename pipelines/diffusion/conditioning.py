@@ -25,6 +25,9 @@ from pipelines.diffusion.prompt_weights import WEIGHTINGS, strip_weights
 from pipelines.diffusion.values import Conditioning, TextEncoderRef
 from pipelines.diffusion.working import diffusion_working_bytes
 
+# The prompt encoders a family may declare (`Family.prompt_encoder`); `encode_prompt` dispatches on them.
+PROMPT_ENCODERS = ("clip", "clip_sdxl", "t5", "sd3", "flux")
+
 
 def text_encoder_working(tokens: int, hidden_size: int, dtype: torch.dtype) -> Working:
     """The formula for one prompt of `tokens` tokens, keyed by that length (the learned peak replaces it)."""
@@ -218,14 +221,15 @@ def encode_prompt(
     if weighting not in WEIGHTINGS:
         raise ValueError(f"field 'weighting': {weighting!r} is not one of {', '.join(WEIGHTINGS)}")
     emb = Embeddings(embeddings_dir) if embeddings_dir is not None else None
-    if ref.family.name == "sdxl":
+    encoder = ref.family.prompt_encoder  # a name in PROMPT_ENCODERS, declared by the family
+    if encoder == "clip_sdxl":
         return encode_clip_sdxl(mm, ref, text, weighting, emb)
-    if ref.family.name == "pixart_sigma":
+    if encoder == "t5":
         return encode_t5(mm, ref, text, max_tokens=max_tokens or ref.family.max_text_tokens or 300)
-    if ref.family.name == "sd3":
+    if encoder == "sd3":
         tokens = max_tokens or ref.family.max_text_tokens or 256
         return encode_sd3(mm, ref, text, max_tokens=tokens, weighting=weighting, embeddings=emb)
-    if ref.family.name == "flux":
+    if encoder == "flux":
         tokens = max_tokens or ref.family.max_text_tokens or 512
         return encode_flux(mm, ref, text, max_tokens=tokens, embeddings=emb)
     return encode_clip(mm, ref, text, weighting, emb)

@@ -1,12 +1,16 @@
 """Model families: what differs between SD1.x/2.x, SDXL, PixArt-Sigma, SD3 and Flux, declared as data.
 
-Lives here: `Family`, `FAMILIES`, `ClassRef`, `family_for_pipeline_class`, `detect_single_file_family`,
-`resolve_dtype`, `DIFFUSION_IMPORTS`. May import: stdlib at module level; torch, diffusers and transformers when a class or dtype
-is first asked for.
+Lives here: `Family`, `FAMILIES`, `CheckpointLayout`, `CHECKPOINT_LAYOUTS`, `ClassRef`,
+`family_for_pipeline_class`, `detect_single_file_family`, `resolve_dtype`, `DIFFUSION_IMPORTS`. May import:
+stdlib at module level; torch, diffusers and transformers when a class or dtype is first asked for.
 
+This is the one family registry: its ids (`FAMILIES` keys) are the only family names; the loaders, the models
+library, the split-file loaders, the ComfyUI importer and the CLI read them and the facts declared here, and
+content detection lives beside it (`pipelines.diffusion.family_detect`). An original-format checkpoint's
+layout ("sd1", "sd2", "sdxl": `CHECKPOINT_LAYOUTS`) is a variant of a family, not a second family namespace.
 The rest of pipelines/diffusion reads these facts instead of branching on names: which diffusers class holds
-the denoiser, which text encoders and tokenizers a prompt goes through, the usual half type on CUDA and the
-latent-to-RGB projection used for previews. Classes and dtypes are named here and resolved on first use
+the denoiser, which text encoders and tokenizers a prompt goes through, how the denoiser is called, the
+usual half type on CUDA and the latent-to-RGB projection used for previews. Classes and dtypes are named here and resolved on first use
 (`ClassRef`), so that listing node types (whose choices read `FAMILIES`) imports neither torch nor diffusers.
 """
 
@@ -86,6 +90,33 @@ class Family:
     # Text tokens that join the image tokens in every attention (SD3, Flux: joint attention), which the
     # working-memory estimate counts; 0 where text comes in by cross-attention only (UNets, PixArt).
     joint_text_tokens: int = 0
+    # How a prompt is encoded (a name in `pipelines.diffusion.conditioning.PROMPT_ENCODERS`).
+    prompt_encoder: str = "clip"
+    # How the denoiser is called and which loop runs it: "unet" (the scheduler loop), "pixart" (that loop,
+    # a per-sample timestep and a (noise, variance) output), "sd3" / "flux" (their flow-matching loops).
+    denoiser_call: str = "unet"
+    # SDXL's micro-conditioning: pooled text embeds and the size/crop `time_ids` go in beside the prompt.
+    size_conditioning: bool = False
+    # The denoiser packs 2x2 latent pixels into one token itself (Flux), so its config says patch_size 1.
+    packs_latents: bool = False
+    # How a LoRA file's keys are read: "standard" (kohya or PEFT), "sd3", "flux" (lora_formats.read_lora).
+    lora_layout: str = "standard"
+    # The config-only diffusers folder shipped under resources/configs/ for split component files.
+    config_folder: str | None = None
+    # File-name fragments (lower case) that hint at the family when the file itself is not at hand.
+    name_markers: tuple[str, ...] = ()
+    # A diffusers folder's `_class_name` containing this names the family (`family_detect`).
+    class_marker: str = ""
+
+    @property
+    def text_encoder_files(self) -> tuple[int, int]:
+        """(CLIP encoders, T5 encoders): what a set of separate text encoder files of this family holds."""
+        names = [slot.model_ref.name for slot in self.text_encoders]
+        return sum(n.startswith("CLIP") for n in names), sum(n.startswith("T5") for n in names)
+
+    @property
+    def has_clip(self) -> bool:
+        return self.text_encoder_files[0] > 0
 
     @property
     def denoiser_class(self) -> type:
@@ -125,6 +156,8 @@ SD = Family(
     cuda_dtype_name="float16",
     max_text_tokens=None,
     latent_rgb_factors=_SD_RGB,
+    config_folder="sd15",
+    class_marker="StableDiffusion",
 )
 
 SDXL = Family(
@@ -142,6 +175,11 @@ SDXL = Family(
     latent_rgb_factors=_SDXL_RGB,
     latent_rgb_bias=(0.1084, -0.0175, -0.0011),
     native_size=1024,
+    prompt_encoder="clip_sdxl",
+    size_conditioning=True,
+    config_folder="sdxl",
+    name_markers=("xl",),
+    class_marker="XL",
 )
 
 PIXART_SIGMA = Family(
@@ -158,6 +196,9 @@ PIXART_SIGMA = Family(
     denoiser_blocks=("transformer_blocks",),
     native_size=1024,
     size_multiple=16,
+    prompt_encoder="t5",
+    denoiser_call="pixart",
+    class_marker="PixArt",
 )
 
 FLUX = Family(
@@ -180,6 +221,13 @@ FLUX = Family(
     native_size=1024,
     size_multiple=16,
     joint_text_tokens=512,  # max_text_tokens of T5
+    prompt_encoder="flux",
+    denoiser_call="flux",
+    packs_latents=True,
+    lora_layout="flux",
+    config_folder="flux",
+    name_markers=("flux",),
+    class_marker="Flux",
 )
 
 SD3 = Family(
@@ -203,9 +251,49 @@ SD3 = Family(
     native_size=1024,
     size_multiple=16,
     joint_text_tokens=77 + 256,  # CLIP's 77 and T5's max_text_tokens, concatenated by the pipeline
+    prompt_encoder="sd3",
+    denoiser_call="sd3",
+    lora_layout="sd3",
+    name_markers=("sd3", "sd_3"),
+    class_marker="3",
 )
 
 FAMILIES: dict[str, Family] = {f.name: f for f in (SD, SDXL, PIXART_SIGMA, SD3, FLUX)}
+# The order detection tries families in where one family's marker can occur in another's name: Flux before
+# SD3 before SDXL for file names; SDXL's "XL" before SD3's "3", and SD's bare "StableDiffusion" last, for
+# diffusers class names.
+NAME_HINT_ORDER: tuple[Family, ...] = (FLUX, SD3, SDXL)
+CLASS_MARKER_ORDER: tuple[Family, ...] = (SDXL, SD3, FLUX, PIXART_SIGMA, SD)
+
+
+@dataclass(frozen=True)
+class CheckpointLayout:
+    """An original-format (CompVis/SGM) single-file checkpoint layout: a variant of one family."""
+
+    name: str  # "sd1", "sd2", "sdxl"
+    family: Family
+    # The shipped config-only folder under resources/configs/ (None: none shipped, e.g. SD 2.x).
+    config_folder: str | None
+    # Key prefix of each text encoder, in the order of `family.text_encoders`.
+    text_encoder_prefixes: tuple[str, ...]
+    # Slots holding an OpenCLIP encoder (fused in_proj, transposed projection), converted accordingly.
+    open_clip_slots: tuple[int, ...] = ()
+
+
+CHECKPOINT_LAYOUTS: dict[str, CheckpointLayout] = {
+    c.name: c
+    for c in (
+        CheckpointLayout("sd1", SD, "sd15", ("cond_stage_model.transformer.",)),
+        CheckpointLayout("sd2", SD, None, ("cond_stage_model.model.",)),
+        CheckpointLayout(
+            "sdxl",
+            SDXL,
+            "sdxl",
+            ("conditioner.embedders.0.transformer.", "conditioner.embedders.1.model."),
+            open_clip_slots=(1,),
+        ),
+    )
+}
 
 
 class UnsupportedModelError(ValueError):

@@ -1,7 +1,7 @@
 """Reading LoRA files: kohya/A1111, diffusers/PEFT, LyCORIS LoCon and LoHa, and the Flux/SD3 layouts.
 
 Lives here: `LayerWeights`, `LoraFile`, `read_lora`, `LORA_TARGETS`.
-May import: stdlib, torch, safetensors, diffusers (its LoRA conversion utilities).
+May import: stdlib, torch, safetensors, diffusers (its LoRA conversion utilities), pipelines.diffusion.families.
 
 Every layout ends as the same thing: for each target model ("denoiser", "text_encoder", "text_encoder_2",
 "text_encoder_3"), a dict from a module path in the diffusers/transformers model to the factors of its
@@ -27,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from pipelines.diffusion.families import FAMILIES
 
 LORA_TARGETS = ("denoiser", "text_encoder", "text_encoder_2", "text_encoder_3")
 _PREFIX_TARGET = {
@@ -118,9 +120,10 @@ def read_lora(path: Path, family: str, denoiser_config: dict[str, Any] | None = 
     if not state_dict:
         raise ValueError(f"{path}: the file holds no tensors")
     kohya = any(k.startswith(("lora_unet_", "lora_te")) for k in state_dict)
-    if family == "flux":
+    layout = FAMILIES[family].lora_layout if family in FAMILIES else "standard"
+    if layout == "flux":
         return _read_flux(path, state_dict, kohya)
-    if family == "sd3" and not kohya:
+    if layout == "sd3" and not kohya:
         from diffusers.loaders.lora_pipeline import SD3LoraLoaderMixin
 
         converted = SD3LoraLoaderMixin.lora_state_dict(dict(state_dict))

@@ -82,7 +82,7 @@ def denoiser_working_bytes(ref: DenoiserRef, height: int, width: int, batch: int
     # DiT: hidden = heads x head_dim at every block. Flux packs 2x2 latent pixels into a token itself
     # (FluxPipeline._pack_latents), so its config says patch_size 1.
     hidden = int(config.get("num_attention_heads", 16)) * int(config.get("attention_head_dim", 72))
-    patch = 2 if ref.family.name == "flux" else int(config.get("patch_size", 2) or 2)
+    patch = 2 if ref.family.packs_latents else int(config.get("patch_size", 2) or 2)
     return diffusion_working_bytes(
         "dit",
         hidden_size=hidden,
@@ -163,7 +163,7 @@ def unet_conditioning(
     if positive.attention_mask is not None:
         mask = torch.cat([c.attention_mask for c in conds]).to(device)
     cond = Conditioning(embeds=embeds, attention_mask=mask, family=denoiser.family.name)
-    if denoiser.family.name != "sdxl":
+    if not denoiser.family.size_conditioning:
         return cond, None
     time_ids = _sdxl_time_ids(*pixel_size, embeds.dtype).repeat(batch, 1)
     return cond, {
@@ -187,7 +187,7 @@ def _predict_noise(
     control_residuals: dict[str, Any] | None = None,
 ) -> torch.Tensor:
     """One denoiser call on a (possibly CFG-doubled) batch; `control_residuals` are ControlNets' outputs."""
-    if ref.family.name == "pixart_sigma":
+    if ref.family.denoiser_call == "pixart":
         # PixArt takes the timestep as a batch vector and returns (noise, variance) when it learned sigma.
         timestep = t[None].to(x.device).expand(x.shape[0]) if t.ndim == 0 else t.expand(x.shape[0])
         out = model(
@@ -290,7 +290,7 @@ def sample(
         # Flow-matching loops live in flow_sampling, which builds on this module: imported late.
         from pipelines.diffusion.flow_sampling import sample_flux, sample_sd3
 
-        if family == "sd3":
+        if denoiser.family.denoiser_call == "sd3":
             return sample_sd3(mm, denoiser, positive, negative, latents, settings, on_step=on_step)
         return sample_flux(mm, denoiser, positive, latents, settings, on_step=on_step)
     device = mm.device

@@ -23,7 +23,7 @@ from safetensors import safe_open
 
 from memory import ComponentSpec, MemoryManager
 from pipelines.diffusion.families import (
-    FAMILIES,
+    CHECKPOINT_LAYOUTS,
     UnsupportedModelError,
     denoiser_stream_blocks,
     detect_single_file_family,
@@ -43,20 +43,16 @@ from pipelines.load_progress import OnProgress, with_progress
 from pipelines.paths import RESOURCES_DIR
 from pipelines.weight_format import WeightFormat, check_weights_format, load_pickle_state_dict
 
+# The config-only folder shipped per checkpoint layout (the registry's `CheckpointLayout.config_folder`).
 CONFIG_DIRS: dict[str, Path] = {
-    "sd1": RESOURCES_DIR / "configs" / "sd15",
-    "sdxl": RESOURCES_DIR / "configs" / "sdxl",
+    c.name: RESOURCES_DIR / "configs" / c.config_folder
+    for c in CHECKPOINT_LAYOUTS.values()
+    if c.config_folder
 }
-_FAMILY_OF = {"sd1": "sd", "sd2": "sd", "sdxl": "sdxl"}
 
-# Key prefixes of each component inside an original-format checkpoint.
+# Key prefixes of the denoiser and VAE inside an original-format checkpoint (text encoders: per layout).
 UNET_PREFIX = "model.diffusion_model."
 VAE_PREFIX = "first_stage_model."
-TEXT_ENCODER_PREFIXES: dict[str, tuple[str, ...]] = {
-    "sd1": ("cond_stage_model.transformer.",),
-    "sd2": ("cond_stage_model.model.",),
-    "sdxl": ("conditioner.embedders.0.transformer.", "conditioner.embedders.1.model."),
-}
 
 
 def read_checkpoint_keys(path: Path, *, allow_pickle: bool) -> list[str]:
@@ -157,8 +153,9 @@ def _text_encoder_key_map(path: Path, detected: str, slot_index: int, module: to
     """
     from diffusers.loaders.single_file_utils import convert_ldm_clip_checkpoint, convert_open_clip_checkpoint
 
-    prefix = TEXT_ENCODER_PREFIXES[detected][slot_index]
-    if detected == "sdxl" and slot_index == 1:
+    layout = CHECKPOINT_LAYOUTS[detected]
+    prefix = layout.text_encoder_prefixes[slot_index]
+    if slot_index in layout.open_clip_slots:
         key_map = trace_conversion(
             path, lambda sd: convert_open_clip_checkpoint(module, sd, prefix=prefix), (prefix,)
         )
@@ -199,7 +196,7 @@ def load_single_file(
     from pipelines.quant.formats import split_precision
     from pipelines.quant.storage import apply_storage
 
-    family = FAMILIES[_FAMILY_OF[detected]]
+    family = CHECKPOINT_LAYOUTS[detected].family
     dtype, storage = split_precision(dtype)  # fp8/int8: every component kept in 8 bits
     torch_dtype = resolve_dtype(dtype, family, mm.device)
     unet_config = read_json(config_dir / "unet" / "config.json")
@@ -316,7 +313,7 @@ def _whole_builders(
 
     def text_encoder_builder(slot_index: int) -> Callable[[], torch.nn.Module]:
         slot = family.text_encoders[slot_index]
-        prefix = TEXT_ENCODER_PREFIXES[detected][slot_index]
+        prefix = CHECKPOINT_LAYOUTS[detected].text_encoder_prefixes[slot_index]
 
         def build() -> torch.nn.Module:
             state = read_prefixed(path, (prefix,), allow_pickle=allow_pickle)

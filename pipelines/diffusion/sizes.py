@@ -16,14 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from pipelines.diffusion.families import (
-    FAMILIES,
+    CHECKPOINT_LAYOUTS,
     Family,
     detect_single_file_family,
     family_for_pipeline_class,
 )
 from pipelines.diffusion.values import DenoiserRef
-
-_SINGLE_FILE_FAMILY = {"sd1": "sd", "sd2": "sd", "sdxl": "sdxl"}
 
 
 @dataclass(frozen=True)
@@ -63,7 +61,7 @@ def size_for_model(spec: str) -> ImageSize | None:
             from safetensors import safe_open
 
             with safe_open(str(path), framework="pt") as f:
-                family = FAMILIES[_SINGLE_FILE_FAMILY[detect_single_file_family(f.keys())]]
+                family = CHECKPOINT_LAYOUTS[detect_single_file_family(f.keys())].family
             return ImageSize(family.native_size, family.size_multiple)
     except Exception:  # a missing or foreign file: the editor just shows no hint
         return None

@@ -26,6 +26,7 @@ from pipelines.diffusion.families import (
     denoiser_stream_blocks,
     resolve_dtype,
 )
+from pipelines.diffusion.family_detect import family_from_text_encoders
 from pipelines.diffusion.loading import read_json, vae_dtype
 from pipelines.diffusion.single_file import ClipTokenizerSource
 from pipelines.diffusion.values import DenoiserRef, TextEncoderRef, TokenizerSource, VaeRef
@@ -38,13 +39,10 @@ from pipelines.quant.layouts import flux_bfl_to_diffusers, flux_config_from_shap
 from pipelines.quant.split import module_factory, register_built
 from pipelines.quant.tensor_files import SafetensorsTensors
 
+# The config-only folders shipped per family (the registry's `Family.config_folder`).
 SPLIT_CONFIG_DIRS: dict[str, Path] = {
-    "sd": RESOURCES_DIR / "configs" / "sd15",
-    "sdxl": RESOURCES_DIR / "configs" / "sdxl",
-    "flux": RESOURCES_DIR / "configs" / "flux",
+    f.name: RESOURCES_DIR / "configs" / f.config_folder for f in FAMILIES.values() if f.config_folder
 }
-# Which text encoder files make which family: (CLIP files, T5 files) -> family.
-_TEXT_FAMILIES = {(1, 0): "sd", (2, 0): "sdxl", (1, 1): "flux", (2, 1): "sd3", (0, 1): "pixart_sigma"}
 
 
 class T5TokenizerSource(TokenizerSource):
@@ -199,7 +197,8 @@ def load_text_encoder_files(
         found.append((path, shapes, detect_text_encoder(shapes)))
     clips = [f for f in found if f[2].layout == "clip"]
     t5s = [f for f in found if f[2].layout == "t5"]
-    detected = _TEXT_FAMILIES.get((len(clips), len(t5s)), "")
+    matched = family_from_text_encoders(len(clips), len(t5s))
+    detected = matched.name if matched is not None else ""
     if family == "auto" and not detected:
         raise UnsupportedModelError(
             f"{len(clips)} CLIP and {len(t5s)} T5 files match no family (sd1: CLIP-L; sdxl: CLIP-L + CLIP-G; "
