@@ -1,7 +1,8 @@
 """Learned working memory: measured peaks persisted as a small JSON file in the data dir.
 
 May import: stdlib, filelock.
-Key: (device kind, node type, model key, shape key). Value: the largest working-memory peak measured for it,
+Key: (device kind, node type, model key, shape key); the model key is the component's `ComponentSpec.learned_key`
+(for loaded models a key of what the files hold, not where: `pipelines.model_keys`). Value: the largest working-memory peak measured for it,
 in bytes, and how many runs it is based on. The largest, not the latest: an estimate is used to decide what
 to evict, and evicting too little is the failure that costs a run.
 

@@ -25,7 +25,10 @@ LOCATIONS = ("disk", "host", "pinned", "device", "partial")
 class ComponentSpec:
     """What a pipeline declares about one model component; memory/ reads it and never imports model classes.
 
-    key: stable unique id (e.g. f"{path}#unet"); registering the same key again returns the same handle.
+    key: stable unique id (e.g. f"{path}#unet@float32", built by `pipelines.model_keys`); registering the
+        same key again returns the same handle.
+    peak_key: what learned working-memory peaks are stored under: the same component wherever its files
+        live (`pipelines.model_keys`); "" means `key`.
     name: display name ("unet", "text_encoder_2", "llm"). kind: "denoiser" | "text_encoder" | "vae" | "llm" | ...
     build: builds a new module on CPU from disk (memory-mapped) on every call; never moves it to a device and
         never returns a cached instance: an evicted module is stripped of its tensors and rebuilt on next use.
@@ -55,6 +58,12 @@ class ComponentSpec:
     prefixes: tuple[str, ...] = ()
     source: Any = None
     storage: str = ""
+    peak_key: str = ""
+
+    @property
+    def learned_key(self) -> str:
+        """The model part of a learned peak's key."""
+        return self.peak_key or self.key
 
     @property
     def cast_dtype(self) -> torch.dtype | None:

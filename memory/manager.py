@@ -144,7 +144,7 @@ class MemoryManager:
     def working_estimate(self, handle: ModelHandle, working: Working) -> tuple[int, int | None]:
         """(bytes to reserve, learned figure or None) for `working` beside `handle` in the current node."""
         node_type = self._scope.node_type if self._scope is not None else ""
-        learned = self.learned.get(self.device_kind, node_type, handle.key, working.shape_key)
+        learned = self.learned.get(self.device_kind, node_type, handle.spec.learned_key, working.shape_key)
         return (learned if learned is not None else working.formula_bytes), learned
 
     @contextmanager
@@ -231,7 +231,9 @@ class MemoryManager:
             )
         )
         if ok:
-            self.learned.record(self.device_kind, node_type, handle.key, working.shape_key, measured)
+            self.learned.record(
+                self.device_kind, node_type, handle.spec.learned_key, working.shape_key, measured
+            )
 
     def _keep(self) -> frozenset[str]:
         return self._scope.next_users if self._scope is not None else frozenset()

@@ -81,10 +81,10 @@ def _run_empty_latent(
     import torch
 
     from pipelines.diffusion.sizes import size_for_denoiser
-    from pipelines.diffusion.values import Latents
+    from pipelines.diffusion.values import DEFAULT_VAE_SCALE, Latents
 
     # Channels and pixels-per-latent come from the VAE if wired, else the denoiser, else SD's 4 and 8.
-    channels, scale = 4, 8
+    channels, scale = 4, DEFAULT_VAE_SCALE
     if vae is not None:
         channels, scale = vae.latent_channels, vae.scale_factor
     elif denoiser is not None:

@@ -26,8 +26,9 @@ import torch
 from diffusers.image_processor import VaeImageProcessor
 
 from memory import ComponentSpec, MemoryManager, ModelHandle
-from pipelines.diffusion.values import Conditioning
+from pipelines.diffusion.values import DEFAULT_VAE_SCALE, Conditioning
 from pipelines.load_progress import OnProgress, files_bytes, with_progress
+from pipelines.model_keys import component_keys, precision_label
 from pipelines.paths import check_weights_format
 
 
@@ -86,7 +87,7 @@ def load_controlnet(
     _, build = with_progress(None, build, "controlnet", on_progress, files_bytes(files, dtype))
     handle = mm.register(
         ComponentSpec(
-            key=f"{folder}#controlnet@{dtype}",
+            **component_keys(folder, "controlnet", precision_label(dtype), files).spec_fields(),
             name="controlnet",
             kind="controlnet",
             build=build,
@@ -110,7 +111,8 @@ def _control_image(
     hint: ControlHint, height: int, width: int, batch: int, device: torch.device, dtype: torch.dtype
 ) -> torch.Tensor:
     """As StableDiffusionControlNetPipeline.prepare_image: resized to the picture, [0, 1], one per latent."""
-    processor = VaeImageProcessor(vae_scale_factor=8, do_convert_rgb=True, do_normalize=False)
+    # The pipeline's own processor settings: the hint is resized to the picture, so the factor only rounds.
+    processor = VaeImageProcessor(vae_scale_factor=DEFAULT_VAE_SCALE, do_convert_rgb=True, do_normalize=False)
     image = processor.preprocess(hint.image.permute(0, 3, 1, 2), height=height, width=width).to(torch.float32)
     if image.shape[0] == 1:
         image = image.repeat_interleave(batch, dim=0)

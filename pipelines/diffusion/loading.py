@@ -1,6 +1,7 @@
 """Loading a diffusers-format folder or separate component files as lazy handles.
 
-Lives here: `LoadedModel`, `load_model`, `load_diffusers_folder`, `load_component_file`, `component_weight_files`.
+Lives here: `load_model`, `load_diffusers_folder`, `load_component_file`, `component_weight_files`
+(`LoadedModel`, `read_json`, `vae_dtype` are `pipelines.diffusion.assembly`'s, re-exported).
 May import: stdlib, torch, diffusers, transformers, memory, pipelines.paths, pipelines.diffusion.*.
 
 Nothing here reads weights. Each component becomes a `memory.ComponentSpec` built only when a node enters
@@ -11,15 +12,20 @@ so that nodes downstream know channels, scale factors and the family without loa
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from memory import ComponentSpec, MemoryManager, ModelHandle
 from memory.weights import SafetensorsSource, header_entries
+from pipelines.diffusion.assembly import (  # LoadedModel, read_json, vae_dtype: re-exported
+    LoadedModel,
+    assemble_model,
+    component_keys_for,
+    read_json,
+    resolve_precision,
+    vae_dtype,
+)
 from pipelines.diffusion.families import (
     Family,
     denoiser_stream_blocks,
@@ -27,22 +33,9 @@ from pipelines.diffusion.families import (
     resolve_dtype,
 )
 from pipelines.diffusion.lazy_load import CheckpointSource, component_key_map, empty_module
-from pipelines.diffusion.values import DenoiserRef, TextEncoderRef, TokenizerSource, VaeRef
+from pipelines.diffusion.values import TokenizerSource
 from pipelines.load_progress import OnProgress, files_bytes, with_progress
 from pipelines.paths import PICKLE_SUFFIXES, check_weights_format
-
-
-@dataclass(frozen=True)
-class LoadedModel:
-    """What a checkpoint loader hands out: three wires' worth of lazy references."""
-
-    denoiser: DenoiserRef
-    text_encoder: TextEncoderRef
-    vae: VaeRef
-
-
-def read_json(path: Path) -> dict[str, Any]:
-    return json.loads(path.read_text(encoding="utf-8"))
 
 
 def component_weight_files(folder: Path, *, allow_pickle: bool) -> tuple[tuple[Path, ...], bool]:
@@ -120,7 +113,7 @@ def _register_pretrained(
     )
     return mm.register(
         ComponentSpec(
-            key=f"{root}#{subfolder}@{dtype}",
+            **component_keys_for(root, subfolder, dtype, files=files).spec_fields(),
             name=subfolder,
             kind=kind,
             build=build,
@@ -146,13 +139,6 @@ def _lazy_loadable(model_class: type, files: tuple[Path, ...]) -> bool:
     return not any(any(d in key for d in _DEPRECATED_ATTENTION) for _, key, _, _ in header_entries(files))
 
 
-def vae_dtype(family: Family, vae_config: dict[str, Any], dtype: torch.dtype) -> torch.dtype:
-    """SDXL's VAE overflows in float16 (`force_upcast` in its config): keep it in float32 then."""
-    if dtype == torch.float16 and vae_config.get("force_upcast", False):
-        return torch.float32
-    return dtype
-
-
 def load_diffusers_folder(
     mm: MemoryManager,
     root: Path,
@@ -162,19 +148,17 @@ def load_diffusers_folder(
     on_progress: OnProgress | None = None,
 ) -> LoadedModel:
     """A folder with `model_index.json` (what `DiffusionPipeline.save_pretrained` writes)."""
-    from pipelines.quant.formats import split_precision
-
     index = read_json(root / "model_index.json")
     family = family_for_pipeline_class(index["_class_name"])
-    dtype, storage = split_precision(dtype)  # "int8" -> compute at "auto", weights kept in int8
-    torch_dtype = resolve_dtype(dtype, family, mm.device)
+    torch_dtype, storage = resolve_precision(dtype, family, mm.device)  # "int8": "auto", kept in int8
 
     denoiser_config = read_json(root / family.denoiser_subfolder / "config.json")
     vae_config = read_json(root / "vae" / "config.json")
-    scheduler_config = read_json(root / "scheduler" / "scheduler_config.json")
-
-    denoiser = DenoiserRef(
-        handle=_register_pretrained(
+    vdtype = vae_dtype(family, vae_config, torch_dtype)
+    return assemble_model(
+        family,
+        root,
+        denoiser=_register_pretrained(
             mm,
             root,
             family.denoiser_subfolder,
@@ -186,14 +170,8 @@ def load_diffusers_folder(
             storage=storage,
             on_progress=on_progress,
         ),
-        family=family,
-        config=denoiser_config,
-        scheduler_config=scheduler_config,
-        dtype=torch_dtype,
-        vae_scale_factor=2 ** (len(vae_config["block_out_channels"]) - 1),
-    )
-    text_encoder = TextEncoderRef(
-        handles=tuple(
+        denoiser_config=denoiser_config,
+        text_encoders=[
             _register_pretrained(
                 mm,
                 root,
@@ -206,16 +184,11 @@ def load_diffusers_folder(
                 on_progress=on_progress,
             )
             for slot in family.text_encoders
-        ),
-        tokenizers=tuple(
+        ],
+        tokenizers=[
             TokenizerSource(root, slot.tokenizer_subfolder, slot.model_class) for slot in family.text_encoders
-        ),
-        family=family,
-        dtype=torch_dtype,
-    )
-    vdtype = vae_dtype(family, vae_config, torch_dtype)
-    vae = VaeRef(
-        handle=_register_pretrained(
+        ],
+        vae=_register_pretrained(
             mm,
             root,
             "vae",
@@ -226,11 +199,10 @@ def load_diffusers_folder(
             storage=storage,
             on_progress=on_progress,
         ),
-        family=family,
-        config=vae_config,
-        dtype=vdtype,
+        vae_config=vae_config,
+        dtype=torch_dtype,
+        vae_dtype=vdtype,
     )
-    return LoadedModel(denoiser=denoiser, text_encoder=text_encoder, vae=vae)
 
 
 def load_model(
@@ -325,7 +297,7 @@ def load_component_file(
     source, build = with_progress(source, build, component, on_progress, whole)
     return mm.register(
         ComponentSpec(
-            key=f"{path}#{component}@{torch_dtype}",
+            **component_keys_for(path, component, torch_dtype).spec_fields(),
             name=component,
             kind=kind,
             build=build,

@@ -35,6 +35,7 @@ from memory import ComponentSpec, MemoryManager, ModelHandle, Working
 from memory.patches import LayerPatch, PatchEvent, apply_patches, patch_state, remove_patches
 from pipelines.diffusion.lora_formats import LayerWeights, LoraFile, read_lora
 from pipelines.diffusion.values import DenoiserRef, LoraPatch, TextEncoderRef
+from pipelines.model_keys import component_keys, precision_label
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +85,12 @@ def lora_handle(
 
     return mm.register(
         ComponentSpec(
-            key=f"lora:{patch.path}:{patch.stamp[0]}:{patch.stamp[1]}:{family}@{dtype}",
+            **component_keys(
+                patch.path,
+                f"lora-{family}",
+                precision_label(dtype),
+                stamp=f"{patch.stamp[0]}:{patch.stamp[1]}",
+            ).spec_fields(),
             name=f"lora {patch.path.stem}",
             kind="lora",
             build=build,

@@ -22,12 +22,19 @@ import torch
 from safetensors import safe_open
 
 from memory import ComponentSpec, MemoryManager
+from pipelines.diffusion.assembly import (
+    LoadedModel,
+    assemble_model,
+    component_keys_for,
+    read_json,
+    resolve_precision,
+    vae_dtype,
+)
 from pipelines.diffusion.families import (
     CHECKPOINT_LAYOUTS,
     UnsupportedModelError,
     denoiser_stream_blocks,
     detect_single_file_family,
-    resolve_dtype,
 )
 from pipelines.diffusion.lazy_load import (
     CheckpointSource,
@@ -37,8 +44,7 @@ from pipelines.diffusion.lazy_load import (
     rename_key_map,
     trace_conversion,
 )
-from pipelines.diffusion.loading import LoadedModel, read_json, vae_dtype
-from pipelines.diffusion.values import DenoiserRef, TextEncoderRef, TokenizerSource, VaeRef
+from pipelines.diffusion.values import TokenizerSource
 from pipelines.load_progress import OnProgress, with_progress
 from pipelines.paths import RESOURCES_DIR
 from pipelines.weight_format import WeightFormat, check_weights_format, load_pickle_state_dict
@@ -193,12 +199,10 @@ def load_single_file(
             f"{path.name}: detected a {detected} checkpoint, but no config folder is shipped for it; "
             "convert it to a diffusers folder, or pass a config folder"
         )
-    from pipelines.quant.formats import split_precision
     from pipelines.quant.storage import apply_storage
 
     family = CHECKPOINT_LAYOUTS[detected].family
-    dtype, storage = split_precision(dtype)  # fp8/int8: every component kept in 8 bits
-    torch_dtype = resolve_dtype(dtype, family, mm.device)
+    torch_dtype, storage = resolve_precision(dtype, family, mm.device)  # fp8/int8: every component in 8 bits
     unet_config = read_json(config_dir / "unet" / "config.json")
     vae_config = read_json(config_dir / "vae" / "config.json")
     vdtype = vae_dtype(family, vae_config, torch_dtype)
@@ -230,7 +234,7 @@ def load_single_file(
         source, build = with_progress(source, build, name, on_progress)  # whole builds: size unknown before
         return mm.register(
             ComponentSpec(
-                key=f"{path}#{name}@{storage or dt}",
+                **component_keys_for(path, name, dt, storage).spec_fields(),
                 name=name,
                 kind=kind,
                 build=build,
@@ -265,25 +269,23 @@ def load_single_file(
             key_map = _text_encoder_key_map(path, detected, i, empty_module(factory))
             components[slot.subfolder] = lazy_component(key_map, factory)
 
-    denoiser = DenoiserRef(
-        handle=register("unet", "denoiser", torch_dtype, denoiser_stream_blocks(family, unet_config)),
-        family=family,
-        config=unet_config,
-        scheduler_config=read_json(config_dir / "scheduler" / "scheduler_config.json"),
-        dtype=torch_dtype,
-        vae_scale_factor=2 ** (len(vae_config["block_out_channels"]) - 1),
-    )
-    text_encoder = TextEncoderRef(
-        handles=tuple(register(slot.subfolder, "text_encoder", torch_dtype) for slot in family.text_encoders),
-        tokenizers=tuple(
+    return assemble_model(
+        family,
+        config_dir,
+        denoiser=register("unet", "denoiser", torch_dtype, denoiser_stream_blocks(family, unet_config)),
+        denoiser_config=unet_config,
+        text_encoders=[
+            register(slot.subfolder, "text_encoder", torch_dtype) for slot in family.text_encoders
+        ],
+        tokenizers=[
             ClipTokenizerSource(config_dir, slot.tokenizer_subfolder, slot.model_class)
             for slot in family.text_encoders
-        ),
-        family=family,
+        ],
+        vae=register("vae", "vae", vdtype),
+        vae_config=vae_config,
         dtype=torch_dtype,
+        vae_dtype=vdtype,
     )
-    vae = VaeRef(handle=register("vae", "vae", vdtype), family=family, config=vae_config, dtype=vdtype)
-    return LoadedModel(denoiser=denoiser, text_encoder=text_encoder, vae=vae)
 
 
 def _whole_builders(

@@ -21,7 +21,7 @@ from pipelines.diffusion.families import (
     detect_single_file_family,
     family_for_pipeline_class,
 )
-from pipelines.diffusion.values import DenoiserRef
+from pipelines.diffusion.values import DEFAULT_VAE_SCALE, DenoiserRef, vae_scale_factor
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ class ImageSize:
 
 def size_from_configs(family: Family, denoiser_config: dict[str, Any], vae_scale: int) -> ImageSize:
     # Transformers cut latents into patches; Flux packs 2x2 latents without saying so in its config.
-    patch = max(int(denoiser_config.get("patch_size") or 1), family.size_multiple // 8)
+    patch = max(int(denoiser_config.get("patch_size") or 1), family.size_multiple // DEFAULT_VAE_SCALE)
     sample = denoiser_config.get("sample_size")
     native = int(sample) * vae_scale if isinstance(sample, int) and sample > 0 else family.native_size
     return ImageSize(native=native, multiple=vae_scale * patch)
@@ -55,8 +55,7 @@ def size_for_model(spec: str) -> ImageSize | None:
         if path.is_dir():
             family = family_for_pipeline_class(_read(path / "model_index.json")["_class_name"])
             config = _read(path / family.denoiser_subfolder / "config.json")
-            vae_blocks = _read(path / "vae" / "config.json").get("block_out_channels", (0, 0, 0, 0))
-            return size_from_configs(family, config, 2 ** (len(vae_blocks) - 1))
+            return size_from_configs(family, config, vae_scale_factor(_read(path / "vae" / "config.json")))
         if path.suffix == ".safetensors":
             from safetensors import safe_open
 

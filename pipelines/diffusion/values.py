@@ -1,7 +1,7 @@
 """The values that travel on diffusion wires: model references, conditioning and latents.
 
 Lives here: `DenoiserRef`, `TextEncoderRef`, `VaeRef`, `TokenizerSource`, `LoraPatch`, `Conditioning`,
-`Latents`.
+`Latents`, `vae_scale_factor` and `DEFAULT_VAE_SCALE` (the one formula for pixels per latent).
 May import: stdlib, torch, transformers, memory, pipelines.diffusion.families.
 
 Model references hold `memory.ModelHandle`s (lazy: registered with the memory manager, loaded only inside
@@ -45,6 +45,16 @@ class TokenizerSource:
         return f"TokenizerSource({str(self.path)!r}, {self.subfolder!r})"
 
 
+# SD's VAE (4 blocks): the pixels per latent assumed where no VAE config is at hand.
+DEFAULT_VAE_SCALE = 8
+
+
+def vae_scale_factor(vae_config: dict[str, Any]) -> int:
+    """Pixels per latent: 2 ** (number of VAE blocks - 1), as diffusers pipelines compute it. The one formula:
+    `assembly` gives a denoiser its factor with it, and `VaeRef.scale_factor` reads it."""
+    return 2 ** (len(vae_config.get("block_out_channels", (0, 0, 0, 0))) - 1)
+
+
 @dataclass(frozen=True)
 class LoraPatch:
     """One LoRA file at one strength, attached to a model reference; applied when the model is placed.
@@ -72,7 +82,7 @@ class DenoiserRef:
     config: dict[str, Any]  # the model's config.json (in_channels, sample_size, block_out_channels, ...)
     scheduler_config: dict[str, Any]  # the folder's scheduler_config.json: betas, prediction type, ...
     dtype: torch.dtype
-    vae_scale_factor: int = 8  # pixels per latent (from the VAE config when known)
+    vae_scale_factor: int = DEFAULT_VAE_SCALE  # pixels per latent (from the VAE config when known)
     patches: tuple[LoraPatch, ...] = ()  # LoRAs in the order they stack (LoadLoRA nodes)
 
 
@@ -98,8 +108,7 @@ class VaeRef:
 
     @property
     def scale_factor(self) -> int:
-        """Pixels per latent: 2 ** (number of VAE blocks - 1), as diffusers pipelines compute it."""
-        return 2 ** (len(self.config.get("block_out_channels", (0, 0, 0, 0))) - 1)
+        return vae_scale_factor(self.config)
 
     @property
     def latent_channels(self) -> int:
@@ -124,7 +133,7 @@ class Latents:
     """Latents as the denoiser sees them: VAE output already multiplied by the scaling factor."""
 
     samples: torch.Tensor  # (B, C, H / scale, W / scale)
-    vae_scale_factor: int = 8
+    vae_scale_factor: int = DEFAULT_VAE_SCALE
     # Where the samples came from: "empty" (EmptyLatent: only the shape matters), "encoded" (VAEEncode),
     # "sampled" (a sampler's output).
     source: str = "empty"

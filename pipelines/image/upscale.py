@@ -23,6 +23,7 @@ import torch
 
 from memory import ComponentSpec, MemoryManager, ModelHandle
 from pipelines.load_progress import OnProgress, files_bytes, with_progress
+from pipelines.model_keys import component_keys
 from pipelines.paths import check_weights_format
 
 MIN_TILE = 32
@@ -80,7 +81,7 @@ def load_upscale_model(
     )
     handle = mm.register(
         ComponentSpec(
-            key=f"{path}#upscaler",
+            **component_keys(path, "upscaler", files=files).spec_fields(),
             name=path.stem,
             kind="upscaler",
             build=build,

@@ -31,6 +31,7 @@ from pipelines.llm.gguf_loader import (
     unpermute_qk,
 )
 from pipelines.load_progress import OnProgress
+from pipelines.model_keys import component_keys
 
 _FLOAT_TYPES = (GGMLQuantizationType.F32, GGMLQuantizationType.F16)
 
@@ -110,7 +111,7 @@ def register_quantized_llm(
 
     handle = memory.register(
         ComponentSpec(
-            key=f"{Path(path).resolve()}#llm-gguf",
+            **component_keys(Path(path).resolve(), "llm-gguf").spec_fields(),
             name="llm",
             kind="llm",
             build=build,

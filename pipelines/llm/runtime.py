@@ -33,6 +33,7 @@ from pipelines.llm.hf_loader import (
 from pipelines.llm.kv_cache import KVCache, kv_geometry
 from pipelines.llm.sampling import SamplingParams
 from pipelines.load_progress import OnProgress
+from pipelines.model_keys import component_keys
 from pipelines.steps import OnStep, Step
 
 DTYPE = torch.float32  # CPU paths run in float32: bf16/fp16 are ~55x slower on these CPUs
@@ -99,7 +100,7 @@ def open_llm(
         handle = register_quantized_llm(memory, files.source, config, DTYPE, on_load)
         return LLMModel(files, handle, load_tokenizer(files), config, end_of_turn_ids(files, config))
     spec = ComponentSpec(
-        key=f"{files.source.resolve()}#llm",
+        **component_keys(files.source.resolve(), "llm", files=files.weight_files).spec_fields(),
         name="llm",
         kind="llm",
         build=lambda: build_causal_lm(files, DTYPE, on_load),

@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from memory import ComponentSpec, MemoryManager, ModelHandle
+from pipelines.diffusion.assembly import component_keys_for
 from pipelines.load_progress import OnProgress, files_bytes, progress_build
 from pipelines.quant.meta_load import build_from_tensors
 from pipelines.quant.tensor_files import SafetensorsTensors
@@ -35,7 +36,8 @@ def module_factory(model_class: type, config_dir: Path) -> Callable[[], torch.nn
 def register_built(
     mm: MemoryManager,
     *,
-    key: str,
+    origin: Path,
+    part: str,
     name: str,
     kind: str,
     make: Callable[[], torch.nn.Module],
@@ -46,8 +48,12 @@ def register_built(
     files: tuple[Path, ...] = (),
     blocks: tuple[str, ...] = (),
     on_progress: OnProgress | None = None,
+    identity_files: tuple[Path, ...] = (),
 ) -> ModelHandle:
     """Register a component built by `build_from_tensors(make, tensors())` when first used.
+
+    `origin` and `part` key it (`assembly.component_keys_for`); `identity_files`: the files it is read from
+    when they are fewer than everything under `origin` (one subfolder of a folder).
 
     `files`: the safetensors files when their tensors are exactly the module's (diffusers names, plain
     storage): then the manager knows the bytes before loading and can stream blocks from disk on CPU.
@@ -59,10 +65,9 @@ def register_built(
     if on_progress is not None:  # the bytes before (when the files say) and after the build
         total = files_bytes(files, dtype) if files and not storage else 0
         build = progress_build(build, name, total, on_progress, None if storage else dtype)
-    label = storage or str(dtype).removeprefix("torch.")
     return mm.register(
         ComponentSpec(
-            key=f"{key}@{label}",
+            **component_keys_for(origin, part, dtype, storage, identity_files or files).spec_fields(),
             name=name,
             kind=kind,
             build=build,
@@ -89,7 +94,9 @@ def register_quantized_folder_component(
     """A diffusers-folder component kept in `storage` (fp8/int8), read tensor by tensor from its files."""
     return register_built(
         mm,
-        key=f"{root}#{subfolder}",
+        origin=root,
+        part=subfolder,
+        identity_files=files,
         name=subfolder,
         kind=kind,
         make=module_factory(model_class, root / subfolder),

@@ -19,21 +19,26 @@ from typing import Any
 import torch
 
 from memory import MemoryManager
+from pipelines.diffusion.assembly import (
+    denoiser_ref,
+    read_json,
+    resolve_precision,
+    text_encoder_ref,
+    vae_dtype,
+    vae_ref,
+)
 from pipelines.diffusion.families import (
     FAMILIES,
     Family,
     UnsupportedModelError,
     denoiser_stream_blocks,
-    resolve_dtype,
 )
 from pipelines.diffusion.family_detect import family_from_text_encoders
-from pipelines.diffusion.loading import read_json, vae_dtype
 from pipelines.diffusion.single_file import ClipTokenizerSource
 from pipelines.diffusion.values import DenoiserRef, TextEncoderRef, TokenizerSource, VaeRef
 from pipelines.load_progress import OnProgress
 from pipelines.paths import RESOURCES_DIR, check_weights_format
 from pipelines.quant.detect import clip_width, detect_denoiser, detect_text_encoder, detect_vae
-from pipelines.quant.formats import split_precision
 from pipelines.quant.gguf_files import gguf_shapes, gguf_tensors
 from pipelines.quant.layouts import flux_bfl_to_diffusers, flux_config_from_shapes
 from pipelines.quant.split import module_factory, register_built
@@ -78,8 +83,7 @@ def _family(choice: str, detected: str, what: str) -> Family:
 
 
 def _resolve(dtype: str, family: Family, mm: MemoryManager) -> tuple[torch.dtype, str]:
-    compute, storage = split_precision(dtype)
-    return resolve_dtype(compute, family, mm.device), storage
+    return resolve_precision(dtype, family, mm.device)
 
 
 def _ldm_unet(tensors: Mapping[str, torch.Tensor], config: dict[str, Any]) -> dict[str, torch.Tensor]:
@@ -153,7 +157,8 @@ def load_denoiser_file(
         storage = "gguf"
     handle = register_built(
         mm,
-        key=f"{path}#{fam.denoiser_subfolder}",
+        origin=path,
+        part=fam.denoiser_subfolder,
         name=fam.denoiser_subfolder,
         kind="denoiser",
         make=lambda: fam.denoiser_class.from_config(config),
@@ -165,18 +170,7 @@ def load_denoiser_file(
         blocks=denoiser_stream_blocks(fam, config),
         on_progress=on_progress,
     )
-    vae_config = folder / "vae" / "config.json"
-    ref = DenoiserRef(
-        handle=handle,
-        family=fam,
-        config=config,
-        scheduler_config=scheduler_config or read_json(folder / "scheduler" / "scheduler_config.json"),
-        dtype=torch_dtype,
-        vae_scale_factor=2 ** (len(read_json(vae_config)["block_out_channels"]) - 1)
-        if vae_config.exists()
-        else 8,
-    )
-    return ref, message
+    return denoiser_ref(handle, fam, config, folder, torch_dtype, scheduler_config), message
 
 
 def load_text_encoder_files(
@@ -221,7 +215,8 @@ def load_text_encoder_files(
         handles.append(
             register_built(
                 mm,
-                key=f"{path}#{slot.subfolder}",
+                origin=path,
+                part=slot.subfolder,
                 name=slot.subfolder,
                 kind="text_encoder",
                 make=module_factory(slot.model_class, folder / slot.subfolder),
@@ -235,8 +230,9 @@ def load_text_encoder_files(
         token_source = T5TokenizerSource if is_t5 else ClipTokenizerSource
         tokenizers.append(token_source(folder, slot.tokenizer_subfolder, slot.model_class))
         names.append(f"{path.name}: {what.message}")
-    ref = TextEncoderRef(handles=tuple(handles), tokenizers=tuple(tokenizers), family=fam, dtype=torch_dtype)
-    return ref, f"{fam.title} text encoders: " + "; ".join(names)
+    return text_encoder_ref(
+        handles, tokenizers, fam, torch_dtype
+    ), f"{fam.title} text encoders: " + "; ".join(names)
 
 
 def load_vae_file(
@@ -260,7 +256,8 @@ def load_vae_file(
     torch_dtype = vae_dtype(fam, config, torch_dtype)
     handle = register_built(
         mm,
-        key=f"{path}#vae",
+        origin=path,
+        part="vae",
         name="vae",
         kind="vae",
         make=lambda: fam.vae_class.from_config(config),
@@ -271,6 +268,4 @@ def load_vae_file(
         files=(path,) if (found.layout == "diffusers" and not found.prefix) else (),
         on_progress=on_progress,
     )
-    return VaeRef(
-        handle=handle, family=fam, config=config, dtype=torch_dtype
-    ), f"{path.name}: {found.message}"
+    return vae_ref(handle, fam, config, torch_dtype), f"{path.name}: {found.message}"
