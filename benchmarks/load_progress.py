@@ -1,11 +1,11 @@
 """Does reporting load progress slow loading? The same weights loaded tensor by tensor with and without the
-progress callback, side by side in one process, alternating, and the ratio of the medians printed.
+progress reports, side by side in one process, alternating, and the ratio of the medians printed.
 
     python benchmarks/load_progress.py [--mib 256] [--tensors 1200] [--repeats 5]
 
 The file is float16 and loads as float32 (a cast per tensor, as a CPU run of an fp16 checkpoint does); the
-callback is the real path: `ProgressSource` -> `ProgressRelay` -> `NodeContext.progress` (throttled) -> an
-event list. Nothing here is a test: a ratio near 1.00 is the claim, printed, not asserted.
+reports take the real path: `memory.load_progress.ReportingSource` -> `LoadProgress` telemetry ->
+`nodes.context.loads_reported_to` -> `NodeContext.progress` (throttled) -> an event list. Nothing here is a test: a ratio near 1.00 is the claim, printed, not asserted.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ import torch
 from safetensors.torch import save_file
 
 from memory import MemoryConfig, MemoryManager
+from memory.load_progress import ReportingSource
 from memory.weights import SafetensorsSource, fill_empty
-from nodes.context import CancelToken, NodeContext, ProgressRelay
-from pipelines.load_progress import ProgressSource
+from nodes.context import CancelToken, NodeContext, loads_reported_to
 
 
 def make_file(path: Path, mib: int, tensors: int) -> list[tuple[str, tuple[int, ...]]]:
@@ -66,7 +66,6 @@ def main() -> None:
         path = Path(tmp) / "weights.safetensors"
         shapes = make_file(path, args.mib, args.tensors)
         events: list[object] = []
-        relay = ProgressRelay()
         ctx = NodeContext(
             node_id="bench",
             node_type="Bench",
@@ -75,16 +74,15 @@ def main() -> None:
             workflow_json={},
             emit=events.append,
             cancel=CancelToken(),
-            relay=relay,
         )
         # As a loader registers them: one source per component, kept across loads.
         bare = SafetensorsSource((path,))
-        wrapped = ProgressSource(SafetensorsSource((path,)), "model", ctx.progress_callback("load_bytes"))
+        wrapped = ReportingSource(SafetensorsSource((path,)), "model", mm.telemetry)
         load_once(bare, shapes)  # warm the page cache and the sources' key maps
         load_once(wrapped, shapes)
         events.clear()
         plain, reported = [], []
-        with relay.serving(ctx):
+        with loads_reported_to(mm, ctx):
             for _ in range(args.repeats):
                 plain.append(load_once(bare, shapes))
                 reported.append(load_once(wrapped, shapes))

@@ -32,6 +32,7 @@ _EXPORTS = {
     "Activations": "memory.estimates",
     "activation_bytes": "memory.estimates",
     "LoadEvent": "memory.telemetry",
+    "LoadProgress": "memory.telemetry",
     "NodePeak": "memory.telemetry",
     "Sample": "memory.telemetry",
     "StepEvent": "memory.telemetry",
@@ -46,6 +47,7 @@ __all__ = [
     "BudgetExceeded",
     "ComponentSpec",
     "LoadEvent",
+    "LoadProgress",
     "MemoryConfig",
     "MemoryManager",
     "ModelHandle",
@@ -78,6 +80,7 @@ if TYPE_CHECKING:
     from memory.policy import POLICIES, POLICY_NAMES, Policy, policy_named
     from memory.telemetry import (
         LoadEvent,
+        LoadProgress,
         NodePeak,
         Sample,
         StepEvent,

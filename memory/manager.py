@@ -25,6 +25,7 @@ thread calls only `sample`, which reads host/device counters and feeds the lock-
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -38,6 +39,7 @@ from memory.devices import NvmlProbe, read_device, read_host, resolve_device
 from memory.errors import BudgetExceeded, fmt_bytes
 from memory.learned import LearnedPeaks
 from memory.ledger import ComponentSpec, Ledger, ModelHandle
+from memory.load_progress import ReportingSource
 from memory.patches import PatchEvent
 from memory.paths import user_data_dir
 from memory.peaks import PeakTracker
@@ -46,6 +48,7 @@ from memory.policy import Policy, policy_named, stricter
 from memory.scope import Meter, NodeScope, working_from
 from memory.telemetry import (
     LoadEvent,
+    LoadProgress,
     NodePeak,
     Sample,
     StepEvent,
@@ -132,11 +135,18 @@ class MemoryManager:
         if existing is not None:
             return existing
         weight_bytes = header_bytes(spec.files, spec.cast_dtype, spec.prefixes) if spec.files else None
+        # Every load reports its bytes as `LoadProgress` (memory.load_progress): tensor by tensor from a
+        # source, or 0 before and the ledger's bytes after a whole build (the placer sends those).
         if spec.source is not None:
+            spec = dataclasses.replace(spec, source=ReportingSource(spec.source, spec.name, self.telemetry))
             weight_bytes = spec.source.nbytes(spec.dtype)
         handle = ModelHandle(spec, weight_bytes)
         self.ledger.handles[spec.key] = handle
         return handle
+
+    def load_progress(self, component: str, done: int, total: int) -> None:
+        """For a builder that reads its own weights (an LLM's state dict): bytes of `component` read so far."""
+        self.telemetry.progress(LoadProgress(component, done, total))
 
     def handle(self, key: str) -> ModelHandle:
         return self.ledger.handles[key]

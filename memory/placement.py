@@ -20,7 +20,7 @@ from memory.policies.resident import ResidentConfig, apply_resident, offload_mod
 from memory.policies.stream import StreamConfig, apply_streaming, remove_streaming
 from memory.policy import Policy
 from memory.release import malloc_trim
-from memory.telemetry import LoadEvent, Telemetry, TransferEvent, UnloadEvent
+from memory.telemetry import LoadEvent, LoadProgress, Telemetry, TransferEvent, UnloadEvent
 from memory.weights import block_names, fill_empty, module_bytes, named_tensors
 
 
@@ -99,11 +99,15 @@ class Placer:
         h.device_bytes, h.host_bytes, h.pinned_bytes = dev, host, pinned
 
     def _build(self, h: ModelHandle) -> None:
+        if h.spec.source is None:  # a whole build is its load: 0 now, the ledger's bytes once built
+            self.telemetry.progress(LoadProgress(h.spec.name, 0, h.weight_bytes or 0))
         module = h.spec.build()
         h.module = module
         full = module_bytes(module, h.spec.cast_dtype)  # metadata only: shapes and dtypes, no data touched
         if h.weight_bytes is None:
             h.weight_bytes = full
+        if h.spec.source is None:
+            self.telemetry.progress(LoadProgress(h.spec.name, h.weight_bytes, h.weight_bytes))
         # Non-persistent buffers are in the module but not the files: budget for whichever is larger.
         self._full_bytes[h.key] = max(full, h.weight_bytes)
         if h.spec.blocks:

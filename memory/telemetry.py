@@ -42,6 +42,17 @@ class LoadEvent:
 
 
 @dataclass(frozen=True)
+class LoadProgress:
+    """Bytes of `component` read so far in a load that is under way (`memory.load_progress`). Transient:
+    sent to progress subscribers only (`Telemetry.subscribe_progress`), never kept with the records."""
+
+    component: str
+    done: int
+    total: int  # the ledger's bytes for it; 0 while a whole-module build has not said
+    t: float = 0.0
+
+
+@dataclass(frozen=True)
 class UnloadEvent:
     component: str
     nbytes: int
@@ -118,6 +129,7 @@ class Telemetry:
         self._t0 = time.monotonic()
         self._lock = threading.Lock()
         self._subscribers: list[Callable[[Record], None]] = []
+        self._progress: list[Callable[[LoadProgress], None]] = []
         self._samples: deque[Sample] = deque(maxlen=MAX_SAMPLES)
         # Bounded like the samples: a long GUI session emits one StepEvent per decoded token.
         self._events: deque[Record] = deque(maxlen=MAX_EVENTS)
@@ -141,6 +153,28 @@ class Telemetry:
                     self._subscribers.remove(callback)
 
         return unsubscribe
+
+    def subscribe_progress(self, callback: Callable[[LoadProgress], None]) -> Callable[[], None]:
+        """Call `callback(event)` for every `LoadProgress` from now on; it runs on the loading thread and may
+        raise to stop the load. Returns the unsubscribe function."""
+        with self._lock:
+            self._progress.append(callback)
+
+        def unsubscribe() -> None:
+            with self._lock:
+                if callback in self._progress:
+                    self._progress.remove(callback)
+
+        return unsubscribe
+
+    def progress(self, event: LoadProgress) -> None:
+        """Send a load's progress to its subscribers (not stored: ~200 per load would crowd the records)."""
+        with self._lock:
+            listeners = list(self._progress)
+        if listeners:
+            event = dataclasses.replace(event, t=self.now())
+        for callback in listeners:
+            callback(event)  # may raise: a cancelled run stops the load here
 
     def emit(self, record: Record) -> Record:
         if not isinstance(record, Sample):

@@ -1,14 +1,15 @@
 """The context a node's `run` receives: the services it may use for this one call.
 
-Lives here: `NodeContext`, `Cancelled`, `CancelToken`, `ProgressRelay`. Imports `memory`, `nodes.events` and
-`pipelines.load_progress` (the callback type only).
+Lives here: `NodeContext`, `Cancelled`, `CancelToken`, `loads_reported_to`. Imports `memory`, `nodes.events`
+and `pipelines.load_progress` (the callback type only).
 A fresh context is built for every node run (as InvokeAI does), so a node never touches the executor,
 the registry or any global. Progress calls are also the cancellation points: `ctx.progress(...)`
 raises `Cancelled` once the user has asked to stop.
 
 Model weights are read when a node first *uses* a model, often long after the loader node ran (and in a
-later run, from a cached loader): a loader therefore gets `ctx.progress_callback("load_bytes")`, which
-reports through the executor's `ProgressRelay` to whichever node is running when the bytes are read.
+later run, from a cached loader): the memory manager reports them as `LoadProgress` telemetry, and
+`loads_reported_to` (the executor, around each node) turns them into "load_bytes" progress of the node
+running when the bytes are read, where a cancelled run stops the load.
 Progress that is not a timed step (bytes, a conversion's stages) is throttled to `UNTIMED_EVERY_S`.
 """
 
@@ -58,27 +59,19 @@ class CancelToken:
 UNTIMED_EVERY_S = 0.1
 
 
-class ProgressRelay:
-    """Forwards progress to the node running now. One per executor, so it outlives runs and cached loaders."""
+@contextmanager
+def loads_reported_to(memory: MemoryManager, ctx: NodeContext) -> Iterator[None]:
+    """While a node runs, the bytes of every model load are its "load_bytes" progress (loads outside any node,
+    in a test or a benchmark, report nowhere). A cancelled run raises `Cancelled` inside the load."""
 
-    def __init__(self) -> None:
-        self.current: NodeContext | None = None
+    def report(event: Any) -> None:  # a memory.telemetry.LoadProgress, on this (the compute) thread
+        ctx.progress(event.done, event.total, kind="load_bytes", label=event.component)
 
-    @contextmanager
-    def serving(self, ctx: NodeContext) -> Iterator[None]:
-        self.current = ctx
-        try:
-            yield
-        finally:
-            self.current = None
-
-    def callback(self, kind: str) -> OnProgress:
-        def report(label: str, done: int, total: int) -> None:
-            ctx = self.current
-            if ctx is not None:  # loads outside any node (a test, a benchmark) report nowhere
-                ctx.progress(done, total, kind=kind, label=label)
-
-        return report
+    unsubscribe = memory.telemetry.subscribe_progress(report)
+    try:
+        yield
+    finally:
+        unsubscribe()
 
 
 class NodeContext:
@@ -93,7 +86,6 @@ class NodeContext:
         emit: Callable[[RunEvent], None],
         cancel: CancelToken,
         allow_pickle: bool = False,
-        relay: ProgressRelay | None = None,
     ) -> None:
         self.node_id = node_id
         self.node_type = node_type
@@ -109,7 +101,6 @@ class NodeContext:
         self._cancel = cancel
         self._started = time.perf_counter()
         self._last_step = self._started
-        self._relay = relay
         # (kind, label) -> (first call, last emitted) times, for untimed progress.
         self._untimed: dict[tuple[str, str], tuple[float, float]] = {}
 
@@ -156,10 +147,8 @@ class NodeContext:
             self.progress(1, 1, kind="import", label=saying)
 
     def progress_callback(self, kind: str) -> OnProgress:
-        """A `(label, done, total)` callback for a loader or converter: it reports `kind` progress to the node
-        running when it is called (through the executor's relay), and raises `Cancelled` there."""
-        if self._relay is not None:
-            return self._relay.callback(kind)
+        """A `(label, done, total)` callback for a long call of this node (a GGUF conversion): it reports
+        `kind` progress here and raises `Cancelled` once the run is cancelled."""
         return lambda label, done, total: self.progress(done, total, kind=kind, label=label)
 
     def progress(

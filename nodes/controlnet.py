@@ -33,7 +33,6 @@ def _run_load_controlnet(ctx: NodeContext, path: str, dtype: str) -> dict[str, A
         folder,
         resolve_dtype(dtype, FAMILIES["sd"], ctx.device),
         allow_pickle=ctx.allow_pickle,
-        on_progress=ctx.progress_callback("load_bytes"),
     )
     return {"controlnet": ref}
 

@@ -51,7 +51,6 @@ def _run_load_model(ctx: NodeContext, path: str, kind: str, dtype: str, config_d
         dtype=dtype,
         allow_pickle=ctx.allow_pickle,
         config_dir=Path(config_dir).expanduser() if config_dir else None,
-        on_progress=ctx.progress_callback("load_bytes"),
     )
     ctx.log(f"{loaded.denoiser.family.title}, {str(loaded.denoiser.dtype).removeprefix('torch.')}")
     return {"denoiser": loaded.denoiser, "text_encoder": loaded.text_encoder, "vae": loaded.vae}

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from memory import BudgetExceeded, MemoryManager, ModelHandle
-from nodes.context import Cancelled, CancelToken, NodeContext, ProgressRelay
+from nodes.context import Cancelled, CancelToken, NodeContext, loads_reported_to
 from nodes.events import (
     NodeCached,
     NodeFailed,
@@ -137,8 +137,6 @@ class Executor:
         # signature changes and dropped when the node leaves the graph.
         self._cache: dict[str, tuple[str, dict[str, Any], list[str], dict[str, float]]] = {}
         self._runs = 0
-        # Loaders keep a callback into this relay; it reports to whichever node reads the weights.
-        self.progress_relay = ProgressRelay()
 
     # -- planning ---------------------------------------------------------------------------------
 
@@ -360,11 +358,10 @@ class Executor:
                 emit=emit,
                 cancel=cancel,
                 allow_pickle=self.allow_pickle,
-                relay=self.progress_relay,
             )
             try:
                 with (
-                    self.progress_relay.serving(ctx),
+                    loads_reported_to(self.memory, ctx),
                     self.memory.node_scope(nid, spec.type, next_users=next_users),
                 ):
                     outputs = spec.run(ctx, **kwargs)

@@ -88,9 +88,7 @@ def _run_load_upscale_model(ctx: NodeContext, path: str) -> dict[str, Any]:
     if not path:
         raise ValueError("field 'path': choose an upscale model file (.safetensors)")
     file = resolve_model_path(path)
-    loaded = load_upscale_model(
-        ctx.memory, file, allow_pickle=ctx.allow_pickle, on_progress=ctx.progress_callback("load_bytes")
-    )
+    loaded = load_upscale_model(ctx.memory, file, allow_pickle=ctx.allow_pickle)
     return {"upscale_model": loaded}
 
 

@@ -42,7 +42,6 @@ def _run_load_llm(ctx: NodeContext, path: str, keep_quantized: str = "auto") -> 
             allow_pickle=ctx.allow_pickle,
             keep_quantized=keep,
             on_convert=ctx.progress_callback("convert"),
-            on_load=ctx.progress_callback("load_bytes"),
         )
     if llm.files.from_gguf and llm.handle.spec.storage:
         ctx.log(f"{resolved.name}: weights kept quantized ({fmt_bytes(llm.handle.weight_bytes)})")

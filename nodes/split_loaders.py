@@ -53,7 +53,6 @@ def _run_load_denoiser(
         dtype=dtype,
         config_dir=_config(config_dir),
         allow_pickle=ctx.allow_pickle,
-        on_progress=ctx.progress_callback("load_bytes"),
         scheduler_config=reference.scheduler_config if reference is not None else None,
     )
     ctx.log(f"detected {message}")
@@ -76,7 +75,6 @@ def _run_load_text_encoder(
         dtype=dtype,
         config_dir=_config(config_dir),
         allow_pickle=ctx.allow_pickle,
-        on_progress=ctx.progress_callback("load_bytes"),
     )
     ctx.log(f"detected {message}")
     return {"text_encoder": ref}
@@ -93,7 +91,6 @@ def _run_load_vae(ctx: NodeContext, path: str, family: str, dtype: str, config_d
         dtype=dtype,
         config_dir=_config(config_dir),
         allow_pickle=ctx.allow_pickle,
-        on_progress=ctx.progress_callback("load_bytes"),
     )
     ctx.log(f"detected {message}")
     return {"vae": ref}

@@ -259,7 +259,8 @@ def test_a_controlnet_reports_its_bytes_when_first_used(tmp_path, cpu_memory) ->
         tmp_path
     )
     calls: list[tuple[str, int, int]] = []
-    ref = load_controlnet(cpu_memory, tmp_path, torch.float32, on_progress=lambda *call: calls.append(call))
+    ref = load_controlnet(cpu_memory, tmp_path, torch.float32)
+    cpu_memory.telemetry.subscribe_progress(lambda e: calls.append((e.component, e.done, e.total)))
     assert not calls  # registering reads nothing
     with cpu_memory.use(ref.handle):
         pass

@@ -27,7 +27,6 @@ from diffusers.image_processor import VaeImageProcessor
 
 from memory import ComponentSpec, MemoryManager, ModelHandle
 from pipelines.diffusion.values import DEFAULT_VAE_SCALE, Conditioning
-from pipelines.load_progress import OnProgress, files_bytes, with_progress
 from pipelines.model_keys import component_keys, precision_label
 from pipelines.paths import check_weights_format
 
@@ -56,10 +55,9 @@ def load_controlnet(
     dtype: torch.dtype,
     *,
     allow_pickle: bool = False,
-    on_progress: OnProgress | None = None,
 ) -> ControlNetRef:
-    """A diffusers-format ControlNet: a folder with `config.json` and its weights (loads nothing now).
-    `on_progress("controlnet", bytes, total)`: before and after it is read, when first used."""
+    """A diffusers-format ControlNet: a folder with `config.json` and its weights (loads nothing now; the
+    manager reports its bytes as `LoadProgress` when it is first used)."""
     from diffusers import ControlNetModel
 
     folder = path if path.is_dir() else path.parent
@@ -84,7 +82,6 @@ def load_controlnet(
             str(folder), dtype=dtype, local_files_only=True, use_safetensors=bool(files)
         )
 
-    _, build = with_progress(None, build, "controlnet", on_progress, files_bytes(files, dtype))
     handle = mm.register(
         ComponentSpec(
             **component_keys(folder, "controlnet", precision_label(dtype), files).spec_fields(),

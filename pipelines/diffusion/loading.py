@@ -34,7 +34,6 @@ from pipelines.diffusion.families import (
 )
 from pipelines.diffusion.lazy_load import CheckpointSource, component_key_map, empty_module
 from pipelines.diffusion.values import TokenizerSource
-from pipelines.load_progress import OnProgress, files_bytes, with_progress
 from pipelines.paths import PICKLE_SUFFIXES, check_weights_format
 
 
@@ -76,7 +75,6 @@ def _register_pretrained(
     allow_pickle: bool,
     blocks: tuple[str, ...] = (),
     storage: str = "",
-    on_progress: OnProgress | None = None,
 ) -> ModelHandle:
     """Register `model_class.from_pretrained(root, subfolder=...)` with the manager; loads nothing.
 
@@ -108,9 +106,6 @@ def _register_pretrained(
             variant=variant,
         )
 
-    source, build = with_progress(
-        source, build, subfolder, on_progress, files_bytes(files, dtype) if safe else 0
-    )
     return mm.register(
         ComponentSpec(
             **component_keys_for(root, subfolder, dtype, files=files).spec_fields(),
@@ -145,7 +140,6 @@ def load_diffusers_folder(
     *,
     dtype: str = "auto",
     allow_pickle: bool = False,
-    on_progress: OnProgress | None = None,
 ) -> LoadedModel:
     """A folder with `model_index.json` (what `DiffusionPipeline.save_pretrained` writes)."""
     index = read_json(root / "model_index.json")
@@ -168,7 +162,6 @@ def load_diffusers_folder(
             allow_pickle=allow_pickle,
             blocks=denoiser_stream_blocks(family, denoiser_config),
             storage=storage,
-            on_progress=on_progress,
         ),
         denoiser_config=denoiser_config,
         text_encoders=[
@@ -181,7 +174,6 @@ def load_diffusers_folder(
                 dtype=torch_dtype,
                 allow_pickle=allow_pickle,
                 storage=storage,
-                on_progress=on_progress,
             )
             for slot in family.text_encoders
         ],
@@ -197,7 +189,6 @@ def load_diffusers_folder(
             dtype=vdtype,
             allow_pickle=allow_pickle,
             storage=storage,
-            on_progress=on_progress,
         ),
         vae_config=vae_config,
         dtype=torch_dtype,
@@ -213,13 +204,12 @@ def load_model(
     dtype: str = "auto",
     allow_pickle: bool = False,
     config_dir: Path | None = None,
-    on_progress: OnProgress | None = None,
 ) -> LoadedModel:
     """Resolve a workflow's model reference and load it as a folder or a single-file checkpoint.
 
     `spec`: "builtin:NAME", "demo:NAME" (built offline on first use) or a path. `kind`: "auto" | "folder" |
     "single_file". `config_dir`: a config-only diffusers folder for single files (default: the one shipped
-    for the detected family in resources/configs/). `on_progress(component, bytes, total)`: called as weights are read.
+    for the detected family in resources/configs/). The memory manager reports the bytes as they are read.
     """
     # Imported here: single_file pulls diffusers' conversion utilities, demo_models builds models.
     from pipelines.diffusion.demo_models import DEMO_MODELS, ensure_demo_model
@@ -236,15 +226,11 @@ def load_model(
     if kind == "folder":
         if not (path / "model_index.json").exists():
             raise FileNotFoundError(f"{path}: not a diffusers folder (no model_index.json)")
-        return load_diffusers_folder(
-            mm, path, dtype=dtype, allow_pickle=allow_pickle, on_progress=on_progress
-        )
+        return load_diffusers_folder(mm, path, dtype=dtype, allow_pickle=allow_pickle)
     if kind == "single_file":
         if path.is_dir():
             raise IsADirectoryError(f"{path}: a folder was given but kind is single_file")
-        return load_single_file(
-            mm, path, dtype=dtype, allow_pickle=allow_pickle, config_dir=config_dir, on_progress=on_progress
-        )
+        return load_single_file(mm, path, dtype=dtype, allow_pickle=allow_pickle, config_dir=config_dir)
     raise ValueError(f"unknown loader kind {kind!r} (auto, folder, single_file)")
 
 
@@ -257,7 +243,6 @@ def load_component_file(
     family: Family,
     dtype: str = "auto",
     allow_pickle: bool = False,
-    on_progress: OnProgress | None = None,
 ) -> ModelHandle:
     """A separate denoiser or VAE file (a fine-tuned UNet, a standalone VAE) as a lazy handle.
 
@@ -293,8 +278,6 @@ def load_component_file(
             str(path), config=str(config_dir), subfolder=component, dtype=torch_dtype, local_files_only=True
         )
 
-    whole = files_bytes((path,), torch_dtype)
-    source, build = with_progress(source, build, component, on_progress, whole)
     return mm.register(
         ComponentSpec(
             **component_keys_for(path, component, torch_dtype).spec_fields(),

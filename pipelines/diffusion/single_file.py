@@ -45,7 +45,6 @@ from pipelines.diffusion.lazy_load import (
     trace_conversion,
 )
 from pipelines.diffusion.values import TokenizerSource
-from pipelines.load_progress import OnProgress, with_progress
 from pipelines.paths import RESOURCES_DIR
 from pipelines.weight_format import WeightFormat, check_weights_format, load_pickle_state_dict
 
@@ -179,7 +178,6 @@ def load_single_file(
     dtype: str = "auto",
     allow_pickle: bool = False,
     config_dir: Path | None = None,
-    on_progress: OnProgress | None = None,
 ) -> LoadedModel:
     """An SD1.x or SDXL original-format checkpoint as lazy handles, with no network access.
 
@@ -231,7 +229,6 @@ def load_single_file(
         if storage:
             whole = build
             build = lambda: apply_storage(whole(), storage, dt)  # noqa: E731
-        source, build = with_progress(source, build, name, on_progress)  # whole builds: size unknown before
         return mm.register(
             ComponentSpec(
                 **component_keys_for(path, name, dt, storage).spec_fields(),

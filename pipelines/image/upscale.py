@@ -22,7 +22,6 @@ from pathlib import Path
 import torch
 
 from memory import ComponentSpec, MemoryManager, ModelHandle
-from pipelines.load_progress import OnProgress, files_bytes, with_progress
 from pipelines.model_keys import component_keys
 from pipelines.paths import check_weights_format
 
@@ -63,28 +62,19 @@ def _build_with_spandrel(path: Path, allow_pickle: bool) -> torch.nn.Module:
     return descriptor.model.eval()
 
 
-def load_upscale_model(
-    mm: MemoryManager, path: Path, *, allow_pickle: bool = False, on_progress: OnProgress | None = None
-) -> UpscaleModelRef:
-    """Register the model lazily; its architecture is recognised when it is first used (`on_progress`:
+def load_upscale_model(mm: MemoryManager, path: Path, *, allow_pickle: bool = False) -> UpscaleModelRef:
+    """Register the model lazily; its architecture is recognised when it is first used (the manager reports
     the bytes before and after it is read)."""
     if not path.is_file():
         raise FileNotFoundError(f"field 'path': no upscale model at {path}")
     check_weights_format(path, allow_pickle=allow_pickle)
     files = (path,) if path.suffix.lower() == ".safetensors" else ()
-    _, build = with_progress(
-        None,
-        lambda: _build_with_spandrel(path, allow_pickle),
-        path.stem,
-        on_progress,
-        files_bytes(files, torch.float32),
-    )
     handle = mm.register(
         ComponentSpec(
             **component_keys(path, "upscaler", files=files).spec_fields(),
             name=path.stem,
             kind="upscaler",
-            build=build,
+            build=lambda: _build_with_spandrel(path, allow_pickle),
             files=files,
         )
     )

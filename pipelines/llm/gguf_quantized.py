@@ -30,7 +30,6 @@ from pipelines.llm.gguf_loader import (
     read_gguf,
     unpermute_qk,
 )
-from pipelines.load_progress import OnProgress
 from pipelines.model_keys import component_keys
 
 _FLOAT_TYPES = (GGMLQuantizationType.F32, GGMLQuantizationType.F16)
@@ -94,27 +93,16 @@ def register_quantized_llm(
     path: Path,
     config: PretrainedConfig,
     dtype: torch.dtype = torch.float32,
-    on_progress: OnProgress | None = None,
 ) -> ModelHandle:
     """Register the kept-quantized model; its weight bytes (the file's blocks) are known before loading, so
-    the KV-cache budget check counts them, not the float32 size. `on_progress("llm", bytes, total)`: before
-    and after the build (the file's blocks are read in one pass)."""
-
-    def build() -> torch.nn.Module:
-        total = handle.weight_bytes or 0  # set below, before any build
-        if on_progress is not None:
-            on_progress("llm", 0, total)
-        module = build_quantized_llm(path, config, dtype)
-        if on_progress is not None:
-            on_progress("llm", total, total)
-        return module
-
+    the KV-cache budget check counts them, not the float32 size (the manager reports them before and after
+    the build: the file's blocks are read in one pass)."""
     handle = memory.register(
         ComponentSpec(
             **component_keys(Path(path).resolve(), "llm-gguf").spec_fields(),
             name="llm",
             kind="llm",
-            build=build,
+            build=lambda: build_quantized_llm(path, config, dtype),
             dtype=dtype,
             blocks=("model.layers",),
             storage="gguf",

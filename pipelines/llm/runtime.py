@@ -68,12 +68,11 @@ def open_llm(
     allow_pickle: bool = False,
     keep_quantized: bool = False,
     on_convert: OnProgress | None = None,
-    on_load: OnProgress | None = None,
 ) -> LLMModel:
     """Prepare `path` (GGUF converted once and cached) and register its weights with `memory`.
 
-    `on_convert(stage, done, total)` follows a first GGUF conversion; `on_load("llm", bytes, total)` follows
-    the weights being read whenever the manager loads the model (both may raise to cancel).
+    `on_convert(stage, done, total)` follows a first GGUF conversion (it may raise to cancel); the bytes read
+    whenever the manager loads the model are its `LoadProgress` (`MemoryManager.load_progress`).
 
     `keep_quantized`: a GGUF's weights stay in the file's quantization, dequantized per layer as they run
     (pipelines.llm.gguf_quantized); the ledger then counts the file's block bytes. Ignored for other files.
@@ -97,13 +96,13 @@ def open_llm(
     if keep_quantized and files.from_gguf:
         from pipelines.llm.gguf_quantized import register_quantized_llm
 
-        handle = register_quantized_llm(memory, files.source, config, DTYPE, on_load)
+        handle = register_quantized_llm(memory, files.source, config, DTYPE)
         return LLMModel(files, handle, load_tokenizer(files), config, end_of_turn_ids(files, config))
     spec = ComponentSpec(
         **component_keys(files.source.resolve(), "llm", files=files.weight_files).spec_fields(),
         name="llm",
         kind="llm",
-        build=lambda: build_causal_lm(files, DTYPE, on_load),
+        build=lambda: build_causal_lm(files, DTYPE, memory.load_progress),  # reads its own weights
         files=files.weight_files if not files.uses_pickle else (),
         dtype=DTYPE,
         blocks=("model.layers",),

@@ -17,7 +17,6 @@ import torch
 
 from memory import ComponentSpec, MemoryManager, ModelHandle
 from pipelines.diffusion.assembly import component_keys_for
-from pipelines.load_progress import OnProgress, files_bytes, progress_build
 from pipelines.quant.meta_load import build_from_tensors
 from pipelines.quant.tensor_files import SafetensorsTensors
 
@@ -47,7 +46,6 @@ def register_built(
     source: str,
     files: tuple[Path, ...] = (),
     blocks: tuple[str, ...] = (),
-    on_progress: OnProgress | None = None,
     identity_files: tuple[Path, ...] = (),
 ) -> ModelHandle:
     """Register a component built by `build_from_tensors(make, tensors())` when first used.
@@ -62,9 +60,6 @@ def register_built(
     def build() -> torch.nn.Module:
         return build_from_tensors(make, tensors(), compute_dtype=dtype, storage=storage, source=source)
 
-    if on_progress is not None:  # the bytes before (when the files say) and after the build
-        total = files_bytes(files, dtype) if files and not storage else 0
-        build = progress_build(build, name, total, on_progress, None if storage else dtype)
     return mm.register(
         ComponentSpec(
             **component_keys_for(origin, part, dtype, storage, identity_files or files).spec_fields(),

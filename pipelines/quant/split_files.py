@@ -36,7 +36,6 @@ from pipelines.diffusion.families import (
 from pipelines.diffusion.family_detect import family_from_text_encoders
 from pipelines.diffusion.single_file import ClipTokenizerSource
 from pipelines.diffusion.values import DenoiserRef, TextEncoderRef, TokenizerSource, VaeRef
-from pipelines.load_progress import OnProgress
 from pipelines.paths import RESOURCES_DIR, check_weights_format
 from pipelines.quant.detect import clip_width, detect_denoiser, detect_text_encoder, detect_vae
 from pipelines.quant.gguf_files import gguf_shapes, gguf_tensors
@@ -107,7 +106,6 @@ def load_denoiser_file(
     config_dir: Path | None = None,
     allow_pickle: bool = False,
     scheduler_config: dict[str, Any] | None = None,
-    on_progress: OnProgress | None = None,
 ) -> tuple[DenoiserRef, str]:
     """A transformer-only or UNet-only `.safetensors` (diffusers or the release's layout, any float/fp8 dtype)
     or `.gguf` file. Returns the reference and what was detected."""
@@ -168,7 +166,6 @@ def load_denoiser_file(
         source=str(path),
         files=(path,) if (found.layout == "diffusers" and not found.prefix) else (),
         blocks=denoiser_stream_blocks(fam, config),
-        on_progress=on_progress,
     )
     return denoiser_ref(handle, fam, config, folder, torch_dtype, scheduler_config), message
 
@@ -181,7 +178,6 @@ def load_text_encoder_files(
     dtype: str = "auto",
     config_dir: Path | None = None,
     allow_pickle: bool = False,
-    on_progress: OnProgress | None = None,
 ) -> tuple[TextEncoderRef, str]:
     """One to three text encoder files (CLIP-L, CLIP-G, T5-XXL in transformers' layout) for one family."""
     found = []
@@ -224,7 +220,6 @@ def load_text_encoder_files(
                 dtype=torch_dtype,
                 storage=storage,
                 source=str(path),
-                on_progress=on_progress,
             )
         )
         token_source = T5TokenizerSource if is_t5 else ClipTokenizerSource
@@ -243,7 +238,6 @@ def load_vae_file(
     dtype: str = "auto",
     config_dir: Path | None = None,
     allow_pickle: bool = False,
-    on_progress: OnProgress | None = None,
 ) -> tuple[VaeRef, str]:
     """A VAE file: diffusers layout or the original one (`ae.safetensors`, `vae-ft-mse-840000`, ...)."""
     check_weights_format(path, allow_pickle=allow_pickle)
@@ -266,6 +260,5 @@ def load_vae_file(
         storage=storage,
         source=str(path),
         files=(path,) if (found.layout == "diffusers" and not found.prefix) else (),
-        on_progress=on_progress,
     )
     return vae_ref(handle, fam, config, torch_dtype), f"{path.name}: {found.message}"
