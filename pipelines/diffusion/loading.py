@@ -1,6 +1,6 @@
 """Loading a diffusers-format folder or separate component files as lazy handles.
 
-Lives here: `LoadedModel`, `load_model`, `load_diffusers_folder`, `load_component_file`, `component_weight_files`.
+Lives here: `load_model`, `load_diffusers_folder`, `load_component_file`, `component_weight_files`.
 May import: stdlib, torch, diffusers, transformers, memory, pipelines.paths, pipelines.diffusion.*.
 
 Nothing here reads weights. Each component becomes a `memory.ComponentSpec` built only when a node enters
@@ -11,15 +11,13 @@ so that nodes downstream know channels, scale factors and the family without loa
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from memory import ComponentSpec, MemoryManager, ModelHandle
 from memory.weights import SafetensorsSource, header_entries
+from pipelines.diffusion.configs import read_json, vae_dtype
 from pipelines.diffusion.families import (
     Family,
     denoiser_stream_blocks,
@@ -27,22 +25,9 @@ from pipelines.diffusion.families import (
     resolve_dtype,
 )
 from pipelines.diffusion.lazy_load import CheckpointSource, component_key_map, empty_module
-from pipelines.diffusion.values import DenoiserRef, TextEncoderRef, TokenizerSource, VaeRef
+from pipelines.diffusion.values import DenoiserRef, LoadedModel, TextEncoderRef, TokenizerSource, VaeRef
 from pipelines.load_progress import OnProgress, files_bytes, with_progress
 from pipelines.paths import PICKLE_SUFFIXES, check_weights_format
-
-
-@dataclass(frozen=True)
-class LoadedModel:
-    """What a checkpoint loader hands out: three wires' worth of lazy references."""
-
-    denoiser: DenoiserRef
-    text_encoder: TextEncoderRef
-    vae: VaeRef
-
-
-def read_json(path: Path) -> dict[str, Any]:
-    return json.loads(path.read_text(encoding="utf-8"))
 
 
 def component_weight_files(folder: Path, *, allow_pickle: bool) -> tuple[tuple[Path, ...], bool]:
@@ -144,13 +129,6 @@ def _lazy_loadable(model_class: type, files: tuple[Path, ...]) -> bool:
     if not issubclass(model_class, ModelMixin):
         return False
     return not any(any(d in key for d in _DEPRECATED_ATTENTION) for _, key, _, _ in header_entries(files))
-
-
-def vae_dtype(family: Family, vae_config: dict[str, Any], dtype: torch.dtype) -> torch.dtype:
-    """SDXL's VAE overflows in float16 (`force_upcast` in its config): keep it in float32 then."""
-    if dtype == torch.float16 and vae_config.get("force_upcast", False):
-        return torch.float32
-    return dtype
 
 
 def load_diffusers_folder(

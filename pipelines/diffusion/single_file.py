@@ -22,6 +22,7 @@ import torch
 from safetensors import safe_open
 
 from memory import ComponentSpec, MemoryManager
+from pipelines.diffusion.configs import read_json, vae_dtype
 from pipelines.diffusion.families import (
     FAMILIES,
     UnsupportedModelError,
@@ -37,8 +38,7 @@ from pipelines.diffusion.lazy_load import (
     rename_key_map,
     trace_conversion,
 )
-from pipelines.diffusion.loading import LoadedModel, read_json, vae_dtype
-from pipelines.diffusion.values import DenoiserRef, TextEncoderRef, TokenizerSource, VaeRef
+from pipelines.diffusion.values import DenoiserRef, LoadedModel, TextEncoderRef, TokenizerSource, VaeRef
 from pipelines.load_progress import OnProgress, with_progress
 from pipelines.paths import RESOURCES_DIR
 from pipelines.weight_format import WeightFormat, check_weights_format, load_pickle_state_dict

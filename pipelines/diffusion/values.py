@@ -1,7 +1,7 @@
 """The values that travel on diffusion wires: model references, conditioning and latents.
 
 Lives here: `DenoiserRef`, `TextEncoderRef`, `VaeRef`, `TokenizerSource`, `LoraPatch`, `Conditioning`,
-`Latents`.
+`Latents`, `LoadedModel` (what every checkpoint loader hands out).
 May import: stdlib, torch, transformers, memory, pipelines.diffusion.families.
 
 Model references hold `memory.ModelHandle`s (lazy: registered with the memory manager, loaded only inside
@@ -137,3 +137,12 @@ class Latents:
     def pixel_size(self) -> tuple[int, int]:
         """(height, width) in pixels."""
         return self.samples.shape[-2] * self.vae_scale_factor, self.samples.shape[-1] * self.vae_scale_factor
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """What a checkpoint loader hands out: three wires' worth of lazy references."""
+
+    denoiser: DenoiserRef
+    text_encoder: TextEncoderRef
+    vae: VaeRef

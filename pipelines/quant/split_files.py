@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from memory import MemoryManager
+from pipelines.diffusion.configs import read_json, vae_dtype
 from pipelines.diffusion.families import (
     FAMILIES,
     Family,
@@ -26,7 +27,6 @@ from pipelines.diffusion.families import (
     denoiser_stream_blocks,
     resolve_dtype,
 )
-from pipelines.diffusion.loading import read_json, vae_dtype
 from pipelines.diffusion.single_file import ClipTokenizerSource
 from pipelines.diffusion.values import DenoiserRef, TextEncoderRef, TokenizerSource, VaeRef
 from pipelines.load_progress import OnProgress
