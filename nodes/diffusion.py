@@ -117,8 +117,9 @@ def _run_sampler(
     denoise: float,
     preview_every: int,
 ) -> dict[str, Any]:
+    from pipelines.diffusion.denoising import sample
     from pipelines.diffusion.previews import latent_preview, load_preview_decoder, model_folder
-    from pipelines.diffusion.sampling import SamplerSettings, StepInfo, sample
+    from pipelines.diffusion.sampling import SamplerSettings, StepInfo
 
     settings = SamplerSettings(
         scheduler=scheduler, sigma_schedule=sigma_schedule, steps=steps, cfg=cfg, seed=seed, denoise=denoise

@@ -2,18 +2,21 @@
 
 May import: stdlib, torch, diffusers, transformers, tokenizers, safetensors, PIL, memory, pipelines.paths.
 Never nodes/, app/ or Qt. This package file imports nothing: import the module you need
-(`from pipelines.diffusion.sampling import sample`), so that reading `families` or `schedulers` (node
+(`from pipelines.diffusion.denoising import sample`), so that reading `families` or `schedulers` (node
 choices) costs no diffusers import.
 
 Modules, by concept:
   families      what differs between SD1.x/2.x, SDXL, PixArt-Sigma, SD3 and Flux (data, not branches)
-  values        the values on wires: DenoiserRef, TextEncoderRef, VaeRef, Conditioning, Latents
+  values        the values on wires: DenoiserRef, TextEncoderRef, VaeRef, Conditioning, Latents, LoadedModel
+  configs       the small JSON a model folder carries, read by every loader (read_json, vae_dtype)
   loading       diffusers folders and separate component files -> lazy memory-manager handles
   single_file   original-format .safetensors checkpoints (SD1.x, SDXL), offline with shipped configs
   export        the inverse: write SD1.x / SDXL as an original-format single file
   conditioning  encode_prompt per family (mirrors the diffusers pipelines)
   schedulers    sampler names -> diffusers scheduler classes
-  sampling      the denoising loop with per-step callbacks (DDPM-style: SD, SDXL, PixArt)
+  sampling      what every denoising loop shares: settings, step reports, conditioning batches
+  denoising     `sample`, the one entry: the DDPM-style loop (SD, SDXL, PixArt) with per-step callbacks
+  k_sampling    ComfyUI's k-diffusion samplers over its sigma schedules
   flow_sampling the flow-matching loops (Flux, SD3)
   vae           decode / encode between latents and IMAGE tensors
   previews      latent -> RGB preview images
