@@ -1,8 +1,8 @@
 """Model families: what differs between SD1.x/2.x, SDXL, PixArt-Sigma, SD3 and Flux, declared as data.
 
 Lives here: `Family`, `FAMILIES`, `ClassRef`, `family_for_pipeline_class`, `detect_single_file_family`,
-`resolve_dtype`, `DIFFUSION_IMPORTS`. May import: stdlib at module level; torch, diffusers and transformers when a class or dtype
-is first asked for.
+`resolve_dtype`, `DIFFUSION_IMPORTS`. May import: stdlib and pipelines.dtypes (the dtype rule) at module level;
+torch, diffusers and transformers when a class or dtype is first asked for.
 
 The rest of pipelines/diffusion reads these facts instead of branching on names: which diffusers class holds
 the denoiser, which text encoders and tokenizers a prompt goes through, the usual half type on CUDA and the
@@ -16,6 +16,8 @@ import importlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from pipelines.dtypes import dtype_for_device
 
 if TYPE_CHECKING:
     import torch
@@ -274,10 +276,4 @@ def denoiser_stream_blocks(family: Family, config: dict[str, Any]) -> tuple[str,
 
 def resolve_dtype(choice: str, family: Family, device: torch.device | str) -> torch.dtype:
     """ "auto" -> float32 on CPU (half is ~55x slower there), the family's usual half type on CUDA."""
-    import torch
-
-    if choice != "auto":
-        return {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[choice]
-    if torch.device(device).type == "cuda":
-        return family.cuda_dtype
-    return torch.float32
+    return dtype_for_device(choice, device, family.cuda_dtype)
