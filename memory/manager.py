@@ -38,7 +38,7 @@ from memory.devices import NvmlProbe, read_device, read_host, resolve_device
 from memory.errors import BudgetExceeded, fmt_bytes
 from memory.learned import LearnedPeaks
 from memory.ledger import ComponentSpec, Ledger, ModelHandle
-from memory.patches import PatchEvent
+from memory.patches import LayerPatch, PatchEvent, PatchState
 from memory.paths import user_data_dir
 from memory.peaks import PeakTracker
 from memory.placement import Placer
@@ -283,6 +283,19 @@ class MemoryManager:
         """The measured peak for (device, node type, model, shape) when one exists, else `fallback`."""
         learned = self.learned.get(self.device_kind, node_type, model_key, shape_key)
         return learned if learned is not None else fallback
+
+    # -- weight patches ---------------------------------------------------------------------------------
+
+    def patch(
+        self, handle: ModelHandle, layers: dict[str, LayerPatch], *, mode: str, signature: tuple
+    ) -> PatchState:
+        """`memory.patches.apply_patches` on the placed `handle`, with what a fused patch keeps counted in the
+        ledger as `handle`'s bytes (room made first, per the policy: `Placer.patch`) until `unpatch`."""
+        return self._placer.patch(handle, layers, mode, signature, self.policy)
+
+    def unpatch(self, handle: ModelHandle) -> PatchState | None:
+        """`memory.patches.remove_patches` on `handle`'s module; the ledger lets go of what the patch kept."""
+        return self._placer.unpatch(handle)
 
     # -- nodes and steps --------------------------------------------------------------------------------
 
