@@ -279,11 +279,6 @@ class MemoryManager:
                 what += f" plus the weights of {handle.spec.name} ({fmt_bytes(weights)})"  # type: ignore[union-attr]
             raise BudgetExceeded(what, needs, self.budget, self.ledger_text())
 
-    def estimate_working_bytes(self, node_type: str, model_key: str, shape_key: str, fallback: int) -> int:
-        """The measured peak for (device, node type, model, shape) when one exists, else `fallback`."""
-        learned = self.learned.get(self.device_kind, node_type, model_key, shape_key)
-        return learned if learned is not None else fallback
-
     # -- weight patches ---------------------------------------------------------------------------------
 
     def patch(
@@ -300,16 +295,13 @@ class MemoryManager:
     # -- nodes and steps --------------------------------------------------------------------------------
 
     @contextmanager
-    def node_scope(
-        self, node_id: str, node_type: str, shape_key: str = "", *, next_users: Iterable[str] = ()
-    ) -> Iterator[None]:
+    def node_scope(self, node_id: str, node_type: str, *, next_users: Iterable[str] = ()) -> Iterator[None]:
         """Measure one node run (emits NodePeak) and apply the policy at its end.
 
         `next_users`: keys of the models the next node to run will use; a policy that unloads after use keeps
-        those and unloads every other unlocked model when the scope ends. `shape_key` is accepted for old
-        callers and unused: shapes are declared per use (`Working`).
+        those and unloads every other unlocked model when the scope ends. Shapes are declared per use
+        (`Working`).
         """
-        del shape_key
         if self._scope is not None:
             raise RuntimeError(f"node_scope({node_id!r}) inside node_scope({self._scope.node_id!r})")
         self.start_sampler()
