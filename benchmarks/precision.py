@@ -63,8 +63,9 @@ def sd_child(mode: str, folder: Path, out: Path, steps: int, size: int) -> dict:
 
     from memory import MemoryConfig, MemoryManager
     from pipelines.diffusion.conditioning import encode_prompt
+    from pipelines.diffusion.denoising import sample
     from pipelines.diffusion.loading import load_model
-    from pipelines.diffusion.sampling import SamplerSettings, sample
+    from pipelines.diffusion.sampling import SamplerSettings
     from pipelines.diffusion.vae import decode
     from pipelines.diffusion.values import Latents
 

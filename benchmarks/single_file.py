@@ -136,8 +136,9 @@ def child(source: str, policy: str, single: Path, folder: Path, threads: int) ->
     from memory import LoadEvent, MemoryConfig, MemoryManager
     from memory.devices import peak_rss, read_host
     from pipelines.diffusion.conditioning import encode_prompt
+    from pipelines.diffusion.denoising import sample
     from pipelines.diffusion.loading import load_model
-    from pipelines.diffusion.sampling import SamplerSettings, denoiser_working_bytes, sample
+    from pipelines.diffusion.sampling import SamplerSettings, denoiser_working_bytes
     from pipelines.diffusion.vae import decode
     from pipelines.diffusion.values import Latents
 

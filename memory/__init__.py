@@ -4,7 +4,7 @@ May import: stdlib, torch, safetensors, psutil, pynvml, platformdirs, filelock. 
 or Qt. Nothing happens at import: the app builds one MemoryManager and passes it down.
 
 The names below are resolved on first access (PEP 562), not for cycles (memory/ has none: see
-tests/test_memory_imports.py) but for weight: `import memory.policy` or `memory.paths` from a command that
+tests/test_import_graph.py) but for weight: `import memory.policy` or `memory.paths` from a command that
 lists node types must not pay for importing torch.
 """
 

@@ -16,9 +16,7 @@ import torch
 
 from memory.errors import fmt_bytes
 
-__all__ = ["LOCATIONS", "ComponentSpec", "Ledger", "ModelHandle", "fmt_bytes"]
-
-LOCATIONS = ("disk", "host", "pinned", "device", "partial")
+__all__ = ["ComponentSpec", "Ledger", "ModelHandle", "fmt_bytes"]
 
 
 @dataclass(frozen=True)

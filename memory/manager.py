@@ -40,7 +40,7 @@ from memory.errors import BudgetExceeded, fmt_bytes
 from memory.learned import LearnedPeaks
 from memory.ledger import ComponentSpec, Ledger, ModelHandle
 from memory.load_progress import ReportingSource
-from memory.patches import PatchEvent
+from memory.patches import LayerPatch, PatchEvent, PatchState
 from memory.paths import user_data_dir
 from memory.peaks import PeakTracker
 from memory.placement import Placer
@@ -291,24 +291,29 @@ class MemoryManager:
                 what += f" plus the weights of {handle.spec.name} ({fmt_bytes(weights)})"  # type: ignore[union-attr]
             raise BudgetExceeded(what, needs, self.budget, self.ledger_text())
 
-    def estimate_working_bytes(self, node_type: str, model_key: str, shape_key: str, fallback: int) -> int:
-        """The measured peak for (device, node type, model, shape) when one exists, else `fallback`."""
-        learned = self.learned.get(self.device_kind, node_type, model_key, shape_key)
-        return learned if learned is not None else fallback
+    # -- weight patches ---------------------------------------------------------------------------------
+
+    def patch(
+        self, handle: ModelHandle, layers: dict[str, LayerPatch], *, mode: str, signature: tuple
+    ) -> PatchState:
+        """`memory.patches.apply_patches` on the placed `handle`, with what a fused patch keeps counted in the
+        ledger as `handle`'s bytes (room made first, per the policy: `Placer.patch`) until `unpatch`."""
+        return self._placer.patch(handle, layers, mode, signature, self.policy)
+
+    def unpatch(self, handle: ModelHandle) -> PatchState | None:
+        """`memory.patches.remove_patches` on `handle`'s module; the ledger lets go of what the patch kept."""
+        return self._placer.unpatch(handle)
 
     # -- nodes and steps --------------------------------------------------------------------------------
 
     @contextmanager
-    def node_scope(
-        self, node_id: str, node_type: str, shape_key: str = "", *, next_users: Iterable[str] = ()
-    ) -> Iterator[None]:
+    def node_scope(self, node_id: str, node_type: str, *, next_users: Iterable[str] = ()) -> Iterator[None]:
         """Measure one node run (emits NodePeak) and apply the policy at its end.
 
         `next_users`: keys of the models the next node to run will use; a policy that unloads after use keeps
-        those and unloads every other unlocked model when the scope ends. `shape_key` is accepted for old
-        callers and unused: shapes are declared per use (`Working`).
+        those and unloads every other unlocked model when the scope ends. Shapes are declared per use
+        (`Working`).
         """
-        del shape_key
         if self._scope is not None:
             raise RuntimeError(f"node_scope({node_id!r}) inside node_scope({self._scope.node_id!r})")
         self.start_sampler()

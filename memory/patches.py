@@ -1,7 +1,7 @@
 """Weight patches (LoRA and the like) applied per layer, on top of whatever placement a policy chose.
 
-Lives here: `LayerPatch`, `PatchState`, `apply_patches`, `remove_patches`, `patch_state`, `PatchEvent`,
-`PATCH_HOOK`, `PATCH_MODES`.
+Lives here: `LayerPatch`, `PatchState`, `apply_patches`, `remove_patches`, `patch_state`, `fused_bytes`,
+`PatchEvent`, `PATCH_HOOK`, `PATCH_MODES`.
 May import: stdlib, torch, memory.policies.hooks (never nodes, pipelines, app or Qt).
 
 A patch is a function that, given a layer's current weight, returns the delta to add to it (computed from
@@ -18,6 +18,8 @@ small low-rank factors, so it is cheap to recompute). Two modes:
   bit-identical outputs.
 
 The base weights are never copied whole: only the patched layers are touched, one layer at a time.
+The ledger counts what a fused patch keeps (`MemoryManager.patch`): the originals in `PatchState.originals`
+are the handle's bytes like its module's own tensors (memory.placement reads both).
 """
 
 from __future__ import annotations
@@ -76,12 +78,18 @@ class PatchState:
     originals: dict[str, torch.Tensor] = field(default_factory=dict)
 
     def extra_bytes(self) -> int:
-        sizes = [
-            _weight(lp.module).numel() * _weight(lp.module).element_size() for lp in self.layers.values()
-        ]
         if self.mode == "fused":
-            return sum(sizes)
-        return max(sizes, default=0)
+            return fused_bytes(self.layers)
+        return max(_layer_bytes(self.layers), default=0)
+
+
+def _layer_bytes(layers: dict[str, LayerPatch]) -> list[int]:
+    return [_weight(lp.module).numel() * _weight(lp.module).element_size() for lp in layers.values()]
+
+
+def fused_bytes(layers: dict[str, LayerPatch]) -> int:
+    """What fusing `layers` holds beside the model: one copy of each patched layer's weight."""
+    return sum(_layer_bytes(layers))
 
 
 def _weight(module: torch.nn.Module) -> torch.Tensor:

@@ -1,9 +1,11 @@
 """Placer: the policy decisions behind `MemoryManager.use`: build, load, stream, evict, make room.
 
-May import: stdlib, torch, memory.errors, memory.ledger, memory.policy, memory.policies.*, memory.release,
-memory.telemetry, memory.weights (never memory.manager: the placer gets its inputs, it doesn't reach back).
+May import: stdlib, torch, memory.errors, memory.ledger, memory.patches, memory.policy, memory.policies.*,
+memory.release, memory.telemetry, memory.weights (never memory.manager: the placer gets its inputs, it doesn't
+reach back).
 Runs on the compute thread only; every change ends with `_account`, which re-reads where each tensor of
-the module actually is, so the ledger reports facts rather than intentions.
+the module actually is (and the originals a fused weight patch keeps beside it), so the ledger reports
+facts rather than intentions.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import torch
 
 from memory.errors import BudgetExceeded
 from memory.ledger import Ledger, ModelHandle
+from memory.patches import LayerPatch, PatchState, apply_patches, fused_bytes, patch_state, remove_patches
 from memory.policies.lru import plan_eviction
 from memory.policies.resident import ResidentConfig, apply_resident, offload_module
 from memory.policies.stream import StreamConfig, apply_streaming, remove_streaming
@@ -36,7 +39,11 @@ def _strip(module: torch.nn.Module) -> None:
 
     A node that kept `module` from `with mm.use(h) as module:` in a local would otherwise pin all of its
     weights after the manager let go (the release that `gc.collect()` + `malloc_trim` rely on never happens).
+    The originals a fused patch keeps go too: the module they belong to is gone.
     """
+    state = patch_state(module)
+    if state is not None:
+        state.originals.clear()
     for sub in module.modules():
         for p in sub._parameters.values():
             if p is not None:
@@ -86,7 +93,11 @@ class Placer:
     def _account(self, h: ModelHandle) -> None:
         dev = host = pinned = 0
         if h.module is not None:
-            for _, t in named_tensors(h.module):
+            tensors = [t for _, t in named_tensors(h.module)]
+            state = patch_state(h.module)
+            if state is not None:  # fused: each patched layer's original, beside its fused copy
+                tensors += state.originals.values()
+            for t in tensors:
                 n = t.numel() * t.element_size()
                 if t.device.type == self.device.type:
                     dev += n
@@ -212,6 +223,38 @@ class Placer:
         self._apply_stream(h, count)
         self._account(h)
         return h.stream.window_bytes()
+
+    # -- weight patches ---------------------------------------------------------------------------------
+
+    def patch(
+        self, h: ModelHandle, layers: dict[str, LayerPatch], mode: str, signature: tuple, policy: Policy
+    ) -> PatchState:
+        """Apply `layers` to the placed `h` (memory.patches) and count what the patch keeps.
+
+        Fused keeps each patched layer's original beside its fused copy: on the CPU both are in RAM, so room
+        for one copy is made first (evicting per `policy`, else BudgetExceeded); on an accelerator the
+        originals wait in host memory (the host tier is trimmed after, as after any move). On the fly holds
+        nothing between forwards.
+        """
+        if h.module is None:
+            raise RuntimeError(f"{h.spec.name} is not placed: patch it inside `use`")
+        if mode == "fused" and not self.accel:
+            self.make_room(fused_bytes(layers), f"fused weight patches of {h.spec.name}", h, policy)
+        state = apply_patches(h.module, layers, mode=mode, signature=signature)
+        self._recount(h)
+        return state
+
+    def unpatch(self, h: ModelHandle) -> PatchState | None:
+        if h.module is None:
+            return None
+        state = remove_patches(h.module)
+        self._recount(h)
+        return state
+
+    def _recount(self, h: ModelHandle) -> None:
+        self._account(h)
+        if self.accel:
+            self._trim_host_tier()
 
     # -- evicting ---------------------------------------------------------------------------------------
 

@@ -6,7 +6,6 @@ May import: stdlib, torch.
 from __future__ import annotations
 
 import ctypes
-import gc
 import sys
 
 
@@ -20,15 +19,3 @@ def malloc_trim() -> bool:
         return bool(ctypes.CDLL(None).malloc_trim(0))
     except (OSError, AttributeError):
         return False
-
-
-def release_host_memory() -> None:
-    """Collect garbage, then trim the heap. For memory whose owner can't be stripped of its tensors.
-
-    Order matters: glibc can only return pages nobody points at, so trimming before the last reference
-    to the tensors is dropped (and cycles collected) frees nothing. The manager itself strips evicted
-    modules' tensors (replacing each with an empty one), which frees them without waiting for a collection,
-    and then calls only `malloc_trim`.
-    """
-    gc.collect()
-    malloc_trim()

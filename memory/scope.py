@@ -1,6 +1,6 @@
 """Measuring memory on the compute thread: `Meter` (readings and peak windows) and `NodeScope` (one node run).
 
-Lives here: `Meter`, `NodeScope`, `NodeMeasurement`, `UseMeasurement`. May import: stdlib, torch,
+Lives here: `Meter`, `NodeScope`, `NodeMeasurement`, `working_from`. May import: stdlib, torch,
 memory.devices, memory.peaks.
 
 Peaks come from our own readings: the sampler thread observes host RSS at `sample_hz` and the compute thread
@@ -56,15 +56,6 @@ class NodeMeasurement:
     node_id: str
     node_type: str
     models: tuple[str, ...]
-    peak: int
-    baseline: int
-    working: int
-
-
-@dataclass(frozen=True)
-class UseMeasurement:
-    """What one `use` block took beside its model's weights (bytes)."""
-
     peak: int
     baseline: int
     working: int

@@ -116,8 +116,9 @@ def _run_sampler(
     denoise: float,
     preview_every: int,
 ) -> dict[str, Any]:
+    from pipelines.diffusion.denoising import sample
     from pipelines.diffusion.previews import latent_preview, load_preview_decoder, model_folder
-    from pipelines.diffusion.sampling import SamplerSettings, sample
+    from pipelines.diffusion.sampling import SamplerSettings
     from pipelines.steps import Step
 
     settings = SamplerSettings(
@@ -270,7 +271,8 @@ NODES: tuple[NodeSpec, ...] = (
                 min=0.0,
                 max=100.0,
                 step=0.5,
-                help="classifier-free guidance scale; <= 1 or no negative wired skips the negative prompt. "
+                help="classifier-free guidance scale; no negative wired skips the negative prompt, and so "
+                "does cfg <= 1 (k_* samplers: only cfg = 1, as ComfyUI). "
                 "Flux: the distilled guidance value (the negative is not used)",
             ),
             Param("seed", "seed", default=42, min=0, max=SEED_MAX),

@@ -104,9 +104,6 @@ class GraphModel:
             for port, link in node.inputs.items()
         ]
 
-    def connections_of(self, node_id: str) -> list[Connection]:
-        return [c for c in self.connections() if node_id in (c.out_node, c.in_node)]
-
     def input_link(self, node_id: str, port: str) -> Link | None:
         return self.workflow.nodes[node_id].inputs.get(port)
 

@@ -1,15 +1,33 @@
 """What is wrong with a workflow: one `Problem` per reason, and the error that lists them.
 
-Lives here: `Problem`, `WorkflowError`, `MESSAGE_CHARS`. Imports `nodes.workflow_json` (for `quote`).
+Lives here: `Problem`, `WorkflowError`, `MESSAGE_CHARS`, and `quote` with `QUOTE_CHARS` (how a message names
+a value the user gave, cut so that a 10 MiB string never becomes 10 MiB of stderr). Imports the standard
+library only: everything that words a problem (`nodes.spec`, `nodes.workflow_json`, `nodes.workflow`)
+imports this module.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-from nodes.workflow_json import quote
+from typing import Any
 
 MESSAGE_CHARS = 1500  # a WorkflowError's message stays under 2 KB however many problems there are
+QUOTE_CHARS = 80
+
+
+def quote(value: Any, limit: int = QUOTE_CHARS) -> str:
+    """`repr(value)`, cut to `limit` characters with an ellipsis and the full length when longer."""
+    if isinstance(value, str):
+        if len(value) <= limit:
+            return repr(value)
+        return f"{value[:limit]!r}… ({len(value):,} characters)"
+    try:
+        text = repr(value)
+    except RecursionError:
+        return f"<a {type(value).__name__} nested too deep to show>"
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text):,} characters)"
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Node types declared as data: ports, parameters and one `run` function.
 
-Lives here: `Param`, `Input`, `Output`, `NodeSpec`. Imports only `nodes.types` and `nodes.workflow_json`
+Lives here: `Param`, `Input`, `Output`, `NodeSpec`. Imports only `nodes.types` and `nodes.problems`
 (for `quote`, which keeps a huge value out of a message).
 
 A node's `run(ctx, **values)` receives every connected input and every parameter by name and
@@ -26,8 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from nodes.problems import quote
 from nodes.types import PortType
-from nodes.workflow_json import quote
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 

@@ -33,11 +33,12 @@ from typing import Any
 from nodes.files import atomic_write_text as atomic_write_text  # re-exported: callers import it from here
 from nodes.problems import Problem as Problem  # re-exported: callers import these from here
 from nodes.problems import WorkflowError as WorkflowError
+from nodes.problems import quote
 from nodes.registry import NodeRegistry
 from nodes.reroute import link_type
 from nodes.spec import NodeSpec, Param
 from nodes.types import BOOL, FLOAT, INT, STRING, PortType, can_connect
-from nodes.workflow_json import check_json_value, quote
+from nodes.workflow_json import check_json_value
 from nodes.workflow_json import read_workflow_json as read_workflow_json
 
 FORMAT = "nodeloom.workflow"

@@ -1,14 +1,15 @@
 """Reading untrusted workflow JSON with explicit limits, and quoting user values in messages.
 
-Lives here: `read_workflow_json`, `decode_workflow_bytes`, `check_json_value`, `quote`, `WorkflowFileError`
-and the limits (`MAX_FILE_BYTES`, `MAX_DEPTH`, `QUOTE_CHARS`). Imports the standard library, and lazily
-`nodes.problems` and `nodes.png` (for reading a workflow file).
+Lives here: `read_workflow_json`, `decode_workflow_bytes`, `check_json_value`, `WorkflowFileError` and the
+limits (`MAX_FILE_BYTES`, `MAX_DEPTH`). Imports the standard library, `nodes.problems` (`Problem`,
+`WorkflowError` and `quote`, which cuts a value quoted back in a message), and lazily `nodes.png` (it imports
+torch: reading a PNG only).
 
 A workflow file comes from anywhere (a download, a PNG someone posted), so every way it can be
 malformed becomes one short sentence instead of a traceback: too big, not UTF-8, nested deeper than any
 real workflow, a key given twice (JSON would silently keep the last), NaN/Infinity or numbers no
 parameter can hold, and lone surrogates (text that cannot be saved as UTF-8 later). Values quoted
-back in messages are cut to `QUOTE_CHARS`, so a 10 MiB string never becomes 10 MiB of stderr.
+back in messages are cut by `quote`, so a 10 MiB string never becomes 10 MiB of stderr.
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
+from nodes.problems import Problem, WorkflowError, quote
+
 MAX_FILE_BYTES = 32 * 2**20  # a big real workflow is ~100 KB
 MAX_DEPTH = 64  # a workflow needs ~6 levels; json and copy.deepcopy recurse, so cap well below 1000
-QUOTE_CHARS = 80
 MAX_INT = 2**64  # beyond any parameter (seeds are < 2**63) and beyond what other JSON readers keep exact
 
 _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
@@ -39,21 +41,6 @@ class WorkflowFileError(ValueError):
 class _DuplicateKey(Exception):
     def __init__(self, key: str) -> None:
         self.key = key
-
-
-def quote(value: Any, limit: int = QUOTE_CHARS) -> str:
-    """`repr(value)`, cut to `limit` characters with an ellipsis and the full length when longer."""
-    if isinstance(value, str):
-        if len(value) <= limit:
-            return repr(value)
-        return f"{value[:limit]!r}… ({len(value):,} characters)"
-    try:
-        text = repr(value)
-    except RecursionError:
-        return f"<a {type(value).__name__} nested too deep to show>"
-    if len(text) <= limit:
-        return text
-    return f"{text[:limit]}… ({len(text):,} characters)"
 
 
 def _pairs_without_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -186,8 +173,7 @@ def read_workflow_json(path: Path) -> Any:
 
     What the file is comes from its content (a PNG renamed .json is read as a PNG); every way it can be
     unreadable raises `WorkflowError` naming the file."""
-    from nodes.png import EmbeddedWorkflowError, read_embedded_workflow_text
-    from nodes.problems import Problem, WorkflowError
+    from nodes.png import EmbeddedWorkflowError, read_embedded_workflow_text  # torch: only for a PNG
 
     path = Path(path)
 

@@ -17,9 +17,10 @@ from nodes.comfy.node_types import NODES
 from nodes.comfy.sources import import_comfy
 from nodes.workflow import load_workflow, workflow_from_dict
 from pipelines.diffusion.conditioning import encode_prompt
+from pipelines.diffusion.denoising import sample
 from pipelines.diffusion.loading import load_model
 from pipelines.diffusion.resize import resize_image, resize_latent
-from pipelines.diffusion.sampling import SamplerSettings, sample
+from pipelines.diffusion.sampling import SamplerSettings
 from pipelines.diffusion.values import Latents
 
 DATA = Path(__file__).resolve().parent / "data" / "comfy"

@@ -23,8 +23,9 @@ from diffusers import (
 from memory import MemoryConfig, MemoryManager
 from pipelines.diffusion.conditioning import encode_prompt
 from pipelines.diffusion.demo_models import ensure_demo_model
+from pipelines.diffusion.denoising import sample
 from pipelines.diffusion.loading import load_model
-from pipelines.diffusion.sampling import SamplerSettings, sample
+from pipelines.diffusion.sampling import SamplerSettings
 from pipelines.diffusion.vae import decode
 from pipelines.diffusion.values import Latents
 

@@ -21,6 +21,7 @@ from transformers import CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProject
 from memory import MemoryConfig, MemoryManager
 from pipelines.diffusion.conditioning import encode_prompt
 from pipelines.diffusion.demo_models import ensure_demo_model
+from pipelines.diffusion.denoising import sample
 from pipelines.diffusion.export import (
     save_sd1_single_file,
     save_sdxl_single_file,
@@ -29,7 +30,7 @@ from pipelines.diffusion.export import (
 )
 from pipelines.diffusion.families import UnsupportedModelError, detect_single_file_family
 from pipelines.diffusion.loading import load_model
-from pipelines.diffusion.sampling import SamplerSettings, sample
+from pipelines.diffusion.sampling import SamplerSettings
 from pipelines.diffusion.single_file import CONFIG_DIRS, read_checkpoint_keys
 from pipelines.diffusion.vae import decode
 from pipelines.diffusion.values import Latents

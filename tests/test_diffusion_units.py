@@ -13,9 +13,9 @@ from PIL import Image
 from safetensors.torch import load_file
 
 from nodes.diffusion import NODES
+from pipelines.diffusion.assembly import vae_dtype
 from pipelines.diffusion.demo_models import DEMO_MODELS, ensure_demo_model, make_all_demo_models
 from pipelines.diffusion.families import FAMILIES, resolve_dtype
-from pipelines.diffusion.loading import vae_dtype
 from pipelines.diffusion.previews import latent_preview
 from pipelines.diffusion.schedulers import SCHEDULER_NAMES, make_scheduler
 from pipelines.diffusion.single_file import clip_tokenizer_from_bpe

@@ -146,7 +146,8 @@ def test_canny_and_lineart_find_the_square() -> None:
 
 def test_noise_mask_keeps_the_unmasked_latents_exactly(data_dir, cpu_manager) -> None:
     from pipelines.diffusion.conditioning import encode_prompt
-    from pipelines.diffusion.sampling import SamplerSettings, sample
+    from pipelines.diffusion.denoising import sample
+    from pipelines.diffusion.sampling import SamplerSettings
 
     mm = cpu_manager(policy="none")
     model = load_model(mm, "builtin:shapes-sd")
@@ -274,8 +275,9 @@ def test_inpainting_model_matches_diffusers_inpaint_pipeline(tiny_inpaint, cpu_m
     from diffusers import DPMSolverMultistepScheduler, StableDiffusionInpaintPipeline
 
     from pipelines.diffusion.conditioning import encode_prompt
+    from pipelines.diffusion.denoising import sample
     from pipelines.diffusion.inpaint import inpaint_latents
-    from pipelines.diffusion.sampling import SamplerSettings, sample
+    from pipelines.diffusion.sampling import SamplerSettings
     from pipelines.diffusion.vae import decode
 
     prompt = "a small yellow triangle on a black background"
@@ -315,7 +317,8 @@ def test_inpainting_model_matches_diffusers_inpaint_pipeline(tiny_inpaint, cpu_m
 
 def test_inpainting_model_without_its_channels_says_what_to_wire(tiny_inpaint, cpu_manager) -> None:
     from pipelines.diffusion.conditioning import encode_prompt
-    from pipelines.diffusion.sampling import SamplerSettings, sample
+    from pipelines.diffusion.denoising import sample
+    from pipelines.diffusion.sampling import SamplerSettings
 
     mm = cpu_manager(policy="none")
     model = load_model(mm, str(tiny_inpaint))

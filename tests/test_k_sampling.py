@@ -21,11 +21,12 @@ import torch
 from diffusers import UNet2DConditionModel, UniPCMultistepScheduler
 
 from memory import MemoryConfig, MemoryManager
+from pipelines.diffusion.denoising import sample
 from pipelines.diffusion.families import FAMILIES
 from pipelines.diffusion.k_samplers import K_SAMPLERS, BrownianNoise, SeededNoise
 from pipelines.diffusion.k_sampling import KDenoiser, initial_latent
 from pipelines.diffusion.k_schedules import SIGMA_SCHEDULES, DiscreteSigmas, ksampler_sigmas, make_sigmas
-from pipelines.diffusion.sampling import SamplerSettings, sample
+from pipelines.diffusion.sampling import SamplerSettings
 from pipelines.diffusion.values import Conditioning, DenoiserRef, Latents
 
 SD_SCHEDULER = {"beta_start": 0.00085, "beta_end": 0.012, "beta_schedule": "scaled_linear"}

@@ -16,9 +16,10 @@ from diffusers import DiffusionPipeline, EulerDiscreteScheduler
 from memory import MemoryConfig, MemoryManager
 from pipelines.diffusion.conditioning import encode_prompt
 from pipelines.diffusion.demo_models import ensure_demo_model
+from pipelines.diffusion.denoising import sample
 from pipelines.diffusion.lora import make_patch, use_denoiser, use_text_encoder
 from pipelines.diffusion.lora_formats import read_lora
-from pipelines.diffusion.sampling import SamplerSettings, sample
+from pipelines.diffusion.sampling import SamplerSettings
 from pipelines.diffusion.vae import decode
 from pipelines.diffusion.values import Latents
 from tests.lora_fixtures import (

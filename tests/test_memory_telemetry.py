@@ -43,7 +43,7 @@ def test_events_samples_and_report(tmp_path: Path) -> None:
     with MemoryManager(cfg) as mm:
         unsubscribe = mm.telemetry.subscribe(on_record)
         handle = mm.register(ComponentSpec("m", "linear", "other", build, (path,)))
-        with mm.node_scope("7", "Linear", "1x64"):
+        with mm.node_scope("7", "Linear"):
             with mm.use(handle) as module:
                 module(torch.ones(1, 64))
             mm.record_step("7", "sampler_step", 0, 1, 0.25)

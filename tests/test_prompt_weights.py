@@ -115,7 +115,8 @@ def test_a1111_mode_keeps_the_mean() -> None:
 
 
 def test_long_prompts_make_more_tokens_and_sample_against_a_short_negative(sd) -> None:
-    from pipelines.diffusion.sampling import SamplerSettings, sample
+    from pipelines.diffusion.denoising import sample
+    from pipelines.diffusion.sampling import SamplerSettings
     from pipelines.diffusion.values import Latents
 
     mm, model = sd

@@ -21,10 +21,11 @@ from diffusers import DiffusionPipeline, UNet2DConditionModel
 from memory import MemoryConfig, MemoryManager, TransferEvent
 from pipelines.diffusion.conditioning import encode_prompt
 from pipelines.diffusion.demo_models import ensure_demo_model
+from pipelines.diffusion.denoising import sample
 from pipelines.diffusion.export import save_sd1_single_file, save_sdxl_single_file
 from pipelines.diffusion.lazy_load import CheckpointSource, empty_module, lazy_load, trace_conversion
 from pipelines.diffusion.loading import load_model
-from pipelines.diffusion.sampling import SamplerSettings, sample
+from pipelines.diffusion.sampling import SamplerSettings
 from pipelines.diffusion.vae import decode
 from pipelines.diffusion.values import Latents
 

@@ -51,8 +51,9 @@ def fit_preview_decoder(
 def main(argv: list[str] | None = None) -> int:
     from memory import MemoryManager
     from pipelines.diffusion.conditioning import encode_prompt
+    from pipelines.diffusion.denoising import sample
     from pipelines.diffusion.loading import load_model
-    from pipelines.diffusion.sampling import SamplerSettings, sample
+    from pipelines.diffusion.sampling import SamplerSettings
     from pipelines.diffusion.vae import decode
     from pipelines.diffusion.values import Latents
     from training.shapes.scenes import random_caption, random_scene

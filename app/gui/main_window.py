@@ -54,8 +54,6 @@ from pipelines.models_library import ModelsLibrary, load_saved_roots, roots_from
 if TYPE_CHECKING:
     from pipelines.diffusion.sizes import ImageSize
 
-CLIPBOARD_MIME = "application/x-nodeloom-snapshot"
-
 
 class MainWindow(
     MenusMixin,

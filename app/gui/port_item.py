@@ -74,9 +74,6 @@ class PortItem(QGraphicsItem):
         )
         painter.drawEllipse(QPointF(0, 0), r, r)
 
-    def scene_center(self) -> QPointF:
-        return self.scenePos()
-
     def graph_scene(self) -> GraphScene:
         return self.scene()  # type: ignore[return-value]
 

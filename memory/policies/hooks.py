@@ -32,10 +32,6 @@ def add_hooks(
     registry[name] = handles
 
 
-def has_hooks(module: torch.nn.Module, name: str) -> bool:
-    return name in module.__dict__.get(_ATTR, {})
-
-
 def remove_hooks(module: torch.nn.Module, name: str) -> None:
     for handle in module.__dict__.get(_ATTR, {}).pop(name, []):
         handle.remove()

@@ -42,7 +42,6 @@ from memory.weights import (
     WeightSource,
     block_names,
     fill_empty,
-    module_bytes,
     named_tensors,
     tensor_bytes,
 )
@@ -134,12 +133,6 @@ class StreamState:
 
     def streamed(self) -> list[_Block]:
         return [b for b in self.blocks if not b.resident]
-
-    def resident_bytes(self) -> int:
-        """Bytes that stay on the device between calls: everything but the streamed blocks."""
-        return module_bytes(self.module) - sum(
-            tensor_bytes(s.current()) for b in self.streamed() if b.live for s in b.slots
-        )
 
     def window_bytes(self) -> int:
         """Extra device bytes while running: the streamed block in use, plus the one being prefetched."""
@@ -391,10 +384,6 @@ def apply_streaming(module: torch.nn.Module, config: StreamConfig) -> StreamStat
         )
     module.__dict__[_STATE_ATTR] = state
     return state
-
-
-def stream_state(module: torch.nn.Module) -> StreamState | None:
-    return module.__dict__.get(_STATE_ATTR)
 
 
 def remove_streaming(module: torch.nn.Module) -> None:

@@ -48,8 +48,9 @@ def _run_sampler_advanced(
     end_step: int,
     leftover_noise: bool,
 ) -> dict[str, Any]:
+    from pipelines.diffusion.denoising import sample
     from pipelines.diffusion.previews import latent_preview
-    from pipelines.diffusion.sampling import SamplerSettings, sample
+    from pipelines.diffusion.sampling import SamplerSettings
 
     settings = SamplerSettings(
         scheduler=scheduler,

@@ -337,7 +337,7 @@ class _Resolver:
             if cls == "Reroute" or cls in PRIMITIVE_CLASSES:
                 continue  # resolved into the links that pass through them
             widgets = self.widgets.get(node_id, {})
-            if cls in ("Note", "MarkdownNote"):
+            if cls in NOTE_CLASSES:
                 text = widgets.get("text", "")
                 entry = {"text": str(text), "title": node.title or cls}
                 if node.pos is not None:

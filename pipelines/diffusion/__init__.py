@@ -2,7 +2,7 @@
 
 May import: stdlib, torch, diffusers, transformers, tokenizers, safetensors, PIL, memory, pipelines.paths.
 Never nodes/, app/ or Qt. This package file imports nothing: import the module you need
-(`from pipelines.diffusion.sampling import sample`), so that reading `families` or `schedulers` (node
+(`from pipelines.diffusion.denoising import sample`), so that reading `families` or `schedulers` (node
 choices) costs no diffusers import.
 
 Modules, by concept:
@@ -15,7 +15,9 @@ Modules, by concept:
   export        the inverse: write SD1.x / SDXL as an original-format single file
   conditioning  encode_prompt per family (mirrors the diffusers pipelines)
   schedulers    sampler names -> diffusers scheduler classes
-  sampling      the denoising loop with per-step callbacks (DDPM-style: SD, SDXL, PixArt)
+  sampling      what every denoising loop shares: settings, step reports, conditioning batches
+  denoising     `sample`, the one entry: the DDPM-style loop (SD, SDXL, PixArt) with per-step callbacks
+  k_sampling    ComfyUI's k-diffusion samplers over its sigma schedules
   flow_sampling the flow-matching loops (Flux, SD3)
   vae           decode / encode between latents and IMAGE tensors
   previews      latent -> RGB preview images

@@ -110,7 +110,7 @@ def encode_clip_sdxl(
 
 @torch.no_grad()
 def encode_t5(mm: MemoryManager, ref: TextEncoderRef, text: str, *, max_tokens: int) -> Conditioning:
-    # Copied from diffusers' PixArtSigmaPipeline.encode_prompt (clean_caption=False: lower-case and strip).
+    # Adapted from diffusers' PixArtSigmaPipeline.encode_prompt (clean_caption=False: lower-case and strip).
     tokenizer = ref.tokenizers[0].load()
     text = strip_weights(text).lower().strip()  # T5 takes plain text: weighting syntax is dropped
     text_inputs = tokenizer(
@@ -142,7 +142,7 @@ def encode_sd3(
     weighting: str = "comfy",
     embeddings: Embeddings | None = None,
 ) -> Conditioning:
-    # Copied from diffusers' StableDiffusion3Pipeline.encode_prompt (one prompt, all three encoders).
+    # Adapted from diffusers' StableDiffusion3Pipeline.encode_prompt (one prompt, all three encoders).
     outs = _encode_clip_pair(mm, ref, text, weighting, embeddings)
     clip_embeds = [o.embeds for o in outs]
     pooled = [o.pooled for o in outs]  # text_embeds: the projected EOS vectors

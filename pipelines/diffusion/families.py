@@ -2,7 +2,8 @@
 
 Lives here: `Family`, `FAMILIES`, `CheckpointLayout`, `CHECKPOINT_LAYOUTS`, `ClassRef`,
 `family_for_pipeline_class`, `detect_single_file_family`, `resolve_dtype`, `DIFFUSION_IMPORTS`. May import:
-stdlib at module level; torch, diffusers and transformers when a class or dtype is first asked for.
+stdlib and pipelines.dtypes (the dtype rule) at module level; torch, diffusers and transformers when a class
+or dtype is first asked for.
 
 This is the one family registry: its ids (`FAMILIES` keys) are the only family names; the loaders, the models
 library, the split-file loaders, the ComfyUI importer and the CLI read them and the facts declared here, and
@@ -20,6 +21,8 @@ import importlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from pipelines.dtypes import dtype_for_device
 
 if TYPE_CHECKING:
     import torch
@@ -362,10 +365,4 @@ def denoiser_stream_blocks(family: Family, config: dict[str, Any]) -> tuple[str,
 
 def resolve_dtype(choice: str, family: Family, device: torch.device | str) -> torch.dtype:
     """ "auto" -> float32 on CPU (half is ~55x slower there), the family's usual half type on CUDA."""
-    import torch
-
-    if choice != "auto":
-        return {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[choice]
-    if torch.device(device).type == "cuda":
-        return family.cuda_dtype
-    return torch.float32
+    return dtype_for_device(choice, device, family.cuda_dtype)

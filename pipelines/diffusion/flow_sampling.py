@@ -35,15 +35,13 @@ from pipelines.steps import OnStep, Step
 FLOW_SCHEDULERS = ("default", "euler")
 
 
-# Copied from diffusers.pipelines.flux.pipeline_flux.calculate_shift
-
-
 def flow_denoised(scheduler: Any, before: torch.Tensor, velocity: torch.Tensor) -> torch.Tensor:
     """x0 from a flow step: x_t = (1 - s) x0 + s noise and v = noise - x0, so x0 = x_t - s v."""
     sigma = scheduler.sigmas[scheduler.step_index - 1].to(before.dtype)  # the sigma this step started at
     return before - sigma * velocity
 
 
+# Copied from diffusers.pipelines.flux.pipeline_flux.calculate_shift
 def calculate_shift(
     image_seq_len: int,
     base_seq_len: int = 256,
@@ -53,7 +51,8 @@ def calculate_shift(
 ) -> float:
     m = (max_shift - base_shift) / (max_seq_len - base_seq_len)
     b = base_shift - m * base_seq_len
-    return image_seq_len * m + b
+    mu = image_seq_len * m + b
+    return mu
 
 
 def pack_latents(latents: torch.Tensor) -> torch.Tensor:

@@ -1,7 +1,7 @@
 """ComfyUI's KSampler on our models: k-diffusion samplers over ComfyUI's sigma schedules, its noise, its
 CFG and its denoise semantics, so that a ComfyUI workflow gives the same picture for the same seed.
 
-Lives here: `K_PREFIX`, `K_SCHEDULER_NAMES`, `is_k_sampler`, `KDenoiser`, `initial_latent`, `sample_k`.
+Lives here: `K_PREFIX`, `K_SCHEDULER_NAMES`, `KDenoiser`, `initial_latent`, `sample_k`.
 May import: stdlib, torch, memory, pipelines.diffusion.*.
 
 A Sampler node offers these as `k_<sampler_name>` next to the diffusers schedulers, plus a `sigma_schedule`
@@ -42,11 +42,7 @@ from pipelines.diffusion.schedulers import K_PREFIX, K_SCHEDULER_NAMES, SIGMA_SC
 from pipelines.diffusion.values import Conditioning, DenoiserRef, Latents
 from pipelines.steps import OnStep, Step
 
-__all__ = ["K_SCHEDULER_NAMES", "SIGMA_SCHEDULES", "KDenoiser", "initial_latent", "is_k_sampler", "sample_k"]
-
-
-def is_k_sampler(scheduler: str) -> bool:
-    return scheduler in K_SCHEDULER_NAMES
+__all__ = ["K_SCHEDULER_NAMES", "SIGMA_SCHEDULES", "KDenoiser", "initial_latent", "sample_k"]
 
 
 class KDenoiser:

@@ -8,7 +8,7 @@ A LoRA travels on the wire as `LoraPatch`es (file, strength) attached to a `Deno
 nothing is patched until a pipeline function places the model through `use_denoiser`/`use_text_encoder`.
 Then each LoRA file is itself a component of the memory manager (kind "lora": its own ledger row, counted
 from the file's header, placed and evicted by the policy like any model), and the patch goes on layer by
-layer through `memory.patches`:
+layer through `memory.patches`, by the manager (`mm.patch`), which counts what a fused patch keeps:
 
 - policies `none` and `auto`, model fully resident: **fused** (faster per step). The fused weights stay
   between runs while the same LoRAs at the same strengths are asked for, and are put back (bit for bit,
@@ -32,7 +32,7 @@ from typing import Any
 import torch
 
 from memory import ComponentSpec, MemoryManager, ModelHandle, Working
-from memory.patches import LayerPatch, PatchEvent, apply_patches, patch_state, remove_patches
+from memory.patches import LayerPatch, PatchEvent, patch_state
 from pipelines.diffusion.lora_formats import LayerWeights, LoraFile, read_lora
 from pipelines.diffusion.values import DenoiserRef, LoraPatch, TextEncoderRef
 from pipelines.model_keys import component_keys, precision_label
@@ -216,7 +216,7 @@ def _sync(
         return  # still fused from an earlier run with the same LoRAs
     t0 = time.perf_counter()
     if state is not None:
-        remove_patches(model)
+        mm.unpatch(handle)
         mm.telemetry.emit(
             PatchEvent(handle.spec.name, "removed", len(state.layers), "", 0, time.perf_counter() - t0)
         )
@@ -230,10 +230,10 @@ def _sync(
         return  # these LoRAs have nothing for this model (e.g. a UNet-only LoRA on a text encoder)
     label = ", ".join(p.label for p in active)
     match.check(label)
-    state = apply_patches(model, layers, mode=mode, signature=signature)
+    state = mm.patch(handle, layers, mode=mode, signature=signature)
     if mode == "on_the_fly":
         # The hooks read the LoRA factors, which the manager may move or drop after this use.
-        stack.callback(remove_patches, model)
+        stack.callback(mm.unpatch, handle)
     mm.telemetry.emit(
         PatchEvent(handle.spec.name, mode, len(layers), label, state.extra_bytes(), time.perf_counter() - t0)
     )

@@ -36,7 +36,6 @@ if TYPE_CHECKING:  # torch only when weights are applied: the Text Encode node l
     import torch
 
 WEIGHTINGS = ("comfy", "a1111")
-CHUNK_TOKENS = 75  # 77 minus BOS and EOS
 BREAK = "BREAK"
 
 # A1111 modules/prompt_parser.py: the tokens the attention grammar is made of.

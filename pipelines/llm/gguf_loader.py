@@ -55,10 +55,6 @@ _TOP_TENSORS = {
 # Tensors a file may carry that the transformers model computes itself.
 _IGNORED_TENSORS = ("rope_freqs.weight",)
 
-# llama.cpp token types (tokenizer.ggml.token_type).
-_TOKEN_CONTROL = 3
-_TOKEN_USER_DEFINED = 4
-
 
 class UnsupportedGGUFError(ValueError):
     """The file is a GGUF we cannot turn into a transformers model (architecture, tokenizer)."""

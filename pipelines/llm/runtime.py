@@ -1,7 +1,8 @@
 """The LLM as the memory manager sees it: a registered component plus what the loop needs around it.
 
 Lives here: `LLMModel` (the value an LLM wire carries), `open_llm`, `GenerationRequest`,
-`generate_text`, `TextGeneration`. Imports `memory` and `pipelines.llm.*`; never nodes/, app/ or Qt.
+`generate_text`, `TextGeneration`, `LLM_CUDA_DTYPE`. Imports `memory`, `pipelines.dtypes` and `pipelines.llm.*`;
+never nodes/, app/ or Qt.
 
 Weights are only ever touched through `memory.use(handle)`, so the manager decides when they are
 loaded and unloaded (sequential: right before and right after the generation). The KV cache is
@@ -19,6 +20,7 @@ import torch
 from transformers import PretrainedConfig, PreTrainedTokenizerBase
 
 from memory import ComponentSpec, MemoryManager, ModelHandle, fmt_bytes
+from pipelines.dtypes import dtype_for_device
 from pipelines.llm.chat import build_prompt_ids
 from pipelines.llm.detokenize import TextStream
 from pipelines.llm.generate import GenerationResult, generate
@@ -36,7 +38,9 @@ from pipelines.load_progress import OnProgress
 from pipelines.model_keys import component_keys
 from pipelines.steps import OnStep, Step
 
-DTYPE = torch.float32  # CPU paths run in float32: bf16/fp16 are ~55x slower on these CPUs
+# The half type the LLM runs in on CUDA: what Llama-style checkpoints (SmolLM2 included) are published in, and
+# with float32's range (float16 can overflow their activations). On the CPU it runs float32 (pipelines.dtypes).
+LLM_CUDA_DTYPE = torch.bfloat16
 
 
 @dataclass(frozen=True, eq=False)
@@ -48,6 +52,7 @@ class LLMModel:
     tokenizer: PreTrainedTokenizerBase
     config: PretrainedConfig
     eos_ids: tuple[int, ...]
+    dtype: torch.dtype  # what the weights and the KV cache compute in on the manager's device
 
     @property
     def name(self) -> str:
@@ -58,7 +63,7 @@ class LLMModel:
         return int(getattr(self.config, "max_position_embeddings", 0) or 0)
 
     def kv_bytes(self, tokens: int) -> int:
-        return kv_geometry(self.config).bytes_for(tokens, DTYPE)
+        return kv_geometry(self.config).bytes_for(tokens, self.dtype)
 
 
 def open_llm(
@@ -93,22 +98,23 @@ def open_llm(
         if reserved:
             memory.release_working(what)
     config = load_config(files)
+    dtype = dtype_for_device("auto", memory.device, LLM_CUDA_DTYPE)
     if keep_quantized and files.from_gguf:
         from pipelines.llm.gguf_quantized import register_quantized_llm
 
-        handle = register_quantized_llm(memory, files.source, config, DTYPE)
-        return LLMModel(files, handle, load_tokenizer(files), config, end_of_turn_ids(files, config))
+        handle = register_quantized_llm(memory, files.source, config, dtype)
+        return LLMModel(files, handle, load_tokenizer(files), config, end_of_turn_ids(files, config), dtype)
     spec = ComponentSpec(
         **component_keys(files.source.resolve(), "llm", files=files.weight_files).spec_fields(),
         name="llm",
         kind="llm",
-        build=lambda: build_causal_lm(files, DTYPE, memory.load_progress),  # reads its own weights
+        build=lambda: build_causal_lm(files, dtype, memory.load_progress),  # reads its own weights
         files=files.weight_files if not files.uses_pickle else (),
-        dtype=DTYPE,
+        dtype=dtype,
         blocks=("model.layers",),
     )
     handle = memory.register(spec)
-    return LLMModel(files, handle, load_tokenizer(files), config, end_of_turn_ids(files, config))
+    return LLMModel(files, handle, load_tokenizer(files), config, end_of_turn_ids(files, config), dtype)
 
 
 @dataclass(frozen=True)
@@ -195,7 +201,7 @@ def generate_text(
 
     try:
         with memory.use(llm.handle) as model:
-            cache = KVCache(llm.config, context, kind=request.kv_cache, dtype=DTYPE)
+            cache = KVCache(llm.config, context, kind=request.kv_cache, dtype=llm.dtype)
             result = generate(
                 model,
                 prompt_ids,
