@@ -227,8 +227,12 @@ NODES: tuple[NodeSpec, ...] = (
         category="diffusion/latent",
         inputs=[Input("denoiser", DENOISER, optional=True), Input("vae", VAE, optional=True)],
         params=[
-            Param("width", "int", default=0, min=0, max=8192, step=8, help=_SIZE_HELP),
-            Param("height", "int", default=0, min=0, max=8192, step=8, help=_SIZE_HELP),
+            Param(
+                "width", "int", default=0, min=0, max=8192, step=8, help=_SIZE_HELP, zero_is_native_size=True
+            ),
+            Param(
+                "height", "int", default=0, min=0, max=8192, step=8, help=_SIZE_HELP, zero_is_native_size=True
+            ),
             Param("batch", "int", default=1, min=1, max=64),
         ],
         outputs=[Output("latent", LATENT)],
