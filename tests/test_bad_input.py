@@ -225,7 +225,7 @@ def test_a_huge_diffusion_prompt_is_cut_before_tokenising_and_says_so(monkeypatc
     # The node imports encode_prompt when it runs (listing node types stays light): patch it at its source.
     monkeypatch.setattr(conditioning, "encode_prompt", lambda mm, ref, text, **kw: seen.append(len(text)))
     ctx = _Ctx()
-    diffusion_nodes._run_text_encode(ctx, None, "a red square, " * 250_000)  # 3.5 M characters
+    diffusion_nodes.TextEncode(text_encoder=None, text="a red square, " * 250_000).run(ctx)  # 3.5 M characters
     assert seen == [DIFFUSION_PROMPT_CHARS]
     (note,) = ctx.logs
     assert "3,500,000 characters" in note and "cut" in note
