@@ -43,6 +43,7 @@ from nodes.workflow_json import read_workflow_json as read_workflow_json
 FORMAT = "nodeloom.workflow"
 VERSION = 1
 
+
 @dataclass(frozen=True)
 class Link:
     node: str
