@@ -61,9 +61,13 @@ class SamplerAdvanced(KSamplerFields):
 
     latent: Latents = param_like(KSamplerFields, "latent", optional=False)
     scheduler: str = param_like(
-        KSamplerFields, "scheduler", default="k_euler", choices=K_SCHEDULER_NAMES, help=""
+        KSamplerFields,
+        "scheduler",
+        default="k_euler",
+        choices=K_SCHEDULER_NAMES,
+        help="ComfyUI's KSampler samplers (same picture as ComfyUI for the same seed)",
     )
-    cfg: float = param_like(KSamplerFields, "cfg", default=8.0, help="")
+    cfg: float = param_like(KSamplerFields, "cfg", default=8.0)
     seed: int = param_like(KSamplerFields, "seed", comfy="noise_seed")
     add_noise: bool = param(BOOL, True, help="off: the input latent already has its noise")
     start_step: int = param(INT, 0, min=0, max=10000, comfy="start_at_step")
