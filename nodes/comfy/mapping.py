@@ -3,7 +3,9 @@
 Lives here: `Emit`, `PassThrough`, `MapContext`, `MAPPERS`, `COMFY_TEXT_ENCODER_TYPES`,
 `comfy_sampler_name`. Imports `nodes.comfy.graph` and `pipelines.diffusion.schedulers` (sampler names).
 
-A mapper turns one ComfyUI node into either one of our nodes (`Emit`: type, params, wired inputs and which
+A param that declares its ComfyUI widget (`Param.comfy`) is copied by nodes/comfy/convert.py when its
+mapper does not set it; a mapper lists a widget itself where it translates the value or falls back to
+ComfyUI's own default when the widget is missing. A mapper turns one ComfyUI node into either one of our nodes (`Emit`: type, params, wired inputs and which
 of our outputs stands for each ComfyUI output slot) or a pass-through (`PassThrough`: an output that is one
 of its inputs, e.g. FluxGuidance, whose guidance value is carried to the sampler it reaches). A class with
 no mapper becomes a placeholder node `ComfyUI.<class>` that the check refuses, naming it; never a silent
@@ -293,34 +295,22 @@ def _preview_image(node: ComfyNode, ctx: MapContext) -> Emit:
     return _emit(node, "PreviewImage", {}, (), image="images")
 
 
+# The scaling nodes' widgets (upscale_method, width, height, crop, scale_by) are the params' declared ComfyUI
+# names (nodes/comfy/node_types.py); convert.py copies them, so these mappers name only the type and wires.
 def _image_scale(node: ComfyNode, ctx: MapContext) -> Emit:
-    params = {
-        "method": _get(node, "upscale_method"),
-        "width": _get(node, "width"),
-        "height": _get(node, "height"),
-        "crop": _get(node, "crop"),
-    }
-    return _emit(node, "ImageScale", params, ("image",), image="image")
+    return _emit(node, "ImageScale", {}, ("image",), image="image")
 
 
 def _image_scale_by(node: ComfyNode, ctx: MapContext) -> Emit:
-    params = {"method": _get(node, "upscale_method"), "scale": _get(node, "scale_by")}
-    return _emit(node, "ImageScaleBy", params, ("image",), image="image")
+    return _emit(node, "ImageScaleBy", {}, ("image",), image="image")
 
 
 def _latent_upscale(node: ComfyNode, ctx: MapContext) -> Emit:
-    params = {
-        "method": _get(node, "upscale_method"),
-        "width": _get(node, "width"),
-        "height": _get(node, "height"),
-        "crop": _get(node, "crop"),
-    }
-    return _emit(node, "LatentUpscale", params, ("latent",), latent="samples")
+    return _emit(node, "LatentUpscale", {}, ("latent",), latent="samples")
 
 
 def _latent_upscale_by(node: ComfyNode, ctx: MapContext) -> Emit:
-    params = {"method": _get(node, "upscale_method"), "scale": _get(node, "scale_by")}
-    return _emit(node, "LatentUpscaleBy", params, ("latent",), latent="samples")
+    return _emit(node, "LatentUpscaleBy", {}, ("latent",), latent="samples")
 
 
 def _lora(node: ComfyNode, ctx: MapContext) -> Emit:
