@@ -1,20 +1,19 @@
-"""Node types declared as data: ports, parameters and one `run` function.
+"""The runtime description of a node type: ports, parameters and one `run` function.
 
 Lives here: `Param`, `Input`, `Output`, `NodeSpec`. Imports only `nodes.types` and `nodes.kinds` (what each
 kind of parameter accepts lives there).
 
-A node's `run(ctx, **values)` receives every connected input and every parameter by name and
-returns a dict of outputs by name. Example:
-
-    def run_concat(ctx: NodeContext, a: str, b: str, separator: str) -> dict[str, Any]:
-        return {"text": a + separator + b}
+The registry, the executor and the editor read a `NodeSpec`. Nodeloom's node types are written as one typed
+class each (nodes/declare.py, which derives the spec from the class's fields); a spec can still be written
+by hand, as older node packs do, with `run(ctx, **values)` receiving every connected input and every
+parameter by name and returning a dict of outputs by name:
 
     CONCAT = NodeSpec(
         type="Concatenate", title="Concatenate", category="text",
         inputs=[Input("a", TEXT), Input("b", TEXT)],
         params=[Param("separator", "string", default=" ")],
         outputs=[Output("text", TEXT)],
-        run=run_concat,
+        run=lambda ctx, a, b, separator: {"text": a + separator + b},
     )
 """
 
