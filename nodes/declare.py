@@ -45,43 +45,17 @@ class Node:
         raise NotImplementedError(f"{type(self).__name__}.run")
 
 
-def param(
-    kind: ParamKind | str,
-    default: Any = None,
-    *,
-    help: str = "",
-    min: float | None = None,
-    max: float | None = None,
-    step: float | None = None,
-    choices: Iterable[Any] = (),
-    file_filter: str = "",
-    optional: bool = False,
-    validate: Callable[[Any], str | None] | None = None,
-    zero_is_native_size: bool = False,
-    comfy: str = "",
-) -> Any:
-    """A parameter field: `Param`'s facts (see nodes.spec.Param); the field's name is the parameter's."""
-    declared = Param(
-        "",
-        kind,
-        default,
-        help=help,
-        min=min,
-        max=max,
-        step=step,
-        choices=tuple(choices),
-        file_filter=file_filter,
-        optional=optional,
-        validate=validate,
-        zero_is_native_size=zero_is_native_size,
-        comfy=comfy,
-    )
+def param(kind: ParamKind | str, default: Any = None, **facts: Any) -> Any:
+    """A parameter field: `facts` are `Param`'s (help, min, max, step, choices, file_filter, optional,
+    validate, zero_is_native_size, comfy; see nodes.spec.Param, where they are listed once). The field's
+    name is the parameter's."""
+    declared = Param("", kind, default, **facts)
     return dataclasses.field(default=default, metadata={_DECLARED: declared})
 
 
-def wire(type: PortType, *, help: str = "", optional: bool = False) -> Any:
-    """An input fed by a wire; an optional one left unconnected is None."""
-    declared = Input("", type, help=help, optional=optional)
+def wire(port: PortType, *, help: str = "", optional: bool = False) -> Any:
+    """An input fed by a wire carrying `port`; an optional one left unconnected is None."""
+    declared = Input("", port, help=help, optional=optional)
     if optional:
         return dataclasses.field(default=None, metadata={_DECLARED: declared})
     return dataclasses.field(metadata={_DECLARED: declared})
@@ -102,7 +76,7 @@ def shared_fields(cls: type[T]) -> type[T]:
 
 
 def node_type(
-    type: str,
+    name: str,
     *,
     title: str,
     category: str,
@@ -112,7 +86,7 @@ def node_type(
     is_output: bool = False,
     tags: tuple[str, ...] = (),
 ) -> Callable[[type[T]], type[T]]:
-    """Declare the class as node type `type` (the name saved in workflow files); sets `cls.spec`."""
+    """Declare the class as the node type `name` (saved in workflow files); sets `cls.spec`."""
 
     def declare(cls: type[T]) -> type[T]:
         cls = shared_fields(cls)
@@ -122,7 +96,7 @@ def node_type(
             declared = dataclasses.replace(_declaration(f), name=f.name)
             (inputs if isinstance(declared, Input) else params).append(declared)
         cls.spec = NodeSpec(  # type: ignore[attr-defined]
-            type=type,
+            type=name,
             title=title,
             category=category,
             run=_runner(cls),

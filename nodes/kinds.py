@@ -11,7 +11,8 @@ A kind owns, for every parameter declared with it:
   `--sweep` share it); a value that does not parse is returned unchanged, so `check` names it;
 - `show(param, value)`: the short text painted on the node;
 - `port_type`: the wire type the parameter accepts when fed by a link;
-- `widget`: the editor widget's name; `comfy_type`: ComfyUI's input type for it.
+- `widget`: the editor widget's name.
+A parameter's ComfyUI widget name is its own fact (`Param.comfy`), not its kind's.
 
 A node pack adds a kind by subclassing `ParamKind` and passing the instance as `Param(kind=...)`.
 """
@@ -45,7 +46,6 @@ class ParamKind:
     python_types: tuple[type, ...]
     port_type: PortType
     widget: str  # the editor widget app/gui/inspector.py builds (WIDGETS there, keyed by this name)
-    comfy_type: str  # ComfyUI's input type ("INT", "FLOAT", "STRING", "BOOLEAN", "COMBO")
 
     def check(self, param: Param, value: Any) -> str | None:
         """Why a non-None `value` is not acceptable for `param`, or None when it is."""
@@ -183,15 +183,15 @@ def _unicode_problem(value: str) -> str | None:
     return None
 
 
-INT = NumberKind("int", (int,), ports.INT, widget="int", comfy_type="INT", integer=True)
+INT = NumberKind("int", (int,), ports.INT, widget="int", integer=True)
 # A seed is an int the editor shows as a digits-only field with a Random button (and a control after runs).
-SEED = NumberKind("seed", (int,), ports.INT, widget="seed", comfy_type="INT", integer=True)
-FLOAT = NumberKind("float", (int, float), ports.FLOAT, widget="float", comfy_type="FLOAT")
-BOOL = BoolKind("bool", (bool,), ports.BOOL, widget="bool", comfy_type="BOOLEAN")
-STRING = TextKind("string", (str,), ports.STRING, widget="line", comfy_type="STRING")
-TEXT = TextKind("text", (str,), ports.STRING, widget="prompt", comfy_type="STRING")
-PATH = TextKind("path", (str,), ports.STRING, widget="path", comfy_type="STRING")
-CHOICE = ChoiceKind("choice", (str, int, float), ports.STRING, widget="choice", comfy_type="COMBO")
+SEED = NumberKind("seed", (int,), ports.INT, widget="seed", integer=True)
+FLOAT = NumberKind("float", (int, float), ports.FLOAT, widget="float")
+BOOL = BoolKind("bool", (bool,), ports.BOOL, widget="bool")
+STRING = TextKind("string", (str,), ports.STRING, widget="line")
+TEXT = TextKind("text", (str,), ports.STRING, widget="prompt")
+PATH = TextKind("path", (str,), ports.STRING, widget="path")
+CHOICE = ChoiceKind("choice", (str, int, float), ports.STRING, widget="choice")
 
 KINDS: dict[str, ParamKind] = {k.name: k for k in (INT, SEED, FLOAT, BOOL, STRING, TEXT, PATH, CHOICE)}
 
