@@ -122,12 +122,7 @@ def _loader_family(node: ComfyNode, ctx: MapContext, name: Any) -> str:
 
 
 def _checkpoint(node: ComfyNode, ctx: MapContext) -> Emit:
-    return _emit(
-        node,
-        "LoadDiffusionModel",
-        {"path": _model_name(_get(node, "ckpt_name"))},
-        ("denoiser", "text_encoder", "vae"),
-    )
+    return _emit(node, "LoadDiffusionModel", {}, ("denoiser", "text_encoder", "vae"))  # path: ckpt_name
 
 
 def _unet(node: ComfyNode, ctx: MapContext) -> Emit:
@@ -164,7 +159,7 @@ def _vae(node: ComfyNode, ctx: MapContext) -> Emit:
 
 
 def _text_encode(node: ComfyNode, ctx: MapContext) -> Emit:
-    return _emit(node, "TextEncode", {"text": _get(node, "text", "")}, ("conditioning",), text_encoder="clip")
+    return _emit(node, "TextEncode", {}, ("conditioning",), text_encoder="clip")  # text: declared
 
 
 def _text_encode_flux(node: ComfyNode, ctx: MapContext) -> Emit:
@@ -179,9 +174,8 @@ def _text_encode_flux(node: ComfyNode, ctx: MapContext) -> Emit:
 
 
 def _clip_set_last_layer(node: ComfyNode, ctx: MapContext) -> Emit:
-    # Our ClipSkip takes ComfyUI's value as it is: -1 the last layer, -2 the penultimate.
-    params = {"clip_skip": _get(node, "stop_at_clip_layer", -1)}
-    return _emit(node, "ClipSkip", params, ("text_encoder",), text_encoder="clip")
+    # Our ClipSkip takes ComfyUI's stop_at_clip_layer as it is (declared): -1 the last layer, -2 the one before.
+    return _emit(node, "ClipSkip", {}, ("text_encoder",), text_encoder="clip")
 
 
 def _flux_guidance(node: ComfyNode, ctx: MapContext) -> PassThrough:
@@ -365,8 +359,7 @@ def _controlnet_apply(node: ComfyNode, ctx: MapContext) -> Emit:
 
 
 def _upscale_model_loader(node: ComfyNode, ctx: MapContext) -> Emit:
-    name = _model_name(_get(node, "model_name"))
-    return _emit(node, "LoadUpscaleModel", {"path": name}, ("upscale_model",))
+    return _emit(node, "LoadUpscaleModel", {}, ("upscale_model",))  # path: model_name
 
 
 def _upscale_with_model(node: ComfyNode, ctx: MapContext) -> Emit:
@@ -381,7 +374,7 @@ def _inpaint_conditioning(node: ComfyNode, ctx: MapContext) -> Emit:
     return _emit(
         node,
         "InpaintConditioning",
-        {"noise_mask": _get(node, "noise_mask", True)},
+        {},  # noise_mask: declared
         ("positive", "negative", "latent"),
         positive="positive",
         negative="negative",
