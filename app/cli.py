@@ -65,33 +65,6 @@ def parse_set(items: list[str]) -> tuple[list[Override], list[str]]:
     return overrides, errors
 
 
-def _coerce(raw: str, kind: str) -> Any:
-    """Text from the command line -> the parameter's type; leaves it as text when it does not parse."""
-    if kind in ("int", "seed"):
-        try:
-            return int(raw)
-        except ValueError:
-            return raw
-    if kind == "float":
-        try:
-            return float(raw)
-        except ValueError:
-            return raw
-    if kind == "bool":
-        lowered = raw.lower()
-        if lowered in ("1", "true", "yes", "on"):
-            return True
-        if lowered in ("0", "false", "no", "off"):
-            return False
-        return raw
-    if kind == "choice":
-        try:
-            return json.loads(raw) if not raw.isalpha() else raw
-        except json.JSONDecodeError:
-            return raw
-    return raw
-
-
 def apply_overrides(wf: Workflow, overrides: list[Override], registry: NodeRegistry) -> list[Problem]:
     problems = []
     for o in overrides:
@@ -115,7 +88,7 @@ def apply_overrides(wf: Workflow, overrides: list[Override], registry: NodeRegis
                 )
             )
             continue
-        node.params[o.param] = _coerce(o.raw, param.kind)
+        node.params[o.param] = param.parse(o.raw)  # the kind's parser, shared with --sweep
     return problems
 
 

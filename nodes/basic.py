@@ -1,7 +1,8 @@
 """Basic nodes: primitives, text helpers, image and text files.
 
-Lives here: the `NODES` tuple of Nodeloom's own general-purpose node types. Imports `nodes.spec`,
-`nodes.types`, `nodes.context`, `nodes.files`, `pipelines.text_limits`, PIL; `nodes.png` (torch) inside the
+Lives here: Nodeloom's own general-purpose node types and the `NODES` tuple of their specs. Imports
+`nodes.declare`, `nodes.kinds` (as `kinds`: its INT/FLOAT/BOOL are parameter kinds, nodes.types' are wire
+types), `nodes.spec`, `nodes.types`, `nodes.context`, `nodes.files`, `pipelines.text_limits`, PIL; `nodes.png` (torch) inside the
 run functions, so listing node types stays light.
 """
 
@@ -12,249 +13,265 @@ from typing import Any
 
 from PIL import Image
 
+from nodes import kinds
 from nodes.context import NodeContext
+from nodes.declare import Node, node_type, param, wire
 from nodes.files import prefix_problem, write_new_output
-from nodes.spec import Input, NodeSpec, Output, Param
+from nodes.spec import NodeSpec, Output
 from nodes.types import BOOL, FLOAT, IMAGE, INT, MASK, TEXT
 from pipelines.text_limits import format_template, template_problem
 
 SEED_MAX = 2**63 - 1
 
 
-def _run_text(ctx: NodeContext, text: str) -> dict[str, Any]:
-    return {"text": text}
+@node_type(
+    "Text",
+    tags=("PrimitiveStringMultiline", "PrimitiveString"),
+    title="Text",
+    category="primitives",
+    outputs=[Output("text", TEXT)],
+    description="A piece of text typed in the node.",
+)
+class Text(Node):
+    text: str = param(kinds.TEXT, "", help="Any text; multi-line.", comfy="value")
+
+    def run(self, ctx: NodeContext) -> dict[str, Any]:
+        return {"text": self.text}
 
 
-def _run_int(ctx: NodeContext, value: int) -> dict[str, Any]:
-    return {"value": value}
+@node_type(
+    "Int",
+    tags=("PrimitiveInt",),
+    title="Integer",
+    category="primitives",
+    outputs=[Output("value", INT)],
+    description="A whole number.",
+)
+class Int(Node):
+    value: int = param(kinds.INT, 0, min=-(2**31), max=2**31 - 1, comfy="value")
+
+    def run(self, ctx: NodeContext) -> dict[str, Any]:
+        return {"value": self.value}
 
 
-def _run_float(ctx: NodeContext, value: float) -> dict[str, Any]:
-    return {"value": float(value)}
+@node_type(
+    "Float",
+    tags=("PrimitiveFloat",),
+    title="Float",
+    category="primitives",
+    outputs=[Output("value", FLOAT)],
+    description="A decimal number.",
+)
+class Float(Node):
+    value: float = param(kinds.FLOAT, 0.0, step=0.1, comfy="value")
+
+    def run(self, ctx: NodeContext) -> dict[str, Any]:
+        return {"value": float(self.value)}
 
 
-def _run_bool(ctx: NodeContext, value: bool) -> dict[str, Any]:
-    return {"value": value}
+@node_type(
+    "Bool",
+    tags=("PrimitiveBoolean",),
+    title="Boolean",
+    category="primitives",
+    outputs=[Output("value", BOOL)],
+    description="True or false.",
+)
+class Bool(Node):
+    value: bool = param(kinds.BOOL, False, comfy="value")
+
+    def run(self, ctx: NodeContext) -> dict[str, Any]:
+        return {"value": self.value}
 
 
-def _run_seed(ctx: NodeContext, seed: int) -> dict[str, Any]:
-    return {"seed": seed}
-
-
-def _run_format(
-    ctx: NodeContext, template: str, a: str | None, b: str | None, c: str | None
-) -> dict[str, Any]:
-    return {"text": format_template(template, {"a": a or "", "b": b or "", "c": c or ""})}
-
-
-def _run_concat(ctx: NodeContext, a: str, b: str, separator: str) -> dict[str, Any]:
-    return {"text": f"{a}{separator}{b}"}
-
-
-def _run_save_text(ctx: NodeContext, text: str, prefix: str) -> dict[str, Any]:
-    path = write_new_output(ctx.out_dir, prefix, ".txt", lambda tmp: tmp.write_text(text, encoding="utf-8"))
-    ctx.wrote_file(path)
-    return {}
-
-
-def _run_show_text(ctx: NodeContext, text: str) -> dict[str, Any]:
-    ctx.text(text, final=True)
-    return {}
-
-
-def _run_load_image(ctx: NodeContext, path: str) -> dict[str, Any]:
-    from nodes.png import alpha_mask, pil_to_tensor
-    from pipelines.paths import RESOURCES_DIR
-
-    # builtin:NAME is a picture shipped in resources/images (the example workflows' inputs).
-    file = (
-        RESOURCES_DIR / "images" / path.removeprefix("builtin:")
-        if path.startswith("builtin:")
-        else Path(path).expanduser()
+@node_type(
+    "Seed",
+    title="Seed",
+    category="primitives",
+    outputs=[Output("seed", INT)],
+    description="A random seed to share between samplers.",
+)
+class Seed(Node):
+    seed: int = param(
+        kinds.SEED,
+        0,
+        min=0,
+        max=SEED_MAX,
+        help="Random seed; the same seed gives the same picture.",
+        comfy="value",
     )
-    if not file.is_file():
-        raise FileNotFoundError(f"field 'path': no image at {file}")
 
-    with Image.open(file) as image:
-        return {"image": pil_to_tensor(image), "mask": alpha_mask(image)}
+    def run(self, ctx: NodeContext) -> dict[str, Any]:
+        return {"seed": self.seed}
 
 
-def _run_save_image(ctx: NodeContext, image: Any, prefix: str) -> dict[str, Any]:
-    from nodes.png import save_png_with_workflow, tensor_to_pil  # torch: only when a node runs
+@node_type(
+    "FormatText",
+    title="Format Text",
+    category="text",
+    outputs=[Output("text", TEXT)],
+    description="Fill a template with up to three texts.",
+)
+class FormatText(Node):
+    a: str | None = wire(TEXT, optional=True)
+    b: str | None = wire(TEXT, optional=True)
+    c: str | None = wire(TEXT, optional=True)
+    template: str = param(
+        kinds.TEXT, "{a}", help="Python format string using {a}, {b}, {c}.", validate=template_problem
+    )
 
-    for picture in tensor_to_pil(image):
+    def run(self, ctx: NodeContext) -> dict[str, Any]:
+        return {
+            "text": format_template(self.template, {"a": self.a or "", "b": self.b or "", "c": self.c or ""})
+        }
+
+
+@node_type(
+    "Concatenate",
+    title="Concatenate",
+    category="text",
+    outputs=[Output("text", TEXT)],
+    description="Join two texts with a separator.",
+)
+class Concatenate(Node):
+    a: str = wire(TEXT)
+    b: str = wire(TEXT)
+    separator: str = param(kinds.STRING, " ")
+
+    def run(self, ctx: NodeContext) -> dict[str, Any]:
+        return {"text": f"{self.a}{self.separator}{self.b}"}
+
+
+@node_type(
+    "SaveText",
+    title="Save Text",
+    category="output",
+    is_output=True,
+    description="Write the text to a numbered .txt file in the output folder.",
+)
+class SaveText(Node):
+    text: str = wire(TEXT)
+    prefix: str = param(
+        kinds.STRING, "text", help="File name prefix; a number follows.", validate=prefix_problem
+    )
+
+    def run(self, ctx: NodeContext) -> dict[str, Any]:
+        text = self.text
         path = write_new_output(
-            ctx.out_dir,
-            prefix,
-            ".png",
-            lambda tmp, picture=picture: save_png_with_workflow(picture, tmp, ctx.workflow_json),
+            ctx.out_dir, self.prefix, ".txt", lambda tmp: tmp.write_text(text, encoding="utf-8")
         )
         ctx.wrote_file(path)
-        ctx.preview(picture, final=True)
-    return {}
+        return {}
 
 
-def _run_preview_image(ctx: NodeContext, image: Any) -> dict[str, Any]:
-    from nodes.png import tensor_to_pil
+@node_type(
+    "ShowText",
+    title="Show Text",
+    category="output",
+    is_output=True,
+    description="Show the text in the output panel.",
+)
+class ShowText(Node):
+    text: str = wire(TEXT)
 
-    for picture in tensor_to_pil(image):
-        ctx.preview(picture, final=True)
-    return {}
+    def run(self, ctx: NodeContext) -> dict[str, Any]:
+        ctx.text(self.text, final=True)
+        return {}
 
 
-NODES: tuple[NodeSpec, ...] = (
-    NodeSpec(
-        type="Text",
-        tags=("PrimitiveStringMultiline", "PrimitiveString"),
-        title="Text",
-        category="primitives",
-        run=_run_text,
-        params=[Param("text", "text", default="", help="Any text; multi-line.")],
-        outputs=[Output("text", TEXT)],
-        description="A piece of text typed in the node.",
-    ),
-    NodeSpec(
-        type="Int",
-        tags=("PrimitiveInt",),
-        title="Integer",
-        category="primitives",
-        run=_run_int,
-        params=[Param("value", "int", default=0, min=-(2**31), max=2**31 - 1)],
-        outputs=[Output("value", INT)],
-        description="A whole number.",
-    ),
-    NodeSpec(
-        type="Float",
-        tags=("PrimitiveFloat",),
-        title="Float",
-        category="primitives",
-        run=_run_float,
-        params=[Param("value", "float", default=0.0, step=0.1)],
-        outputs=[Output("value", FLOAT)],
-        description="A decimal number.",
-    ),
-    NodeSpec(
-        type="Bool",
-        tags=("PrimitiveBoolean",),
-        title="Boolean",
-        category="primitives",
-        run=_run_bool,
-        params=[Param("value", "bool", default=False)],
-        outputs=[Output("value", BOOL)],
-        description="True or false.",
-    ),
-    NodeSpec(
-        type="Seed",
-        title="Seed",
-        category="primitives",
-        run=_run_seed,
-        params=[
-            Param(
-                "seed",
-                "seed",
-                default=0,
-                min=0,
-                max=SEED_MAX,
-                help="Random seed; the same seed gives the same picture.",
+@node_type(
+    "LoadImage",
+    tags=("img2img",),
+    title="Load Image",
+    category="image",
+    outputs=[Output("image", IMAGE), Output("mask", MASK)],
+    description="Read an image file; its alpha channel becomes the mask (transparent = repaint).",
+)
+class LoadImage(Node):
+    path: str = param(kinds.PATH, "", file_filter="Images (*.png *.jpg *.jpeg *.webp)", comfy="image")
+
+    def run(self, ctx: NodeContext) -> dict[str, Any]:
+        from nodes.png import alpha_mask, pil_to_tensor
+        from pipelines.paths import RESOURCES_DIR
+
+        path = self.path
+        # builtin:NAME is a picture shipped in resources/images (the example workflows' inputs).
+        file = (
+            RESOURCES_DIR / "images" / path.removeprefix("builtin:")
+            if path.startswith("builtin:")
+            else Path(path).expanduser()
+        )
+        if not file.is_file():
+            raise FileNotFoundError(f"field 'path': no image at {file}")
+
+        with Image.open(file) as image:
+            return {"image": pil_to_tensor(image), "mask": alpha_mask(image)}
+
+
+@node_type(
+    "SaveImage",
+    title="Save Image",
+    category="output",
+    is_output=True,
+    description="Write numbered PNGs (never overwriting) with the workflow embedded.",
+)
+class SaveImage(Node):
+    image: Any = wire(IMAGE)
+    prefix: str = param(
+        kinds.STRING,
+        "nodeloom",
+        help="File name prefix; a number follows.",
+        validate=prefix_problem,
+        comfy="filename_prefix",
+    )
+
+    def run(self, ctx: NodeContext) -> dict[str, Any]:
+        from nodes.png import save_png_with_workflow, tensor_to_pil  # torch: only when a node runs
+
+        for picture in tensor_to_pil(self.image):
+            path = write_new_output(
+                ctx.out_dir,
+                self.prefix,
+                ".png",
+                lambda tmp, picture=picture: save_png_with_workflow(picture, tmp, ctx.workflow_json),
             )
-        ],
-        outputs=[Output("seed", INT)],
-        description="A random seed to share between samplers.",
-    ),
-    NodeSpec(
-        type="FormatText",
-        title="Format Text",
-        category="text",
-        run=_run_format,
-        inputs=[
-            Input("a", TEXT, optional=True),
-            Input("b", TEXT, optional=True),
-            Input("c", TEXT, optional=True),
-        ],
-        params=[
-            Param(
-                "template",
-                "text",
-                default="{a}",
-                help="Python format string using {a}, {b}, {c}.",
-                validate=template_problem,
-            )
-        ],
-        outputs=[Output("text", TEXT)],
-        description="Fill a template with up to three texts.",
-    ),
-    NodeSpec(
-        type="Concatenate",
-        title="Concatenate",
-        category="text",
-        run=_run_concat,
-        inputs=[Input("a", TEXT), Input("b", TEXT)],
-        params=[Param("separator", "string", default=" ")],
-        outputs=[Output("text", TEXT)],
-        description="Join two texts with a separator.",
-    ),
-    NodeSpec(
-        type="SaveText",
-        title="Save Text",
-        category="output",
-        run=_run_save_text,
-        is_output=True,
-        inputs=[Input("text", TEXT)],
-        params=[
-            Param(
-                "prefix",
-                "string",
-                default="text",
-                help="File name prefix; a number follows.",
-                validate=prefix_problem,
-            )
-        ],
-        description="Write the text to a numbered .txt file in the output folder.",
-    ),
-    NodeSpec(
-        type="ShowText",
-        title="Show Text",
-        category="output",
-        run=_run_show_text,
-        is_output=True,
-        inputs=[Input("text", TEXT)],
-        description="Show the text in the output panel.",
-    ),
-    NodeSpec(
-        type="LoadImage",
-        tags=("img2img",),
-        title="Load Image",
-        category="image",
-        run=_run_load_image,
-        params=[Param("path", "path", default="", file_filter="Images (*.png *.jpg *.jpeg *.webp)")],
-        outputs=[Output("image", IMAGE), Output("mask", MASK)],
-        description="Read an image file; its alpha channel becomes the mask (transparent = repaint).",
-    ),
-    NodeSpec(
-        type="SaveImage",
-        title="Save Image",
-        category="output",
-        run=_run_save_image,
-        is_output=True,
-        inputs=[Input("image", IMAGE)],
-        params=[
-            Param(
-                "prefix",
-                "string",
-                default="nodeloom",
-                help="File name prefix; a number follows.",
-                validate=prefix_problem,
-            )
-        ],
-        description="Write numbered PNGs (never overwriting) with the workflow embedded.",
-    ),
-    NodeSpec(
-        type="PreviewImage",
-        title="Preview Image",
-        category="output",
-        run=_run_preview_image,
-        is_output=True,
-        inputs=[Input("image", IMAGE)],
-        description="Show the image without saving it.",
-    ),
+            ctx.wrote_file(path)
+            ctx.preview(picture, final=True)
+        return {}
+
+
+@node_type(
+    "PreviewImage",
+    title="Preview Image",
+    category="output",
+    is_output=True,
+    description="Show the image without saving it.",
+)
+class PreviewImage(Node):
+    image: Any = wire(IMAGE)
+
+    def run(self, ctx: NodeContext) -> dict[str, Any]:
+        from nodes.png import tensor_to_pil
+
+        for picture in tensor_to_pil(self.image):
+            ctx.preview(picture, final=True)
+        return {}
+
+
+NODES: tuple[NodeSpec, ...] = tuple(
+    n.spec
+    for n in (
+        Text,
+        Int,
+        Float,
+        Bool,
+        Seed,
+        FormatText,
+        Concatenate,
+        SaveText,
+        ShowText,
+        LoadImage,
+        SaveImage,
+        PreviewImage,
+    )
 )

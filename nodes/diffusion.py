@@ -1,7 +1,8 @@
 """Diffusion nodes: load a model, encode prompts, sample latents, decode and encode images.
 
-Lives here: the `NODES` tuple (`LoadDiffusionModel`, `TextEncode`, `EmptyLatent`, `Sampler`, `VAEDecode`,
-`VAEEncode`, plus `LoadDenoiser`, `LoadTextEncoder`, `LoadVAE` from nodes.split_loaders). Imports `nodes.spec`,
+Lives here: the node types `LoadDiffusionModel`, `TextEncode`, `EmptyLatent`, `Sampler` (its fields shared with
+SamplerAdvanced in `KSamplerFields`), `VAEDecode`, `VAEEncode`, and the `NODES` tuple of their specs (plus
+`LoadDenoiser`, `LoadTextEncoder`, `LoadVAE` from nodes.split_loaders). Imports `nodes.spec`,
 `nodes.types`, `nodes.context`, `nodes.split_loaders`, `pipelines.paths` and `pipelines.diffusion`; the model
 code lives in pipelines/. At module level only the light facts the specs need (`families`, `schedulers`,
 `prompt_weights`, `quant.formats`: names, no torch); each run function imports its pipeline code, so listing
@@ -18,7 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 from memory import user_data_dir
 from nodes.context import NodeContext
-from nodes.spec import Input, NodeSpec, Output, Param
+from nodes.declare import Node, node_type, param, settings_from, shared_fields, wire
+from nodes.kinds import CHOICE, FLOAT, INT, PATH, SEED, TEXT
+from nodes.spec import NodeSpec, Output
 from nodes.split_loaders import SPLIT_NODES
 from nodes.types import CONDITIONING, DENOISER, IMAGE, LATENT, TEXT_ENCODER, VAE
 from pipelines.diffusion.families import DIFFUSION_IMPORTS
@@ -30,7 +33,7 @@ from pipelines.text_limits import limit_diffusion_prompt
 if TYPE_CHECKING:
     import torch
 
-    from pipelines.diffusion.values import DenoiserRef, Latents, TextEncoderRef, VaeRef
+    from pipelines.diffusion.values import Conditioning, DenoiserRef, Latents, TextEncoderRef, VaeRef
 
 SEED_MAX = 2**63 - 1
 DTYPES = ("auto", "float32", "float16", "bfloat16", *STORAGE_CHOICES)
@@ -40,278 +43,250 @@ _DTYPE_HELP = (
 )
 
 
-def _run_load_model(ctx: NodeContext, path: str, kind: str, dtype: str, config_dir: str) -> dict[str, Any]:
-    ctx.importing(*DIFFUSION_IMPORTS)
-    from pipelines.diffusion.loading import load_model
-
-    loaded = load_model(
-        ctx.memory,
-        path,
-        kind=kind,
-        dtype=dtype,
-        allow_pickle=ctx.allow_pickle,
-        config_dir=Path(config_dir).expanduser() if config_dir else None,
-    )
-    ctx.log(f"{loaded.denoiser.family.title}, {str(loaded.denoiser.dtype).removeprefix('torch.')}")
-    return {"denoiser": loaded.denoiser, "text_encoder": loaded.text_encoder, "vae": loaded.vae}
-
-
-def _run_text_encode(
-    ctx: NodeContext, text_encoder: TextEncoderRef, text: str, weighting: str = "comfy", embeddings: str = ""
-) -> dict[str, Any]:
-    from pipelines.diffusion.conditioning import encode_prompt
-
-    text, cut = limit_diffusion_prompt(text)
-    if cut:
-        ctx.log(cut)
-    folder = Path(embeddings).expanduser() if embeddings else user_data_dir() / "embeddings"
-    cond = encode_prompt(ctx.memory, text_encoder, text, weighting=weighting, embeddings_dir=folder)
-    return {"conditioning": cond}
-
-
-def _run_empty_latent(
-    ctx: NodeContext,
-    denoiser: DenoiserRef | None,
-    vae: VaeRef | None,
-    width: int,
-    height: int,
-    batch: int,
-) -> dict[str, Any]:
-    import torch
-
-    from pipelines.diffusion.sizes import size_for_denoiser
-    from pipelines.diffusion.values import DEFAULT_VAE_SCALE, Latents
-
-    # Channels and pixels-per-latent come from the VAE if wired, else the denoiser, else SD's 4 and 8.
-    channels, scale = 4, DEFAULT_VAE_SCALE
-    if vae is not None:
-        channels, scale = vae.latent_channels, vae.scale_factor
-    elif denoiser is not None:
-        channels, scale = int(denoiser.config.get("in_channels", 4)), denoiser.vae_scale_factor
-    # 0 (the default) means the model's native size: 64 for the built-in model, 512 for SD1.x, 1024 SDXL.
-    native, multiple = 512, scale
-    if denoiser is not None:
-        size = size_for_denoiser(denoiser)
-        native, multiple = size.native, size.multiple
-    elif vae is not None and isinstance(vae.config.get("sample_size"), int):
-        native = int(vae.config["sample_size"])
-    width, height = width or native, height or native
-    if width % multiple or height % multiple:
-        raise ValueError(f"width and height must be multiples of {multiple} (got {width}x{height})")
-    samples = torch.zeros(batch, channels, height // scale, width // scale)
-    return {"latent": Latents(samples=samples, vae_scale_factor=scale, source="empty")}
-
-
-def _run_sampler(
-    ctx: NodeContext,
-    denoiser: DenoiserRef,
-    positive: Any,
-    negative: Any,
-    latent: Latents | None,
-    scheduler: str,
-    sigma_schedule: str,
-    steps: int,
-    cfg: float,
-    seed: int,
-    denoise: float,
-    preview_every: int,
-) -> dict[str, Any]:
-    from pipelines.diffusion.denoising import sample
-    from pipelines.diffusion.previews import latent_preview, load_preview_decoder, model_folder
-    from pipelines.diffusion.sampling import SamplerSettings
-    from pipelines.steps import Step
-
-    settings = SamplerSettings(
-        scheduler=scheduler, sigma_schedule=sigma_schedule, steps=steps, cfg=cfg, seed=seed, denoise=denoise
-    )
-    if latent is None:
-        latent = _run_empty_latent(ctx, denoiser, None, 0, 0, 1)["latent"]
-
-    decoder = load_preview_decoder(model_folder(denoiser.handle.spec.files)) if preview_every > 0 else None
-
-    def on_step(info: Step) -> None:
-        show = preview_every > 0 and (info.step % preview_every == 0 or info.step == info.total)
-        # The x0 prediction: what the picture is becoming (the noisy latents are mostly noise mid-run).
-        seen = info.denoised if info.denoised is not None else info.latents
-        preview = latent_preview(seen, denoiser.family, decoder=decoder) if show else None
-        ctx.progress(info.step, info.total, kind="sampler_step", preview=preview)  # raises Cancelled
-
-    out = sample(ctx.memory, denoiser, positive, negative, latent, settings, on_step=on_step)
-    return {"latent": out}
-
-
-def _run_vae_decode(ctx: NodeContext, vae: VaeRef, latent: Latents) -> dict[str, Any]:
-    from pipelines.diffusion.tiled_vae import decode_tiled, plan_decode
-    from pipelines.diffusion.vae import decode
-
-    # Tiles only when the memory manager predicts a full decode won't fit (VAEDecodeTiled gives control).
-    plan = plan_decode(ctx.memory, vae, latent)
-    if plan.tiled:
-        ctx.metric("vae_tiled", 1.0)
-        ctx.metric("vae_tile_px", plan.tile_px)
-        ctx.log(f"tiled VAE decode, {plan.tile_px}px tiles: {plan.reason}")
-        return {"image": decode_tiled(ctx.memory, vae, latent, plan)}
-    return {"image": decode(ctx.memory, vae, latent)}
-
-
-def _run_vae_encode(ctx: NodeContext, vae: VaeRef, image: torch.Tensor) -> dict[str, Any]:
-    from pipelines.diffusion.vae import encode
-
-    return {"latent": encode(ctx.memory, vae, image)}
-
-
 _MODEL_FILTER = "Diffusion models (*.safetensors *.ckpt model_index.json);;Folders (dir)"
 _SIZE_HELP = "pixels; 0: the connected model's native size"
 
+
+@node_type(
+    "LoadDiffusionModel",
+    tags=("CheckpointLoaderSimple", "checkpoint"),
+    title="Load Diffusion Model",
+    category="diffusion/loaders",
+    description="A diffusers folder (SD1.x/2.x, SDXL, PixArt-Sigma, SD3, Flux) or a single-file SD1.x/SDXL "
+    "checkpoint, as lazy model handles.",
+    outputs=[Output("denoiser", DENOISER), Output("text_encoder", TEXT_ENCODER), Output("vae", VAE)],
+)
+class LoadDiffusionModel(Node):
+    path: str = param(
+        PATH,
+        "builtin:shapes-sd",
+        file_filter=_MODEL_FILTER,
+        help="builtin:NAME, demo:tiny-sd|tiny-sdxl|tiny-pixart|tiny-sd3|tiny-flux, a diffusers "
+        "folder, or an SD1.x/SDXL single-file .safetensors",
+        comfy="ckpt_name",
+    )
+    kind: str = param(CHOICE, "auto", choices=("auto", "folder", "single_file"))
+    dtype: str = param(CHOICE, "auto", choices=DTYPES, help=_DTYPE_HELP)
+    config_dir: str = param(
+        PATH,
+        "",
+        file_filter="dir",
+        help="single files only: a config-only diffusers folder (default: shipped per family)",
+    )
+
+    def run(self, ctx: NodeContext) -> dict[str, Any]:
+        ctx.importing(*DIFFUSION_IMPORTS)
+        from pipelines.diffusion.loading import load_model
+
+        loaded = load_model(
+            ctx.memory,
+            self.path,
+            kind=self.kind,
+            dtype=self.dtype,
+            allow_pickle=ctx.allow_pickle,
+            config_dir=Path(self.config_dir).expanduser() if self.config_dir else None,
+        )
+        ctx.log(f"{loaded.denoiser.family.title}, {str(loaded.denoiser.dtype).removeprefix('torch.')}")
+        return {"denoiser": loaded.denoiser, "text_encoder": loaded.text_encoder, "vae": loaded.vae}
+
+
+@node_type(
+    "TextEncode",
+    tags=("CLIPTextEncode", "CLIPTextEncodeFlux"),
+    title="Text Encode",
+    category="diffusion",
+    outputs=[Output("conditioning", CONDITIONING)],
+)
+class TextEncode(Node):
+    text_encoder: TextEncoderRef = wire(TEXT_ENCODER)
+    text: str = param(TEXT, "", help="the prompt (may be wired from an LLM's text)", comfy="text")
+    weighting: str = param(
+        CHOICE,
+        "comfy",
+        choices=WEIGHTINGS,
+        help="(word:1.3) weights on CLIP encoders: comfy = ComfyUI's, a1111 = A1111's mean-normalised",
+    )
+    embeddings: str = param(
+        PATH,
+        "",
+        file_filter="dir",
+        help="folder of textual-inversion files for embedding:NAME (default: the user data dir's embeddings/)",
+    )
+
+    def run(self, ctx: NodeContext) -> dict[str, Any]:
+        from pipelines.diffusion.conditioning import encode_prompt
+
+        text, cut = limit_diffusion_prompt(self.text)
+        if cut:
+            ctx.log(cut)
+        folder = Path(self.embeddings).expanduser() if self.embeddings else user_data_dir() / "embeddings"
+        cond = encode_prompt(
+            ctx.memory, self.text_encoder, text, weighting=self.weighting, embeddings_dir=folder
+        )
+        return {"conditioning": cond}
+
+
+@node_type(
+    "EmptyLatent",
+    tags=("EmptyLatentImage", "EmptySD3LatentImage"),
+    title="Empty Latent",
+    category="diffusion/latent",
+    outputs=[Output("latent", LATENT)],
+)
+class EmptyLatent(Node):
+    denoiser: DenoiserRef | None = wire(DENOISER, optional=True)
+    vae: VaeRef | None = wire(VAE, optional=True)
+    width: int = param(
+        INT, 0, min=0, max=8192, step=8, help=_SIZE_HELP, zero_is_native_size=True, comfy="width"
+    )
+    height: int = param(
+        INT, 0, min=0, max=8192, step=8, help=_SIZE_HELP, zero_is_native_size=True, comfy="height"
+    )
+    batch: int = param(INT, 1, min=1, max=64, comfy="batch_size")
+
+    def run(self, ctx: NodeContext) -> dict[str, Any]:
+        import torch
+
+        from pipelines.diffusion.sizes import size_for_denoiser
+        from pipelines.diffusion.values import DEFAULT_VAE_SCALE, Latents
+
+        denoiser, vae = self.denoiser, self.vae
+        # Channels and pixels-per-latent come from the VAE if wired, else the denoiser, else SD's 4 and 8.
+        channels, scale = 4, DEFAULT_VAE_SCALE
+        if vae is not None:
+            channels, scale = vae.latent_channels, vae.scale_factor
+        elif denoiser is not None:
+            channels, scale = int(denoiser.config.get("in_channels", 4)), denoiser.vae_scale_factor
+        # 0 (the default) means the model's native size: 64 for the built-in model, 512 for SD1.x, 1024 SDXL.
+        native, multiple = 512, scale
+        if denoiser is not None:
+            size = size_for_denoiser(denoiser)
+            native, multiple = size.native, size.multiple
+        elif vae is not None and isinstance(vae.config.get("sample_size"), int):
+            native = int(vae.config["sample_size"])
+        width, height = self.width or native, self.height or native
+        if width % multiple or height % multiple:
+            raise ValueError(f"width and height must be multiples of {multiple} (got {width}x{height})")
+        samples = torch.zeros(self.batch, channels, height // scale, width // scale)
+        return {"latent": Latents(samples=samples, vae_scale_factor=scale, source="empty")}
+
+
+@shared_fields
+class KSamplerFields(Node):
+    """What Sampler and SamplerAdvanced (nodes/comfy/node_types.py) both take: one declaration of each."""
+
+    denoiser: DenoiserRef = wire(DENOISER)
+    positive: Conditioning = wire(CONDITIONING)
+    negative: Conditioning | None = wire(CONDITIONING, optional=True)
+    # Unwired: an empty latent at the model's native size (as an Empty Latent with its defaults).
+    latent: Latents | None = wire(LATENT, optional=True)
+    scheduler: str = param(
+        CHOICE,
+        "dpmpp_2m",
+        choices=(*SCHEDULER_NAMES, *K_SCHEDULER_NAMES),
+        help="dpmpp_2m = DPM++ 2M; default = the model's own scheduler; Flux: euler or default; "
+        "k_* = ComfyUI's KSampler samplers (same picture as ComfyUI for the same seed)",
+    )
+    sigma_schedule: str = param(
+        CHOICE,
+        "normal",
+        choices=SIGMA_SCHEDULES,
+        help="k_* samplers only: ComfyUI's scheduler (noise levels per step)",
+    )
+    steps: int = param(INT, 20, min=1, max=1000, comfy="steps")
+    cfg: float = param(
+        FLOAT,
+        4.0,
+        min=0.0,
+        max=100.0,
+        step=0.5,
+        help="classifier-free guidance scale; no negative wired skips the negative prompt, and so "
+        "does cfg <= 1 (k_* samplers: only cfg = 1, as ComfyUI). "
+        "Flux: the distilled guidance value (the negative is not used)",
+        comfy="cfg",
+    )
+    seed: int = param(SEED, 42, min=0, max=SEED_MAX, comfy="seed")
+
+
+@node_type(
+    "Sampler", tags=("KSampler",), title="Sampler", category="diffusion", outputs=[Output("latent", LATENT)]
+)
+class Sampler(KSamplerFields):
+    denoise: float = param(
+        FLOAT,
+        1.0,
+        min=0.01,
+        max=1.0,
+        step=0.05,
+        help="1: text-to-image from noise; below 1: image-to-image strength on the input latent",
+        comfy="denoise",
+    )
+    preview_every: int = param(INT, 1, min=0, max=1000, help="latent preview every N steps (0: off)")
+
+    def run(self, ctx: NodeContext) -> dict[str, Any]:
+        from pipelines.diffusion.denoising import sample
+        from pipelines.diffusion.previews import latent_preview, load_preview_decoder, model_folder
+        from pipelines.diffusion.sampling import SamplerSettings
+        from pipelines.steps import Step
+
+        settings = settings_from(SamplerSettings, self)
+        denoiser, every = self.denoiser, self.preview_every
+        latent = self.latent if self.latent is not None else EmptyLatent(denoiser=denoiser).run(ctx)["latent"]
+        decoder = load_preview_decoder(model_folder(denoiser.handle.spec.files)) if every > 0 else None
+
+        def on_step(info: Step) -> None:
+            show = every > 0 and (info.step % every == 0 or info.step == info.total)
+            # The x0 prediction: what the picture is becoming (the noisy latents are mostly noise mid-run).
+            seen = info.denoised if info.denoised is not None else info.latents
+            preview = latent_preview(seen, denoiser.family, decoder=decoder) if show else None
+            ctx.progress(info.step, info.total, kind="sampler_step", preview=preview)  # raises Cancelled
+
+        out = sample(ctx.memory, denoiser, self.positive, self.negative, latent, settings, on_step=on_step)
+        return {"latent": out}
+
+
+@node_type("VAEDecode", title="VAE Decode", category="diffusion/latent", outputs=[Output("image", IMAGE)])
+class VAEDecode(Node):
+    vae: VaeRef = wire(VAE)
+    latent: Latents = wire(LATENT)
+
+    def run(self, ctx: NodeContext) -> dict[str, Any]:
+        from pipelines.diffusion.tiled_vae import decode_tiled, plan_decode
+        from pipelines.diffusion.vae import decode
+
+        # Tiles only when the memory manager predicts a full decode won't fit (VAEDecodeTiled gives control).
+        plan = plan_decode(ctx.memory, self.vae, self.latent)
+        if plan.tiled:
+            ctx.metric("vae_tiled", 1.0)
+            ctx.metric("vae_tile_px", plan.tile_px)
+            ctx.log(f"tiled VAE decode, {plan.tile_px}px tiles: {plan.reason}")
+            return {"image": decode_tiled(ctx.memory, self.vae, self.latent, plan)}
+        return {"image": decode(ctx.memory, self.vae, self.latent)}
+
+
+@node_type(
+    "VAEEncode",
+    tags=("img2img",),
+    title="VAE Encode",
+    category="diffusion/latent",
+    outputs=[Output("latent", LATENT)],
+)
+class VAEEncode(Node):
+    vae: VaeRef = wire(VAE)
+    image: torch.Tensor = wire(IMAGE)
+
+    def run(self, ctx: NodeContext) -> dict[str, Any]:
+        from pipelines.diffusion.vae import encode
+
+        return {"latent": encode(ctx.memory, self.vae, self.image)}
+
+
 NODES: tuple[NodeSpec, ...] = (
-    NodeSpec(
-        type="LoadDiffusionModel",
-        tags=("CheckpointLoaderSimple", "checkpoint"),
-        title="Load Diffusion Model",
-        category="diffusion/loaders",
-        description="A diffusers folder (SD1.x/2.x, SDXL, PixArt-Sigma, SD3, Flux) or a single-file SD1.x/SDXL "
-        "checkpoint, as lazy model handles.",
-        params=[
-            Param(
-                "path",
-                "path",
-                default="builtin:shapes-sd",
-                file_filter=_MODEL_FILTER,
-                help="builtin:NAME, demo:tiny-sd|tiny-sdxl|tiny-pixart|tiny-sd3|tiny-flux, a diffusers "
-                "folder, or an SD1.x/SDXL single-file .safetensors",
-            ),
-            Param("kind", "choice", default="auto", choices=("auto", "folder", "single_file")),
-            Param("dtype", "choice", default="auto", choices=DTYPES, help=_DTYPE_HELP),
-            Param(
-                "config_dir",
-                "path",
-                default="",
-                file_filter="dir",
-                help="single files only: a config-only diffusers folder (default: shipped per family)",
-            ),
-        ],
-        outputs=[Output("denoiser", DENOISER), Output("text_encoder", TEXT_ENCODER), Output("vae", VAE)],
-        run=_run_load_model,
-    ),
+    LoadDiffusionModel.spec,
     *SPLIT_NODES,  # LoadDenoiser, LoadTextEncoder, LoadVAE (nodes/split_loaders.py)
-    NodeSpec(
-        type="TextEncode",
-        tags=("CLIPTextEncode", "CLIPTextEncodeFlux"),
-        title="Text Encode",
-        category="diffusion",
-        inputs=[Input("text_encoder", TEXT_ENCODER)],
-        params=[
-            Param("text", "text", default="", help="the prompt (may be wired from an LLM's text)"),
-            Param(
-                "weighting",
-                "choice",
-                default="comfy",
-                choices=WEIGHTINGS,
-                help="(word:1.3) weights on CLIP encoders: comfy = ComfyUI's, a1111 = A1111's mean-normalised",
-            ),
-            Param(
-                "embeddings",
-                "path",
-                default="",
-                file_filter="dir",
-                help="folder of textual-inversion files for embedding:NAME (default: the user data dir's "
-                "embeddings/)",
-            ),
-        ],
-        outputs=[Output("conditioning", CONDITIONING)],
-        run=_run_text_encode,
-    ),
-    NodeSpec(
-        type="EmptyLatent",
-        tags=("EmptyLatentImage", "EmptySD3LatentImage"),
-        title="Empty Latent",
-        category="diffusion/latent",
-        inputs=[Input("denoiser", DENOISER, optional=True), Input("vae", VAE, optional=True)],
-        params=[
-            Param("width", "int", default=0, min=0, max=8192, step=8, help=_SIZE_HELP),
-            Param("height", "int", default=0, min=0, max=8192, step=8, help=_SIZE_HELP),
-            Param("batch", "int", default=1, min=1, max=64),
-        ],
-        outputs=[Output("latent", LATENT)],
-        run=_run_empty_latent,
-    ),
-    NodeSpec(
-        type="Sampler",
-        tags=("KSampler",),
-        title="Sampler",
-        category="diffusion",
-        inputs=[
-            Input("denoiser", DENOISER),
-            Input("positive", CONDITIONING),
-            Input("negative", CONDITIONING, optional=True),
-            # Unwired: an empty latent at the model's native size (as an Empty Latent with its defaults).
-            Input("latent", LATENT, optional=True),
-        ],
-        params=[
-            Param(
-                "scheduler",
-                "choice",
-                default="dpmpp_2m",
-                choices=(*SCHEDULER_NAMES, *K_SCHEDULER_NAMES),
-                help="dpmpp_2m = DPM++ 2M; default = the model's own scheduler; Flux: euler or default; "
-                "k_* = ComfyUI's KSampler samplers (same picture as ComfyUI for the same seed)",
-            ),
-            Param(
-                "sigma_schedule",
-                "choice",
-                default="normal",
-                choices=SIGMA_SCHEDULES,
-                help="k_* samplers only: ComfyUI's scheduler (noise levels per step)",
-            ),
-            Param("steps", "int", default=20, min=1, max=1000),
-            Param(
-                "cfg",
-                "float",
-                default=4.0,
-                min=0.0,
-                max=100.0,
-                step=0.5,
-                help="classifier-free guidance scale; no negative wired skips the negative prompt, and so "
-                "does cfg <= 1 (k_* samplers: only cfg = 1, as ComfyUI). "
-                "Flux: the distilled guidance value (the negative is not used)",
-            ),
-            Param("seed", "seed", default=42, min=0, max=SEED_MAX),
-            Param(
-                "denoise",
-                "float",
-                default=1.0,
-                min=0.01,
-                max=1.0,
-                step=0.05,
-                help="1: text-to-image from noise; below 1: image-to-image strength on the input latent",
-            ),
-            Param(
-                "preview_every",
-                "int",
-                default=1,
-                min=0,
-                max=1000,
-                help="latent preview every N steps (0: off)",
-            ),
-        ],
-        outputs=[Output("latent", LATENT)],
-        run=_run_sampler,
-    ),
-    NodeSpec(
-        type="VAEDecode",
-        title="VAE Decode",
-        category="diffusion/latent",
-        inputs=[Input("vae", VAE), Input("latent", LATENT)],
-        outputs=[Output("image", IMAGE)],
-        run=_run_vae_decode,
-    ),
-    NodeSpec(
-        type="VAEEncode",
-        tags=("img2img",),
-        title="VAE Encode",
-        category="diffusion/latent",
-        inputs=[Input("vae", VAE), Input("image", IMAGE)],
-        outputs=[Output("latent", LATENT)],
-        run=_run_vae_encode,
-    ),
+    TextEncode.spec,
+    EmptyLatent.spec,
+    Sampler.spec,
+    VAEDecode.spec,
+    VAEEncode.spec,
 )

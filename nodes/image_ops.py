@@ -1,7 +1,8 @@
 """Node types for images, masks and latents that need no model, plus tiled VAE passes.
 
-Lives here: `NODES` (LoadUpscaleModel, UpscaleImage, ImageInvert, CannyEdges, ImageToLineart, MaskInvert, MaskGrow, MaskFeather,
-SetLatentNoiseMask, InpaintConditioning, VAEDecodeTiled, VAEEncodeTiled).
+Lives here: the node types LoadUpscaleModel, UpscaleImage, ImageInvert, CannyEdges, ImageToLineart, MaskInvert,
+MaskGrow, MaskFeather, SetLatentNoiseMask, InpaintConditioning, VAEDecodeTiled, VAEEncodeTiled (their tiling
+fields shared in `TilingFields`), and the `NODES` tuple of their specs.
 May import: nodes.*, pipelines.* (torch-heavy ones inside the run functions).
 """
 
@@ -10,7 +11,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from nodes.context import NodeContext
-from nodes.spec import Input, NodeSpec, Output, Param
+from nodes.declare import Node, node_type, param, shared_fields, wire
+from nodes.kinds import BOOL, CHOICE, FLOAT, INT, PATH
+from nodes.spec import NodeSpec, Output
 from nodes.types import CONDITIONING, IMAGE, LATENT, MASK, UPSCALE_MODEL, VAE
 from pipelines.diffusion.tiling import TILING_CHOICES
 
@@ -22,88 +25,184 @@ if TYPE_CHECKING:  # torch-heavy: each run function imports what it uses, so lis
     from pipelines.image.upscale import UpscaleModelRef
 
 
-def _run_invert(ctx: NodeContext, image: torch.Tensor) -> dict[str, Any]:
-    from pipelines.image import ops
+@node_type(
+    "LoadUpscaleModel",
+    title="Load Upscale Model",
+    category="image/upscale",
+    outputs=[Output("upscale_model", UPSCALE_MODEL)],
+    description="An ESRGAN-family upscaler (read by spandrel: pip install 'nodeloom[upscale]').",
+    tags=("upscale", "esrgan", "realesrgan", "UpscaleModelLoader"),
+)
+class LoadUpscaleModel(Node):
+    path: str = param(PATH, "", file_filter="Upscale models (*.safetensors)", comfy="model_name")
 
-    return {"image": ops.invert(image)}
+    def run(self, ctx: NodeContext) -> dict[str, Any]:
+        from pipelines.image.upscale import load_upscale_model
+        from pipelines.paths import resolve_model_path
 
-
-def _run_canny(ctx: NodeContext, image: torch.Tensor, low: int, high: int) -> dict[str, Any]:
-    from pipelines.image import ops
-
-    if low > high:
-        raise ValueError(f"field 'low': {low} is above 'high' ({high})")
-    return {"image": ops.canny(image, low, high)}
-
-
-def _run_lineart(ctx: NodeContext, image: torch.Tensor, threshold: float, dark_lines: bool) -> dict[str, Any]:
-    from pipelines.image import ops
-
-    return {"image": ops.lineart(image, threshold, dark_lines)}
-
-
-def _run_mask_invert(ctx: NodeContext, mask: torch.Tensor) -> dict[str, Any]:
-    from pipelines.image import ops
-
-    return {"mask": ops.mask_invert(mask)}
+        if not self.path:
+            raise ValueError("field 'path': choose an upscale model file (.safetensors)")
+        file = resolve_model_path(self.path)
+        loaded = load_upscale_model(ctx.memory, file, allow_pickle=ctx.allow_pickle)
+        return {"upscale_model": loaded}
 
 
-def _run_mask_grow(ctx: NodeContext, mask: torch.Tensor, pixels: int) -> dict[str, Any]:
-    from pipelines.image import ops
+@node_type(
+    "UpscaleImage",
+    title="Upscale Image (Model)",
+    category="image/upscale",
+    outputs=[Output("image", IMAGE)],
+    description="Upscale with a model, in overlapping tiles that shrink when memory runs out.",
+    tags=("upscale", "esrgan", "ImageUpscaleWithModel"),
+)
+class UpscaleImage(Node):
+    upscale_model: UpscaleModelRef = wire(UPSCALE_MODEL)
+    image: torch.Tensor = wire(IMAGE)
+    tile: int = param(INT, 512, min=32, max=4096, step=32, help="tile side; halves on out-of-memory")
+    overlap: int = param(INT, 32, min=0, max=512, step=8)
 
-    return {"mask": ops.mask_grow(mask, pixels)}
+    def run(self, ctx: NodeContext) -> dict[str, Any]:
+        from pipelines.image.upscale import upscale_image
 
-
-def _run_mask_feather(ctx: NodeContext, mask: torch.Tensor, radius: int) -> dict[str, Any]:
-    from pipelines.image import ops
-
-    return {"mask": ops.mask_feather(mask, radius)}
-
-
-def _run_noise_mask(ctx: NodeContext, latent: Latents, mask: torch.Tensor) -> dict[str, Any]:
-    from pipelines.diffusion.latent_ops import latent_noise_mask
-
-    return {"latent": latent_noise_mask(latent, mask)}
-
-
-def _run_inpaint_conditioning(
-    ctx: NodeContext,
-    positive: Conditioning,
-    negative: Conditioning | None,
-    vae: VaeRef,
-    image: torch.Tensor,
-    mask: torch.Tensor,
-    noise_mask: bool,
-) -> dict[str, Any]:
-    from pipelines.diffusion.inpaint import inpaint_latents
-
-    latent = inpaint_latents(ctx.memory, vae, image, mask, noise_mask=noise_mask)
-    return {"positive": positive, "negative": negative, "latent": latent}
+        tile, overlap = self.tile, self.overlap
+        if overlap * 2 > tile:
+            raise ValueError(f"field 'overlap': {overlap} must be at most half the tile ({tile})")
+        result, used = upscale_image(ctx.memory, self.upscale_model, self.image, tile=tile, overlap=overlap)
+        ctx.metric("upscale_tile_px", used)
+        if used < tile:
+            ctx.log(f"ran out of memory at {tile}px tiles; finished with {used}px tiles")
+        return {"image": result}
 
 
-def _run_load_upscale_model(ctx: NodeContext, path: str) -> dict[str, Any]:
-    from pipelines.image.upscale import load_upscale_model
-    from pipelines.paths import resolve_model_path
+@node_type(
+    "ImageInvert",
+    title="Invert Image",
+    category="image",
+    outputs=[Output("image", IMAGE)],
+    description="Negative of the picture (1 - value).",
+)
+class ImageInvert(Node):
+    image: torch.Tensor = wire(IMAGE)
 
-    if not path:
-        raise ValueError("field 'path': choose an upscale model file (.safetensors)")
-    file = resolve_model_path(path)
-    loaded = load_upscale_model(ctx.memory, file, allow_pickle=ctx.allow_pickle)
-    return {"upscale_model": loaded}
+    def run(self, ctx: NodeContext) -> dict[str, Any]:
+        from pipelines.image import ops
+
+        return {"image": ops.invert(self.image)}
 
 
-def _run_upscale_image(
-    ctx: NodeContext, upscale_model: UpscaleModelRef, image: torch.Tensor, tile: int, overlap: int
-) -> dict[str, Any]:
-    from pipelines.image.upscale import upscale_image
+@node_type(
+    "CannyEdges",
+    title="Canny Edges",
+    category="image/preprocess",
+    outputs=[Output("image", IMAGE)],
+    description="White edges on black (OpenCV Canny): the control picture for Canny ControlNets.",
+)
+class CannyEdges(Node):
+    image: torch.Tensor = wire(IMAGE)
+    low: int = param(INT, 100, min=0, max=1000, help="lower hysteresis threshold (0-255 gradients)")
+    high: int = param(INT, 200, min=0, max=1000, help="upper hysteresis threshold")
 
-    if overlap * 2 > tile:
-        raise ValueError(f"field 'overlap': {overlap} must be at most half the tile ({tile})")
-    result, used = upscale_image(ctx.memory, upscale_model, image, tile=tile, overlap=overlap)
-    ctx.metric("upscale_tile_px", used)
-    if used < tile:
-        ctx.log(f"ran out of memory at {tile}px tiles; finished with {used}px tiles")
-    return {"image": result}
+    def run(self, ctx: NodeContext) -> dict[str, Any]:
+        from pipelines.image import ops
+
+        if self.low > self.high:
+            raise ValueError(f"field 'low': {self.low} is above 'high' ({self.high})")
+        return {"image": ops.canny(self.image, self.low, self.high)}
+
+
+@node_type(
+    "ImageToLineart",
+    title="Image to Line Art",
+    category="image/preprocess",
+    outputs=[Output("image", IMAGE)],
+    description="Threshold the luminance into white lines on black.",
+)
+class ImageToLineart(Node):
+    image: torch.Tensor = wire(IMAGE)
+    threshold: float = param(FLOAT, 0.5, min=0.0, max=1.0, step=0.05)
+    dark_lines: bool = param(BOOL, True, help="on: dark pixels are the lines")
+
+    def run(self, ctx: NodeContext) -> dict[str, Any]:
+        from pipelines.image import ops
+
+        return {"image": ops.lineart(self.image, self.threshold, self.dark_lines)}
+
+
+@node_type("MaskInvert", title="Invert Mask", category="mask", outputs=[Output("mask", MASK)])
+class MaskInvert(Node):
+    mask: torch.Tensor = wire(MASK)
+
+    def run(self, ctx: NodeContext) -> dict[str, Any]:
+        from pipelines.image import ops
+
+        return {"mask": ops.mask_invert(self.mask)}
+
+
+@node_type("MaskGrow", title="Grow Mask", category="mask", outputs=[Output("mask", MASK)])
+class MaskGrow(Node):
+    mask: torch.Tensor = wire(MASK)
+    pixels: int = param(INT, 8, min=-256, max=256, help="negative shrinks")
+
+    def run(self, ctx: NodeContext) -> dict[str, Any]:
+        from pipelines.image import ops
+
+        return {"mask": ops.mask_grow(self.mask, self.pixels)}
+
+
+@node_type("MaskFeather", title="Feather Mask", category="mask", outputs=[Output("mask", MASK)])
+class MaskFeather(Node):
+    mask: torch.Tensor = wire(MASK)
+    radius: int = param(INT, 4, min=0, max=256, help="blur radius in pixels")
+
+    def run(self, ctx: NodeContext) -> dict[str, Any]:
+        from pipelines.image import ops
+
+        return {"mask": ops.mask_feather(self.mask, self.radius)}
+
+
+@node_type(
+    "SetLatentNoiseMask",
+    title="Set Latent Noise Mask",
+    category="diffusion/latent",
+    outputs=[Output("latent", LATENT)],
+    description="Inpaint with an ordinary model: the sampler repaints only where the mask is 1.",
+)
+class SetLatentNoiseMask(Node):
+    latent: Latents = wire(LATENT)
+    mask: torch.Tensor = wire(MASK)
+
+    def run(self, ctx: NodeContext) -> dict[str, Any]:
+        from pipelines.diffusion.latent_ops import latent_noise_mask
+
+        return {"latent": latent_noise_mask(self.latent, self.mask)}
+
+
+@node_type(
+    "InpaintConditioning",
+    title="Inpaint Conditioning",
+    category="diffusion/latent",
+    outputs=[Output("positive", CONDITIONING), Output("negative", CONDITIONING), Output("latent", LATENT)],
+    description="For inpainting models (9-channel UNets): the picture, the mask and the masked picture.",
+    tags=("inpaint", "inpainting", "mask", "InpaintModelConditioning"),
+)
+class InpaintConditioning(Node):
+    positive: Conditioning = wire(CONDITIONING)
+    negative: Conditioning | None = wire(CONDITIONING, optional=True)
+    vae: VaeRef = wire(VAE)
+    image: torch.Tensor = wire(IMAGE)
+    mask: torch.Tensor = wire(MASK)
+    noise_mask: bool = param(
+        BOOL,
+        True,
+        help="also keep the unmasked latents at every step (off: the model alone decides, as diffusers)",
+        comfy="noise_mask",
+    )
+
+    def run(self, ctx: NodeContext) -> dict[str, Any]:
+        from pipelines.diffusion.inpaint import inpaint_latents
+
+        latent = inpaint_latents(ctx.memory, self.vae, self.image, self.mask, noise_mask=self.noise_mask)
+        return {"positive": self.positive, "negative": self.negative, "latent": latent}
 
 
 def _report_plan(ctx: NodeContext, plan: TilePlan) -> None:
@@ -119,205 +218,79 @@ def _report_plan(ctx: NodeContext, plan: TilePlan) -> None:
         )
 
 
-def _run_decode_tiled(
-    ctx: NodeContext, vae: VaeRef, latent: Latents, tiling: str, tile_size: int
-) -> dict[str, Any]:
-    from pipelines.diffusion.tiled_vae import decode_tiled, plan_decode
-    from pipelines.diffusion.vae import decode
+@shared_fields
+class TilingFields(Node):
+    """The tiling controls VAEDecodeTiled and VAEEncodeTiled share."""
 
-    plan = plan_decode(ctx.memory, vae, latent, tiling, tile_size)
-    _report_plan(ctx, plan)
-    image = decode_tiled(ctx.memory, vae, latent, plan) if plan.tiled else decode(ctx.memory, vae, latent)
-    return {"image": image}
-
-
-def _run_encode_tiled(
-    ctx: NodeContext, vae: VaeRef, image: torch.Tensor, tiling: str, tile_size: int
-) -> dict[str, Any]:
-    from pipelines.diffusion.tiled_vae import encode_tiled, plan_encode
-    from pipelines.diffusion.vae import encode
-
-    plan = plan_encode(ctx.memory, vae, image, tiling, tile_size)
-    _report_plan(ctx, plan)
-    latent = encode_tiled(ctx.memory, vae, image, plan) if plan.tiled else encode(ctx.memory, vae, image)
-    return {"latent": latent}
-
-
-_TILING_PARAMS = [
-    Param(
-        "tiling",
-        "choice",
-        default="auto",
+    tiling: str = param(
+        CHOICE,
+        "auto",
         choices=TILING_CHOICES,
         help="auto: tile only when the memory manager predicts a full pass won't fit the budget",
-    ),
-    Param(
-        "tile_size",
-        "int",
-        default=0,
-        min=0,
-        max=8192,
-        step=64,
-        help="tile side in pixels; 0 = largest that fits",
-    ),
-]
+    )
+    tile_size: int = param(
+        INT, 0, min=0, max=8192, step=64, help="tile side in pixels; 0 = largest that fits"
+    )
 
-NODES: tuple[NodeSpec, ...] = (
-    NodeSpec(
-        type="LoadUpscaleModel",
-        title="Load Upscale Model",
-        category="image/upscale",
-        params=[Param("path", "path", default="", file_filter="Upscale models (*.safetensors)")],
-        outputs=[Output("upscale_model", UPSCALE_MODEL)],
-        run=_run_load_upscale_model,
-        description="An ESRGAN-family upscaler (read by spandrel: pip install 'nodeloom[upscale]').",
-        tags=("upscale", "esrgan", "realesrgan", "UpscaleModelLoader"),
-    ),
-    NodeSpec(
-        type="UpscaleImage",
-        title="Upscale Image (Model)",
-        category="image/upscale",
-        inputs=[Input("upscale_model", UPSCALE_MODEL), Input("image", IMAGE)],
-        params=[
-            Param(
-                "tile",
-                "int",
-                default=512,
-                min=32,
-                max=4096,
-                step=32,
-                help="tile side; halves on out-of-memory",
-            ),
-            Param("overlap", "int", default=32, min=0, max=512, step=8),
-        ],
-        outputs=[Output("image", IMAGE)],
-        run=_run_upscale_image,
-        description="Upscale with a model, in overlapping tiles that shrink when memory runs out.",
-        tags=("upscale", "esrgan", "ImageUpscaleWithModel"),
-    ),
-    NodeSpec(
-        type="ImageInvert",
-        title="Invert Image",
-        category="image",
-        inputs=[Input("image", IMAGE)],
-        outputs=[Output("image", IMAGE)],
-        run=_run_invert,
-        description="Negative of the picture (1 - value).",
-    ),
-    NodeSpec(
-        type="CannyEdges",
-        title="Canny Edges",
-        category="image/preprocess",
-        inputs=[Input("image", IMAGE)],
-        params=[
-            Param(
-                "low",
-                "int",
-                default=100,
-                min=0,
-                max=1000,
-                help="lower hysteresis threshold (0-255 gradients)",
-            ),
-            Param("high", "int", default=200, min=0, max=1000, help="upper hysteresis threshold"),
-        ],
-        outputs=[Output("image", IMAGE)],
-        run=_run_canny,
-        description="White edges on black (OpenCV Canny): the control picture for Canny ControlNets.",
-    ),
-    NodeSpec(
-        type="ImageToLineart",
-        title="Image to Line Art",
-        category="image/preprocess",
-        inputs=[Input("image", IMAGE)],
-        params=[
-            Param("threshold", "float", default=0.5, min=0.0, max=1.0, step=0.05),
-            Param("dark_lines", "bool", default=True, help="on: dark pixels are the lines"),
-        ],
-        outputs=[Output("image", IMAGE)],
-        run=_run_lineart,
-        description="Threshold the luminance into white lines on black.",
-    ),
-    NodeSpec(
-        type="MaskInvert",
-        title="Invert Mask",
-        category="mask",
-        inputs=[Input("mask", MASK)],
-        outputs=[Output("mask", MASK)],
-        run=_run_mask_invert,
-    ),
-    NodeSpec(
-        type="MaskGrow",
-        title="Grow Mask",
-        category="mask",
-        inputs=[Input("mask", MASK)],
-        params=[Param("pixels", "int", default=8, min=-256, max=256, help="negative shrinks")],
-        outputs=[Output("mask", MASK)],
-        run=_run_mask_grow,
-    ),
-    NodeSpec(
-        type="MaskFeather",
-        title="Feather Mask",
-        category="mask",
-        inputs=[Input("mask", MASK)],
-        params=[Param("radius", "int", default=4, min=0, max=256, help="blur radius in pixels")],
-        outputs=[Output("mask", MASK)],
-        run=_run_mask_feather,
-    ),
-    NodeSpec(
-        type="SetLatentNoiseMask",
-        title="Set Latent Noise Mask",
-        category="diffusion/latent",
-        inputs=[Input("latent", LATENT), Input("mask", MASK)],
-        outputs=[Output("latent", LATENT)],
-        run=_run_noise_mask,
-        description="Inpaint with an ordinary model: the sampler repaints only where the mask is 1.",
-    ),
-    NodeSpec(
-        type="InpaintConditioning",
-        title="Inpaint Conditioning",
-        category="diffusion/latent",
-        inputs=[
-            Input("positive", CONDITIONING),
-            Input("negative", CONDITIONING, optional=True),
-            Input("vae", VAE),
-            Input("image", IMAGE),
-            Input("mask", MASK),
-        ],
-        params=[
-            Param(
-                "noise_mask",
-                "bool",
-                default=True,
-                help="also keep the unmasked latents at every step (off: the model alone decides, as diffusers)",
-            )
-        ],
-        outputs=[
-            Output("positive", CONDITIONING),
-            Output("negative", CONDITIONING),
-            Output("latent", LATENT),
-        ],
-        run=_run_inpaint_conditioning,
-        description="For inpainting models (9-channel UNets): the picture, the mask and the masked picture.",
-        tags=("inpaint", "inpainting", "mask", "InpaintModelConditioning"),
-    ),
-    NodeSpec(
-        type="VAEDecodeTiled",
-        title="VAE Decode (Tiled)",
-        category="diffusion/latent",
-        inputs=[Input("vae", VAE), Input("latent", LATENT)],
-        params=list(_TILING_PARAMS),
-        outputs=[Output("image", IMAGE)],
-        run=_run_decode_tiled,
-        description="Decode in tiles when the whole picture would not fit the memory budget.",
-    ),
-    NodeSpec(
-        type="VAEEncodeTiled",
-        title="VAE Encode (Tiled)",
-        category="diffusion/latent",
-        inputs=[Input("vae", VAE), Input("image", IMAGE)],
-        params=list(_TILING_PARAMS),
-        outputs=[Output("latent", LATENT)],
-        run=_run_encode_tiled,
-        description="Encode in tiles when the whole picture would not fit the memory budget.",
-    ),
+
+@node_type(
+    "VAEDecodeTiled",
+    title="VAE Decode (Tiled)",
+    category="diffusion/latent",
+    outputs=[Output("image", IMAGE)],
+    description="Decode in tiles when the whole picture would not fit the memory budget.",
+)
+class VAEDecodeTiled(TilingFields):
+    vae: VaeRef = wire(VAE)
+    latent: Latents = wire(LATENT)
+
+    def run(self, ctx: NodeContext) -> dict[str, Any]:
+        from pipelines.diffusion.tiled_vae import decode_tiled, plan_decode
+        from pipelines.diffusion.vae import decode
+
+        vae, latent = self.vae, self.latent
+        plan = plan_decode(ctx.memory, vae, latent, self.tiling, self.tile_size)
+        _report_plan(ctx, plan)
+        image = decode_tiled(ctx.memory, vae, latent, plan) if plan.tiled else decode(ctx.memory, vae, latent)
+        return {"image": image}
+
+
+@node_type(
+    "VAEEncodeTiled",
+    title="VAE Encode (Tiled)",
+    category="diffusion/latent",
+    outputs=[Output("latent", LATENT)],
+    description="Encode in tiles when the whole picture would not fit the memory budget.",
+)
+class VAEEncodeTiled(TilingFields):
+    vae: VaeRef = wire(VAE)
+    image: torch.Tensor = wire(IMAGE)
+
+    def run(self, ctx: NodeContext) -> dict[str, Any]:
+        from pipelines.diffusion.tiled_vae import encode_tiled, plan_encode
+        from pipelines.diffusion.vae import encode
+
+        vae, image = self.vae, self.image
+        plan = plan_encode(ctx.memory, vae, image, self.tiling, self.tile_size)
+        _report_plan(ctx, plan)
+        latent = encode_tiled(ctx.memory, vae, image, plan) if plan.tiled else encode(ctx.memory, vae, image)
+        return {"latent": latent}
+
+
+NODES: tuple[NodeSpec, ...] = tuple(
+    n.spec
+    for n in (
+        LoadUpscaleModel,
+        UpscaleImage,
+        ImageInvert,
+        CannyEdges,
+        ImageToLineart,
+        MaskInvert,
+        MaskGrow,
+        MaskFeather,
+        SetLatentNoiseMask,
+        InpaintConditioning,
+        VAEDecodeTiled,
+        VAEEncodeTiled,
+    )
 )

@@ -1,8 +1,8 @@
 """The Reroute node and the pass-through rule: a dot on a wire that passes any value on unchanged.
 
-Lives here: `REROUTE`, `REROUTE_TYPE`, `NODES`, `is_pass_through`, `link_type`, `passed_on_to`. Imports
-`nodes.spec`, `nodes.types` (and `nodes.workflow`/`nodes.registry` for type hints only: `nodes.workflow`
-imports this module).
+Lives here: the `Reroute` node type (`REROUTE` is its spec), `REROUTE_TYPE`, `NODES`, `is_pass_through`,
+`link_type`, `passed_on_to`. Imports `nodes.declare`, `nodes.spec`, `nodes.types` (and `nodes.workflow`/
+`nodes.registry` for type hints only: `nodes.workflow` imports this module).
 
 Its output declares `passes="input"`: a wire out of a reroute carries the type of whatever is wired into
 it (`link_type`), so typed-wire checks stay honest through any chain of reroutes, and what is wired into a
@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from nodes.spec import Input, NodeSpec, Output
+from nodes.declare import Node, node_type, wire
+from nodes.spec import NodeSpec, Output
 from nodes.types import ANY, PortType
 
 if TYPE_CHECKING:
@@ -27,22 +28,23 @@ if TYPE_CHECKING:
 REROUTE_TYPE = "Reroute"
 
 
-def _run_reroute(ctx: NodeContext, input: Any) -> dict[str, Any]:  # noqa: A002 - the port's name
-    return {"output": input}
-
-
-REROUTE = NodeSpec(
-    type=REROUTE_TYPE,
+@node_type(
+    REROUTE_TYPE,
     title="Reroute",
     category="utils",
-    run=_run_reroute,
-    inputs=[Input("input", ANY, help="Any value; the output carries it on with its type.")],
     outputs=[Output("output", ANY, help="Whatever is wired in, unchanged.", passes="input")],
     description="A dot on a wire: passes any value through unchanged, to route long wires tidily. "
     "Double-click a wire to drop one on it.",
     tags=("wire", "dot", "route", "relay"),
 )
+class Reroute(Node):
+    input: Any = wire(ANY, help="Any value; the output carries it on with its type.")
 
+    def run(self, ctx: NodeContext) -> dict[str, Any]:
+        return {"output": self.input}
+
+
+REROUTE = Reroute.spec
 NODES: tuple[NodeSpec, ...] = (REROUTE,)
 
 

@@ -1,54 +1,39 @@
-"""Node types declared as data: ports, parameters and one `run` function.
+"""The runtime description of a node type: ports, parameters and one `run` function.
 
-Lives here: `Param`, `Input`, `Output`, `NodeSpec`. Imports only `nodes.types` and `nodes.problems`
-(for `quote`, which keeps a huge value out of a message).
+Lives here: `Param`, `Input`, `Output`, `NodeSpec`. Imports only `nodes.types` and `nodes.kinds` (what each
+kind of parameter accepts lives there).
 
-A node's `run(ctx, **values)` receives every connected input and every parameter by name and
-returns a dict of outputs by name. Example:
-
-    def run_concat(ctx: NodeContext, a: str, b: str, separator: str) -> dict[str, Any]:
-        return {"text": a + separator + b}
+The registry, the executor and the editor read a `NodeSpec`. Nodeloom's node types are written as one typed
+class each (nodes/declare.py, which derives the spec from the class's fields); a spec can still be written
+by hand, as older node packs do, with `run(ctx, **values)` receiving every connected input and every
+parameter by name and returning a dict of outputs by name:
 
     CONCAT = NodeSpec(
         type="Concatenate", title="Concatenate", category="text",
         inputs=[Input("a", TEXT), Input("b", TEXT)],
         params=[Param("separator", "string", default=" ")],
         outputs=[Output("text", TEXT)],
-        run=run_concat,
+        run=lambda ctx, a, b, separator: {"text": a + separator + b},
     )
 """
 
 from __future__ import annotations
 
-import math
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
-from nodes.problems import quote
+from nodes.kinds import ParamKind, kind_named
 from nodes.types import PortType
-
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-ParamKind = Literal["int", "float", "string", "text", "bool", "choice", "path", "seed"]
-
-# Python types each parameter kind accepts when a workflow file is validated.
-_PYTHON_TYPES: dict[str, tuple[type, ...]] = {
-    "int": (int,),
-    "seed": (int,),
-    "float": (int, float),
-    "string": (str,),
-    "text": (str,),
-    "path": (str,),
-    "choice": (str, int, float),
-    "bool": (bool,),
-}
 
 
 @dataclass(frozen=True)
 class Param:
-    """A value set on the node itself (a widget in the editor), not fed by a wire."""
+    """A value set on the node itself (a widget in the editor), not fed by a wire.
+
+    `kind` is a `nodes.kinds.ParamKind` (its name, "int", is accepted too and looked up): the kind checks,
+    parses, shows and picks the widget; the fields below are this parameter's facts that the kind reads.
+    """
 
     name: str
     kind: ParamKind
@@ -58,48 +43,37 @@ class Param:
     max: float | None = None
     step: float | None = None
     choices: tuple[Any, ...] = ()
-    # For kind="path": a file-dialog filter such as "Models (*.safetensors *.gguf)"; "dir" picks folders.
+    # For kind path: a file-dialog filter such as "Models (*.safetensors *.gguf)"; "dir" picks folders.
     file_filter: str = ""
     optional: bool = False  # None is allowed
     # An extra check run at validation, before anything computes (e.g. a save prefix): the reason or None.
     validate: Callable[[Any], str | None] | None = None
+    # 0 means "the connected model's native size" (Empty Latent's width/height): the editor says so.
+    zero_is_native_size: bool = False
+    # The ComfyUI widget that carries this value one to one (import and export read it); "" when none does
+    # or a converter in nodes/comfy translates it.
+    comfy: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", kind_named(self.kind))
+        object.__setattr__(self, "choices", tuple(self.choices))
 
     def check(self, value: Any) -> str | None:
         """Why `value` is not acceptable for this parameter, or None when it is."""
         if value is None:
             return None if self.optional else "a value is required"
-        # bool is an int in Python; refuse it where a number is meant and vice versa.
-        if self.kind in ("int", "seed", "float") and isinstance(value, bool):
-            return f"expected a number, got {value!r}"
-        if not isinstance(value, _PYTHON_TYPES[self.kind]):
-            return f"expected {self.kind}, got {type(value).__name__} {quote(value)}"
-        if self.kind == "int" or self.kind == "seed":
-            if isinstance(value, float):
-                return f"expected an integer, got {quote(value)}"
-        if self.kind == "float" and not _finite(value):
-            return f"expected a finite number, got {quote(value)}"
-        if isinstance(value, str):
-            hit = _SURROGATE.search(value)
-            if hit:
-                return f"not valid Unicode: a lone surrogate {hit.group()!r} at position {hit.start()}"
-        if self.kind == "choice" and value not in self.choices:
-            listed = ", ".join(repr(c) for c in self.choices)
-            return f"{quote(value)} is not one of {listed}"
-        if self.kind in ("int", "seed", "float"):
-            if self.min is not None and value < self.min:
-                return f"{quote(value)} is below the minimum {self.min:g}"
-            if self.max is not None and value > self.max:
-                return f"{quote(value)} is above the maximum {self.max:g}"
-        if self.validate is not None:
+        reason = self.kind.check(self, value)
+        if reason is None and self.validate is not None:
             return self.validate(value)
-        return None
+        return reason
 
+    def parse(self, raw: str | float) -> Any:
+        """Command-line text (`--set`, `--sweep`) -> a value of this parameter's kind (unchecked)."""
+        return self.kind.parse(self, raw)
 
-def _finite(value: float) -> bool:
-    try:
-        return math.isfinite(float(value))
-    except OverflowError:  # an int too large for a float
-        return False
+    def show(self, value: Any) -> str:
+        """The value as painted on the node."""
+        return self.kind.show(self, value)
 
 
 @dataclass(frozen=True)

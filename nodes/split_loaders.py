@@ -1,7 +1,7 @@
 """Loader nodes for split model files: `LoadDenoiser`, `LoadTextEncoder`, `LoadVAE`.
 
-Lives here: the `SPLIT_NODES` tuple (included in `nodes.diffusion.NODES`). Imports `nodes.spec`,
-`nodes.types`, `nodes.context` and `pipelines.quant`; the loading itself is in pipelines/quant/split_files.py.
+Lives here: the node types and the `SPLIT_NODES` tuple of their specs (included in `nodes.diffusion.NODES`).
+Imports `nodes.declare`, `nodes.kinds`, `nodes.spec`, `nodes.types`, `nodes.context` and `pipelines.quant`; the loading itself is in pipelines/quant/split_files.py.
 
 The files people download for modern models: a transformer-only or UNet-only file (`flux1-dev.safetensors`,
 an fp8 release, a city96 `.gguf`), text encoder files (`clip_l`, `clip_g`, `t5xxl_fp16`) and a VAE
@@ -12,13 +12,18 @@ logs what it found.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nodes.context import NodeContext
-from nodes.spec import Input, NodeSpec, Output, Param
+from nodes.declare import Node, node_type, param, param_like, wire
+from nodes.kinds import CHOICE, PATH
+from nodes.spec import NodeSpec, Output
 from nodes.types import DENOISER, TEXT_ENCODER, VAE
 from pipelines.diffusion.families import DIFFUSION_IMPORTS, FAMILIES
 from pipelines.quant.formats import STORAGE_CHOICES
+
+if TYPE_CHECKING:
+    from pipelines.diffusion.values import DenoiserRef
 
 _FAMILIES = ("auto", *FAMILIES)
 _DTYPES = ("auto", "float32", "float16", "bfloat16", *STORAGE_CHOICES)
@@ -40,132 +45,117 @@ def _config(config_dir: str) -> Path | None:
     return resolve_split_path(config_dir) if config_dir else None
 
 
-def _run_load_denoiser(
-    ctx: NodeContext, path: str, family: str, dtype: str, config_dir: str, reference: Any = None
-) -> dict[str, Any]:
-    ctx.importing(*DIFFUSION_IMPORTS)
-    from pipelines.quant.split_files import load_denoiser_file
-
-    ref, message = load_denoiser_file(
-        ctx.memory,
-        resolve_split_path(path),
-        family=family,
-        dtype=dtype,
-        config_dir=_config(config_dir),
-        allow_pickle=ctx.allow_pickle,
-        scheduler_config=reference.scheduler_config if reference is not None else None,
-    )
-    ctx.log(f"detected {message}")
-    return {"denoiser": ref}
+_SAFETENSORS = "Weights (*.safetensors)"
 
 
-def _run_load_text_encoder(
-    ctx: NodeContext, path: str, path_2: str, path_3: str, family: str, dtype: str, config_dir: str
-) -> dict[str, Any]:
-    ctx.importing(*DIFFUSION_IMPORTS)
-    from pipelines.quant.split_files import load_text_encoder_files
-
-    paths = [resolve_split_path(p) for p in (path, path_2, path_3) if p]
-    if not paths:
-        raise ValueError("field 'path': give at least one text encoder file")
-    ref, message = load_text_encoder_files(
-        ctx.memory,
-        paths,
-        family=family,
-        dtype=dtype,
-        config_dir=_config(config_dir),
-        allow_pickle=ctx.allow_pickle,
-    )
-    ctx.log(f"detected {message}")
-    return {"text_encoder": ref}
-
-
-def _run_load_vae(ctx: NodeContext, path: str, family: str, dtype: str, config_dir: str) -> dict[str, Any]:
-    ctx.importing(*DIFFUSION_IMPORTS)
-    from pipelines.quant.split_files import load_vae_file
-
-    ref, message = load_vae_file(
-        ctx.memory,
-        resolve_split_path(path),
-        family=family,
-        dtype=dtype,
-        config_dir=_config(config_dir),
-        allow_pickle=ctx.allow_pickle,
-    )
-    ctx.log(f"detected {message}")
-    return {"vae": ref}
-
-
-SPLIT_NODES: tuple[NodeSpec, ...] = (
-    NodeSpec(
-        type="LoadDenoiser",
-        tags=("UNETLoader",),
-        title="Load UNet / DiT File",
-        category="diffusion/loaders",
-        description="A transformer-only or UNet-only file (.safetensors in diffusers or the release's layout, "
-        "fp8 or not, or .gguf kept quantized).",
-        inputs=[
-            Input("reference", DENOISER, optional=True, help="take the scheduler settings from this model")
-        ],
-        params=[
-            Param("path", "path", default="", file_filter=_WEIGHTS),
-            Param("family", "choice", default="auto", choices=_FAMILIES, help="auto: from the tensor names"),
-            Param("dtype", "choice", default="auto", choices=_DTYPES, help=_DTYPE_HELP),
-            Param("config_dir", "path", default="", file_filter="dir", help=_CONFIG_HELP),
-        ],
-        outputs=[Output("denoiser", DENOISER)],
-        run=_run_load_denoiser,
-    ),
-    NodeSpec(
-        type="LoadTextEncoder",
-        tags=("CLIPLoader", "DualCLIPLoader", "TripleCLIPLoader"),
-        title="Load Text Encoder Files",
-        category="diffusion/loaders",
-        description="One to three text encoder files (CLIP-L, CLIP-G, T5-XXL) for sd1, sdxl, sd3 or flux.",
-        params=[
-            Param("path", "path", default="", file_filter="Weights (*.safetensors)"),
-            Param(
-                "path_2",
-                "path",
-                default="",
-                file_filter="Weights (*.safetensors)",
-                help="second file, if any",
-            ),
-            Param(
-                "path_3", "path", default="", file_filter="Weights (*.safetensors)", help="third file (SD3)"
-            ),
-            Param(
-                "family",
-                "choice",
-                default="auto",
-                choices=_FAMILIES,
-                help="auto: from the files (CLIP-L: sd; +CLIP-G: sdxl; CLIP-L + T5: flux; all three: sd3)",
-            ),
-            Param("dtype", "choice", default="auto", choices=_DTYPES, help=_DTYPE_HELP),
-            Param("config_dir", "path", default="", file_filter="dir", help=_CONFIG_HELP),
-        ],
-        outputs=[Output("text_encoder", TEXT_ENCODER)],
-        run=_run_load_text_encoder,
-    ),
-    NodeSpec(
-        type="LoadVAE",
-        tags=("VAELoader",),
-        title="Load VAE File",
-        category="diffusion/loaders",
-        description="A separate VAE .safetensors (ae.safetensors, vae-ft-mse-840000-ema-pruned, a diffusers file).",
-        params=[
-            Param("path", "path", default="", file_filter="Weights (*.safetensors)"),
-            Param(
-                "family",
-                "choice",
-                default="auto",
-                choices=_FAMILIES,
-                help="auto: 4 latent channels -> sd, 16 -> flux (SDXL and SD3 VAEs have the same shapes: pick them)",
-            ),
-            Param("dtype", "choice", default="auto", choices=_DTYPES, help=_DTYPE_HELP),
-            Param("config_dir", "path", default="", file_filter="dir", help=_CONFIG_HELP),
-        ],
-        outputs=[Output("vae", VAE)],
-        run=_run_load_vae,
-    ),
+@node_type(
+    "LoadDenoiser",
+    tags=("UNETLoader",),
+    title="Load UNet / DiT File",
+    category="diffusion/loaders",
+    description="A transformer-only or UNet-only file (.safetensors in diffusers or the release's layout, "
+    "fp8 or not, or .gguf kept quantized).",
+    outputs=[Output("denoiser", DENOISER)],
 )
+class LoadDenoiser(Node):
+    reference: DenoiserRef | None = wire(
+        DENOISER, optional=True, help="take the scheduler settings from this model"
+    )
+    path: str = param(PATH, "", file_filter=_WEIGHTS)
+    family: str = param(CHOICE, "auto", choices=_FAMILIES, help="auto: from the tensor names")
+    dtype: str = param(CHOICE, "auto", choices=_DTYPES, help=_DTYPE_HELP)
+    config_dir: str = param(PATH, "", file_filter="dir", help=_CONFIG_HELP)
+
+    def run(self, ctx: NodeContext) -> dict[str, Any]:
+        ctx.importing(*DIFFUSION_IMPORTS)
+        from pipelines.quant.split_files import load_denoiser_file
+
+        ref, message = load_denoiser_file(
+            ctx.memory,
+            resolve_split_path(self.path),
+            family=self.family,
+            dtype=self.dtype,
+            config_dir=_config(self.config_dir),
+            allow_pickle=ctx.allow_pickle,
+            scheduler_config=self.reference.scheduler_config if self.reference is not None else None,
+        )
+        ctx.log(f"detected {message}")
+        return {"denoiser": ref}
+
+
+@node_type(
+    "LoadTextEncoder",
+    tags=("CLIPLoader", "DualCLIPLoader", "TripleCLIPLoader"),
+    title="Load Text Encoder Files",
+    category="diffusion/loaders",
+    description="One to three text encoder files (CLIP-L, CLIP-G, T5-XXL) for sd1, sdxl, sd3 or flux.",
+    outputs=[Output("text_encoder", TEXT_ENCODER)],
+)
+class LoadTextEncoder(Node):
+    path: str = param(PATH, "", file_filter=_SAFETENSORS)
+    path_2: str = param(PATH, "", file_filter=_SAFETENSORS, help="second file, if any")
+    path_3: str = param(PATH, "", file_filter=_SAFETENSORS, help="third file (SD3)")
+    family: str = param(
+        CHOICE,
+        "auto",
+        choices=_FAMILIES,
+        help="auto: from the files (CLIP-L: sd; +CLIP-G: sdxl; CLIP-L + T5: flux; all three: sd3)",
+    )
+    dtype: str = param_like(LoadDenoiser, "dtype")
+    config_dir: str = param_like(LoadDenoiser, "config_dir")
+
+    def run(self, ctx: NodeContext) -> dict[str, Any]:
+        ctx.importing(*DIFFUSION_IMPORTS)
+        from pipelines.quant.split_files import load_text_encoder_files
+
+        paths = [resolve_split_path(p) for p in (self.path, self.path_2, self.path_3) if p]
+        if not paths:
+            raise ValueError("field 'path': give at least one text encoder file")
+        ref, message = load_text_encoder_files(
+            ctx.memory,
+            paths,
+            family=self.family,
+            dtype=self.dtype,
+            config_dir=_config(self.config_dir),
+            allow_pickle=ctx.allow_pickle,
+        )
+        ctx.log(f"detected {message}")
+        return {"text_encoder": ref}
+
+
+@node_type(
+    "LoadVAE",
+    tags=("VAELoader",),
+    title="Load VAE File",
+    category="diffusion/loaders",
+    description="A separate VAE .safetensors (ae.safetensors, vae-ft-mse-840000-ema-pruned, a diffusers file).",
+    outputs=[Output("vae", VAE)],
+)
+class LoadVAE(Node):
+    path: str = param(PATH, "", file_filter=_SAFETENSORS, comfy="vae_name")
+    family: str = param(
+        CHOICE,
+        "auto",
+        choices=_FAMILIES,
+        help="auto: 4 latent channels -> sd, 16 -> flux (SDXL and SD3 VAEs have the same shapes: pick them)",
+    )
+    dtype: str = param_like(LoadDenoiser, "dtype")
+    config_dir: str = param_like(LoadDenoiser, "config_dir")
+
+    def run(self, ctx: NodeContext) -> dict[str, Any]:
+        ctx.importing(*DIFFUSION_IMPORTS)
+        from pipelines.quant.split_files import load_vae_file
+
+        ref, message = load_vae_file(
+            ctx.memory,
+            resolve_split_path(self.path),
+            family=self.family,
+            dtype=self.dtype,
+            config_dir=_config(self.config_dir),
+            allow_pickle=ctx.allow_pickle,
+        )
+        ctx.log(f"detected {message}")
+        return {"vae": ref}
+
+
+SPLIT_NODES: tuple[NodeSpec, ...] = (LoadDenoiser.spec, LoadTextEncoder.spec, LoadVAE.spec)

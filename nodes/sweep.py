@@ -124,32 +124,6 @@ def parse_spec(spec: str, *, flag: str, base_dir: Path | None = None) -> list[An
     return values
 
 
-def _coerce(raw: Any, kind: str) -> Any:
-    """Command-line text (or a range's number) -> the parameter's type; unchanged when it does not fit."""
-    if kind in ("int", "seed"):
-        if isinstance(raw, float) and raw.is_integer():
-            return int(raw)
-        if isinstance(raw, str):
-            try:
-                return int(raw)
-            except ValueError:
-                return raw
-        return raw
-    if kind == "float":
-        try:
-            return float(raw)
-        except (TypeError, ValueError):
-            return raw
-    if kind == "bool" and isinstance(raw, str):
-        lowered = raw.lower()
-        if lowered in ("1", "true", "yes", "on"):
-            return True
-        if lowered in ("0", "false", "no", "off"):
-            return False
-        return raw
-    return raw if isinstance(raw, str) else _show(raw)
-
-
 def parse_axis(item: str, wf: Workflow, registry: NodeRegistry, *, base_dir: Path | None = None) -> SweepAxis:
     """`NODE.PARAM=SPEC` -> an axis with values typed and checked against the parameter."""
     flag = f"--sweep {item}"
@@ -168,7 +142,7 @@ def parse_axis(item: str, wf: Workflow, registry: NodeRegistry, *, base_dir: Pat
     if param_name in node.inputs:
         link = node.inputs[param_name]
         raise SweepError(f"{flag}: {target} is fed by a wire from {link.node}.{link.output}")
-    values = [_coerce(v, param.kind) for v in parse_spec(spec, flag=flag, base_dir=base_dir)]
+    values = [param.parse(v) for v in parse_spec(spec, flag=flag, base_dir=base_dir)]
     for value in values:
         reason = param.check(value)
         if reason is not None:

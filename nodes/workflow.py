@@ -37,24 +37,12 @@ from nodes.problems import quote
 from nodes.registry import NodeRegistry
 from nodes.reroute import link_type
 from nodes.spec import NodeSpec, Param
-from nodes.types import BOOL, FLOAT, INT, STRING, PortType, can_connect
+from nodes.types import PortType, can_connect
 from nodes.workflow_json import check_json_value
 from nodes.workflow_json import read_workflow_json as read_workflow_json
 
 FORMAT = "nodeloom.workflow"
 VERSION = 1
-
-# The wire type a parameter accepts when it is fed by a link instead of its widget.
-PARAM_PORT_TYPES: dict[str, PortType] = {
-    "int": INT,
-    "seed": INT,
-    "float": FLOAT,
-    "bool": BOOL,
-    "string": STRING,
-    "text": STRING,
-    "path": STRING,
-    "choice": STRING,
-}
 
 
 @dataclass(frozen=True)
@@ -112,7 +100,8 @@ class Workflow:
 
 
 def param_port_type(param: Param) -> PortType:
-    return PARAM_PORT_TYPES[param.kind]
+    """The wire type a parameter accepts when it is fed by a link instead of its widget (its kind's)."""
+    return param.kind.port_type
 
 
 def input_port_type(spec: NodeSpec, port: str) -> PortType | None:

@@ -5,9 +5,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from nodes import kinds
 from nodes.context import NodeContext
+from nodes.declare import Node, node_type, param, wire
 from nodes.registry import NodeRegistry, default_registry
-from nodes.spec import Input, NodeSpec, Output, Param
+from nodes.spec import Output
 from nodes.types import FLOAT, INT, TEXT
 
 
@@ -24,86 +26,61 @@ class Calls:
 def make_registry(calls: Calls) -> NodeRegistry:
     registry = default_registry(entry_point_packs=False)
 
-    def number(ctx: NodeContext, value: int) -> dict[str, Any]:
-        calls.hit(ctx.node_id)
-        return {"value": value}
+    @node_type("Number", title="Number", category="test", outputs=[Output("value", INT)])
+    class Number(Node):
+        value: int = param(kinds.INT, 0, min=0, max=100)
 
-    def add(ctx: NodeContext, a: int, b: int) -> dict[str, Any]:
-        calls.hit(ctx.node_id)
-        return {"value": a + b}
+        def run(self, ctx: NodeContext) -> dict[str, Any]:
+            calls.hit(ctx.node_id)
+            return {"value": self.value}
 
-    def to_text(ctx: NodeContext, value: int, style: str) -> dict[str, Any]:
-        calls.hit(ctx.node_id)
-        return {"text": f"{value:{'x' if style == 'hex' else 'd'}}"}
+    @node_type("Add", title="Add", category="test", outputs=[Output("value", INT)])
+    class Add(Node):
+        a: int = wire(INT)
+        b: int = wire(INT)
 
-    def steps(ctx: NodeContext, value: int, steps: int, delay: float) -> dict[str, Any]:
-        calls.hit(ctx.node_id)
-        for i in range(steps):
-            time.sleep(delay)
-            ctx.progress(i + 1, steps)
-        return {"value": value}
+        def run(self, ctx: NodeContext) -> dict[str, Any]:
+            calls.hit(ctx.node_id)
+            return {"value": self.a + self.b}
 
-    def boom(ctx: NodeContext, value: int) -> dict[str, Any]:
-        calls.hit(ctx.node_id)
-        raise RuntimeError("the node broke on purpose")
+    @node_type("ToText", title="To Text", category="test", outputs=[Output("text", TEXT)])
+    class ToText(Node):
+        value: int = wire(INT)
+        style: str = param(kinds.CHOICE, "dec", choices=("dec", "hex"))
 
-    registry.register_all(
-        [
-            NodeSpec(
-                type="Number",
-                title="Number",
-                category="test",
-                run=number,
-                params=[Param("value", "int", default=0, min=0, max=100)],
-                outputs=[Output("value", INT)],
-            ),
-            NodeSpec(
-                type="Add",
-                title="Add",
-                category="test",
-                run=add,
-                inputs=[Input("a", INT), Input("b", INT)],
-                outputs=[Output("value", INT)],
-            ),
-            NodeSpec(
-                type="ToText",
-                title="To Text",
-                category="test",
-                run=to_text,
-                inputs=[Input("value", INT)],
-                params=[Param("style", "choice", default="dec", choices=("dec", "hex"))],
-                outputs=[Output("text", TEXT)],
-            ),
-            NodeSpec(
-                type="Steps",
-                title="Steps",
-                category="test",
-                run=steps,
-                inputs=[Input("value", INT)],
-                params=[
-                    Param("steps", "int", default=5, min=1, max=1000),
-                    Param("delay", "float", default=0.01),
-                ],
-                outputs=[Output("value", INT)],
-            ),
-            NodeSpec(
-                type="Boom",
-                title="Boom",
-                category="test",
-                run=boom,
-                inputs=[Input("value", INT)],
-                outputs=[Output("value", INT)],
-            ),
-            NodeSpec(
-                type="Ratio",
-                title="Ratio",
-                category="test",
-                run=lambda ctx, x: {"value": x},
-                inputs=[Input("x", FLOAT)],
-                outputs=[Output("value", FLOAT)],
-            ),
-        ]
-    )
+        def run(self, ctx: NodeContext) -> dict[str, Any]:
+            calls.hit(ctx.node_id)
+            return {"text": f"{self.value:{'x' if self.style == 'hex' else 'd'}}"}
+
+    @node_type("Steps", title="Steps", category="test", outputs=[Output("value", INT)])
+    class Steps(Node):
+        value: int = wire(INT)
+        steps: int = param(kinds.INT, 5, min=1, max=1000)
+        delay: float = param(kinds.FLOAT, 0.01)
+
+        def run(self, ctx: NodeContext) -> dict[str, Any]:
+            calls.hit(ctx.node_id)
+            for i in range(self.steps):
+                time.sleep(self.delay)
+                ctx.progress(i + 1, self.steps)
+            return {"value": self.value}
+
+    @node_type("Boom", title="Boom", category="test", outputs=[Output("value", INT)])
+    class Boom(Node):
+        value: int = wire(INT)
+
+        def run(self, ctx: NodeContext) -> dict[str, Any]:
+            calls.hit(ctx.node_id)
+            raise RuntimeError("the node broke on purpose")
+
+    @node_type("Ratio", title="Ratio", category="test", outputs=[Output("value", FLOAT)])
+    class Ratio(Node):
+        x: float = wire(FLOAT)
+
+        def run(self, ctx: NodeContext) -> dict[str, Any]:
+            return {"value": self.x}
+
+    registry.register_all(n.spec for n in (Number, Add, ToText, Steps, Boom, Ratio))
     return registry
 
 

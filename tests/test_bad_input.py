@@ -225,7 +225,8 @@ def test_a_huge_diffusion_prompt_is_cut_before_tokenising_and_says_so(monkeypatc
     # The node imports encode_prompt when it runs (listing node types stays light): patch it at its source.
     monkeypatch.setattr(conditioning, "encode_prompt", lambda mm, ref, text, **kw: seen.append(len(text)))
     ctx = _Ctx()
-    diffusion_nodes._run_text_encode(ctx, None, "a red square, " * 250_000)  # 3.5 M characters
+    huge = "a red square, " * 250_000  # 3.5 M characters
+    diffusion_nodes.TextEncode(text_encoder=None, text=huge).run(ctx)
     assert seen == [DIFFUSION_PROMPT_CHARS]
     (note,) = ctx.logs
     assert "3,500,000 characters" in note and "cut" in note
@@ -234,10 +235,8 @@ def test_a_huge_diffusion_prompt_is_cut_before_tokenising_and_says_so(monkeypatc
 def test_a_huge_llm_prompt_is_refused_before_tokenising() -> None:
     from types import SimpleNamespace
 
-    from nodes.llm import _run_generate
+    from nodes.llm import LLMGenerate
 
     llm = SimpleNamespace(context_length=8192, name="tiny.gguf")  # no tokenizer: reaching it would fail
     with pytest.raises(ValueError, match=r"3,500,000 characters cannot fit tiny\.gguf's context"):
-        _run_generate(
-            _Ctx(), llm, "x" * 3_500_000, "", True, "greedy", 8, 1.0, 0, 1.0, 1.0, 0, "", 0, "dynamic"
-        )
+        LLMGenerate(llm=llm, prompt="x" * 3_500_000, max_new_tokens=8).run(_Ctx())

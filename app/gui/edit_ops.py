@@ -22,7 +22,6 @@ from app.gui.node_item import NodeItem
 from app.gui.plots import fmt_size
 from nodes.spec import NodeSpec
 from nodes.types import can_connect
-from nodes.workflow import PARAM_PORT_TYPES
 
 if TYPE_CHECKING:
     from app.gui.main_window import MainWindow
@@ -52,7 +51,7 @@ class EditOpsMixin:
 
         def accepts(spec: NodeSpec) -> bool:
             if direction == "out":
-                targets = [i.type for i in spec.inputs] + [PARAM_PORT_TYPES[p.kind] for p in spec.params]
+                targets = [i.type for i in spec.inputs] + [p.kind.port_type for p in spec.params]
                 return any(can_connect(source, t) for t in targets)
             return any(can_connect(o.type, source) for o in spec.outputs)
 

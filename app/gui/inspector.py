@@ -1,9 +1,9 @@
 """The inspector dock: editable parameter widgets for the selected node.
 
 Lives here: `Inspector`, `ParamEditor`. Imports Qt, `app.gui.model_picker`, `nodes.spec`, `nodes.graph_model`.
-Widgets by kind: multiline prompt box (text), spin boxes with the param's range and step (int, float),
-combos (choice), check boxes (bool), a line edit with a file picker using the param's `file_filter` (path),
-and a seed field with a dice button. A loader's weights field also searches the models library as you type
+Widgets by the kind's `widget` name (`WIDGETS`, the one table from name to builder): multiline prompt box
+(text), spin boxes with the param's range and step (int, float), combos (choice), check boxes (bool), a line
+edit with a file picker using the param's `file_filter` (path), and a seed field with a dice button. A loader's weights field also searches the models library as you type
 (`app.gui.model_picker`). Edits go out as `edited(node_id, name, value)`; the window pushes an
 undo command and the model's notification comes back through `show_value`.
 """
@@ -45,11 +45,6 @@ if TYPE_CHECKING:
     from pipelines.diffusion.sizes import ImageSize
 
 INT32 = 2**31 - 1
-
-
-def kind_is_size(param: Param) -> bool:
-    """Width/height where 0 means the connected model's native size (Empty Latent)."""
-    return param.kind == "int" and param.name in ("width", "height") and param.min == 0
 
 
 _UNDO_KEYS = (QKeySequence.StandardKey.Undo, QKeySequence.StandardKey.Redo)
@@ -107,93 +102,105 @@ class ParamEditor(QWidget):
         self._quiet = False
         self.picker: ModelCompleter | None = None  # a loader's weights field: the models library
         # A picture size (Empty Latent's width/height) follows the connected model: steps by its multiple.
-        self.multiple = size.multiple if size is not None and kind_is_size(param) else None
+        self.multiple = size.multiple if size is not None and param.zero_is_native_size else None
         layout = QHBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         self.editor: QWidget
         self._get: Callable[[], Any]
         self._set: Callable[[Any], None]
         self._shown: Callable[[], Any] | None = None  # what the widget shows, when _get would invent a value
-        kind = param.kind
-        if kind == "text":
-            box = PromptEdit()
-            box.setMinimumHeight(110)
-            box.setPlaceholderText(param.help or "Type here…")
-            box.textChanged.connect(self._emit)
-            box.tab_pressed.connect(self.tab_pressed)
-            box.focus_lost.connect(self.session_ended)
-            self.editor, self._get = box, box.toPlainText
-            self._set = lambda v: box.set_text_keep_cursor(str(v or ""))
-        elif kind == "int":
-            spin = QSpinBox()
-            spin.setRange(
-                int(max(param.min if param.min is not None else -INT32, -INT32)),
-                int(min(param.max if param.max is not None else INT32, INT32)),
-            )
-            spin.setSingleStep(int(self.multiple or param.step or 1))
-            if kind_is_size(param):
-                spin.setSpecialValueText(f"model size ({size.native})" if size else "model size")
-            spin.setKeyboardTracking(False)
-            spin.valueChanged.connect(self._emit)
-            self.editor, self._get, self._set = spin, spin.value, lambda v: spin.setValue(int(v or 0))
-        elif kind == "float":
-            dspin = QDoubleSpinBox()
-            dspin.setDecimals(4)
-            dspin.setRange(
-                param.min if param.min is not None else -1e9, param.max if param.max is not None else 1e9
-            )
-            dspin.setSingleStep(param.step or 0.1)
-            dspin.setKeyboardTracking(False)
-            dspin.valueChanged.connect(self._emit)
-            self.editor, self._get, self._set = dspin, dspin.value, lambda v: dspin.setValue(float(v or 0.0))
-        elif kind == "bool":
-            check = QCheckBox()
-            check.toggled.connect(self._emit)
-            self.editor, self._get, self._set = check, check.isChecked, lambda v: check.setChecked(bool(v))
-        elif kind == "choice":
-            combo = QComboBox()
-            for choice in param.choices:
-                combo.addItem(str(choice), choice)
-            combo.currentIndexChanged.connect(self._emit)
-            self.editor, self._get = combo, combo.currentData
-            self._set = lambda v: combo.setCurrentIndex(max(0, combo.findData(v)))
-        elif kind == "seed":
-            line = QLineEdit()
-            line.setValidator(QRegularExpressionValidator(r"\d{0,19}"))  # seeds are never negative
-            low, high = int(param.min or 0), int(param.max) if param.max is not None else 2**63 - 1
-            line.setToolTip(f"A whole number from {low} to {high} (digits only); Random picks one")
-            line.editingFinished.connect(self._emit)
-            # Plain text: an emoji die renders as an empty box where no emoji font is installed.
-            dice = QPushButton("Random")
-            dice.setObjectName("diceButton")
-            dice.setToolTip("Pick a random seed")
-            top = int(param.max) if param.max is not None else 2**32 - 1
-            dice.clicked.connect(
-                lambda: (line.setText(str(random.randint(int(param.min or 0), top))), self._emit())
-            )
-            layout.addWidget(line, 1)
-            layout.addWidget(dice)
-            self.editor, self._get = line, lambda: int(line.text() or 0)
-            self._shown = lambda: int(line.text()) if line.text() else None
-            self._set = lambda v: line.setText(str(v if v is not None else 0))
-        else:  # string, path
-            line = QLineEdit()
-            line.editingFinished.connect(self._emit)
-            self.editor, self._get, self._set = line, line.text, lambda v: line.setText(str(v or ""))
-            if kind == "path":
-                browse = QPushButton("Browse…")
-                browse.clicked.connect(self._browse)
-                layout.addWidget(line, 1)
-                layout.addWidget(browse)
-                if param.file_filter.startswith("Images"):
-                    paint = QPushButton("Mask…")
-                    paint.setToolTip("Paint the region to repaint (saved as the picture's alpha channel)")
-                    paint.clicked.connect(self._paint_mask)
-                    layout.addWidget(paint)
+        # The kind names its widget (nodes.kinds); a pack's kind with a name not in WIDGETS gets a line edit.
+        WIDGETS.get(param.kind.widget, ParamEditor._line)(self, param, layout, size)
         if layout.count() == 0:
             layout.addWidget(self.editor)
         self.editor.setToolTip(param.help)
         self.set_value(value)
+
+    # -- one builder per widget name (WIDGETS below): each sets editor, _get and _set -----------------
+
+    def _prompt(self, param: Param, layout: QHBoxLayout, size: ImageSize | None) -> None:
+        box = PromptEdit()
+        box.setMinimumHeight(110)
+        box.setPlaceholderText(param.help or "Type here…")
+        box.textChanged.connect(self._emit)
+        box.tab_pressed.connect(self.tab_pressed)
+        box.focus_lost.connect(self.session_ended)
+        self.editor, self._get = box, box.toPlainText
+        self._set = lambda v: box.set_text_keep_cursor(str(v or ""))
+
+    def _int(self, param: Param, layout: QHBoxLayout, size: ImageSize | None) -> None:
+        spin = QSpinBox()
+        spin.setRange(
+            int(max(param.min if param.min is not None else -INT32, -INT32)),
+            int(min(param.max if param.max is not None else INT32, INT32)),
+        )
+        spin.setSingleStep(int(self.multiple or param.step or 1))
+        if param.zero_is_native_size:
+            spin.setSpecialValueText(f"model size ({size.native})" if size else "model size")
+        spin.setKeyboardTracking(False)
+        spin.valueChanged.connect(self._emit)
+        self.editor, self._get, self._set = spin, spin.value, lambda v: spin.setValue(int(v or 0))
+
+    def _float(self, param: Param, layout: QHBoxLayout, size: ImageSize | None) -> None:
+        dspin = QDoubleSpinBox()
+        dspin.setDecimals(4)
+        dspin.setRange(
+            param.min if param.min is not None else -1e9, param.max if param.max is not None else 1e9
+        )
+        dspin.setSingleStep(param.step or 0.1)
+        dspin.setKeyboardTracking(False)
+        dspin.valueChanged.connect(self._emit)
+        self.editor, self._get, self._set = dspin, dspin.value, lambda v: dspin.setValue(float(v or 0.0))
+
+    def _bool(self, param: Param, layout: QHBoxLayout, size: ImageSize | None) -> None:
+        check = QCheckBox()
+        check.toggled.connect(self._emit)
+        self.editor, self._get, self._set = check, check.isChecked, lambda v: check.setChecked(bool(v))
+
+    def _choice(self, param: Param, layout: QHBoxLayout, size: ImageSize | None) -> None:
+        combo = QComboBox()
+        for choice in param.choices:
+            combo.addItem(str(choice), choice)
+        combo.currentIndexChanged.connect(self._emit)
+        self.editor, self._get = combo, combo.currentData
+        self._set = lambda v: combo.setCurrentIndex(max(0, combo.findData(v)))
+
+    def _seed(self, param: Param, layout: QHBoxLayout, size: ImageSize | None) -> None:
+        line = QLineEdit()
+        line.setValidator(QRegularExpressionValidator(r"\d{0,19}"))  # seeds are never negative
+        low, high = int(param.min or 0), int(param.max) if param.max is not None else 2**63 - 1
+        line.setToolTip(f"A whole number from {low} to {high} (digits only); Random picks one")
+        line.editingFinished.connect(self._emit)
+        # Plain text: an emoji die renders as an empty box where no emoji font is installed.
+        dice = QPushButton("Random")
+        dice.setObjectName("diceButton")
+        dice.setToolTip("Pick a random seed")
+        top = int(param.max) if param.max is not None else 2**32 - 1
+        dice.clicked.connect(
+            lambda: (line.setText(str(random.randint(int(param.min or 0), top))), self._emit())
+        )
+        layout.addWidget(line, 1)
+        layout.addWidget(dice)
+        self.editor, self._get = line, lambda: int(line.text() or 0)
+        self._shown = lambda: int(line.text()) if line.text() else None
+        self._set = lambda v: line.setText(str(v if v is not None else 0))
+
+    def _line(self, param: Param, layout: QHBoxLayout, size: ImageSize | None) -> None:
+        line = QLineEdit()
+        line.editingFinished.connect(self._emit)
+        self.editor, self._get, self._set = line, line.text, lambda v: line.setText(str(v or ""))
+
+    def _path(self, param: Param, layout: QHBoxLayout, size: ImageSize | None) -> None:
+        self._line(param, layout, size)
+        browse = QPushButton("Browse…")
+        browse.clicked.connect(self._browse)
+        layout.addWidget(self.editor, 1)
+        layout.addWidget(browse)
+        if param.file_filter.startswith("Images"):
+            paint = QPushButton("Mask…")
+            paint.setToolTip("Paint the region to repaint (saved as the picture's alpha channel)")
+            paint.clicked.connect(self._paint_mask)
+            layout.addWidget(paint)
 
     def add_model_picker(self, choices: list[ModelChoice]) -> ModelCompleter:
         """A loader's weights field: type to filter the models library, or open the whole list (arrow)."""
@@ -278,6 +285,19 @@ class ParamEditor(QWidget):
             finally:
                 self._quiet = False
         self.changed.emit(value)
+
+
+# A kind's `widget` name (nodes.kinds) -> the builder of its editor: the one place widgets are chosen.
+WIDGETS: dict[str, Callable[[ParamEditor, Param, QHBoxLayout, ImageSize | None], None]] = {
+    "prompt": ParamEditor._prompt,
+    "int": ParamEditor._int,
+    "float": ParamEditor._float,
+    "bool": ParamEditor._bool,
+    "choice": ParamEditor._choice,
+    "seed": ParamEditor._seed,
+    "line": ParamEditor._line,
+    "path": ParamEditor._path,
+}
 
 
 class Inspector(QScrollArea):
@@ -365,17 +385,17 @@ class Inspector(QScrollArea):
                 label.setObjectName("hint")
                 form.addRow(param.name, label)
                 continue
-            size = self.size_hint(node_id) if kind_is_size(param) else None
+            size = self.size_hint(node_id) if param.zero_is_native_size else None
             editor = ParamEditor(param, node.params.get(param.name), size=size)
             if self.model_choices is not None and is_model_field(node.type, param):
                 editor.add_model_picker(self.model_choices(node.type, param))
             editor.changed.connect(lambda value, name=param.name: self.edited.emit(node_id, name, value))
             editor.tab_pressed.connect(self.palette_requested)
             editor.session_ended.connect(self.end_session)
-            if param.kind == "seed":
+            if param.kind.widget == "seed":
                 editor.layout().addWidget(self._seed_control(node_id, param.name))
             self.editors[param.name] = editor
-            if param.kind == "text":
+            if param.kind.widget == "prompt":  # a prompt box takes the dock's whole width
                 form.addRow(QLabel(param.name))
                 form.addRow(editor)
             else:

@@ -18,7 +18,6 @@ from PySide6.QtWidgets import QGraphicsItem, QGraphicsSceneMouseEvent, QStyleOpt
 from app.gui import theme
 from app.gui.port_item import PortItem
 from nodes.spec import NodeSpec, Param
-from nodes.workflow import PARAM_PORT_TYPES
 
 if TYPE_CHECKING:
     from nodes.graph_model import GraphModel
@@ -43,16 +42,8 @@ class NodeRunState:
 
 
 def format_value(param: Param, value: Any) -> str:
-    if param.kind == "bool":
-        return "on" if value else "off"
-    if param.kind == "float" and isinstance(value, (int, float)):
-        return f"{value:g}"
-    if param.kind in ("text", "string", "path"):
-        text = str(value or "").replace("\n", " ")
-        if param.kind == "path" and "/" in text:
-            text = "…/" + text.rsplit("/", 1)[-1]
-        return f"“{text}”" if param.kind == "text" else (text or "—")
-    return str(value)
+    """The value painted on the node: the parameter's kind says how (nodes.kinds)."""
+    return param.show(value)
 
 
 class NodeItem(QGraphicsItem):
@@ -103,7 +94,7 @@ class NodeItem(QGraphicsItem):
         top = HEADER + ROW * rows + 4 + (4 if rows else 0)
         self.param_top = top
         for i, param in enumerate(spec.params):
-            port = PortItem(self, self.node_id, param.name, "in", PARAM_PORT_TYPES[param.kind], is_param=True)
+            port = PortItem(self, self.node_id, param.name, "in", param.kind.port_type, is_param=True)
             port.setPos(0, top + ROW * (i + 0.5))
             self.inputs[param.name] = port
         self.height = top + ROW * len(spec.params) + PAD

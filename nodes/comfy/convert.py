@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nodes.comfy.families import family_from_name
-from nodes.comfy.graph import ComfyGraph, ImportNote, LinkRef
+from nodes.comfy.graph import ComfyGraph, ComfyNode, ImportNote, LinkRef
 from nodes.comfy.mapping import (
     MAPPERS,
     PLACEHOLDER_PREFIX,
@@ -55,17 +55,34 @@ def _placeholder(node_id: str, class_type: str, inputs: dict[str, Any]) -> Emit:
     return Emit(f"{PLACEHOLDER_PREFIX}{class_type}", params, wired, ())
 
 
+def _declared_widgets(emit: Emit, node: ComfyNode, registry: NodeRegistry) -> Emit:
+    """Our type's params that declare a ComfyUI widget (`Param.comfy`) take that widget's value, or its
+    wire, where the mapper did not set them: a param added with a `comfy=` name needs no mapper edit."""
+    spec = registry.get(emit.type)
+    for param in spec.params if spec is not None else ():
+        if not param.comfy or param.name in emit.params or param.name in emit.inputs:
+            continue
+        value = node.inputs.get(param.comfy)
+        if isinstance(value, LinkRef):
+            emit.inputs[param.name] = value
+        elif value is not None:
+            emit.params[param.name] = value
+    return emit
+
+
 class _Converter:
-    def __init__(self, graph: ComfyGraph, ctx: MapContext) -> None:
+    def __init__(self, graph: ComfyGraph, ctx: MapContext, registry: NodeRegistry) -> None:
         self.graph, self.ctx = graph, ctx
         self.mapped: dict[str, Emit | PassThrough] = {}
         self.guided: set[str] = set()  # samplers whose cfg came from a Flux guidance value
         for node_id, node in graph.nodes.items():
             mapper = MAPPERS.get(node.class_type)
+            if mapper is None:
+                self.mapped[node_id] = _placeholder(node_id, node.class_type, node.inputs)
+                continue
+            mapped = mapper(node, ctx)
             self.mapped[node_id] = (
-                mapper(node, ctx)
-                if mapper is not None
-                else _placeholder(node_id, node.class_type, node.inputs)
+                _declared_widgets(mapped, node, registry) if isinstance(mapped, Emit) else mapped
             )
 
     def resolve(self, value: LinkRef, depth: int = 0) -> tuple[list[str] | None, dict[str, Any]]:
@@ -216,7 +233,7 @@ def unsupported_nodes(workflow: dict[str, Any], registry: NodeRegistry) -> list[
 
 
 def convert_graph(graph: ComfyGraph, registry: NodeRegistry, ctx: MapContext, *, title: str) -> ImportResult:
-    converter = _Converter(graph, ctx)
+    converter = _Converter(graph, ctx, registry)
     nodes = converter.workflow_nodes()
     workflow = {
         "format": FORMAT,

@@ -4,7 +4,9 @@ of node types that have a ComfyUI counterpart.
 Lives here: `ExportError`, `export_api`, `EXPORTERS`. Imports `nodes.workflow`, `nodes.registry`, `nodes.modes`,
 `nodes.comfy.mapping` (the text-encoder family names).
 
-ComfyUI ids are numbered "1", "2", ... in the workflow's order; each node's `_meta.title` keeps our id.
+Widget names come from the node types' declarations (`Param.comfy`, the one place they are written); this
+table adds what has no 1:1 widget: the counterpart class, its wired inputs and output slots, and converters
+for values that need translating (sampler names, enable/disable). ComfyUI ids are numbered "1", "2", ... in the workflow's order; each node's `_meta.title` keeps our id.
 A diffusers scheduler has no exact ComfyUI twin: the nearest sampler/scheduler pair is written and the
 node is named in `ExportError`-free notes; a node type with no counterpart is an `ExportError` naming it.
 """
@@ -56,25 +58,10 @@ def _sampler_widgets(params: dict[str, Any]) -> dict[str, Any]:
     return {"sampler_name": _NEAREST_K.get(scheduler, "euler"), "scheduler": "normal"}
 
 
-def _sampler(p: dict[str, Any]) -> dict[str, Any]:
-    return {
-        **_sampler_widgets(p),
-        "seed": p["seed"],
-        "steps": p["steps"],
-        "cfg": p["cfg"],
-        "denoise": p["denoise"],
-    }
-
-
 def _sampler_advanced(p: dict[str, Any]) -> dict[str, Any]:
     return {
         **_sampler_widgets(p),
         "add_noise": "enable" if p["add_noise"] else "disable",
-        "noise_seed": p["seed"],
-        "steps": p["steps"],
-        "cfg": p["cfg"],
-        "start_at_step": p["start_step"],
-        "end_at_step": p["end_step"],
         "return_with_leftover_noise": "enable" if p["leftover_noise"] else "disable",
     }
 
@@ -141,17 +128,15 @@ def _apply_controlnet(node: NodeInstance) -> _Out:
 
 EXPORTERS: dict[str, _Out | Callable[[NodeInstance], _Out]] = {
     "LoadDiffusionModel": _Out(
-        "CheckpointLoaderSimple", {}, {"ckpt_name": "path"}, {"denoiser": 0, "text_encoder": 1, "vae": 2}
+        "CheckpointLoaderSimple", {}, {}, {"denoiser": 0, "text_encoder": 1, "vae": 2}
     ),
     "LoadDenoiser": _Out("UNETLoader", {}, {"unet_name": "path"}, {"denoiser": 0}, convert=_weight_dtype),
     "LoadTextEncoder": _text_encoder_loader,
     "LoadLoRA": _lora,
-    "ClipSkip": _Out(
-        "CLIPSetLastLayer", {"clip": "text_encoder"}, {"stop_at_clip_layer": "clip_skip"}, {"text_encoder": 0}
-    ),
-    "LoadControlNet": _Out("ControlNetLoader", {}, {"control_net_name": "path"}, {"controlnet": 0}),
+    "ClipSkip": _Out("CLIPSetLastLayer", {"clip": "text_encoder"}, {}, {"text_encoder": 0}),
+    "LoadControlNet": _Out("ControlNetLoader", {}, {}, {"controlnet": 0}),
     "ApplyControlNet": _apply_controlnet,
-    "LoadUpscaleModel": _Out("UpscaleModelLoader", {}, {"model_name": "path"}, {"upscale_model": 0}),
+    "LoadUpscaleModel": _Out("UpscaleModelLoader", {}, {}, {"upscale_model": 0}),
     "UpscaleImage": _Out(
         "ImageUpscaleWithModel", {"upscale_model": "upscale_model", "image": "image"}, {}, {"image": 0}
     ),
@@ -161,27 +146,21 @@ EXPORTERS: dict[str, _Out | Callable[[NodeInstance], _Out]] = {
     "InpaintConditioning": _Out(
         "InpaintModelConditioning",
         {"positive": "positive", "negative": "negative", "vae": "vae", "pixels": "image", "mask": "mask"},
-        {"noise_mask": "noise_mask"},
+        {},
         {"positive": 0, "negative": 1, "latent": 2},
     ),
-    "LoadVAE": _Out("VAELoader", {}, {"vae_name": "path"}, {"vae": 0}),
-    "TextEncode": _Out("CLIPTextEncode", {"clip": "text_encoder"}, {"text": "text"}, {"conditioning": 0}),
+    "LoadVAE": _Out("VAELoader", {}, {}, {"vae": 0}),
+    "TextEncode": _Out("CLIPTextEncode", {"clip": "text_encoder"}, {}, {"conditioning": 0}),
     "ZeroConditioning": _Out(
         "ConditioningZeroOut", {"conditioning": "conditioning"}, {}, {"conditioning": 0}
     ),
-    "EmptyLatent": _Out(
-        "EmptyLatentImage",
-        {},
-        {"width": "width", "height": "height", "batch_size": "batch"},
-        {"latent": 0},
-        drop=frozenset({"denoiser", "vae"}),
-    ),
+    "EmptyLatent": _Out("EmptyLatentImage", {}, {}, {"latent": 0}, drop=frozenset({"denoiser", "vae"})),
     "Sampler": _Out(
         "KSampler",
         {"model": "denoiser", "positive": "positive", "negative": "negative", "latent_image": "latent"},
         {},
         {"latent": 0},
-        convert=_sampler,
+        convert=_sampler_widgets,
     ),
     "SamplerAdvanced": _Out(
         "KSamplerAdvanced",
@@ -192,42 +171,34 @@ EXPORTERS: dict[str, _Out | Callable[[NodeInstance], _Out]] = {
     ),
     "VAEDecode": _Out("VAEDecode", {"samples": "latent", "vae": "vae"}, {}, {"image": 0}),
     "VAEEncode": _Out("VAEEncode", {"pixels": "image", "vae": "vae"}, {}, {"latent": 0}),
-    "LoadImage": _Out("LoadImage", {}, {"image": "path"}, {"image": 0, "mask": 1}),
-    "SaveImage": _Out("SaveImage", {"images": "image"}, {"filename_prefix": "prefix"}, {}),
+    "LoadImage": _Out("LoadImage", {}, {}, {"image": 0, "mask": 1}),
+    "SaveImage": _Out("SaveImage", {"images": "image"}, {}, {}),
     "PreviewImage": _Out("PreviewImage", {"images": "image"}, {}, {}),
-    "ImageScale": _Out(
-        "ImageScale",
-        {"image": "image"},
-        {"upscale_method": "method", "width": "width", "height": "height", "crop": "crop"},
-        {"image": 0},
-    ),
-    "ImageScaleBy": _Out(
-        "ImageScaleBy", {"image": "image"}, {"upscale_method": "method", "scale_by": "scale"}, {"image": 0}
-    ),
-    "LatentUpscale": _Out(
-        "LatentUpscale",
-        {"samples": "latent"},
-        {"upscale_method": "method", "width": "width", "height": "height", "crop": "crop"},
-        {"latent": 0},
-    ),
-    "LatentUpscaleBy": _Out(
-        "LatentUpscaleBy",
-        {"samples": "latent"},
-        {"upscale_method": "method", "scale_by": "scale"},
-        {"latent": 0},
-    ),
+    "ImageScale": _Out("ImageScale", {"image": "image"}, {}, {"image": 0}),
+    "ImageScaleBy": _Out("ImageScaleBy", {"image": "image"}, {}, {"image": 0}),
+    "LatentUpscale": _Out("LatentUpscale", {"samples": "latent"}, {}, {"latent": 0}),
+    "LatentUpscaleBy": _Out("LatentUpscaleBy", {"samples": "latent"}, {}, {"latent": 0}),
     # Our primitives become ComfyUI's core primitive nodes (one output, a "value" widget).
-    "Int": _Out("PrimitiveInt", {}, {"value": "value"}, {"value": 0}),
-    "Float": _Out("PrimitiveFloat", {}, {"value": "value"}, {"value": 0}),
-    "Bool": _Out("PrimitiveBoolean", {}, {"value": "value"}, {"value": 0}),
-    "Seed": _Out("PrimitiveInt", {}, {"value": "seed"}, {"seed": 0}),
-    "Text": _Out("PrimitiveStringMultiline", {}, {"value": "text"}, {"text": 0}),
+    "Int": _Out("PrimitiveInt", {}, {}, {"value": 0}),
+    "Float": _Out("PrimitiveFloat", {}, {}, {"value": 0}),
+    "Bool": _Out("PrimitiveBoolean", {}, {}, {"value": 0}),
+    "Seed": _Out("PrimitiveInt", {}, {}, {"seed": 0}),
+    "Text": _Out("PrimitiveStringMultiline", {}, {}, {"text": 0}),
 }
 
 
 def _exporter(node: NodeInstance) -> _Out:
     out = EXPORTERS[node.type]
     return out if isinstance(out, _Out) else out(node)
+
+
+def _widget_names(node: NodeInstance, out: _Out, registry: NodeRegistry) -> dict[str, str]:
+    """ComfyUI widget -> our param: the params' declared `comfy` names, for a type with one fixed
+    counterpart class; an exporter that picks among classes (LoRA, ControlNet, CLIP loaders) lists its own."""
+    names: dict[str, str] = {}
+    if isinstance(EXPORTERS[node.type], _Out):
+        names = {p.comfy: p.name for p in registry[node.type].params if p.comfy}
+    return {**names, **out.params}
 
 
 def export_api(wf: Workflow, registry: NodeRegistry) -> dict[str, Any]:
@@ -244,15 +215,14 @@ def export_api(wf: Workflow, registry: NodeRegistry) -> dict[str, Any]:
     for nid, node in wf.nodes.items():
         out = _exporter(node)
         params = dict(node.params)
-        widgets = (
-            out.convert(params)
-            if out.convert
-            else {theirs: params.get(ours) for theirs, ours in out.params.items()}
-        )
+        names = _widget_names(node, out, registry)
+        widgets = {theirs: params.get(ours) for theirs, ours in names.items()}
+        if out.convert:
+            widgets.update(out.convert(params))
         widgets.update(dict(out.fixed))
         inputs: dict[str, Any] = {k: v for k, v in widgets.items() if v is not None}
         wired = {ours: theirs for theirs, ours in out.inputs.items()}
-        wired.update({ours: theirs for theirs, ours in out.params.items()})  # a param fed by a wire
+        wired.update({ours: theirs for theirs, ours in names.items()})  # a param fed by a wire
         for port, link in node.inputs.items():
             if port in out.drop:
                 continue

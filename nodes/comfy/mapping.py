@@ -3,7 +3,9 @@
 Lives here: `Emit`, `PassThrough`, `MapContext`, `MAPPERS`, `COMFY_TEXT_ENCODER_TYPES`,
 `comfy_sampler_name`. Imports `nodes.comfy.graph` and `pipelines.diffusion.schedulers` (sampler names).
 
-A mapper turns one ComfyUI node into either one of our nodes (`Emit`: type, params, wired inputs and which
+A param that declares its ComfyUI widget (`Param.comfy`) is copied by nodes/comfy/convert.py when its
+mapper does not set it; a mapper lists a widget itself where it translates the value or falls back to
+ComfyUI's own default when the widget is missing. A mapper turns one ComfyUI node into either one of our nodes (`Emit`: type, params, wired inputs and which
 of our outputs stands for each ComfyUI output slot) or a pass-through (`PassThrough`: an output that is one
 of its inputs, e.g. FluxGuidance, whose guidance value is carried to the sampler it reaches). A class with
 no mapper becomes a placeholder node `ComfyUI.<class>` that the check refuses, naming it; never a silent
@@ -120,12 +122,7 @@ def _loader_family(node: ComfyNode, ctx: MapContext, name: Any) -> str:
 
 
 def _checkpoint(node: ComfyNode, ctx: MapContext) -> Emit:
-    return _emit(
-        node,
-        "LoadDiffusionModel",
-        {"path": _model_name(_get(node, "ckpt_name"))},
-        ("denoiser", "text_encoder", "vae"),
-    )
+    return _emit(node, "LoadDiffusionModel", {}, ("denoiser", "text_encoder", "vae"))  # path: ckpt_name
 
 
 def _unet(node: ComfyNode, ctx: MapContext) -> Emit:
@@ -162,7 +159,7 @@ def _vae(node: ComfyNode, ctx: MapContext) -> Emit:
 
 
 def _text_encode(node: ComfyNode, ctx: MapContext) -> Emit:
-    return _emit(node, "TextEncode", {"text": _get(node, "text", "")}, ("conditioning",), text_encoder="clip")
+    return _emit(node, "TextEncode", {}, ("conditioning",), text_encoder="clip")  # text: declared
 
 
 def _text_encode_flux(node: ComfyNode, ctx: MapContext) -> Emit:
@@ -177,9 +174,8 @@ def _text_encode_flux(node: ComfyNode, ctx: MapContext) -> Emit:
 
 
 def _clip_set_last_layer(node: ComfyNode, ctx: MapContext) -> Emit:
-    # Our ClipSkip takes ComfyUI's value as it is: -1 the last layer, -2 the penultimate.
-    params = {"clip_skip": _get(node, "stop_at_clip_layer", -1)}
-    return _emit(node, "ClipSkip", params, ("text_encoder",), text_encoder="clip")
+    # Our ClipSkip takes ComfyUI's stop_at_clip_layer as it is (declared): -1 the last layer, -2 the one before.
+    return _emit(node, "ClipSkip", {}, ("text_encoder",), text_encoder="clip")
 
 
 def _flux_guidance(node: ComfyNode, ctx: MapContext) -> PassThrough:
@@ -293,34 +289,22 @@ def _preview_image(node: ComfyNode, ctx: MapContext) -> Emit:
     return _emit(node, "PreviewImage", {}, (), image="images")
 
 
+# The scaling nodes' widgets (upscale_method, width, height, crop, scale_by) are the params' declared ComfyUI
+# names (nodes/comfy/node_types.py); convert.py copies them, so these mappers name only the type and wires.
 def _image_scale(node: ComfyNode, ctx: MapContext) -> Emit:
-    params = {
-        "method": _get(node, "upscale_method"),
-        "width": _get(node, "width"),
-        "height": _get(node, "height"),
-        "crop": _get(node, "crop"),
-    }
-    return _emit(node, "ImageScale", params, ("image",), image="image")
+    return _emit(node, "ImageScale", {}, ("image",), image="image")
 
 
 def _image_scale_by(node: ComfyNode, ctx: MapContext) -> Emit:
-    params = {"method": _get(node, "upscale_method"), "scale": _get(node, "scale_by")}
-    return _emit(node, "ImageScaleBy", params, ("image",), image="image")
+    return _emit(node, "ImageScaleBy", {}, ("image",), image="image")
 
 
 def _latent_upscale(node: ComfyNode, ctx: MapContext) -> Emit:
-    params = {
-        "method": _get(node, "upscale_method"),
-        "width": _get(node, "width"),
-        "height": _get(node, "height"),
-        "crop": _get(node, "crop"),
-    }
-    return _emit(node, "LatentUpscale", params, ("latent",), latent="samples")
+    return _emit(node, "LatentUpscale", {}, ("latent",), latent="samples")
 
 
 def _latent_upscale_by(node: ComfyNode, ctx: MapContext) -> Emit:
-    params = {"method": _get(node, "upscale_method"), "scale": _get(node, "scale_by")}
-    return _emit(node, "LatentUpscaleBy", params, ("latent",), latent="samples")
+    return _emit(node, "LatentUpscaleBy", {}, ("latent",), latent="samples")
 
 
 def _lora(node: ComfyNode, ctx: MapContext) -> Emit:
@@ -375,8 +359,7 @@ def _controlnet_apply(node: ComfyNode, ctx: MapContext) -> Emit:
 
 
 def _upscale_model_loader(node: ComfyNode, ctx: MapContext) -> Emit:
-    name = _model_name(_get(node, "model_name"))
-    return _emit(node, "LoadUpscaleModel", {"path": name}, ("upscale_model",))
+    return _emit(node, "LoadUpscaleModel", {}, ("upscale_model",))  # path: model_name
 
 
 def _upscale_with_model(node: ComfyNode, ctx: MapContext) -> Emit:
@@ -391,7 +374,7 @@ def _inpaint_conditioning(node: ComfyNode, ctx: MapContext) -> Emit:
     return _emit(
         node,
         "InpaintConditioning",
-        {"noise_mask": _get(node, "noise_mask", True)},
+        {},  # noise_mask: declared
         ("positive", "negative", "latent"),
         positive="positive",
         negative="negative",

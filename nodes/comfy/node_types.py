@@ -1,8 +1,10 @@
 """Node types that ComfyUI workflows use and Nodeloom's core set lacks: zeroed conditioning, the advanced
 (segment) sampler, and image / latent scaling.
 
-Lives here: the `NODES` tuple. Imports `nodes.spec`, `nodes.types`, `nodes.context`, `nodes.diffusion`'s
-sampler helpers and `pipelines.diffusion`.
+Lives here: the node types `ZeroConditioning`, `SamplerAdvanced` (Sampler's shared fields plus its segment
+controls), `ImageScale`, `ImageScaleBy`, `LatentUpscale`, `LatentUpscaleBy`, and the `NODES` tuple of their
+specs. Imports `nodes.declare`, `nodes.kinds`, `nodes.spec`, `nodes.types`, `nodes.context`,
+`nodes.diffusion` (the sampler fields) and `pipelines.diffusion`.
 """
 
 from __future__ import annotations
@@ -11,64 +13,83 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from nodes.context import NodeContext
-from nodes.diffusion import SEED_MAX
-from nodes.spec import Input, NodeSpec, Output, Param
-from nodes.types import CONDITIONING, DENOISER, IMAGE, LATENT
+from nodes.declare import Node, node_type, param, param_like, settings_from, wire
+from nodes.diffusion import KSamplerFields
+from nodes.kinds import BOOL, CHOICE, FLOAT, INT
+from nodes.spec import NodeSpec, Output
+from nodes.types import CONDITIONING, IMAGE, LATENT
 from pipelines.diffusion.resize import CROP_MODES, UPSCALE_METHODS, resize_image, resize_latent, scaled_size
-from pipelines.diffusion.schedulers import K_SCHEDULER_NAMES, SIGMA_SCHEDULES
+from pipelines.diffusion.schedulers import K_SCHEDULER_NAMES
 
 if TYPE_CHECKING:  # torch-heavy: imported when a node runs, so listing node types stays light
     import torch
 
-    from pipelines.diffusion.values import Conditioning, DenoiserRef, Latents
+    from pipelines.diffusion.values import Conditioning, Latents
     from pipelines.steps import Step
 
 
-def _run_zero_conditioning(ctx: NodeContext, conditioning: Conditioning) -> dict[str, Any]:
-    import torch
+@node_type(
+    "ZeroConditioning",
+    tags=("ConditioningZeroOut",),
+    title="Zero Conditioning",
+    category="diffusion/conditioning",
+    description="All-zero embeddings of the same shape (ComfyUI's ConditioningZeroOut; SD3's negative).",
+    outputs=[Output("conditioning", CONDITIONING)],
+)
+class ZeroConditioning(Node):
+    conditioning: Conditioning = wire(CONDITIONING)
 
-    pooled = None if conditioning.pooled is None else torch.zeros_like(conditioning.pooled)
-    zeroed = replace(conditioning, embeds=torch.zeros_like(conditioning.embeds), pooled=pooled, text="")
-    return {"conditioning": zeroed}
+    def run(self, ctx: NodeContext) -> dict[str, Any]:
+        import torch
+
+        cond = self.conditioning
+        pooled = None if cond.pooled is None else torch.zeros_like(cond.pooled)
+        return {"conditioning": replace(cond, embeds=torch.zeros_like(cond.embeds), pooled=pooled, text="")}
 
 
-def _run_sampler_advanced(
-    ctx: NodeContext,
-    denoiser: DenoiserRef,
-    positive: Conditioning,
-    negative: Conditioning | None,
-    latent: Latents,
-    add_noise: bool,
-    seed: int,
-    steps: int,
-    cfg: float,
-    scheduler: str,
-    sigma_schedule: str,
-    start_step: int,
-    end_step: int,
-    leftover_noise: bool,
-) -> dict[str, Any]:
-    from pipelines.diffusion.denoising import sample
-    from pipelines.diffusion.previews import latent_preview
-    from pipelines.diffusion.sampling import SamplerSettings
+@node_type(
+    "SamplerAdvanced",
+    tags=("KSamplerAdvanced",),
+    title="Sampler (Advanced)",
+    category="diffusion",
+    description="Run steps [start_step, end_step) of a k-diffusion schedule (ComfyUI's KSamplerAdvanced): "
+    "for two-stage (base + refiner) sampling.",
+    outputs=[Output("latent", LATENT)],
+)
+class SamplerAdvanced(KSamplerFields):
+    """Sampler's fields, with a required latent, the k_* samplers only and ComfyUI's cfg default (8.0)."""
 
-    settings = SamplerSettings(
-        scheduler=scheduler,
-        sigma_schedule=sigma_schedule,
-        steps=steps,
-        cfg=cfg,
-        seed=seed,
-        start_step=start_step,
-        end_step=end_step,
-        add_noise=add_noise,
-        force_full_denoise=not leftover_noise,
+    latent: Latents = param_like(KSamplerFields, "latent", optional=False)
+    scheduler: str = param_like(
+        KSamplerFields,
+        "scheduler",
+        default="k_euler",
+        choices=K_SCHEDULER_NAMES,
+        help="ComfyUI's KSampler samplers (same picture as ComfyUI for the same seed)",
     )
+    cfg: float = param_like(KSamplerFields, "cfg", default=8.0)
+    seed: int = param_like(KSamplerFields, "seed", comfy="noise_seed")
+    add_noise: bool = param(BOOL, True, help="off: the input latent already has its noise")
+    start_step: int = param(INT, 0, min=0, max=10000, comfy="start_at_step")
+    end_step: int = param(INT, 10000, min=0, max=10000, comfy="end_at_step")
+    leftover_noise: bool = param(BOOL, False, help="on: stop early without denoising fully")
 
-    def on_step(info: Step) -> None:
-        preview = latent_preview(info.latents, denoiser.family) if info.step == info.total else None
-        ctx.progress(info.step, info.total, kind="sampler_step", preview=preview)
+    def run(self, ctx: NodeContext) -> dict[str, Any]:
+        from pipelines.diffusion.denoising import sample
+        from pipelines.diffusion.previews import latent_preview
+        from pipelines.diffusion.sampling import SamplerSettings
 
-    return {"latent": sample(ctx.memory, denoiser, positive, negative, latent, settings, on_step=on_step)}
+        settings = settings_from(SamplerSettings, self, force_full_denoise=not self.leftover_noise)
+        family = self.denoiser.family
+
+        def on_step(info: Step) -> None:
+            preview = latent_preview(info.latents, family) if info.step == info.total else None
+            ctx.progress(info.step, info.total, kind="sampler_step", preview=preview)
+
+        latent = sample(
+            ctx.memory, self.denoiser, self.positive, self.negative, self.latent, settings, on_step=on_step
+        )
+        return {"latent": latent}
 
 
 def _target_size(height: int, width: int, want_h: int, want_w: int) -> tuple[int, int]:
@@ -82,118 +103,70 @@ def _target_size(height: int, width: int, want_h: int, want_w: int) -> tuple[int
     return want_h, want_w
 
 
-def _run_image_scale(
-    ctx: NodeContext, image: torch.Tensor, method: str, width: int, height: int, crop: str
-) -> dict[str, Any]:
-    h, w = _target_size(image.shape[1], image.shape[2], height, width)
-    return {"image": resize_image(image, h, w, method, crop)}
-
-
-def _run_image_scale_by(ctx: NodeContext, image: torch.Tensor, method: str, scale: float) -> dict[str, Any]:
-    h, w = scaled_size(image.shape[1], image.shape[2], scale)
-    return {"image": resize_image(image, h, w, method)}
-
-
-def _run_latent_upscale(
-    ctx: NodeContext, latent: Latents, method: str, width: int, height: int, crop: str
-) -> dict[str, Any]:
-    f = latent.vae_scale_factor
-    h, w = _target_size(latent.samples.shape[-2] * f, latent.samples.shape[-1] * f, height, width)
-    samples = resize_latent(latent.samples, max(1, h // f), max(1, w // f), method, crop)
-    return {"latent": replace(latent, samples=samples)}
-
-
-def _run_latent_upscale_by(ctx: NodeContext, latent: Latents, method: str, scale: float) -> dict[str, Any]:
-    h, w = scaled_size(latent.samples.shape[-2], latent.samples.shape[-1], scale)
-    return {"latent": replace(latent, samples=resize_latent(latent.samples, h, w, method))}
-
-
-_METHOD = Param("method", "choice", default="nearest-exact", choices=UPSCALE_METHODS)
-_CROP = Param("crop", "choice", default="disabled", choices=CROP_MODES)
 _SIDE_HELP = "pixels; 0 keeps the aspect ratio from the other side"
 
-NODES: tuple[NodeSpec, ...] = (
-    NodeSpec(
-        type="ZeroConditioning",
-        tags=("ConditioningZeroOut",),
-        title="Zero Conditioning",
-        category="diffusion/conditioning",
-        description="All-zero embeddings of the same shape (ComfyUI's ConditioningZeroOut; SD3's negative).",
-        inputs=[Input("conditioning", CONDITIONING)],
-        outputs=[Output("conditioning", CONDITIONING)],
-        run=_run_zero_conditioning,
-    ),
-    NodeSpec(
-        type="SamplerAdvanced",
-        tags=("KSamplerAdvanced",),
-        title="Sampler (Advanced)",
-        category="diffusion",
-        description="Run steps [start_step, end_step) of a k-diffusion schedule (ComfyUI's KSamplerAdvanced): "
-        "for two-stage (base + refiner) sampling.",
-        inputs=[
-            Input("denoiser", DENOISER),
-            Input("positive", CONDITIONING),
-            Input("negative", CONDITIONING, optional=True),
-            Input("latent", LATENT),
-        ],
-        params=[
-            Param("add_noise", "bool", default=True, help="off: the input latent already has its noise"),
-            Param("seed", "seed", default=42, min=0, max=SEED_MAX),
-            Param("steps", "int", default=20, min=1, max=1000),
-            Param("cfg", "float", default=8.0, min=0.0, max=100.0, step=0.5),
-            Param("scheduler", "choice", default="k_euler", choices=K_SCHEDULER_NAMES),
-            Param("sigma_schedule", "choice", default="normal", choices=SIGMA_SCHEDULES),
-            Param("start_step", "int", default=0, min=0, max=10000),
-            Param("end_step", "int", default=10000, min=0, max=10000),
-            Param("leftover_noise", "bool", default=False, help="on: stop early without denoising fully"),
-        ],
-        outputs=[Output("latent", LATENT)],
-        run=_run_sampler_advanced,
-    ),
-    NodeSpec(
-        type="ImageScale",
-        title="Scale Image",
-        category="image",
-        inputs=[Input("image", IMAGE)],
-        params=[
-            _METHOD,
-            Param("width", "int", default=512, min=0, max=16384, help=_SIDE_HELP),
-            Param("height", "int", default=512, min=0, max=16384, help=_SIDE_HELP),
-            _CROP,
-        ],
-        outputs=[Output("image", IMAGE)],
-        run=_run_image_scale,
-    ),
-    NodeSpec(
-        type="ImageScaleBy",
-        title="Scale Image By",
-        category="image",
-        inputs=[Input("image", IMAGE)],
-        params=[_METHOD, Param("scale", "float", default=1.0, min=0.01, max=8.0, step=0.05)],
-        outputs=[Output("image", IMAGE)],
-        run=_run_image_scale_by,
-    ),
-    NodeSpec(
-        type="LatentUpscale",
-        title="Scale Latent",
-        category="diffusion/latent",
-        inputs=[Input("latent", LATENT)],
-        params=[
-            _METHOD,
-            Param("width", "int", default=512, min=0, max=16384, help=_SIDE_HELP),
-            Param("height", "int", default=512, min=0, max=16384, help=_SIDE_HELP),
-            _CROP,
-        ],
-        outputs=[Output("latent", LATENT)],
-        run=_run_latent_upscale,
-    ),
-    NodeSpec(
-        type="LatentUpscaleBy",
-        title="Scale Latent By",
-        category="diffusion/latent",
-        inputs=[Input("latent", LATENT)],
-        params=[_METHOD, Param("scale", "float", default=1.5, min=0.01, max=8.0, step=0.05)],
-        outputs=[Output("latent", LATENT)],
-        run=_run_latent_upscale_by,
-    ),
+
+@node_type("ImageScale", title="Scale Image", category="image", outputs=[Output("image", IMAGE)])
+class ImageScale(Node):
+    image: torch.Tensor = wire(IMAGE)
+    method: str = param(CHOICE, "nearest-exact", choices=UPSCALE_METHODS, comfy="upscale_method")
+    width: int = param(INT, 512, min=0, max=16384, help=_SIDE_HELP, comfy="width")
+    height: int = param(INT, 512, min=0, max=16384, help=_SIDE_HELP, comfy="height")
+    crop: str = param(CHOICE, "disabled", choices=CROP_MODES, comfy="crop")
+
+    def run(self, ctx: NodeContext) -> dict[str, Any]:
+        h, w = _target_size(self.image.shape[1], self.image.shape[2], self.height, self.width)
+        return {"image": resize_image(self.image, h, w, self.method, self.crop)}
+
+
+@node_type("ImageScaleBy", title="Scale Image By", category="image", outputs=[Output("image", IMAGE)])
+class ImageScaleBy(Node):
+    image: torch.Tensor = wire(IMAGE)
+    method: str = param_like(ImageScale, "method")
+    scale: float = param(FLOAT, 1.0, min=0.01, max=8.0, step=0.05, comfy="scale_by")
+
+    def run(self, ctx: NodeContext) -> dict[str, Any]:
+        h, w = scaled_size(self.image.shape[1], self.image.shape[2], self.scale)
+        return {"image": resize_image(self.image, h, w, self.method)}
+
+
+@node_type(
+    "LatentUpscale", title="Scale Latent", category="diffusion/latent", outputs=[Output("latent", LATENT)]
+)
+class LatentUpscale(Node):
+    latent: Latents = wire(LATENT)
+    method: str = param_like(ImageScale, "method")
+    width: int = param_like(ImageScale, "width")
+    height: int = param_like(ImageScale, "height")
+    crop: str = param_like(ImageScale, "crop")
+
+    def run(self, ctx: NodeContext) -> dict[str, Any]:
+        latent, f = self.latent, self.latent.vae_scale_factor
+        h, w = _target_size(
+            latent.samples.shape[-2] * f, latent.samples.shape[-1] * f, self.height, self.width
+        )
+        samples = resize_latent(latent.samples, max(1, h // f), max(1, w // f), self.method, self.crop)
+        return {"latent": replace(latent, samples=samples)}
+
+
+@node_type(
+    "LatentUpscaleBy",
+    title="Scale Latent By",
+    category="diffusion/latent",
+    outputs=[Output("latent", LATENT)],
+)
+class LatentUpscaleBy(Node):
+    latent: Latents = wire(LATENT)
+    method: str = param_like(ImageScale, "method")
+    scale: float = param_like(ImageScaleBy, "scale", default=1.5)
+
+    def run(self, ctx: NodeContext) -> dict[str, Any]:
+        samples = self.latent.samples
+        h, w = scaled_size(samples.shape[-2], samples.shape[-1], self.scale)
+        return {"latent": replace(self.latent, samples=resize_latent(samples, h, w, self.method))}
+
+
+NODES: tuple[NodeSpec, ...] = tuple(
+    n.spec
+    for n in (ZeroConditioning, SamplerAdvanced, ImageScale, ImageScaleBy, LatentUpscale, LatentUpscaleBy)
 )

@@ -1,16 +1,33 @@
-"""A third-party node pack used by the tests: found through the `nodeloom.nodes` entry point group."""
+"""A third-party node pack used by the tests: found through the `nodeloom.nodes` entry point group.
+
+`Shout` is written the way a pack should write a node type (one typed declaration, nodes.declare);
+`Slow` keeps the older `NodeSpec(..., run=function)` form, which still loads, so the pack proves both do.
+"""
 
 from __future__ import annotations
 
 import time
 from typing import Any
 
+from nodes import kinds
+from nodes.declare import Node, node_type, param, wire
 from nodes.spec import Input, NodeSpec, Output, Param
 from nodes.types import TEXT
 
 
-def _shout(ctx: Any, text: str, times: int) -> dict[str, Any]:
-    return {"text": (text.upper() + "!") * times}
+@node_type(
+    "testpack.Shout",
+    title="Shout",
+    category="test pack",
+    outputs=[Output("text", TEXT)],
+    description="Upper-cases the text.",
+)
+class Shout(Node):
+    text: str = wire(TEXT)
+    times: int = param(kinds.INT, 1, min=1, max=5)
+
+    def run(self, ctx: Any) -> dict[str, Any]:
+        return {"text": (self.text.upper() + "!") * self.times}
 
 
 def _slow(ctx: Any, text: str, steps: int, delay: float) -> dict[str, Any]:
@@ -21,16 +38,7 @@ def _slow(ctx: Any, text: str, steps: int, delay: float) -> dict[str, Any]:
 
 
 NODES = (
-    NodeSpec(
-        type="testpack.Shout",
-        title="Shout",
-        category="test pack",
-        run=_shout,
-        inputs=[Input("text", TEXT)],
-        params=[Param("times", "int", default=1, min=1, max=5)],
-        outputs=[Output("text", TEXT)],
-        description="Upper-cases the text.",
-    ),
+    Shout.spec,
     NodeSpec(
         type="testpack.Slow",
         title="Slow",
