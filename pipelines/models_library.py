@@ -1,14 +1,16 @@
 """The models library: one or more model roots, searched by name, listed with size, family and format.
 
 Lives here: `ModelsLibrary`, `ModelEntry`, `MODEL_KINDS`, `KIND_FOLDERS`, `detect_family`,
-`load_saved_roots`, `save_roots`, `roots_from_env`. May import: stdlib, safetensors, memory.paths.
+`load_saved_roots`, `save_roots`, `roots_from_env`. May import: stdlib, safetensors, memory.paths,
+pipelines.weight_format.
 
 A root is ComfyUI-style when it has any of ComfyUI's model sub-folders (`checkpoints`, `diffusion_models`
 or `unet`, `text_encoders` or `clip`, `vae`, `loras`, `controlnet`, `upscale_models`, `embeddings`), or
 when it is a ComfyUI install with such a `models/` folder; otherwise it is flat and every file under it
 counts. A workflow names a model relative to a root (`sd15/dreamshaper.safetensors`); the library is an
 object handed in (no module state). Family detection reads the safetensors header only (tensor names
-and shapes, through `safe_open`), never the weights.
+and shapes, through `safe_open`), never the weights; the format comes from the file's first bytes, as the
+loaders decide it (`pipelines.weight_format`), never from its name.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from memory.paths import user_data_dir
+from pipelines.weight_format import DamagedWeightsError, sniff_weight_format
 
 # Our kind -> the ComfyUI sub-folders holding it, first the current name then the legacy one.
 KIND_FOLDERS: dict[str, tuple[str, ...]] = {
@@ -45,7 +48,7 @@ class ModelEntry:
     root: Path
     kind: str  # one of MODEL_KINDS, or "" for a flat root
     size: int
-    format: str  # "safetensors", "gguf", "pickle", "diffusers"
+    format: str  # by content: "safetensors", "gguf", "torch-zip", "pickle", "unknown", "damaged", "diffusers"
     family: str  # "sd", "sdxl", "sd3", "flux", ... or "?" when the header does not tell
 
 
@@ -108,14 +111,15 @@ def _family_from_keys(keys: list[str], shapes: dict[str, list[int]]) -> str | No
 
 
 def _format(path: Path) -> str:
+    """The format by content, as the loaders decide it: a torch zip named `.safetensors` is not listed as one."""
     if path.is_dir():
         return "diffusers"
-    suffix = path.suffix.lower()
-    if suffix in (".safetensors", ".sft"):
-        return "safetensors"
-    if suffix == ".gguf":
-        return "gguf"
-    return "pickle"
+    try:
+        return sniff_weight_format(path).value
+    except DamagedWeightsError:
+        return "damaged"
+    except OSError:
+        return "unreadable"
 
 
 class ModelsLibrary:
