@@ -182,7 +182,7 @@ class HeadlessPrinter:
             sys.stdout.flush()
             self.streaming = None
         if not self.quiet:
-            self.progress.console.print(message, highlight=False)
+            self.progress.console.print(message, highlight=False, soft_wrap=True)
 
     def __call__(self, event: RunEvent) -> None:
         if isinstance(event, RunStarted):
@@ -236,12 +236,8 @@ class HeadlessPrinter:
             files = "".join(f"\n      -> {escape(f)}" for f in event.files)
             self._say(f"  [green]{escape(event.node_id)}[/] done in {event.seconds:.2f} s{files}")
         elif isinstance(event, NodeFailed):
-            # Errors are shown even when quiet.
-            self.progress.console.print(
-                f"  [red]{escape(event.node_id)} ({event.node_type}) failed[/]: "
-                f"{event.error_type}: {escape(_capped(event.message))}",
-                highlight=False,
-            )
+            # In the flow of progress lines; quiet or not, run_headless ends with the same text once.
+            self._say(f"  [red]{escape(_capped(event.text))}[/]")
         elif isinstance(event, RunFinished):
             status = "ok" if event.ok else ("cancelled" if event.cancelled else "failed")
             self._say(f"[bold]run {event.run_index + 1} {status}[/] in {event.seconds:.2f} s")
@@ -328,10 +324,8 @@ def run_headless(args: Any, registry: NodeRegistry) -> int:
     if aborted or any(r.cancelled for r in results):
         return EXIT_INTERRUPTED
     if not report["ok"]:
-        failed = results[-1]
         err.print(
-            f"[red]run failed[/] at node {failed.failed_node!r}: {escape(_capped(str(failed.error)))}",
-            highlight=False,
+            f"[red]run failed[/]: {escape(_capped(str(results[-1].error)))}", highlight=False, soft_wrap=True
         )
         return EXIT_FAILED
     if not args.quiet:

@@ -36,6 +36,7 @@ from nodes.events import (
     RunEvent,
     RunFinished,
     RunStarted,
+    failure_text,
 )
 from nodes.registry import NodeRegistry
 from nodes.spec import NodeSpec
@@ -75,7 +76,28 @@ class NodeRunError(Exception):
 
     def __init__(self, node_id: str, node_type: str, error_type: str, message: str) -> None:
         self.node_id, self.node_type, self.error_type = node_id, node_type, error_type
-        super().__init__(f"node {node_id!r} ({node_type}) failed: {error_type}: {message}")
+        super().__init__(failure_text(node_id, node_type, message))
+
+
+def exception_message(exc: BaseException) -> str:
+    """What an exception says, as a phrase a user can read (its class name only when it says nothing)."""
+    if isinstance(exc, KeyError) and len(exc.args) == 1:
+        return f"no entry {exc.args[0]!r}"  # str(KeyError('x')) is just "'x'"
+    text = str(exc).strip()
+    return text or f"an internal error with no message ({type(exc).__name__})"
+
+
+def _with_field(spec: NodeSpec, kwargs: dict[str, Any], message: str) -> str:
+    """`message`, led by the file parameter it is about when it names that file and no field yet."""
+    if message.startswith("field "):
+        return message
+    for param in spec.params:
+        value = kwargs.get(param.name)
+        if param.kind == "path" and isinstance(value, str) and value:
+            name = os.path.basename(value.rstrip("/"))
+            if name and name in message:
+                return f"field {param.name!r}: {message}"
+    return message
 
 
 @dataclass
@@ -380,7 +402,7 @@ class Executor:
                         "node %s ran out of memory; retrying under policy %r", nid, self.memory.policy
                     )
                     continue
-                message = str(exc) or type(exc).__name__
+                message = _with_field(spec, kwargs, exception_message(exc))
                 if self.memory.is_oom(exc) and not isinstance(exc, BudgetExceeded):
                     # BudgetExceeded already ends with the ledger; anything else gets it once here.
                     message += "\n\nWhat was where:\n" + self.memory.ledger_text()
