@@ -40,6 +40,7 @@ from nodes.events import (
     progress_rate,
 )
 from nodes.executor import Executor, RunResult
+from nodes.files import write_target_problem
 from nodes.modes import runnable
 from nodes.registry import NodeRegistry
 from nodes.workflow import Problem, Workflow, WorkflowError, atomic_write_text
@@ -260,6 +261,10 @@ def run_headless(args: Any, registry: NodeRegistry) -> int:
         err.print(f"[red]error[/]: {escape(message)}", highlight=False)
     if set_errors:
         return EXIT_INVALID
+    problem = write_target_problem(args.report) if args.report else None
+    if problem is not None:
+        err.print(f"[red]error[/]: --report {escape(problem)}", highlight=False, soft_wrap=True)
+        return EXIT_INVALID
     try:
         # A Nodeloom workflow, or a ComfyUI file imported on the fly; model names through the library.
         wf = load_run_workflow(args.run, registry, library_from(getattr(args, "models_dir", None)))
@@ -303,6 +308,7 @@ def run_headless(args: Any, registry: NodeRegistry) -> int:
     results: list[RunResult] = []
     out_dir = Path(args.out)
     aborted = False
+    report_error: str | None = None
     try:
         with HeadlessPrinter(err, args.quiet) as printer:
             memory.telemetry.subscribe(printer.on_memory)
@@ -319,10 +325,21 @@ def run_headless(args: Any, registry: NodeRegistry) -> int:
         try:
             if args.report:
                 atomic_write_text(Path(args.report), json.dumps(report, indent=2, default=str) + "\n")
+        except OSError as exc:  # a full disk, a folder made read-only meanwhile: the outputs stay
+            report_error = f"cannot write the report {args.report}: {exc.strerror or exc}"
         finally:
             memory.close()
     if aborted or any(r.cancelled for r in results):
         return EXIT_INTERRUPTED
+    if report_error is not None:
+        kept = sum(len(n.files) for r in results for n in r.nodes.values())
+        err.print(
+            f"[red]error[/]: {escape(report_error)}; the run's {kept} output file(s) under "
+            f"{escape(str(out_dir))} are kept",
+            highlight=False,
+            soft_wrap=True,
+        )
+        return EXIT_FAILED
     if not report["ok"]:
         err.print(
             f"[red]run failed[/]: {escape(_capped(str(results[-1].error)))}", highlight=False, soft_wrap=True

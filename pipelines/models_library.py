@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -237,10 +237,9 @@ def load_saved_roots() -> list[Path]:
     return [Path(r) for r in roots if isinstance(r, str)] if isinstance(roots, list) else []
 
 
-def save_roots(roots: Iterable[Path]) -> Path:
+def save_roots(roots: Iterable[Path], write_text: Callable[[Path, str], None]) -> Path:
+    """Save the roots setting with `write_text`: the app's atomic writer (`nodes.files.atomic_write_text`,
+    which pipelines/ cannot import), so two processes saving at once or a full disk never leave a torn file."""
     path = _settings_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"roots": [str(r) for r in roots]}, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    write_text(path, json.dumps({"roots": [str(r) for r in roots]}, indent=2) + "\n")
     return path
