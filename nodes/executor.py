@@ -308,6 +308,7 @@ class Executor:
                 values[nid] = outputs
                 record = result.nodes[nid]
                 self._cache[nid] = (sigs[nid], outputs, list(record.files), dict(record.metrics))
+                self._check_budget(wf, nid, spec, to_run[to_run.index(nid) + 1 :], outputs, result, emit)
             result.ok = True
         except Cancelled:
             result.cancelled = True
@@ -332,6 +333,35 @@ class Executor:
             if link.node in values:
                 keys |= model_keys(values[link.node].get(link.output))
         return keys
+
+    def _check_budget(
+        self,
+        wf: Workflow,
+        nid: str,
+        spec: NodeSpec,
+        remaining: list[str],
+        outputs: dict[str, Any],
+        result: RunResult,
+        emit: Callable[[RunEvent], None],
+    ) -> None:
+        """After a node hands out models: each one the rest of the run uses must be able to fit at all.
+
+        Loader nodes only register models (their bytes from headers and configs); loads happen in the nodes
+        using them. So a budget too small for a model is refused here, on the node that chose it, before the
+        model is ever loaded rather than after the work before its first use.
+        """
+        keys: list[str] = []
+        for other in remaining:
+            for link in wf.nodes[other].inputs.values():
+                if link.node == nid:
+                    keys += sorted(model_keys(outputs.get(link.output)))
+        problem = self.memory.budget_problem(dict.fromkeys(keys)) if keys else None
+        if problem is None:
+            return
+        record = result.nodes[nid]
+        record.status, record.error = "error", {"type": "BudgetExceeded", "message": problem}
+        emit(NodeFailed(nid, spec.type, "BudgetExceeded", problem, record.seconds))
+        raise NodeRunError(nid, spec.type, "BudgetExceeded", problem)
 
     def _check_wired_param(
         self,
