@@ -1,6 +1,7 @@
 """The executor: runs what the requested outputs need, in topological order, with a cache.
 
-Lives here: `Executor`, `RunResult`, `NodeResult`, `NodeRunError`. Imports `memory`, `nodes.*`.
+Lives here: `Executor`, `RunResult`, `NodeResult`, `NodeRunError`, `model_keys`. Imports `memory`, `nodes.*`;
+how a failure reads and which models a node hands on are in `nodes.failures`.
 
 Each node's cache key (its signature) hashes its type, version and parameters together with the
 signatures of the nodes feeding it, so after an edit only that node and its descendants re-run
@@ -38,6 +39,7 @@ from nodes.events import (
     RunStarted,
     failure_text,
 )
+from nodes.failures import exception_message, wired_models, with_field
 from nodes.registry import NodeRegistry
 from nodes.spec import NodeSpec
 from nodes.workflow import Workflow, WorkflowError, validate
@@ -77,27 +79,6 @@ class NodeRunError(Exception):
     def __init__(self, node_id: str, node_type: str, error_type: str, message: str) -> None:
         self.node_id, self.node_type, self.error_type = node_id, node_type, error_type
         super().__init__(failure_text(node_id, node_type, message))
-
-
-def exception_message(exc: BaseException) -> str:
-    """What an exception says, as a phrase a user can read (its class name only when it says nothing)."""
-    if isinstance(exc, KeyError) and len(exc.args) == 1:
-        return f"no entry {exc.args[0]!r}"  # str(KeyError('x')) is just "'x'"
-    text = str(exc).strip()
-    return text or f"an internal error with no message ({type(exc).__name__})"
-
-
-def _with_field(spec: NodeSpec, kwargs: dict[str, Any], message: str) -> str:
-    """`message`, led by the file parameter it is about when it names that file and no field yet."""
-    if message.startswith("field "):
-        return message
-    for param in spec.params:
-        value = kwargs.get(param.name)
-        if param.kind == "path" and isinstance(value, str) and value:
-            name = os.path.basename(value.rstrip("/"))
-            if name and name in message:
-                return f"field {param.name!r}: {message}"
-    return message
 
 
 @dataclass
@@ -350,14 +331,11 @@ class Executor:
         using them. So a budget too small for a model is refused here, on the node that chose it, before the
         model is ever loaded rather than after the work before its first use.
         """
-        keys: list[str] = []
-        for other in remaining:
-            for link in wf.nodes[other].inputs.values():
-                if link.node == nid:
-                    keys += sorted(model_keys(outputs.get(link.output)))
-        problem = self.memory.budget_problem(dict.fromkeys(keys)) if keys else None
+        keys = wired_models(wf, nid, remaining, outputs, model_keys)
+        problem = self.memory.budget_problem(keys) if keys else None
         if problem is None:
             return
+        self._cache.pop(nid, None)  # a cached loader would skip this check on the next run
         record = result.nodes[nid]
         record.status, record.error = "error", {"type": "BudgetExceeded", "message": problem}
         emit(NodeFailed(nid, spec.type, "BudgetExceeded", problem, record.seconds))
@@ -432,7 +410,7 @@ class Executor:
                         "node %s ran out of memory; retrying under policy %r", nid, self.memory.policy
                     )
                     continue
-                message = _with_field(spec, kwargs, exception_message(exc))
+                message = with_field(spec, kwargs, exception_message(exc))
                 if self.memory.is_oom(exc) and not isinstance(exc, BudgetExceeded):
                     # BudgetExceeded already ends with the ledger; anything else gets it once here.
                     message += "\n\nWhat was where:\n" + self.memory.ledger_text()

@@ -13,7 +13,8 @@ import torch
 
 from app.main import main
 from nodes.events import NodeFailed, failure_text
-from nodes.executor import NodeRunError, exception_message
+from nodes.executor import NodeRunError
+from nodes.failures import exception_message
 
 
 def test_the_failure_text_names_the_node_and_not_the_class() -> None:
