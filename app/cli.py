@@ -40,6 +40,7 @@ from nodes.events import (
     progress_rate,
 )
 from nodes.executor import Executor, RunResult
+from nodes.files import write_target_problem
 from nodes.modes import runnable
 from nodes.registry import NodeRegistry
 from nodes.workflow import Problem, Workflow, WorkflowError, atomic_write_text
@@ -155,7 +156,7 @@ class HeadlessPrinter:
             sys.stdout.flush()
             self.streaming = None
         if not self.quiet:
-            self.progress.console.print(message, highlight=False)
+            self.progress.console.print(message, highlight=False, soft_wrap=True)
 
     def __call__(self, event: RunEvent) -> None:
         if isinstance(event, RunStarted):
@@ -209,12 +210,8 @@ class HeadlessPrinter:
             files = "".join(f"\n      -> {escape(f)}" for f in event.files)
             self._say(f"  [green]{escape(event.node_id)}[/] done in {event.seconds:.2f} s{files}")
         elif isinstance(event, NodeFailed):
-            # Errors are shown even when quiet.
-            self.progress.console.print(
-                f"  [red]{escape(event.node_id)} ({event.node_type}) failed[/]: "
-                f"{event.error_type}: {escape(_capped(event.message))}",
-                highlight=False,
-            )
+            # In the flow of progress lines; quiet or not, run_headless ends with the same text once.
+            self._say(f"  [red]{escape(_capped(event.text))}[/]")
         elif isinstance(event, RunFinished):
             status = "ok" if event.ok else ("cancelled" if event.cancelled else "failed")
             self._say(f"[bold]run {event.run_index + 1} {status}[/] in {event.seconds:.2f} s")
@@ -244,6 +241,10 @@ def run_headless(args: Any, registry: NodeRegistry) -> int:
     for message in set_errors:
         err.print(f"[red]error[/]: {escape(message)}", highlight=False)
     if set_errors:
+        return EXIT_INVALID
+    problem = write_target_problem(args.report) if args.report else None
+    if problem is not None:
+        err.print(f"[red]error[/]: --report {escape(problem)}", highlight=False, soft_wrap=True)
         return EXIT_INVALID
     try:
         # A Nodeloom workflow, or a ComfyUI file imported on the fly; model names through the library.
@@ -281,6 +282,7 @@ def run_headless(args: Any, registry: NodeRegistry) -> int:
     results: list[RunResult] = []
     out_dir = Path(args.out)
     aborted = False
+    report_error: str | None = None
     try:
         with HeadlessPrinter(err, args.quiet) as printer:
             memory.telemetry.subscribe(printer.on_memory)
@@ -297,15 +299,24 @@ def run_headless(args: Any, registry: NodeRegistry) -> int:
         try:
             if args.report:
                 atomic_write_text(Path(args.report), json.dumps(report, indent=2, default=str) + "\n")
+        except OSError as exc:  # a full disk, a folder made read-only meanwhile: the outputs stay
+            report_error = f"cannot write the report {args.report}: {exc.strerror or exc}"
         finally:
             memory.close()
     if aborted or any(r.cancelled for r in results):
         return EXIT_INTERRUPTED
-    if not report["ok"]:
-        failed = results[-1]
+    if report_error is not None:
+        kept = sum(len(n.files) for r in results for n in r.nodes.values())
         err.print(
-            f"[red]run failed[/] at node {failed.failed_node!r}: {escape(_capped(str(failed.error)))}",
+            f"[red]error[/]: {escape(report_error)}; the run's {kept} output file(s) under "
+            f"{escape(str(out_dir))} are kept",
             highlight=False,
+            soft_wrap=True,
+        )
+        return EXIT_FAILED
+    if not report["ok"]:
+        err.print(
+            f"[red]run failed[/]: {escape(_capped(str(results[-1].error)))}", highlight=False, soft_wrap=True
         )
         return EXIT_FAILED
     if not args.quiet:

@@ -259,12 +259,12 @@ def models_library_command(action: str, argv: list[str]) -> int:
             return EXIT_INVALID
         if folder not in roots:
             roots.append(folder)
-        print(f"models roots saved in {save_roots(roots)}")
+        print(f"models roots saved in {save_roots(roots, atomic_write_text)}")
         return EXIT_OK
     if action == "remove-root":
         folder = args.dir.expanduser().resolve()
         roots = [r for r in load_saved_roots() if r != folder]
-        print(f"models roots saved in {save_roots(roots)}")
+        print(f"models roots saved in {save_roots(roots, atomic_write_text)}")
         return EXIT_OK
     library = library_from(args.models_dir)
     if action == "roots":

@@ -37,6 +37,7 @@ import torch
 from memory.config import MemoryConfig, parse_bytes
 from memory.devices import NvmlProbe, read_device, read_host, resolve_device
 from memory.errors import BudgetExceeded, fmt_bytes
+from memory.fit import budget_problem
 from memory.learned import LearnedPeaks
 from memory.ledger import ComponentSpec, Ledger, ModelHandle
 from memory.load_progress import ReportingSource
@@ -150,6 +151,12 @@ class MemoryManager:
 
     def handle(self, key: str) -> ModelHandle:
         return self.ledger.handles[key]
+
+    def budget_problem(self, keys: Iterable[str]) -> str | None:
+        """Why one of these registered models can never fit the device budget (checked before any load), or
+        None; from headers only (`memory.fit`), a lower bound that never refuses what a policy could run."""
+        handles = [self.ledger.handles[k] for k in keys if k in self.ledger.handles]
+        return budget_problem(handles, self.budget, self.device.type, self._placer.can_stream)
 
     def working_estimate(self, handle: ModelHandle, working: Working) -> tuple[int, int | None]:
         """(bytes to reserve, learned figure or None) for `working` beside `handle` in the current node."""

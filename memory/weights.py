@@ -47,14 +47,15 @@ def header_bytes(
 
     With `prefixes`, only keys starting with one of them count (one component of a single-file checkpoint).
     """
+    return sum(n for key, n in header_tensor_bytes(files, dtype) if not prefixes or key.startswith(prefixes))
+
+
+def header_tensor_bytes(files: Iterable[Path], dtype: torch.dtype | None = None) -> Iterator[tuple[str, int]]:
+    """(key, bytes once loaded at `dtype`) for every tensor in the files, from their headers only."""
     target = element_size(dtype) if dtype is not None else None
-    total = 0
     for _, key, tag, shape in header_entries(files):
-        if prefixes and not key.startswith(prefixes):
-            continue
         size = target if (target is not None and tag in _FLOAT_TAGS) else _TAG_SIZE[tag]
-        total += _numel(shape) * size
-    return total
+        yield key, _numel(shape) * size
 
 
 def named_tensors(module: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:

@@ -3,7 +3,8 @@
 Lives here: one frozen dataclass per event and the `RunEvent` union. Imports nothing from Nodeloom.
 The headless CLI prints them; the GUI turns them into queued Qt signals. They are values, not strings.
 Also here: `PROGRESS_KINDS`, the one list of progress kinds, and `describe_progress`, the one wording of a
-progress event that the CLI and the GUI both show ("loading unet 0.8/3.2 GiB", "converting GGUF 40%").
+progress event that the CLI and the GUI both show ("loading unet 0.8/3.2 GiB", "converting GGUF 40%"),
+and `failure_text`, the one wording of a node's failure (CLI, editor, sweep rows, report).
 """
 
 from __future__ import annotations
@@ -166,13 +167,26 @@ class NodeFinished:
     metrics: dict[str, float] = field(default_factory=dict)
 
 
+def failure_text(node_id: str, node_type: str, message: str) -> str:
+    """A node's failure as users read it: a sentence naming the node, then what went wrong.
+
+    The exception's class is not part of it ("UnsafeFormatError: ..." means nothing to a user); it stays in
+    `NodeFailed.error_type` and the report's `error.type` for whoever debugs.
+    """
+    return f"node {node_id!r} ({node_type}) failed: {message}"
+
+
 @dataclass(frozen=True)
 class NodeFailed:
     node_id: str
     node_type: str
-    error_type: str
-    message: str
+    error_type: str  # the exception's class, for reports and debugging; never shown as the message
+    message: str  # what went wrong, naming the field where the executor knows it
     seconds: float
+
+    @property
+    def text(self) -> str:
+        return failure_text(self.node_id, self.node_type, self.message)
 
 
 @dataclass(frozen=True)

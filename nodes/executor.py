@@ -1,6 +1,7 @@
 """The executor: runs what the requested outputs need, in topological order, with a cache.
 
-Lives here: `Executor`, `RunResult`, `NodeResult`, `NodeRunError`. Imports `memory`, `nodes.*`.
+Lives here: `Executor`, `RunResult`, `NodeResult`, `NodeRunError`, `model_keys`. Imports `memory`, `nodes.*`;
+how a failure reads and which models a node hands on are in `nodes.failures`.
 
 Each node's cache key (its signature) hashes its type, version and parameters together with the
 signatures of the nodes feeding it, so after an edit only that node and its descendants re-run
@@ -36,7 +37,9 @@ from nodes.events import (
     RunEvent,
     RunFinished,
     RunStarted,
+    failure_text,
 )
+from nodes.failures import exception_message, wired_models, with_field
 from nodes.registry import NodeRegistry
 from nodes.spec import NodeSpec
 from nodes.workflow import Workflow, WorkflowError, validate
@@ -75,7 +78,7 @@ class NodeRunError(Exception):
 
     def __init__(self, node_id: str, node_type: str, error_type: str, message: str) -> None:
         self.node_id, self.node_type, self.error_type = node_id, node_type, error_type
-        super().__init__(f"node {node_id!r} ({node_type}) failed: {error_type}: {message}")
+        super().__init__(failure_text(node_id, node_type, message))
 
 
 @dataclass
@@ -284,6 +287,7 @@ class Executor:
                 values[nid] = outputs
                 record = result.nodes[nid]
                 self._cache[nid] = (sigs[nid], outputs, list(record.files), dict(record.metrics))
+                self._check_budget(wf, nid, spec, to_run[to_run.index(nid) + 1 :], outputs, result, emit)
             result.ok = True
         except Cancelled:
             result.cancelled = True
@@ -308,6 +312,32 @@ class Executor:
             if link.node in values:
                 keys |= model_keys(values[link.node].get(link.output))
         return keys
+
+    def _check_budget(
+        self,
+        wf: Workflow,
+        nid: str,
+        spec: NodeSpec,
+        remaining: list[str],
+        outputs: dict[str, Any],
+        result: RunResult,
+        emit: Callable[[RunEvent], None],
+    ) -> None:
+        """After a node hands out models: each one the rest of the run uses must be able to fit at all.
+
+        Loader nodes only register models (their bytes from headers and configs); loads happen in the nodes
+        using them. So a budget too small for a model is refused here, on the node that chose it, before the
+        model is ever loaded rather than after the work before its first use.
+        """
+        keys = wired_models(wf, nid, remaining, outputs, model_keys)
+        problem = self.memory.budget_problem(keys) if keys else None
+        if problem is None:
+            return
+        self._cache.pop(nid, None)  # a cached loader would skip this check on the next run
+        record = result.nodes[nid]
+        record.status, record.error = "error", {"type": "BudgetExceeded", "message": problem}
+        emit(NodeFailed(nid, spec.type, "BudgetExceeded", problem, record.seconds))
+        raise NodeRunError(nid, spec.type, "BudgetExceeded", problem)
 
     def _check_wired_param(
         self,
@@ -377,7 +407,7 @@ class Executor:
                         "node %s ran out of memory; retrying under policy %r", nid, self.memory.policy
                     )
                     continue
-                message = str(exc) or type(exc).__name__
+                message = with_field(spec, kwargs, exception_message(exc))
                 if self.memory.is_oom(exc) and not isinstance(exc, BudgetExceeded):
                     # BudgetExceeded already ends with the ledger; anything else gets it once here.
                     message += "\n\nWhat was where:\n" + self.memory.ledger_text()

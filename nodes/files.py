@@ -1,7 +1,7 @@
 """Writing files so that a crash, a kill or a full disk never leaves a torn or empty file behind.
 
-Lives here: `atomic_write_text`, `write_new_output`, `check_prefix`, `clean_stale_temp_files`,
-`temp_path_for`, `fsync_dir`. Imports only the standard library.
+Lives here: `atomic_write`, `atomic_write_text`, `atomic_write_bytes`, `write_new_output`, `check_prefix`, `clean_stale_temp_files`,
+`temp_path_for`, `fsync_dir`, `write_target_problem`. Imports only the standard library.
 
 Every write goes to a temporary name in the target's folder, is fsynced, then renamed into place and the
 folder fsynced (so the rename itself survives a power cut). Temporary names carry our marker and the
@@ -23,6 +23,20 @@ TEMP_MARKER = "nodeloom"
 # Ours: ".<name>.nodeloom-<pid>-<hex>.tmp"; older versions wrote mkstemp's ".<name>.<8 chars>.tmp".
 _OURS = re.compile(r"\..+\.nodeloom-(\d+)-[0-9a-f]+\.tmp")
 LEGACY_STALE_AFTER_S = 3600.0  # legacy names carry no pid: only delete them once clearly abandoned
+
+
+def write_target_problem(path: Path) -> str | None:
+    """Why no file can ever be written at `path` (a folder there, a file where a folder must be), or None.
+
+    Asked before a run, so `--report out.txt/r.json` is refused at once rather than after the work is done.
+    """
+    path = Path(path)
+    if path.is_dir():
+        return f"{path} is a folder; give a file name"
+    for parent in path.parents:
+        if parent.exists():
+            return None if parent.is_dir() else f"{parent} is a file, so {path} cannot be written under it"
+    return None
 
 
 def check_prefix(prefix: str) -> None:
@@ -133,6 +147,16 @@ def _write_temp(path: Path, write: Callable[[Path], None], mode: int) -> Path:
 
 def atomic_write_text(path: Path, text: str) -> None:
     """Write to a temp file in the same folder, fsync, rename over the target: never a torn file."""
+    atomic_write(path, lambda p: p.write_text(text, encoding="utf-8"))
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """`atomic_write_text` for bytes."""
+    atomic_write(path, lambda p: p.write_bytes(data))
+
+
+def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
+    """`write(tmp_path)` produces the content (a PIL save, a text); it replaces `path` only once complete."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     clean_stale_temp_files(path.parent, legacy_target=path.name)
@@ -140,7 +164,7 @@ def atomic_write_text(path: Path, text: str) -> None:
         mode = path.stat().st_mode & 0o777  # keep the permissions the file had
     except FileNotFoundError:
         mode = _umask_mode()
-    tmp = _write_temp(path, lambda p: p.write_text(text, encoding="utf-8"), mode)
+    tmp = _write_temp(path, write, mode)
     try:
         os.replace(tmp, path)
     except BaseException:

@@ -61,7 +61,7 @@ class LoadLoRA(Node):
         file = resolve_model_path(self.path)
         if file.is_dir():
             raise IsADirectoryError(f"field 'path': {file} is a folder; a LoRA is one .safetensors file")
-        lora, applied, stray = check_lora(file, denoiser, text_encoder)
+        lora, applied, stray = check_lora(file, denoiser, text_encoder, allow_pickle=ctx.allow_pickle)
         counts = ", ".join(f"{target} {len(layers)}" for target, layers in lora.targets.items())
         ctx.log(f"{file.name}: {lora.layout} layout, {lora.layer_count()} layers ({counts})")
         if stray:
@@ -70,11 +70,15 @@ class LoadLoRA(Node):
                 f"(e.g. {', '.join(stray[:5])}); {applied} layers will be applied"
             )
         targets = tuple(t for t, layers in lora.targets.items() if layers)
-        model_patch = make_patch(file, self.strength_model, targets)
+        model_patch = make_patch(file, self.strength_model, targets, allow_pickle=ctx.allow_pickle)
         out_denoiser = dataclasses.replace(denoiser, patches=(*denoiser.patches, model_patch))
         out_text = (
             dataclasses.replace(
-                text_encoder, patches=(*text_encoder.patches, make_patch(file, self.strength_text, targets))
+                text_encoder,
+                patches=(
+                    *text_encoder.patches,
+                    make_patch(file, self.strength_text, targets, allow_pickle=ctx.allow_pickle),
+                ),
             )
             if text_encoder is not None
             else None

@@ -30,6 +30,8 @@ MODEL_TYPES: frozenset[str] = frozenset({DENOISER.name, TEXT_ENCODER.name, VAE.n
 
 # A range can't silently expand into millions of jobs from a typo such as `1..1e9`.
 MAX_VALUES = 100_000
+# Nor can a grid of several axes, each under MAX_VALUES: the product is counted before any job is built.
+MAX_JOBS = 100_000
 
 _NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
 _RANGE_RE = re.compile(rf"^\s*({_NUMBER})\s*\.\.\s*({_NUMBER})\s*(?::\s*({_NUMBER})\s*)?$")
@@ -86,11 +88,18 @@ def _range_values(flag: str, start: str, stop: str, step: str | None) -> list[fl
         d = 1.0 if b >= a else -1.0
     else:
         d = float(step)
+    for text, number in ((start, a), (stop, b), (step, d)):
+        if not math.isfinite(number):  # `1e400` parses as inf: no count, no int
+            raise SweepError(f"{flag}: {text} is too large a number for a range")
     if d == 0 or (b - a) * d < 0:
         raise SweepError(f"{flag}: the step {step} never gets from {start} to {stop}")
-    count = math.floor((b - a) / d + 1e-9) + 1
+    span = (b - a) / d  # 1..1e300 overflows nothing as a float, and is refused before any list is built
+    count = math.floor(span + 1e-9) + 1 if math.isfinite(span) else math.inf
     if count > MAX_VALUES:
-        raise SweepError(f"{flag}: {count:,} values; a sweep takes at most {MAX_VALUES:,}")
+        shown = (
+            f"{count:,}" if count < 10**15 else (f"about {count:.3g}" if math.isfinite(count) else "too many")
+        )
+        raise SweepError(f"{flag}: {shown} values; a sweep takes at most {MAX_VALUES:,}")
     if is_float:
         # a + i*d, rounded: 0.1 steps give 0.3, not 0.30000000000000004.
         return [round(a + i * d, 10) for i in range(count)]
@@ -165,8 +174,17 @@ def plan_jobs(axes: Sequence[SweepAxis], *, zip_axes: bool = False) -> list[Swee
             raise SweepError(f"--zip pairs values in order, so every --sweep needs as many: {listed}")
         combos: Iterable[tuple[Any, ...]] = zip(*(a.values for a in axes), strict=True)
     else:
+        _check_grid_size(axes)
         combos = itertools.product(*(a.values for a in axes))
     return [SweepJob(i, dict(zip(targets, combo, strict=True))) for i, combo in enumerate(combos)]
+
+
+def _check_grid_size(axes: Sequence[SweepAxis]) -> None:
+    """Refuse a grid of more than MAX_JOBS jobs, counted from the axes' lengths (no job built yet)."""
+    count = math.prod(len(a.values) for a in axes)
+    if count > MAX_JOBS:
+        sizes = " x ".join(f"{a.flag or a.target} ({len(a.values):,} values)" for a in axes)
+        raise SweepError(f"{sizes}: a grid of {count:,} jobs; a sweep runs at most {MAX_JOBS:,}")
 
 
 def apply_job(wf: Workflow, job: SweepJob) -> Workflow:

@@ -1,7 +1,7 @@
 """The models library: one or more model roots, searched by name, listed with size, family and format.
 
 Lives here: `ModelsLibrary`, `ModelEntry`, `MODEL_KINDS`, `KIND_FOLDERS`, `detect_family`,
-`load_saved_roots`, `save_roots`, `roots_from_env`. May import: stdlib, memory.paths,
+`load_saved_roots`, `save_roots`, `roots_from_env`. May import: stdlib, memory.paths, pipelines.weight_format,
 pipelines.diffusion.family_detect (the family registry's detector; `detect_family` is re-exported from it).
 
 A root is ComfyUI-style when it has any of ComfyUI's model sub-folders (`checkpoints`, `diffusion_models`
@@ -9,19 +9,21 @@ or `unet`, `text_encoders` or `clip`, `vae`, `loras`, `controlnet`, `upscale_mod
 when it is a ComfyUI install with such a `models/` folder; otherwise it is flat and every file under it
 counts. A workflow names a model relative to a root (`sd15/dreamshaper.safetensors`); the library is an
 object handed in (no module state). Family detection reads the safetensors header only (tensor names
-and shapes, through `safe_open`), never the weights.
+and shapes, through `safe_open`), never the weights; the format comes from the file's first bytes, as the
+loaders decide it (`pipelines.weight_format`), never from its name.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from memory.paths import user_data_dir
 from pipelines.diffusion.family_detect import detect_family  # noqa: F401 (re-exported)
+from pipelines.weight_format import DamagedWeightsError, sniff_weight_format
 
 # Our kind -> the ComfyUI sub-folders holding it, first the current name then the legacy one.
 KIND_FOLDERS: dict[str, tuple[str, ...]] = {
@@ -47,7 +49,7 @@ class ModelEntry:
     root: Path
     kind: str  # one of MODEL_KINDS, or "" for a flat root
     size: int
-    format: str  # "safetensors", "gguf", "pickle", "diffusers"
+    format: str  # by content: "safetensors", "gguf", "torch-zip", "pickle", "unknown", "damaged", "diffusers"
     family: str  # "sd", "sdxl", "sd3", "flux", ... or "?" when the header does not tell
 
 
@@ -56,14 +58,15 @@ def _has_kind_folders(folder: Path) -> bool:
 
 
 def _format(path: Path) -> str:
+    """The format by content, as the loaders decide it: a torch zip named `.safetensors` is not listed as one."""
     if path.is_dir():
         return "diffusers"
-    suffix = path.suffix.lower()
-    if suffix in (".safetensors", ".sft"):
-        return "safetensors"
-    if suffix == ".gguf":
-        return "gguf"
-    return "pickle"
+    try:
+        return sniff_weight_format(path).value
+    except DamagedWeightsError:
+        return "damaged"
+    except OSError:
+        return "unreadable"
 
 
 class ModelsLibrary:
@@ -181,10 +184,9 @@ def load_saved_roots() -> list[Path]:
     return [Path(r) for r in roots if isinstance(r, str)] if isinstance(roots, list) else []
 
 
-def save_roots(roots: Iterable[Path]) -> Path:
+def save_roots(roots: Iterable[Path], write_text: Callable[[Path, str], None]) -> Path:
+    """Save the roots setting with `write_text`: the app's atomic writer (`nodes.files.atomic_write_text`,
+    which pipelines/ cannot import), so two processes saving at once or a full disk never leave a torn file."""
     path = _settings_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"roots": [str(r) for r in roots]}, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    write_text(path, json.dumps({"roots": [str(r) for r in roots]}, indent=2) + "\n")
     return path

@@ -1,8 +1,8 @@
 """What a weights file really is, decided by its content, and the one gate every loader passes.
 
 Lives here: `WeightFormat`, `sniff_weight_format`, `check_weights_format`, `load_pickle_state_dict`,
-`open_gguf_reader`, `UnsafeFormatError`, `DamagedWeightsError`. Imports stdlib, safetensors and (lazily)
-torch and gguf-py; nothing from Nodeloom.
+`open_gguf_reader`, `UnsafeFormatError`, `DamagedWeightsError`. Imports stdlib, safetensors, (lazily)
+torch and gguf-py, and `pipelines.gguf_header` (stdlib only).
 
 A file name proves nothing: a pickle renamed `model.SAFETENSORS`, `model.gguf` or `model` runs its payload
 the moment `torch.load(weights_only=False)` opens it. So the format comes from the bytes:
@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from safetensors import SafetensorError, safe_open
+
+from pipelines.gguf_header import gguf_header_problem
 
 _GGUF_MAGIC = b"GGUF"
 _ZIP_MAGIC = b"PK\x03\x04"
@@ -65,8 +67,9 @@ def _looks_like_safetensors(head: bytes) -> bool:
 def sniff_weight_format(path: Path) -> WeightFormat:
     """The format of `path` from its first bytes (and the safetensors header); never executes anything.
 
-    Raises `DamagedWeightsError` for an empty file, or one that starts like safetensors but whose header
-    `safe_open` rejects (truncated or corrupt): such a file is never passed on to a pickle loader.
+    Raises `DamagedWeightsError` for an empty file, or one that starts like safetensors (a length, then `{`)
+    but whose header `safe_open` rejects or whose length is absurd (truncated or corrupt): such a file is
+    never passed on to a pickle loader, nor called one.
     """
     path = Path(path)
     with path.open("rb") as f:
@@ -85,6 +88,19 @@ def sniff_weight_format(path: Path) -> WeightFormat:
                 "the file is damaged or incomplete (was the download finished?)"
             ) from exc
         return WeightFormat.SAFETENSORS
+    if len(head) >= 9 and head[8:9] == b"{" and struct.unpack("<Q", head[:8])[0] > _MAX_HEADER:
+        # A safetensors start whose length is absurd (a flipped byte, a bad write): damaged, not a pickle.
+        (length,) = struct.unpack("<Q", head[:8])
+        size = path.stat().st_size
+        if length + 8 > size:
+            raise DamagedWeightsError(
+                f"{path.name}: a damaged safetensors file: its header length ({length:,} bytes) is larger than "
+                f"the file ({size:,} bytes); was the download finished?"
+            )
+        raise DamagedWeightsError(
+            f"{path.name}: a damaged safetensors file: its header length ({length:,} bytes) is more than "
+            f"safetensors allows ({_MAX_HEADER:,})"
+        )
     if head.startswith(_ZIP_MAGIC):
         return WeightFormat.TORCH_ZIP
     if head[0] == 0x80 and 2 <= head[1] <= 5:  # the PROTO opcode that starts every protocol 2+ pickle
@@ -120,8 +136,15 @@ def load_pickle_state_dict(path: Path, *, allow_pickle: bool) -> dict[str, Any]:
     import torch
 
     check_weights_format(path, allow_pickle=allow_pickle)
+
+    def load(weights_only: bool) -> Any:
+        # An open file, never the name: torch.load hands any name ending in `.safetensors` to safetensors,
+        # and this file is a pickle whatever it is called.
+        with Path(path).open("rb") as f:
+            return torch.load(f, map_location="cpu", weights_only=weights_only)
+
     try:
-        data = torch.load(str(path), map_location="cpu", weights_only=True)
+        data = load(weights_only=True)
     except pickle.UnpicklingError as exc:
         if not allow_pickle:  # unreachable after the check above; kept so the gate cannot be bypassed
             raise UnsafeFormatError(f"{path.name}: {exc}") from exc
@@ -130,7 +153,7 @@ def load_pickle_state_dict(path: Path, *, allow_pickle: bool) -> dict[str, Any]:
             "unpickling it in full because pickles are allowed",
             stacklevel=2,
         )
-        data = torch.load(str(path), map_location="cpu", weights_only=False)
+        data = load(weights_only=False)
     if isinstance(data, dict) and isinstance(data.get("state_dict"), dict):
         data = data["state_dict"]
     if not isinstance(data, dict):
@@ -140,6 +163,9 @@ def load_pickle_state_dict(path: Path, *, allow_pickle: bool) -> dict[str, Any]:
 
 def open_gguf_reader(path: Path, on_array: Callable[[str, int, int], None] | None = None) -> Any:
     """`gguf.GGUFReader` for `path`; a truncated or corrupt file raises `DamagedWeightsError` saying so.
+
+    The one way Nodeloom opens a GGUF file (LLMs and diffusion models alike): the header's declared sizes
+    are checked against the file's size first (`gguf_header_problem`), so a count of 2^60 is refused at once.
 
     gguf-py itself fails on a cut download with a numpy reshape error. The tensor table sits at the start
     of the file, so the size the file should have is known before any tensor is mapped: compare them.
@@ -196,6 +222,9 @@ def open_gguf_reader(path: Path, on_array: Callable[[str, int, int], None] | Non
                 )
             super()._build_tensors(start_offs, fields)
 
+    problem = gguf_header_problem(path)
+    if problem is not None:  # before GGUFReader, which would believe a count of 2^60 and loop on it
+        raise DamagedWeightsError(f"{path.name}: not a readable GGUF file (damaged or incomplete): {problem}")
     try:
         return _CheckedReader(str(path), "r")
     except DamagedWeightsError:

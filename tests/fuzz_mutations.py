@@ -2,6 +2,8 @@
 
 Lives here: `Mutant`, `MUTATIONS`, `generate_mutants`, `check_file`. Imports `nodes.workflow`; used by
 tests/test_fuzz_workflows.py (a seeded sample) and benchmarks/fuzz_workflows.py (the full 1,000).
+Also here, apart: `InputMutant`, `INPUT_MUTATIONS` ("sweep products", "GGUF array sizes"),
+`generate_input_mutants`, `check_input`, for what a run gets besides its workflow (tests/test_fuzz_inputs.py).
 
 Each mutant is the bytes of a file plus whether it must be refused (`must_fail`): a mutation such as a
 byte flip inside a string may leave a valid workflow, which is fine; a dangling link may not.
@@ -14,6 +16,7 @@ from __future__ import annotations
 import copy
 import json
 import random
+import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -329,6 +332,106 @@ def check_file(path: Path, registry: NodeRegistry) -> Checked:
             raise WorkflowError(problems)
     except WorkflowError as exc:
         return Checked(2, f"error: {exc}")
+    except Exception as exc:  # noqa: BLE001  (the point: any other exception is a defect)
+        return Checked(1, f"{type(exc).__name__}: {exc}"[:2000], exc)
+    return Checked(0, "")
+
+
+# -- Other inputs: sweep flags and GGUF model files ------------------------------------------------------
+# Kept apart from the workflow mutations above: these mutate what a run is given besides its workflow file,
+# and each is checked through the code that reads it (`prepare_sweep`, `open_gguf_reader`).
+
+INPUT_WORKFLOW = REPO / "resources/workflows/txt2img.json"
+
+
+@dataclass(frozen=True)
+class InputMutant:
+    name: str  # "<mutation>-<index>"
+    mutation: str
+    sweep: tuple[str, ...] = ()  # --sweep flags (sweep_products)
+    data: bytes = b""  # a file's bytes (gguf_array_sizes)
+
+
+def sweep_products(rng: random.Random) -> tuple[str, ...]:
+    """Flags each within the per-axis cap whose grid is past the job cap, or a range end past a float."""
+    if rng.random() < 0.3:
+        spec = rng.choice(["1..1e400", "-1e400..5", "0..1:1e400", "1..1e300", "0..1:1e-320"])
+        return (f"sampler.seed={spec}",)
+    seeds = rng.randint(400, 100_000)
+    steps = rng.randint(max(2, 100_001 // seeds + 1), 1000)  # seeds x steps > 100,000 jobs
+    flags = [f"sampler.seed=0..{seeds - 1}", f"sampler.steps=1..{steps}"]
+    if rng.random() < 0.5:
+        flags.append(f"sampler.cfg=1..{rng.randint(2, 9)}:0.5")
+    rng.shuffle(flags)
+    return tuple(flags)
+
+
+def _gguf_key(name: str) -> bytes:
+    return struct.pack("<Q", len(name)) + name.encode()
+
+
+def gguf_array_sizes(rng: random.Random) -> bytes:
+    """A small GGUF whose header declares an array, string, key, tensor or dimension count it cannot hold."""
+    huge = rng.choice([2**60, 2**63 - 1, 2**40, 2**32 + 7])
+    good = _gguf_key("general.architecture") + struct.pack("<I", 8) + _gguf_key("llama")
+    where = rng.choice(["array", "string_array", "string", "kv_count", "tensor_count", "dims", "nested"])
+    n_tensors, n_kv, tail = 0, 2, b""
+    if where == "array":
+        tail = _gguf_key("a") + struct.pack("<IIQ", 9, rng.choice([0, 4, 6, 10, 12]), huge)
+    elif where == "string_array":
+        tail = _gguf_key("tokenizer.ggml.tokens") + struct.pack("<IIQ", 9, 8, huge)
+    elif where == "string":
+        tail = _gguf_key("general.name") + struct.pack("<IQ", 8, huge)
+    elif where == "nested":
+        tail = _gguf_key("a") + struct.pack("<IIQ", 9, 9, 1) + struct.pack("<IQ", 0, huge)
+    elif where == "kv_count":
+        n_kv = huge
+    elif where == "tensor_count":
+        n_tensors, n_kv = huge, 1
+    else:
+        n_tensors, n_kv = 1, 1
+        tail = _gguf_key("w") + struct.pack("<I", rng.choice([2**32 - 1, 2**20, 9])) + bytes(32)
+    header = b"GGUF" + struct.pack("<IQQ", 3, n_tensors, n_kv)
+    return header + good + tail + bytes(rng.randint(0, 64))
+
+
+INPUT_MUTATIONS: dict[str, Callable[[random.Random], Any]] = {
+    "sweep_products": sweep_products,
+    "gguf_array_sizes": gguf_array_sizes,
+}
+
+
+def generate_input_mutants(count: int, seed: int = 0) -> Iterator[InputMutant]:
+    """`count` input mutants, alternating the kinds, seeded; every one must be refused."""
+    rng = random.Random(seed)
+    kinds = sorted(INPUT_MUTATIONS)
+    for i in range(count):
+        kind = kinds[i % len(kinds)]
+        made = INPUT_MUTATIONS[kind](rng)
+        if kind == "sweep_products":
+            yield InputMutant(f"{kind}-{i:04d}", kind, sweep=made)
+        else:
+            yield InputMutant(f"{kind}-{i:04d}", kind, data=made)
+
+
+def check_input(mutant: InputMutant, folder: Path, registry: NodeRegistry) -> Checked:
+    """Read the mutated input as a run would; exit 2 for a refused sweep flag, 1 for a refused model file."""
+    from nodes.sweep import SweepError
+    from pipelines.weight_format import DamagedWeightsError, open_gguf_reader
+
+    try:
+        if mutant.mutation == "sweep_products":
+            from app.batch.execute import prepare_sweep
+
+            prepare_sweep(load_workflow(INPUT_WORKFLOW, registry), list(mutant.sweep), registry)
+        else:
+            path = folder / f"{mutant.name}.gguf"
+            path.write_bytes(mutant.data)
+            open_gguf_reader(path)
+    except SweepError as exc:
+        return Checked(2, f"error: {exc}")
+    except DamagedWeightsError as exc:
+        return Checked(1, str(exc))
     except Exception as exc:  # noqa: BLE001  (the point: any other exception is a defect)
         return Checked(1, f"{type(exc).__name__}: {exc}"[:2000], exc)
     return Checked(0, "")

@@ -32,6 +32,7 @@ from app.cli import (
     parse_set,
 )
 from nodes.context import CancelToken
+from nodes.files import write_target_problem
 from nodes.registry import NodeRegistry
 from nodes.sweep import SweepError, SweepJob
 from nodes.workflow import WorkflowError, load_workflow, validate
@@ -72,6 +73,9 @@ def run_sweep(args: Any, registry: NodeRegistry) -> int:
     overrides, set_errors = parse_set(args.set or [])
     if set_errors:
         return invalid("\n".join(set_errors))
+    problem = write_target_problem(args.report) if args.report else None
+    if problem is not None:
+        return invalid(f"--report {problem}")
     try:
         wf = load_workflow(args.run, registry)
     except WorkflowError as exc:
@@ -153,6 +157,15 @@ def run_sweep(args: Any, registry: NodeRegistry) -> int:
             f"[yellow]aborted[/]; report of what finished: {escape(str(args.report or out_dir / 'sweep.json'))}"
         )
         return EXIT_INTERRUPTED
+    except OSError as exc:  # the report or contact sheet could not be written (a full disk): the outputs stay
+        where = exc.filename or args.report or out_dir / "sweep.json"
+        err.print(
+            f"[red]error[/]: cannot write {escape(str(where))}: {escape(exc.strerror or str(exc))}; the jobs' "
+            f"outputs under {escape(str(out_dir))} are kept",
+            highlight=False,
+            soft_wrap=True,
+        )
+        return EXIT_FAILED
     finally:
         signal.signal(signal.SIGINT, previous)
         if cluster is not None:

@@ -1,6 +1,7 @@
 """Contact sheets: every picture of a sweep in one grid, labelled by its swept values (HTML and PNG).
 
-Lives here: `write_contact_sheet`. Imports PIL, `app.batch.worker`, `nodes.sweep`. No Qt.
+Lives here: `write_contact_sheet`. Imports PIL, `app.batch.worker`, `nodes.sweep`, `nodes.files`. No Qt.
+Both files are written atomically: a sheet being rewritten is never seen half-written.
 
 With two swept parameters the grid is a table (first parameter down, second across), as people lay out a
 cfg x steps comparison; otherwise the pictures flow in rows in job order, each captioned with its values.
@@ -16,6 +17,7 @@ from typing import Any
 from PIL import Image, ImageDraw
 
 from app.batch.worker import IMAGE_SUFFIXES, JobResult
+from nodes.files import atomic_write, atomic_write_text
 from nodes.sweep import SweepAxis, SweepJob
 
 THUMB = 192  # longest side of a tile in the PNG sheet
@@ -107,9 +109,10 @@ def write_contact_sheet(
     if not any(_first_image(r, out_dir) for r in ordered):
         return {}
     html_path = out_dir / f"{name}.html"
-    html_path.write_text(_html(ordered, axes, out_dir, title or name), encoding="utf-8")
+    atomic_write_text(html_path, _html(ordered, axes, out_dir, title or name))
     out = {"html": str(html_path)}
     png_path = out_dir / f"{name}.png"
-    _png(ordered, axes, out_dir).save(png_path)
+    sheet = _png(ordered, axes, out_dir)
+    atomic_write(png_path, lambda tmp: sheet.save(tmp, format="PNG"))  # the temp name has no .png suffix
     out["png"] = str(png_path)
     return out

@@ -17,6 +17,7 @@ from app.batch.local import run_local
 from app.batch.report import SweepOutcome, build_report
 from app.batch.worker import JobResult, WorkerConfig
 from nodes.context import CancelToken
+from nodes.files import atomic_write_bytes
 from nodes.png import check_prefix
 from nodes.registry import NodeRegistry
 from nodes.sweep import SweepAxis, SweepError, SweepJob, load_key, parse_axis, plan_jobs
@@ -61,7 +62,7 @@ def write_outputs(result: JobResult, out_dir: Path) -> None:
         base = Path(name).name
         check_prefix(base)
         path = _unique(out_dir / base)
-        path.write_bytes(data)
+        atomic_write_bytes(path, data)  # a full disk or a kill leaves no torn picture under the name
         written.append(str(path))
     result.files = {}
     result.outputs = written

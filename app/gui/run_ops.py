@@ -188,12 +188,12 @@ class RunOpsMixin:
             )
             self._advance()
         elif isinstance(event, NodeFailed):
-            message = f"{event.error_type}: {event.message}"
+            # The node shows its own message; the log and status bar name it (one wording: failure_text).
             self.scene.set_run_state(
-                event.node_id, NodeRunState("error", seconds=event.seconds, message=message)
+                event.node_id, NodeRunState("error", seconds=event.seconds, message=event.message)
             )
-            self.output.add_log(f"ERROR in {event.node_id}: {message}")
-            self.status(f"{event.node_id} failed: {message.splitlines()[0]}")
+            self.output.add_log(f"ERROR: {event.text}")
+            self.status(event.text.splitlines()[0])
             self.scene.clearSelection()
             if event.node_id in self.scene.node_items:
                 self.scene.node_items[event.node_id].setSelected(True)

@@ -69,9 +69,17 @@ class LoraWeights(torch.nn.Module):
         }
 
 
-def make_patch(path: Path, strength: float, targets: tuple[str, ...] = ()) -> LoraPatch:
+def make_patch(
+    path: Path, strength: float, targets: tuple[str, ...] = (), *, allow_pickle: bool = False
+) -> LoraPatch:
     st = path.stat()
-    return LoraPatch(path=path, strength=float(strength), stamp=(st.st_mtime_ns, st.st_size), targets=targets)
+    return LoraPatch(
+        path=path,
+        strength=float(strength),
+        stamp=(st.st_mtime_ns, st.st_size),
+        targets=targets,
+        allow_pickle=allow_pickle,
+    )
 
 
 def lora_handle(
@@ -81,7 +89,9 @@ def lora_handle(
     dtype = torch.float32 if mm.device.type == "cpu" else torch.float16
 
     def build() -> torch.nn.Module:
-        return LoraWeights(read_lora(patch.path, family, denoiser_config)).to(dtype)
+        return LoraWeights(
+            read_lora(patch.path, family, denoiser_config, allow_pickle=patch.allow_pickle)
+        ).to(dtype)
 
     return mm.register(
         ComponentSpec(
@@ -296,14 +306,14 @@ def _text_layers(handle: ModelHandle) -> set[str] | None:
 
 
 def check_lora(
-    path: Path, denoiser: DenoiserRef, text_encoder: TextEncoderRef | None
+    path: Path, denoiser: DenoiserRef, text_encoder: TextEncoderRef | None, *, allow_pickle: bool = False
 ) -> tuple[LoraFile, int, list[str]]:
     """Read `path` and match it against the models' layer names, before anything is placed (LoadLoRA).
 
     Returns the file, how many layers will apply and the keys that apply to nothing. Raises when none
     applies, with a sample of the keys.
     """
-    lora = read_lora(path, denoiser.family.name, denoiser.config)
+    lora = read_lora(path, denoiser.family.name, denoiser.config, allow_pickle=allow_pickle)
     known: dict[str, set[str] | None] = {"denoiser": _denoiser_layers(denoiser)}
     if text_encoder is not None:
         for i, handle in enumerate(text_encoder.handles):

@@ -1,7 +1,11 @@
 """Reading LoRA files: kohya/A1111, diffusers/PEFT, LyCORIS LoCon and LoHa, and the Flux/SD3 layouts.
 
 Lives here: `LayerWeights`, `LoraFile`, `read_lora`, `LORA_TARGETS`.
-May import: stdlib, torch, safetensors, diffusers (its LoRA conversion utilities), pipelines.diffusion.families.
+May import: stdlib, torch, safetensors, diffusers (its LoRA conversion utilities), pipelines.diffusion.families,
+pipelines.weight_format.
+
+The file's format is decided by its content, through the gate every loader passes (`check_weights_format`):
+safetensors, or a pickle only when the user allowed pickles.
 
 Every layout ends as the same thing: for each target model ("denoiser", "text_encoder", "text_encoder_2",
 "text_encoder_3"), a dict from a module path in the diffusers/transformers model to the factors of its
@@ -29,6 +33,7 @@ from typing import Any
 import torch
 
 from pipelines.diffusion.families import FAMILIES
+from pipelines.weight_format import WeightFormat, check_weights_format, load_pickle_state_dict
 
 LORA_TARGETS = ("denoiser", "text_encoder", "text_encoder_2", "text_encoder_3")
 _PREFIX_TARGET = {
@@ -106,17 +111,22 @@ class LoraFile:
         return sum(w.nbytes() for layers in self.targets.values() for w in layers.values())
 
 
-def _load_state_dict(path: Path) -> dict[str, torch.Tensor]:
+def _load_state_dict(path: Path, allow_pickle: bool) -> dict[str, torch.Tensor]:
     from safetensors.torch import load_file
 
-    if path.suffix.lower() != ".safetensors":
-        raise ValueError(f"{path}: LoRA files are read as .safetensors only")
-    return load_file(str(path))
+    fmt = check_weights_format(path, allow_pickle=allow_pickle)  # a pickle without opt-in: refused here
+    if fmt == WeightFormat.SAFETENSORS:
+        return load_file(str(path))
+    if fmt == WeightFormat.GGUF:
+        raise ValueError(f"{path.name}: a GGUF file; LoRAs are read from .safetensors files")
+    return load_pickle_state_dict(path, allow_pickle=allow_pickle)
 
 
-def read_lora(path: Path, family: str, denoiser_config: dict[str, Any] | None = None) -> LoraFile:
+def read_lora(
+    path: Path, family: str, denoiser_config: dict[str, Any] | None = None, *, allow_pickle: bool = False
+) -> LoraFile:
     """Read a LoRA file for a model of `family` ("sd", "sdxl", "sd3", "flux", ...)."""
-    state_dict = _load_state_dict(path)
+    state_dict = _load_state_dict(Path(path), allow_pickle)
     if not state_dict:
         raise ValueError(f"{path}: the file holds no tensors")
     kohya = any(k.startswith(("lora_unet_", "lora_te")) for k in state_dict)

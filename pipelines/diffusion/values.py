@@ -67,6 +67,7 @@ class LoraPatch:
     stamp: tuple[int, int] = (0, 0)
     # Which models the file has layers for ("denoiser", "text_encoder", ...); empty: not known yet.
     targets: tuple[str, ...] = ()
+    allow_pickle: bool = False  # the user's opt-in, for a LoRA that is a pickle (read again when placed)
 
     @property
     def label(self) -> str:

@@ -1,7 +1,7 @@
 """GGUF diffusion models: read a transformer/UNet GGUF kept quantized, and write one (tests, the demo).
 
 Lives here: `gguf_shapes`, `gguf_tensors`, `replace_gguf_linears`, `gguf_block_bytes`, `write_gguf_denoiser`,
-`GGUF_WRITE_TYPES`. May import: stdlib, numpy, torch, gguf, diffusers.
+`GGUF_WRITE_TYPES`. May import: stdlib, numpy, torch, gguf, diffusers, `pipelines.weight_format` (the one GGUF opener).
 
 Reading uses diffusers' GGUF support: `load_gguf_checkpoint` gives each quantized tensor as a
 `GGUFParameter` (the file's blocks as uint8 rows, plus the quant type), and `GGUFLinear` (diffusers' class,
@@ -21,6 +21,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from pipelines.weight_format import DamagedWeightsError, open_gguf_reader
+
 # What `write_gguf_denoiser` can write: the `gguf` package quantizes these (it only dequantizes K-quants),
 # plus our Q4_K below. Reading takes every type diffusers dequantizes.
 GGUF_WRITE_TYPES = ("Q8_0", "Q5_0", "Q5_1", "Q4_0", "Q4_1", "Q4_K")
@@ -28,26 +30,28 @@ GGUF_WRITE_TYPES = ("Q8_0", "Q5_0", "Q5_1", "Q4_0", "Q4_1", "Q4_K")
 
 def gguf_shapes(path: Path) -> dict[str, tuple[int, ...]]:
     """Tensor name -> shape in torch order (elements, not bytes), from the header."""
-    from gguf import GGUFReader
-
-    reader = GGUFReader(str(path))
+    reader = open_gguf_reader(Path(path))
     return {t.name: tuple(int(d) for d in reversed(t.shape.tolist())) for t in reader.tensors}
 
 
 def gguf_block_bytes(path: Path) -> dict[str, int]:
     """Tensor name -> bytes it takes in the file (quantized blocks or plain floats)."""
-    from gguf import GGUFReader
-
-    return {t.name: int(t.n_bytes) for t in GGUFReader(str(path)).tensors}
+    return {t.name: int(t.n_bytes) for t in open_gguf_reader(Path(path)).tensors}
 
 
 def gguf_tensors(path: Path, strip: str = "") -> dict[str, torch.Tensor]:
     """Every tensor of the file: `GGUFParameter` for quantized ones, plain tensors for F32/F16."""
     from diffusers.models.model_loading_utils import load_gguf_checkpoint
 
-    return {
-        k.removeprefix(strip): v for k, v in load_gguf_checkpoint(str(path)).items() if k.startswith(strip)
-    }
+    path = Path(path)
+    # diffusers opens the file with a bare GGUFReader: check it through ours first (sizes, a cut file), so
+    # a damaged file is a message naming it rather than a numpy reshape error.
+    open_gguf_reader(path)
+    try:
+        state = load_gguf_checkpoint(str(path))
+    except (ValueError, IndexError, KeyError, OverflowError, UnicodeDecodeError) as exc:
+        raise DamagedWeightsError(f"{path.name}: not a readable GGUF model ({str(exc)[:200]})") from None
+    return {k.removeprefix(strip): v for k, v in state.items() if k.startswith(strip)}
 
 
 def replace_gguf_linears(

@@ -1,0 +1,67 @@
+"""Will a model ever fit? The least a component must hold on the device, from its file headers alone.
+
+Lives here: `least_resident_bytes`, `budget_problem`. May import: stdlib, memory.errors, memory.ledger,
+memory.weights (headers only: nothing is built or read).
+
+A run whose budget is smaller than what its first model must hold would only find out when that model
+loads, after every node before it ran. This is the check made before any load (the executor asks before
+the first node that uses a model; a future `app plan` can ask the same): a lower bound, so it never refuses
+what some policy could run. A component that cannot stream must hold all its weights. One that can stream
+(every policy may end up streaming it: `auto` streams a model too big to fit, an out-of-memory retry moves
+to a stricter policy) must hold at least its weights outside the streamed blocks plus its largest block.
+Where the bound can't be told from headers (a single-file checkpoint's names differ from the module's),
+there is none, and the run finds out as before.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+
+from memory.errors import fmt_bytes
+from memory.ledger import ModelHandle
+from memory.weights import header_tensor_bytes
+
+
+def _streamed_bound(h: ModelHandle) -> int | None:
+    """Bytes outside the blocks + the largest block, from the headers (names there are the module's)."""
+    if not h.spec.files or h.spec.prefixes:
+        return None
+    block_of = re.compile(rf"^((?:{'|'.join(re.escape(b) for b in h.spec.blocks)})\.\d+)\.")
+    fixed, blocks = 0, {}
+    for key, size in header_tensor_bytes(h.spec.files, h.spec.cast_dtype):
+        match = block_of.match(key)
+        if match is None:
+            fixed += size
+        else:
+            blocks[match.group(1)] = blocks.get(match.group(1), 0) + size
+    return fixed + max(blocks.values(), default=0)
+
+
+def least_resident_bytes(h: ModelHandle, can_stream: bool) -> int | None:
+    """The least `h` must hold on the device under any policy, or None when the headers can't tell."""
+    if h.weight_bytes is None:
+        return None
+    if not can_stream:
+        return h.weight_bytes
+    bound = _streamed_bound(h)
+    return None if bound is None else min(bound, h.weight_bytes)
+
+
+def budget_problem(
+    handles: Iterable[ModelHandle], budget: int, device: str, can_stream: Callable[[ModelHandle], bool]
+) -> str | None:
+    """Why the first of `handles` that can never fit in `budget` won't (a sentence), or None."""
+    for h in handles:
+        need = least_resident_bytes(h, can_stream(h))
+        if need is not None and need > budget:
+            how = (
+                "its weights outside the streamed blocks plus its largest block"
+                if can_stream(h)
+                else "its weights, from the file headers"
+            )
+            return (
+                f"the {device} memory budget ({fmt_bytes(budget)}) is too small for {h.spec.name}: it needs at "
+                f"least {fmt_bytes(need)} ({how}) before any working memory; nothing was loaded"
+            )
+    return None
