@@ -258,7 +258,7 @@ def build_report(wf: Workflow, results: list[RunResult], memory: MemoryManager) 
 
 
 def run_headless(args: Any, registry: NodeRegistry) -> int:
-    err = Console(stderr=True)
+    err = Console(stderr=True, soft_wrap=True)  # a message to a pipe or file is never hard-wrapped
     overrides, set_errors = parse_set(args.set or [])
     for message in set_errors:
         err.print(f"[red]error[/]: {escape(message)}", highlight=False)

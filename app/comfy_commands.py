@@ -252,7 +252,7 @@ def models_library_command(action: str, argv: list[str]) -> int:
         roots = load_saved_roots()
         folder = args.dir.expanduser().resolve()
         if not folder.is_dir():
-            Console(stderr=True).print(
+            Console(stderr=True, soft_wrap=True).print(
                 f"[red]error[/]: {escape(str(folder))} is not a folder", highlight=False
             )
             return EXIT_INVALID

@@ -54,7 +54,7 @@ def _worker_config(args: Any, out_dir: Path | None) -> WorkerConfig:
 
 
 def run_sweep(args: Any, registry: NodeRegistry) -> int:
-    err = Console(stderr=True, emoji=False)
+    err = Console(stderr=True, emoji=False, soft_wrap=True)  # never hard-wrapped on a pipe
 
     def invalid(message: str) -> int:
         err.print(f"[red]error[/]: {escape(message)}", highlight=False, soft_wrap=True)
