@@ -1,8 +1,10 @@
 """Split model files through LoadDenoiser / LoadTextEncoder / LoadVAE, and GGUF denoisers kept quantized.
 
 The tiny Flux split set (pipelines/quant/demo_split.py) is cut from the `demo:tiny-flux` folder in the
-layouts the public releases use, so the split workflow and the folder workflow must give the same picture
-bit for bit. GGUF and fp8 files give pictures close to float32: their PSNR is printed and bounded.
+layouts the public releases use, so the split workflow must load bit for bit the folder's weights, and
+then give the folder's picture up to float32 rounding (the two load paths leave the weights at different
+places in memory, which some CPUs' kernels round differently). GGUF and fp8 files give pictures close to
+float32: their PSNR is printed and bounded.
 """
 
 from __future__ import annotations
@@ -45,14 +47,37 @@ def run(registry, name: str, out: Path, **params: object) -> tuple[torch.Tensor,
     return result.outputs["decode"]["image"], mm
 
 
-def test_split_files_equal_the_diffusers_folder_bit_for_bit(registry, tmp_path: Path) -> None:
+def _weights(mm: MemoryManager) -> dict[str, dict[str, torch.Tensor]]:
+    """Every loaded component's state dict, by component name (copies: the manager is closed next)."""
+    out: dict[str, dict[str, torch.Tensor]] = {}
+    for handle in list(mm.ledger.handles.values()):
+        with mm.use(handle) as module:
+            out[handle.spec.name] = {k: v.detach().clone() for k, v in module.state_dict().items()}
+    return out
+
+
+def test_split_files_load_the_folders_weights_and_give_its_picture(registry, tmp_path: Path) -> None:
     folder_image, mm = run(registry, "txt2img_flux.json", tmp_path / "folder")
+    folder_weights = _weights(mm)
     mm.close()
     split_image, mm = run(registry, "txt2img_flux_split.json", tmp_path / "split")
-    names = {h.spec.name for h in mm.ledger.handles.values()}
+    split_weights = _weights(mm)
     mm.close()
-    assert names == {"transformer", "text_encoder", "text_encoder_2", "vae"}
-    assert torch.equal(split_image, folder_image)
+    assert set(split_weights) == {"transformer", "text_encoder", "text_encoder_2", "vae"}
+    assert set(split_weights) == set(folder_weights)
+    # The layouts' conversion (fused q/k/v and linear1 split, the final norm's halves swapped) is exact:
+    # the same names and bit-identical tensors, whatever the CPU.
+    for name, weights in split_weights.items():
+        assert weights.keys() == folder_weights[name].keys(), name
+        different = [k for k, t in weights.items() if not torch.equal(t, folder_weights[name][k])]
+        assert not different, (name, different[:5])
+    # Not asserted bit for bit: the split path's weights are views into fused tensors and into another
+    # file's mapping, so they start at other addresses than the folder's; small-matrix GEMM kernels (MKL,
+    # oneDNN on AVX2) peel loops by alignment, which changes the float32 summation order. That rounding
+    # (~1e-7 relative per op) grows over 4 steps and the VAE but stays far below one 8-bit level of the
+    # saved picture (1/255 of the [0, 1] range); a wrong weight or a skipped step moves pixels by 0.1 and more.
+    assert split_image.shape == folder_image.shape
+    assert float((split_image - folder_image).abs().max()) < 1 / 255
 
 
 def test_the_split_files_use_the_release_layouts() -> None:
