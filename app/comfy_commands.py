@@ -44,6 +44,7 @@ from nodes.workflow import (
 )
 from pipelines.models_library import (
     ModelsLibrary,
+    NameEscapeError,
     detect_family,
     load_saved_roots,
     roots_from_env,
@@ -71,7 +72,10 @@ def library_from(dirs: list[Path] | None) -> ModelsLibrary:
 
 def _family_detector(library: ModelsLibrary):
     def detect(name: str) -> str | None:
-        found = library.find(name) if library else None
+        try:  # the name comes from the ComfyUI file: only a header inside the models folders is read
+            found = library.find_inside(name) if library else None
+        except NameEscapeError:
+            return None  # `app check` and `--run` refuse it, naming node and field
         family = detect_family(found) if found is not None else None
         return family if family in ("sd", "sdxl", "sd3", "flux", "pixart_sigma") else None
 
@@ -123,9 +127,9 @@ def _check_problems(
         notes = [str(n) for n in result.notes]
         problems = check_comfy(result, registry, source)
         wf, _ = parse_workflow(result.workflow, registry, source=source)
-    if library:
-        problems += resolve_model_names(wf, library)
-    else:
+    # Without a library an imported name is still refused when it says itself that it leaves (absolute, '..').
+    problems += resolve_model_names(wf, library, find=bool(library))
+    if not library:
         notes.append("model names not checked: no models folder set (--models-dir, or `app models add-root`)")
     return problems, notes
 
@@ -148,10 +152,10 @@ def load_run_workflow(path: Path, registry: NodeRegistry, library: ModelsLibrary
     problems += [p for p in validation if not (p.node in said and p.field == "type")]
     if problems:
         raise WorkflowError(problems)
-    if library:
-        problems = resolve_model_names(wf, library)
-        if problems:
-            raise WorkflowError(problems)
+    # Always: names an imported file gave must be found inside the models folders, even with none set.
+    problems = resolve_model_names(wf, library)
+    if problems:
+        raise WorkflowError(problems)
     return wf
 
 

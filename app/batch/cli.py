@@ -23,7 +23,9 @@ from app.batch.execute import execute_sweep, prepare_sweep
 from app.batch.report import summary_lines
 from app.batch.worker import JobResult, WorkerConfig
 from app.cli import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_OK, apply_overrides, parse_set
+from app.comfy_commands import library_from
 from nodes.context import CancelToken
+from nodes.model_names import resolve_model_names
 from nodes.registry import NodeRegistry
 from nodes.sweep import SweepError, SweepJob
 from nodes.workflow import WorkflowError, load_workflow, validate
@@ -72,6 +74,8 @@ def run_sweep(args: Any, registry: NodeRegistry) -> int:
     except WorkflowError as exc:
         return invalid(str(exc))
     problems = apply_overrides(wf, overrides, registry) + validate(wf, registry)
+    if not problems:  # as `app --run`: library names found, names an imported file gave kept inside it
+        problems = resolve_model_names(wf, library_from(getattr(args, "models_dir", None)))
     if problems:
         return invalid(str(WorkflowError(problems)))
     try:
