@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -134,9 +135,17 @@ def _check_problems(
     return problems, notes
 
 
-def load_run_workflow(path: Path, registry: NodeRegistry, library: ModelsLibrary) -> Workflow:
+def load_run_workflow(
+    path: Path,
+    registry: NodeRegistry,
+    library: ModelsLibrary,
+    edit: Callable[[Workflow], list[Problem]] | None = None,
+) -> Workflow:
     """What `app --run` runs: a Nodeloom workflow, or a ComfyUI file imported on the fly; raises
-    WorkflowError listing every problem, unsupported ComfyUI nodes first (id, class, reason)."""
+    WorkflowError listing every problem, unsupported ComfyUI nodes first (id, class, reason).
+
+    `edit` (the `--set` overrides) changes the graph before its file names are resolved, so a path the
+    user sets replaces the imported one instead of being checked after it."""
     data = _read_any(path)
     if _is_comfy(data):
         try:
@@ -150,6 +159,9 @@ def load_run_workflow(path: Path, registry: NodeRegistry, library: ModelsLibrary
     wf, validation = parse_workflow(data, registry, source=str(path))
     said = {p.node for p in problems}  # an unsupported node's "unknown type" is already said, with its reason
     problems += [p for p in validation if not (p.node in said and p.field == "type")]
+    if problems:
+        raise WorkflowError(problems)
+    problems = edit(wf) if edit is not None else []
     if problems:
         raise WorkflowError(problems)
     # Always: names an imported file gave must be found inside the models folders, even with none set.

@@ -197,3 +197,15 @@ def _registry():
     from nodes.registry import default_registry
 
     return default_registry()
+
+
+def test_a_path_set_with_set_replaces_the_imported_name(root: Path, tmp_path: Path, capsys) -> None:
+    """`--set` is the user's choice: it replaces an imported name (even one that would be refused) before
+    names are checked, and then it may be any path."""
+    source = _write(tmp_path, "api", "/etc/passwd")
+    elsewhere = root.parent / "elsewhere" / "missing.safetensors"
+    run = ["--run", str(source), "--models-dir", str(root), "--out", str(tmp_path / "o"), "--quiet"]
+    assert main([*run, "--set", f"4.path={elsewhere}"]) == 2
+    err = capsys.readouterr().err
+    # Refused only because the user's file does not exist, said as for any path the user typed.
+    assert f"node '4', field 'path': file does not exist: {elsewhere}" in err and "/etc/passwd" not in err
