@@ -54,7 +54,7 @@ def confined_relative(name: str, where: str, shown: str | None = None) -> Path:
     is more than `name` (`builtin:../x`)."""
     shown = shown or name
     relative = Path(name)
-    if relative.is_absolute() or name.startswith("~"):
+    if relative.is_absolute() or relative.anchor or name.startswith("~"):  # anchor: Windows' `C:x`
         raise NameEscapeError(f"{shown!r} is an absolute path: it must name a file inside {where}")
     if ".." in relative.parts:
         raise NameEscapeError(f"{shown!r} climbs out of {where} with '..'")
