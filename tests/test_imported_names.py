@@ -209,3 +209,16 @@ def test_a_path_set_with_set_replaces_the_imported_name(root: Path, tmp_path: Pa
     err = capsys.readouterr().err
     # Refused only because the user's file does not exist, said as for any path the user typed.
     assert f"node '4', field 'path': file does not exist: {elsewhere}" in err and "/etc/passwd" not in err
+
+
+def test_a_sweep_of_an_imported_workflow_keeps_its_names_inside_too(
+    root: Path, tmp_path: Path, capsys
+) -> None:
+    imported = tmp_path / "imported.json"
+    source = _write(tmp_path, "api", str(root.parent / "elsewhere" / "secret.safetensors"))
+    assert main(["import", str(source), "-o", str(imported)]) == 0
+    out = tmp_path / "out"
+    sweep = ["--sweep", "3.seed=1..2", "--models-dir", str(root), "--out", str(out), "--quiet"]
+    assert main(["--run", str(imported), *sweep]) == 2
+    assert "node '4', field 'path':" in (err := capsys.readouterr().err) and "is an absolute path" in err
+    assert not out.exists()
