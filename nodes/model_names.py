@@ -93,7 +93,9 @@ def _confined_shape(value: str, image: bool) -> None:
         except ModelNotFoundError:
             pass  # a missing built-in is for the loader to say
         return
-    confined_relative(value, "the models folders")
+    confined_relative(
+        value, "ComfyUI's input folder and the models folders" if image else "the models folders"
+    )
 
 
 def resolve_model_names(wf: Workflow, library: ModelsLibrary, *, find: bool = True) -> list[Problem]:

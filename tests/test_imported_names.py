@@ -222,3 +222,13 @@ def test_a_sweep_of_an_imported_workflow_keeps_its_names_inside_too(
     assert main(["--run", str(imported), *sweep]) == 2
     assert "node '4', field 'path':" in (err := capsys.readouterr().err) and "is an absolute path" in err
     assert not out.exists()
+
+
+def test_check_without_a_models_folder_refuses_an_absolute_picture(
+    root: Path, tmp_path: Path, capsys
+) -> None:
+    source = tmp_path / "images.json"
+    source.write_text(json.dumps(_image_api(str(root.parent / "elsewhere" / "private.png"))))
+    assert main(["check", str(source)]) == 2
+    err = capsys.readouterr().err
+    assert "node '1', field 'path':" in err and "must name a file inside ComfyUI's input folder" in err
