@@ -236,7 +236,7 @@ def memory_config(args: Any) -> MemoryConfig:
 
 
 def run_headless(args: Any, registry: NodeRegistry) -> int:
-    err = Console(stderr=True)
+    err = Console(stderr=True, soft_wrap=True)  # a message to a pipe or file is never hard-wrapped
     overrides, set_errors = parse_set(args.set or [])
     for message in set_errors:
         err.print(f"[red]error[/]: {escape(message)}", highlight=False)
@@ -248,13 +248,17 @@ def run_headless(args: Any, registry: NodeRegistry) -> int:
         return EXIT_INVALID
     try:
         # A Nodeloom workflow, or a ComfyUI file imported on the fly; model names through the library.
-        wf = load_run_workflow(args.run, registry, library_from(getattr(args, "models_dir", None)))
+        # --set before the names are resolved: a path the user sets replaces an imported name.
+        wf = load_run_workflow(
+            args.run,
+            registry,
+            library_from(getattr(args, "models_dir", None)),
+            edit=lambda wf: apply_overrides(wf, overrides, registry),
+        )
     except WorkflowError as exc:
         err.print(f"[red]error[/]: {escape(str(exc))}", highlight=False)
         return EXIT_INVALID
-    problems = apply_overrides(wf, overrides, registry)
-    wf, more = runnable(wf, registry)  # nodes bypassed or muted in the editor run here as they do there
-    problems += more
+    wf, problems = runnable(wf, registry)  # nodes bypassed or muted in the editor run here as they do there
     if problems:
         err.print(f"[red]error[/]: {escape(str(WorkflowError(problems)))}", highlight=False)
         return EXIT_INVALID

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,7 @@ from nodes.workflow import (
 from pipelines.diffusion.families import FAMILIES
 from pipelines.models_library import (
     ModelsLibrary,
+    NameEscapeError,
     detect_family,
     load_saved_roots,
     roots_from_env,
@@ -72,7 +74,10 @@ def library_from(dirs: list[Path] | None) -> ModelsLibrary:
 
 def _family_detector(library: ModelsLibrary):
     def detect(name: str) -> str | None:
-        found = library.find(name) if library else None
+        try:  # the name comes from the ComfyUI file: only a header inside the models folders is read
+            found = library.find_inside(name) if library else None
+        except NameEscapeError:
+            return None  # `app check` and `--run` refuse it, naming node and field
         family = detect_family(found) if found is not None else None
         return family if family in FAMILIES else None  # a part ("text_encoder", "lora") names no family
 
@@ -124,16 +129,24 @@ def _check_problems(
         notes = [str(n) for n in result.notes]
         problems = check_comfy(result, registry, source)
         wf, _ = parse_workflow(result.workflow, registry, source=source)
-    if library:
-        problems += resolve_model_names(wf, library)
-    else:
+    # Without a library an imported name is still refused when it says itself that it leaves (absolute, '..').
+    problems += resolve_model_names(wf, library, find=bool(library))
+    if not library:
         notes.append("model names not checked: no models folder set (--models-dir, or `app models add-root`)")
     return problems, notes
 
 
-def load_run_workflow(path: Path, registry: NodeRegistry, library: ModelsLibrary) -> Workflow:
+def load_run_workflow(
+    path: Path,
+    registry: NodeRegistry,
+    library: ModelsLibrary,
+    edit: Callable[[Workflow], list[Problem]] | None = None,
+) -> Workflow:
     """What `app --run` runs: a Nodeloom workflow, or a ComfyUI file imported on the fly; raises
-    WorkflowError listing every problem, unsupported ComfyUI nodes first (id, class, reason)."""
+    WorkflowError listing every problem, unsupported ComfyUI nodes first (id, class, reason).
+
+    `edit` (the `--set` overrides) changes the graph before its file names are resolved, so a path the
+    user sets replaces the imported one instead of being checked after it."""
     data = _read_any(path)
     if _is_comfy(data):
         try:
@@ -149,10 +162,13 @@ def load_run_workflow(path: Path, registry: NodeRegistry, library: ModelsLibrary
     problems += [p for p in validation if not (p.node in said and p.field == "type")]
     if problems:
         raise WorkflowError(problems)
-    if library:
-        problems = resolve_model_names(wf, library)
-        if problems:
-            raise WorkflowError(problems)
+    problems = edit(wf) if edit is not None else []
+    if problems:
+        raise WorkflowError(problems)
+    # Always: names an imported file gave must be found inside the models folders, even with none set.
+    problems = resolve_model_names(wf, library)
+    if problems:
+        raise WorkflowError(problems)
     return wf
 
 
@@ -253,7 +269,7 @@ def models_library_command(action: str, argv: list[str]) -> int:
         roots = load_saved_roots()
         folder = args.dir.expanduser().resolve()
         if not folder.is_dir():
-            Console(stderr=True).print(
+            Console(stderr=True, soft_wrap=True).print(
                 f"[red]error[/]: {escape(str(folder))} is not a folder", highlight=False
             )
             return EXIT_INVALID

@@ -192,15 +192,11 @@ class LoadImage(Node):
 
     def run(self, ctx: NodeContext) -> dict[str, Any]:
         from nodes.png import alpha_mask, pil_to_tensor
-        from pipelines.paths import RESOURCES_DIR
+        from pipelines.paths import builtin_image_path
 
         path = self.path
-        # builtin:NAME is a picture shipped in resources/images (the example workflows' inputs).
-        file = (
-            RESOURCES_DIR / "images" / path.removeprefix("builtin:")
-            if path.startswith("builtin:")
-            else Path(path).expanduser()
-        )
+        # builtin:NAME is a picture shipped in resources/images (the example workflows' inputs), never outside.
+        file = builtin_image_path(path) if path.startswith("builtin:") else Path(path).expanduser()
         if not file.is_file():
             raise FileNotFoundError(f"field 'path': no image at {file}")
 

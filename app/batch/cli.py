@@ -31,8 +31,10 @@ from app.cli import (
     memory_config,
     parse_set,
 )
+from app.comfy_commands import library_from
 from nodes.context import CancelToken
 from nodes.files import write_target_problem
+from nodes.model_names import resolve_model_names
 from nodes.registry import NodeRegistry
 from nodes.sweep import SweepError, SweepJob
 from nodes.workflow import WorkflowError, load_workflow, validate
@@ -60,7 +62,7 @@ def _worker_config(args: Any, out_dir: Path | None) -> WorkerConfig:
 
 
 def run_sweep(args: Any, registry: NodeRegistry) -> int:
-    err = Console(stderr=True, emoji=False)
+    err = Console(stderr=True, emoji=False, soft_wrap=True)  # never hard-wrapped on a pipe
 
     def invalid(message: str) -> int:
         err.print(f"[red]error[/]: {escape(message)}", highlight=False, soft_wrap=True)
@@ -81,6 +83,8 @@ def run_sweep(args: Any, registry: NodeRegistry) -> int:
     except WorkflowError as exc:
         return invalid(str(exc))
     problems = apply_overrides(wf, overrides, registry) + validate(wf, registry)
+    if not problems:  # as `app --run`: library names found, names an imported file gave kept inside it
+        problems = resolve_model_names(wf, library_from(getattr(args, "models_dir", None)))
     if problems:
         return invalid(str(WorkflowError(problems)))
     try:

@@ -239,14 +239,17 @@ class ParamEditor(QWidget):
     def _paint_mask(self) -> None:
         from app.gui.mask_painter import MaskPainterDialog
         from memory.paths import user_data_dir
-        from pipelines.paths import RESOURCES_DIR
+        from pipelines.paths import NameEscapeError, builtin_image_path
 
         current = str(self._get())
         if not current:
             self._browse()
             current = str(self._get())
         shipped = current.startswith("builtin:")
-        image = RESOURCES_DIR / "images" / current.removeprefix("builtin:") if shipped else Path(current)
+        try:
+            image = builtin_image_path(current) if shipped else Path(current)
+        except NameEscapeError:  # builtin:../x names no shipped picture; the run says so
+            return
         if not image.is_file():
             return
         # A shipped picture's mask goes to the user's data folder, never into the installed package.

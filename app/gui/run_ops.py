@@ -46,8 +46,9 @@ class RunOpsMixin:
         if not wf.nodes:
             self.status("Nothing to run: add nodes first (Tab)")
             return False
-        if not problems and self.library:
-            # Names relative to a models-library root ("sd15.safetensors"), as `app --run` resolves them.
+        if not problems:
+            # Names relative to a models-library root ("sd15.safetensors"), as `app --run` resolves them;
+            # names an imported ComfyUI file gave stay inside the roots, even when none is set.
             problems = resolve_model_names(wf, self.library)
         if problems:
             self._mark_problems(problems)

@@ -1,12 +1,15 @@
 """A ComfyUI graph -> a Nodeloom workflow (as JSON data), with the report of what the user should know.
 
-Lives here: `ImportResult`, `Unsupported`, `convert_graph`, `unsupported_nodes`, `COMFY_META_KEY`.
-Imports `nodes.comfy.*`, `nodes.registry`, `nodes.workflow` (FORMAT, VERSION), `pipelines.diffusion.families`.
+Lives here: `ImportResult`, `Unsupported`, `convert_graph`, `unsupported_nodes`; re-exports
+`COMFY_META_KEY`. Imports `nodes.comfy.*`, `nodes.model_names`, `nodes.registry`, `nodes.workflow` (FORMAT,
+VERSION), `pipelines.diffusion.families`.
 
 Node ids stay ComfyUI's ("3", and "12:5" inside a subgraph), so every message points at the node the user
 sees in ComfyUI. The workflow's `meta.comfyui` records each node's ComfyUI class; `unsupported_nodes`
 reads it to refuse a run with one line per node that this build cannot run (a class with no Nodeloom
-equivalent, or a mapped type missing from the registry), naming node id, class and reason.
+equivalent, or a mapped type missing from the registry), naming node id, class and reason. Its
+`meta.comfyui.names` records every model and picture name taken from the file, so that those names resolve
+only inside the models folders (nodes.model_names) while the user has not replaced them.
 """
 
 from __future__ import annotations
@@ -23,11 +26,12 @@ from nodes.comfy.mapping import (
     MapContext,
     PassThrough,
 )
+from nodes.model_names import COMFY_META_KEY, imported_names
 from nodes.registry import NodeRegistry
 from nodes.workflow import FORMAT, VERSION
 from pipelines.diffusion.families import FAMILIES
 
-COMFY_META_KEY = "comfyui"
+__all__ = ["COMFY_META_KEY", "ImportResult", "Unsupported", "convert_graph", "unsupported_nodes"]
 _SAMPLERS = ("Sampler", "SamplerAdvanced")
 FLUX_DEFAULT_GUIDANCE = 3.5
 
@@ -244,6 +248,8 @@ def convert_graph(graph: ComfyGraph, registry: NodeRegistry, ctx: MapContext, *,
             COMFY_META_KEY: {
                 "source_format": graph.source_format,
                 "classes": {nid: graph.nodes[nid].class_type for nid in nodes},
+                # Names from the file: confined to the models folders until the user sets them.
+                "names": imported_names(nodes),
             },
         },
         "nodes": nodes,

@@ -268,7 +268,11 @@ def _vae_encode(node: ComfyNode, ctx: MapContext) -> Emit:
 
 def _load_image(node: ComfyNode, ctx: MapContext) -> Emit:
     image = _get(node, "image", "")
-    ctx.graph.note(node, f"image {image!r} was in ComfyUI's input folder: set the path if it is elsewhere")
+    ctx.graph.note(
+        node,
+        f"image {image!r} is looked up in ComfyUI's input/ folder beside the models folders (--models-dir "
+        "the ComfyUI install); set the path to use a picture elsewhere",
+    )
     return _emit(node, "LoadImage", {"path": image}, ("image", "mask"))
 
 
