@@ -2,7 +2,7 @@
 
 Lives here: `read_workflow_json`, `read_document` (a JSON file or a PNG's chunk, any tool's), `Document`,
 `decode_workflow_bytes`, `parse_json_text`, `check_json_value`, `quote`, `too_big`, `WorkflowFileError` and
-the limits (`MAX_FILE_BYTES`, `MAX_DEPTH`, `QUOTE_CHARS`). Imports the standard library, `nodes.png_text`
+the limits (`MAX_FILE_BYTES`, `MAX_DEPTH`, `MAX_VALUES`, `QUOTE_CHARS`). Imports the standard library, `nodes.png_text`
 (stdlib only), and lazily `nodes.problems`.
 
 A workflow file comes from anywhere (a download, a PNG someone posted), so every way it can be
@@ -28,6 +28,10 @@ from nodes.png_text import NODELOOM_KEY, PNG_MAGIC, PngTextError, is_png, read_p
 
 MAX_FILE_BYTES = 32 * 2**20  # a big real workflow is ~100 KB
 MAX_DEPTH = 64  # a workflow needs ~6 levels; json and copy.deepcopy recurse, so cap well below 1000
+# Every value is a Python object and every later pass (validation, saving) visits each one: 30 MB of
+# "1.5," would be 8 million floats, ~300 MB and a minute of work. The biggest shipped or test workflow
+# has ~800 values; a big real one a few thousand.
+MAX_VALUES = 1_000_000
 QUOTE_CHARS = 80
 MAX_INT = 2**64  # beyond any parameter (seeds are < 2**63) and beyond what other JSON readers keep exact
 
@@ -90,10 +94,12 @@ def _bounded_int(text: str) -> int:
     return value
 
 
-def nesting_depth(text: str) -> int:
-    """The deepest bracket nesting of a JSON text, ignoring brackets inside strings (no recursion)."""
-    brackets = _NOT_BRACKET.sub("", _STRING.sub("", text))
-    return max(accumulate(map(_DEPTH_STEP.__getitem__, brackets)), default=0)
+def json_shape(text: str) -> tuple[int, int]:
+    """(the deepest bracket nesting, about how many values) of a JSON text, ignoring what is inside
+    strings; no recursion, and no Python object per value (so it is cheap before parsing)."""
+    bare = _STRING.sub("", text)
+    brackets = _NOT_BRACKET.sub("", bare)
+    return max(accumulate(map(_DEPTH_STEP.__getitem__, brackets)), default=0), bare.count(",") + 1
 
 
 def _decode_text(raw: bytes) -> str:
@@ -113,9 +119,14 @@ def _decode_text(raw: bytes) -> str:
 
 def parse_json_text(text: str) -> Any:
     """`json.loads` with the limits above; raises `WorkflowFileError`."""
-    depth = nesting_depth(text)
+    depth, values = json_shape(text)
     if depth > MAX_DEPTH:
         raise WorkflowFileError(f"the JSON is nested {depth:,} levels deep; at most {MAX_DEPTH} are allowed")
+    if values > MAX_VALUES:
+        raise WorkflowFileError(
+            f"the JSON holds about {values:,} values; at most {MAX_VALUES:,} are allowed (a big workflow "
+            "holds a few thousand)"
+        )
     try:
         return json.loads(
             text,

@@ -24,6 +24,7 @@ milliseconds instead of growing to k^16 nodes.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,6 +48,7 @@ NOTE_CLASSES = frozenset({"Note", "MarkdownNote"})
 # Subgraph boundary pseudo-nodes in a subgraph's links.
 SUBGRAPH_INPUT_ID, SUBGRAPH_OUTPUT_ID = -10, -20
 MAX_SUBGRAPH_DEPTH = 16
+MAX_CHAIN = 64  # links one input may pass through (reroutes, bypasses, boundaries); real chains are short
 
 
 def is_ui_format(data: Any) -> bool:
@@ -228,6 +230,8 @@ class _Resolver:
         self.widgets: dict[str, dict[str, Any]] = {}
         self.depth = 0
         self.budget = ExpansionBudget()
+        self.resolved: dict[tuple[str, int], Any] = {}  # (scope prefix, link id) -> what it delivers
+        self.needs_at_least: dict[tuple[str, int], float] = {}  # links a cut-short walk still needed from it
 
     def scope_links(self, raw_links: Any, prefix: str) -> dict[int, _Link]:
         return _links(raw_links, prefix, self.budget)
@@ -301,40 +305,60 @@ class _Resolver:
 
     # --- resolution -------------------------------------------------------------------------------
 
-    def source(self, prefix: str, link_id: int, seen: set[tuple[str, int]] | None = None) -> Any:
+    def source(self, prefix: str, link_id: int) -> Any:
         """What a link delivers: a LinkRef to a real node's output, a constant, or None (dangling).
 
-        One walk follows one chain (through reroutes, bypassed nodes and subgraph boundaries), so `seen`
-        is that chain: a loop or a chain longer than 256 links delivers nothing."""
-        seen = set() if seen is None else seen
+        Follows one chain through reroutes, bypassed nodes and subgraph boundaries, at most MAX_CHAIN
+        links: a loop or a longer chain delivers nothing. Each link has one next link, so what a walk
+        learns holds for every link on it: a finished walk's result, or for a walk cut short how many
+        links at least each one still needed. Inputs fed from one chain then walk it once, not once each."""
+        walked: list[tuple[str, int]] = []
+        seen: set[tuple[str, int]] = set()
+        at: tuple[str, int] | None = (prefix, link_id)
+        result: Any = None
+        while at is not None:
+            if at in self.resolved:
+                result = self.resolved[at]
+                break
+            depth = len(walked)
+            needs = math.inf if at in seen else self.needs_at_least.get(at, 1)  # links from `at` on
+            if depth + needs > MAX_CHAIN:
+                for i, key in enumerate(walked):
+                    self.needs_at_least[key] = max(self.needs_at_least.get(key, 1), depth - i + needs)
+                return None
+            walked.append(at)
+            seen.add(at)
+            result, at = self._step(*at)
+        for key in walked:
+            self.resolved[key] = result
+        return result
+
+    def _step(self, prefix: str, link_id: int) -> tuple[Any, tuple[str, int] | None]:
+        """(what the link delivers, None), or (None, the link to follow next) through a pass-through."""
         link = self.links.get(prefix, {}).get(link_id)
-        if link is None or (prefix, link_id) in seen or len(seen) > 256:
-            return None
-        seen.add((prefix, link_id))
+        if link is None:
+            return None, None
         origin = link.origin
         if origin == f"{prefix}{SUBGRAPH_INPUT_ID}":  # a subgraph input: continue outside the instance
             boundary = self.boundaries.get(prefix)
             feed = boundary.inputs.get(link.origin_slot) if boundary else None
             if feed is None:
-                return None
+                return None, None
             if feed[0] == "value":
-                return feed[1]
-            return self.source(feed[1], feed[2], seen)
+                return feed[1], None
+            return None, (feed[1], feed[2])
         if origin in self.instance_outputs:  # the output of a subgraph instance: continue inside it
-            inner = self.instance_outputs[origin].get(link.origin_slot)
-            return self.source(inner[0], inner[1], seen) if inner else None
+            return None, self.instance_outputs[origin].get(link.origin_slot)
         rn = self.nodes.get(origin)
-        if rn is None:
-            return None
-        if rn.mode == MUTED:
-            return None
+        if rn is None or rn.mode == MUTED:
+            return None, None
         if rn.node.class_type in PRIMITIVE_CLASSES:
-            return self.widgets.get(origin, {}).get("value")
+            return self.widgets.get(origin, {}).get("value"), None
         if rn.node.class_type == "Reroute" or rn.mode == BYPASSED:
-            return self._pass_through(rn, link, seen)
-        return LinkRef(origin, link.origin_slot)
+            return None, self._pass_through(rn, link)
+        return LinkRef(origin, link.origin_slot), None
 
-    def _pass_through(self, rn: _RawNode, link: _Link, seen: set[tuple[str, int]]) -> Any:
+    def _pass_through(self, rn: _RawNode, link: _Link) -> tuple[str, int] | None:
         """A reroute forwards its one input; a bypassed node its first input of the output's type."""
         want = rn.output_types[link.origin_slot] if link.origin_slot < len(rn.output_types) else ""
         prefix = self.scope_of[rn.node.id]
@@ -342,7 +366,7 @@ class _Resolver:
             if link_id is None:
                 continue
             if rn.node.class_type == "Reroute" or want in ("", "*") or rn.input_types[slot] == want:
-                return self.source(prefix, link_id, seen)
+                return prefix, link_id
         return None
 
     def finish(self) -> None:
