@@ -3,8 +3,9 @@
 Lives here: `import_command`, `check_command`, `export_command`, `models_library_command`, `library_from`,
 `load_run_workflow`. Imports `nodes`, `pipelines`, rich. No Qt.
 
-    app import FILE [-o OUT.json]        ComfyUI API/UI JSON or PNG -> a Nodeloom workflow (always written;
-                                         unsupported nodes listed, by id, class and reason)
+    app import FILE [-o OUT.json]        ComfyUI API/UI JSON or PNG -> a Nodeloom workflow (always written
+                                         when readable; unsupported nodes and every problem `app check`
+                                         would report listed, by id, class and reason)
     app check FILE                       validate only (a Nodeloom workflow or a ComfyUI file): exit 0, or 2
                                          with every problem
     app export-comfy WORKFLOW OUT.json   a workflow of mapped nodes -> ComfyUI API format
@@ -53,6 +54,7 @@ from pipelines.models_library import (
 )
 
 EXIT_OK, EXIT_INVALID = 0, 2
+_PROBLEM_LINES = 20  # problems `app import` lists one by one; `app check` on the file lists them all
 
 
 def add_models_dir_argument(parser: argparse.ArgumentParser) -> None:
@@ -227,10 +229,21 @@ def import_command(argv: list[str], registry: NodeRegistry) -> int:
     _print_notes(err, [str(n) for n in result.notes])
     for u in result.unsupported:
         err.print(f"[red]unsupported[/]: {escape(str(u))}", highlight=False)
+    # What `app check` would say of the written file (model names aside), so the two never disagree.
+    unsupported = {u.node for u in result.unsupported}
+    problems = [
+        p
+        for p in check_comfy(result, registry, str(out))
+        if not (p.node in unsupported and p.field == "type")
+    ]
+    for problem in problems[:_PROBLEM_LINES]:
+        err.print(f"[red]problem[/]: {escape(str(problem))}", highlight=False)
+    if len(problems) > _PROBLEM_LINES:
+        err.print(f"[red]problem[/]: ... and {len(problems) - _PROBLEM_LINES} more", highlight=False)
     count = len(result.workflow["nodes"])
-    verdict = (
-        f"; {len(result.unsupported)} unsupported node(s): it will not run here" if result.unsupported else ""
-    )
+    reasons = [f"{len(result.unsupported)} unsupported node(s)"] if result.unsupported else []
+    reasons += [f"{len(problems)} other problem(s)"] if problems else []
+    verdict = f"; {' and '.join(reasons)}: it will not run here" if reasons else ""
     print(f"imported {count} node(s) from {args.file} -> {out}{verdict}")
     return EXIT_OK
 
