@@ -121,8 +121,10 @@ def read_png_texts(f: BinaryIO, keys: Collection[str], max_chars: int) -> dict[s
         if kind not in _TEXT_KINDS:
             f.seek(length + 4, 1)  # the chunk and its CRC, unread
             continue
-        head = _read_exact(f, min(length, _KEY_BYTES))
+        head = f.read(min(length, _KEY_BYTES))  # the keyword decides; a short read is judged below
         keyword, nul, _ = head.partition(b"\0")
+        if not nul and len(head) < min(length, _KEY_BYTES):
+            raise PngTextError("damaged PNG: the file ends before its image data")
         if not nul or keyword not in wanted:
             f.seek(length - len(head) + 4, 1)
             continue
