@@ -298,7 +298,14 @@ def test_an_oversized_file_is_refused_with_its_real_size(tmp_path, capsys, mode)
 
 
 @pytest.mark.parametrize(
-    "text", ["[1, 2, 3]", '"text"', "7", '{"nodes": [], "meta": {"comfyui": {"classes": []}}}']
+    "text",
+    [
+        "[1, 2, 3]",
+        '"text"',
+        "7",
+        '{"nodes": [1], "meta": {"comfyui": {"classes": {}}}}',  # an import's meta, nodes a list
+        '{"nodes": {"a": {"type": "X"}}, "meta": {"comfyui": {"classes": []}}}',
+    ],
 )
 @pytest.mark.parametrize("mode", ["check", "run"])
 def test_any_top_level_json_is_a_validation_error(tmp_path, capsys, text, mode) -> None:
