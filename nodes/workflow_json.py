@@ -177,7 +177,8 @@ def check_json_value(data: Any, limit: int = 3) -> list[tuple[tuple[Any, ...], s
     stack: list[tuple[Any, tuple[Any, ...]]] = [(data, ())]
     while stack and len(found) < limit:
         value, where = stack.pop()
-        if len(where) > MAX_DEPTH:
+        # As the reader counts: a container inside k others is at depth k + 1, a scalar at depth k.
+        if len(where) + isinstance(value, dict | list) > MAX_DEPTH:
             found.append((where[:4], f"nested more than {MAX_DEPTH} levels deep"))
             continue
         if isinstance(value, str):

@@ -122,6 +122,28 @@ def test_the_editors_import_refuses_a_self_containing_subgraph(registry, tmp_pat
         import_file(path, registry)
 
 
+def test_the_editors_import_refuses_a_graph_it_could_not_save(registry, tmp_path) -> None:
+    from app.importing import ImportUnavailable, import_file
+
+    # An unsupported node keeps its inputs as params, one level deeper than the file had them: 65.
+    path = tmp_path / "deep.json"
+    path.write_text(
+        json.dumps({**API, "99": {"class_type": "MyNode", "inputs": {"x": json.loads(deep_json(61))}}})
+    )
+    with pytest.raises(ImportUnavailable, match="cannot be saved: nested more than 64 levels deep"):
+        import_file(path, registry)
+
+
+def test_a_value_built_in_memory_has_the_depth_limit_the_reader_has() -> None:
+    from nodes.workflow_json import MAX_DEPTH, WorkflowFileError, check_json_value, parse_json_text
+
+    at_limit, past = deep_json(MAX_DEPTH), deep_json(MAX_DEPTH + 1)
+    assert parse_json_text(at_limit) == json.loads(at_limit) and check_json_value(json.loads(at_limit)) == []
+    with pytest.raises(WorkflowFileError, match="nested 65 levels"):
+        parse_json_text(past)
+    assert check_json_value(json.loads(past))  # what the editor would save could never be read back
+
+
 def test_subgraphs_fanning_out_are_refused_by_the_total_node_count(tmp_path) -> None:
     path = tmp_path / "wide.json"
     path.write_text(json.dumps(wide_subgraphs_ui(levels=6, width=10)))  # 10^6 nodes from ~6 KB
