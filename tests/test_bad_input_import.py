@@ -40,11 +40,17 @@ API = json.loads((DATA / "sd15_default.api.json").read_text())  # KSampler 3, CL
 # worst case (a 32 MiB text) adds ~150 MB. Before the fix a 10 KB file passed 1.7 GB.
 MAX_RSS_MB = 600
 
+# The child's peak RSS: VmHWM belongs to the process image and starts afresh at exec; getrusage's
+# ru_maxrss does not (Linux keeps it across fork and exec, so a child of a big pytest reports the parent's).
 _MAXRSS = (
-    "import resource, sys\n"
+    "import re, resource, sys\n"
     "from app.main import main\n"
     "code = main(sys.argv[1:])\n"
-    "print(f'MAXRSS_KB {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}', file=sys.stderr)\n"
+    "try:\n"
+    "    kb = int(re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1))\n"
+    "except OSError:\n"
+    "    kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+    "print(f'MAXRSS_KB {kb}', file=sys.stderr)\n"
     "sys.exit(code)\n"
 )
 
