@@ -350,6 +350,15 @@ def test_import_under_a_path_whose_parent_is_a_file_names_it(tmp_path, capsys) -
         _refused(code, err, str(out), f"{tmp_path / 'afile'} is a file, not a folder")
 
 
+def test_export_under_a_path_whose_parent_is_a_file_names_it(tmp_path, capsys) -> None:
+    imported = tmp_path / "wf.json"
+    assert _cli(["import", str(DATA / "sd15_default.api.json"), "-o", str(imported)], capsys)[0] == 0
+    (tmp_path / "afile").write_text("x")
+    out = tmp_path / "afile" / "api.json"
+    code, _, err = _cli(["export-comfy", str(imported), str(out)], capsys)
+    _refused(code, err, str(out), f"{tmp_path / 'afile'} is a file, not a folder")
+
+
 # --- whatever `app import` writes, `app check` reads with the same verdict ---------------------------
 
 
