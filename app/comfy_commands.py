@@ -284,9 +284,7 @@ def export_command(argv: list[str], registry: NodeRegistry) -> int:
     try:
         atomic_write_text(args.out, json.dumps(prompt, indent=2, ensure_ascii=False) + "\n")
     except OSError as exc:
-        err.print(
-            f"[red]error[/]: cannot write {escape(str(args.out))}: {exc.strerror or exc}", highlight=False
-        )
+        err.print(f"[red]error[/]: {escape(_cannot_write(args.out, exc))}", highlight=False)
         return EXIT_INVALID
     print(f"wrote {len(prompt)} ComfyUI node(s) to {args.out}")
     return EXIT_OK
