@@ -3,8 +3,9 @@
 Lives here: `import_command`, `check_command`, `export_command`, `models_library_command`, `library_from`,
 `load_run_workflow`. Imports `nodes`, `pipelines`, rich. No Qt.
 
-    app import FILE [-o OUT.json]        ComfyUI API/UI JSON or PNG -> a Nodeloom workflow (always written;
-                                         unsupported nodes listed, by id, class and reason)
+    app import FILE [-o OUT.json]        ComfyUI API/UI JSON or PNG -> a Nodeloom workflow (always written
+                                         when readable; unsupported nodes and every problem `app check`
+                                         would report listed, by id, class and reason)
     app check FILE                       validate only (a Nodeloom workflow or a ComfyUI file): exit 0, or 2
                                          with every problem
     app export-comfy WORKFLOW OUT.json   a workflow of mapped nodes -> ComfyUI API format
@@ -27,11 +28,12 @@ from rich.markup import escape
 from rich.table import Table
 
 from nodes.comfy.api_format import ComfyFormatError, is_api_format
-from nodes.comfy.convert import ImportResult, unsupported_nodes
+from nodes.comfy.convert import COMFY_META_KEY, ImportResult, Unsupported, unsupported_nodes
 from nodes.comfy.export import ExportError, export_api
-from nodes.comfy.sources import check_comfy, import_comfy, read_comfy_data
+from nodes.comfy.sources import COMFY_PNG_KEYS, check_comfy, import_comfy_data, read_comfy_data, workflow_text
 from nodes.comfy.ui_format import is_ui_format
 from nodes.model_names import resolve_model_names
+from nodes.png_text import NODELOOM_KEY
 from nodes.registry import NodeRegistry
 from nodes.workflow import (
     FORMAT,
@@ -43,6 +45,7 @@ from nodes.workflow import (
     read_workflow_json,
     workflow_from_dict,
 )
+from nodes.workflow_json import WorkflowFileError, read_document
 from pipelines.diffusion.families import FAMILIES
 from pipelines.models_library import (
     ModelsLibrary,
@@ -54,6 +57,7 @@ from pipelines.models_library import (
 )
 
 EXIT_OK, EXIT_INVALID = 0, 2
+_PROBLEM_LINES = 20  # problems `app import` lists one by one; `app check` on the file lists them all
 
 
 def add_models_dir_argument(parser: argparse.ArgumentParser) -> None:
@@ -91,22 +95,46 @@ def _is_comfy(data: Any) -> bool:
     return is_api_format(data) or is_ui_format(data)
 
 
-def _read_any(path: Path) -> Any:
-    """A Nodeloom workflow's JSON, or a ComfyUI file's (JSON, or a PNG's chunks)."""
-    if path.suffix.lower() == ".png":
-        try:
-            return read_workflow_json(path)  # a Nodeloom PNG
-        except WorkflowError as ours:
-            try:
-                return read_comfy_data(path)
-            except (ComfyFormatError, ValueError, OSError):
-                # Not a ComfyUI PNG either: our reader's message says what is wrong with the file.
-                raise ours from None
-    return read_workflow_json(path)
+def _read_any(path: Path) -> tuple[Any, bool]:
+    """(the JSON, whether it is a ComfyUI file) of a Nodeloom workflow, a ComfyUI file, or a PNG either
+    saved; one reader and its limits for all of them. Raises WorkflowError naming the file."""
+    try:
+        doc = read_document(
+            path, (NODELOOM_KEY, *COMFY_PNG_KEYS), "this PNG has no embedded Nodeloom or ComfyUI workflow"
+        )
+    except WorkflowFileError as exc:
+        raise WorkflowError([Problem(str(path), None, None, str(exc))]) from None
+    if doc.png_key is not None:
+        return doc.value, doc.png_key in COMFY_PNG_KEYS
+    return doc.value, _is_comfy(doc.value)
 
 
-def _import(path: Path, registry: NodeRegistry, library: ModelsLibrary) -> ImportResult:
-    return import_comfy(path, registry, detect_family=_family_detector(library))
+def _import(data: Any, path: Path, registry: NodeRegistry, library: ModelsLibrary) -> ImportResult:
+    return import_comfy_data(
+        data, registry, str(path), title=path.stem, detect_family=_family_detector(library)
+    )
+
+
+def _unsupported(data: Any, registry: NodeRegistry) -> list[Unsupported]:
+    """`unsupported_nodes` of any JSON value: only an object of nodes (with an object of ComfyUI classes,
+    if any) can name some; for every other shape the usual validation says what is wrong."""
+    if not isinstance(data, dict) or not isinstance(data.get("nodes"), dict):
+        return []
+    meta = data.get("meta")
+    comfy = meta.get(COMFY_META_KEY) if isinstance(meta, dict) else None
+    if isinstance(comfy, dict) and not isinstance(comfy.get("classes", {}), dict):
+        return []
+    return unsupported_nodes(data, registry)
+
+
+def _with_unsupported(data: Any, registry: NodeRegistry, source: str) -> tuple[Workflow, list[Problem]]:
+    """Validation problems, unsupported ComfyUI nodes first (their "unknown type" said once, with why)."""
+    problems = [
+        Problem(source, u.node, "type", f"{u.class_type}: {u.reason}") for u in _unsupported(data, registry)
+    ]
+    wf, validation = parse_workflow(data, registry, source=source)
+    said = {p.node for p in problems}
+    return wf, problems + [p for p in validation if not (p.node in said and p.field == "type")]
 
 
 def _check_problems(
@@ -114,18 +142,12 @@ def _check_problems(
 ) -> tuple[list[Problem], list[str]]:
     """(problems, notes) for a Nodeloom workflow or a ComfyUI file."""
     source = str(path)
-    data = _read_any(path)
+    data, comfy = _read_any(path)
     notes: list[str] = []
-    if not _is_comfy(data):
-        problems = [
-            Problem(source, u.node, "type", f"{u.class_type}: {u.reason}")
-            for u in unsupported_nodes(data, registry)
-        ]
-        wf, validation = parse_workflow(data, registry, source=source)
-        said = {p.node for p in problems}
-        problems += [p for p in validation if not (p.node in said and p.field == "type")]
+    if not comfy:
+        wf, problems = _with_unsupported(data, registry, source)
     else:
-        result = _import(path, registry, library)
+        result = _import(data, path, registry, library)
         notes = [str(n) for n in result.notes]
         problems = check_comfy(result, registry, source)
         wf, _ = parse_workflow(result.workflow, registry, source=source)
@@ -147,19 +169,15 @@ def load_run_workflow(
 
     `edit` (the `--set` overrides) changes the graph before its file names are resolved, so a path the
     user sets replaces the imported one instead of being checked after it."""
-    data = _read_any(path)
-    if _is_comfy(data):
+    data, comfy = _read_any(path)
+    if comfy:
         try:
-            data = _import(path, registry, library).workflow
+            data = _import(data, path, registry, library).workflow
         except ComfyFormatError as exc:
-            raise WorkflowError([Problem(str(path), None, None, str(exc))]) from exc
-    problems = [
-        Problem(str(path), u.node, "type", f"{u.class_type}: {u.reason}")
-        for u in unsupported_nodes(data, registry)
-    ]
-    wf, validation = parse_workflow(data, registry, source=str(path))
-    said = {p.node for p in problems}  # an unsupported node's "unknown type" is already said, with its reason
-    problems += [p for p in validation if not (p.node in said and p.field == "type")]
+            raise WorkflowError(
+                [Problem(str(path), None, None, str(exc).removeprefix(f"{path}: "))]
+            ) from None
+    wf, problems = _with_unsupported(data, registry, str(path))
     if problems:
         raise WorkflowError(problems)
     problems = edit(wf) if edit is not None else []
@@ -170,6 +188,20 @@ def load_run_workflow(
     if problems:
         raise WorkflowError(problems)
     return wf
+
+
+def _cannot_write(path: Path, exc: OSError) -> str:
+    """Why `path` could not be written, naming the part of the path at fault (a file where a folder
+    should be says so, instead of the bare "File exists")."""
+    for parent in path.parents:  # the nearest existing one decides
+        if parent.exists():
+            if not parent.is_dir():
+                return f"cannot write {path}: {parent} is a file, not a folder"
+            break
+    # The temporary file beside the target is ours, not the user's: name only a folder on the way.
+    at_fault = Path(exc.filename) if exc.filename else path.parent
+    where = f" ({at_fault})" if at_fault.parent != path.parent else ""
+    return f"cannot write {path}: {exc.strerror or exc}{where}"
 
 
 def _print_notes(console: Console, notes: list[str]) -> None:
@@ -189,23 +221,46 @@ def import_command(argv: list[str], registry: NodeRegistry) -> int:
     args = p.parse_args(argv)
     err = Console(stderr=True, soft_wrap=True)
     library = library_from(args.models_dir)
-    try:
-        result = _import(args.file, registry, library)
-    except ComfyFormatError as exc:
-        err.print(f"[red]error[/]: {escape(str(exc))}", highlight=False)
+
+    def refuse(message: str) -> int:
+        err.print(f"[red]error[/]: {escape(message)}", highlight=False)
         return EXIT_INVALID
+
     out = args.out or Path(f"{args.file.stem}.nodeloom.json")
-    if out.resolve() == args.file.resolve():
-        err.print(f"[red]error[/]: {out} is the input file; choose another with -o", highlight=False)
-        return EXIT_INVALID
-    atomic_write_text(out, json.dumps(result.workflow, indent=2, ensure_ascii=False) + "\n")
+    try:
+        same = out.resolve() == args.file.resolve()
+    except (OSError, RuntimeError) as exc:  # RuntimeError: a symlink loop
+        return refuse(f"{out}: cannot resolve the path ({exc})")
+    if same:
+        return refuse(f"{out} is the input file; choose another with -o")
+    try:
+        data = read_comfy_data(args.file)
+        result = _import(data, args.file, registry, library)
+        text = workflow_text(result.workflow, str(args.file))
+    except ComfyFormatError as exc:
+        return refuse(str(exc))
+    try:
+        atomic_write_text(out, text)
+    except OSError as exc:
+        return refuse(_cannot_write(out, exc))
     _print_notes(err, [str(n) for n in result.notes])
     for u in result.unsupported:
         err.print(f"[red]unsupported[/]: {escape(str(u))}", highlight=False)
+    # What `app check` would say of the written file (model names aside), so the two never disagree.
+    unsupported = {u.node for u in result.unsupported}
+    problems = [
+        p
+        for p in check_comfy(result, registry, str(out))
+        if not (p.node in unsupported and p.field == "type")
+    ]
+    for problem in problems[:_PROBLEM_LINES]:
+        err.print(f"[red]problem[/]: {escape(str(problem))}", highlight=False)
+    if len(problems) > _PROBLEM_LINES:
+        err.print(f"[red]problem[/]: ... and {len(problems) - _PROBLEM_LINES} more", highlight=False)
     count = len(result.workflow["nodes"])
-    verdict = (
-        f"; {len(result.unsupported)} unsupported node(s): it will not run here" if result.unsupported else ""
-    )
+    reasons = [f"{len(result.unsupported)} unsupported node(s)"] if result.unsupported else []
+    reasons += [f"{len(problems)} other problem(s)"] if problems else []
+    verdict = f"; {' and '.join(reasons)}: it will not run here" if reasons else ""
     print(f"imported {count} node(s) from {args.file} -> {out}{verdict}")
     return EXIT_OK
 
@@ -243,7 +298,11 @@ def export_command(argv: list[str], registry: NodeRegistry) -> int:
     except (WorkflowError, ExportError) as exc:
         err.print(f"[red]error[/]: {escape(str(exc))}", highlight=False)
         return EXIT_INVALID
-    atomic_write_text(args.out, json.dumps(prompt, indent=2, ensure_ascii=False) + "\n")
+    try:
+        atomic_write_text(args.out, json.dumps(prompt, indent=2, ensure_ascii=False) + "\n")
+    except OSError as exc:
+        err.print(f"[red]error[/]: {escape(_cannot_write(args.out, exc))}", highlight=False)
+        return EXIT_INVALID
     print(f"wrote {len(prompt)} ComfyUI node(s) to {args.out}")
     return EXIT_OK
 

@@ -25,10 +25,11 @@ class ImportUnavailable(Exception):
 def import_file(path: Path, registry: NodeRegistry) -> Workflow:
     """Read `path` (another tool's workflow) as a Workflow ready to open in the editor."""
     from nodes.comfy.api_format import ComfyFormatError
-    from nodes.comfy.sources import import_comfy
+    from nodes.comfy.sources import import_comfy, workflow_text
 
     try:
         result = import_comfy(Path(path), registry)
+        workflow_text(result.workflow, str(path))  # what Save would write must read back, as for `app import`
     except ComfyFormatError as exc:
         raise ImportUnavailable(
             f"{exc}\nSupported: ComfyUI workflows (API or UI JSON) and PNGs ComfyUI saved."

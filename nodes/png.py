@@ -1,7 +1,8 @@
 """PNG files that carry their workflow, and IMAGE value conversions.
 
 Lives here: `save_png_with_workflow`, `read_embedded_workflow(_text)`, `EmbeddedWorkflowError`,
-`next_free_path`, `tensor_to_pil`, `pil_to_tensor`. Imports PIL, numpy, torch, `nodes.files`.
+`next_free_path`, `tensor_to_pil`, `pil_to_tensor`. Imports PIL, numpy, torch, `nodes.files`, `nodes.png_text`
+(the bounded chunk reader), `nodes.workflow_json` (the JSON limits).
 An IMAGE value is a float32 tensor (B, H, W, C) in [0, 1].
 """
 
@@ -14,12 +15,14 @@ from typing import Any
 
 import numpy as np
 import torch
-from PIL import Image, PngImagePlugin, UnidentifiedImageError
+from PIL import Image, PngImagePlugin
 
 from nodes.files import check_prefix as check_prefix  # re-exported: callers import it from here
 from nodes.files import glob_escape
-
-PNG_WORKFLOW_KEY = "nodeloom.workflow"
+from nodes.png_text import NODELOOM_KEY as PNG_WORKFLOW_KEY
+from nodes.png_text import PngTextError as EmbeddedWorkflowError  # re-exported: callers catch it from here
+from nodes.png_text import read_png_texts
+from nodes.workflow_json import MAX_FILE_BYTES, WorkflowFileError, parse_json_text
 
 
 def tensor_to_pil(images: torch.Tensor) -> list[Image.Image]:
@@ -70,33 +73,16 @@ def save_png_with_workflow(image: Image.Image, path: Path, workflow: dict[str, A
     image.save(path, format="PNG", pnginfo=info)
 
 
-class EmbeddedWorkflowError(ValueError):
-    """A PNG that cannot be read, or whose embedded workflow is damaged; the message says which."""
-
-
 def read_embedded_workflow_text(path: Path) -> str | None:
     """The workflow text embedded in a PNG, None when it carries none; `EmbeddedWorkflowError` when the
-    image or its text chunk cannot be read (random bytes, a damaged chunk, a decompression bomb)."""
+    file or its text chunks cannot be read (random bytes, a damaged chunk, a decompression bomb, a declared
+    size past PIL's limit). Reads only the chunks, never the picture."""
     try:
-        with Image.open(path, formats=["PNG"]) as image:
-            text = image.info.get(PNG_WORKFLOW_KEY)
-    except UnidentifiedImageError:
-        raise EmbeddedWorkflowError("not a PNG image (or a damaged one)") from None
-    except ValueError as exc:
-        # PIL refuses a text chunk that decompresses past ImageFile/PngImagePlugin.MAX_TEXT_CHUNK.
-        if "Decompressed" in str(exc) or "Too Large" in str(exc):
-            limit = PngImagePlugin.MAX_TEXT_CHUNK // 2**20
-            raise EmbeddedWorkflowError(
-                f"a text chunk decompresses to more than {limit} MiB; refused (a real workflow is far smaller)"
-            ) from None
-        raise EmbeddedWorkflowError(f"damaged PNG: {str(exc)[:200]}") from None
-    except (OSError, SyntaxError, EOFError) as exc:  # PIL raises SyntaxError for broken chunks
-        raise EmbeddedWorkflowError(f"damaged PNG: {str(exc)[:200]}") from None
-    if text is None:
-        return None
-    if isinstance(text, bytes):
-        text = text.decode("utf-8", "replace")
-    return str(text)
+        with Path(path).open("rb") as f:
+            text = read_png_texts(f, (PNG_WORKFLOW_KEY,), MAX_FILE_BYTES).get(PNG_WORKFLOW_KEY)
+    except OSError as exc:
+        raise EmbeddedWorkflowError(f"cannot read the file: {exc.strerror or exc}") from None
+    return text
 
 
 def read_embedded_workflow(path: Path) -> dict[str, Any] | None:
@@ -105,7 +91,7 @@ def read_embedded_workflow(path: Path) -> dict[str, Any] | None:
     if not text:
         return None
     try:
-        data = json.loads(text)
-    except (json.JSONDecodeError, RecursionError):
+        data = parse_json_text(text)
+    except WorkflowFileError:
         return None
     return data if isinstance(data, dict) else None

@@ -1,9 +1,9 @@
 """Reading untrusted workflow JSON with explicit limits, and quoting user values in messages.
 
-Lives here: `read_workflow_json`, `decode_workflow_bytes`, `check_json_value`, `WorkflowFileError` and the
-limits (`MAX_FILE_BYTES`, `MAX_DEPTH`). Imports the standard library, `nodes.problems` (`Problem`,
-`WorkflowError` and `quote`, which cuts a value quoted back in a message), and lazily `nodes.png` (it imports
-torch: reading a PNG only).
+Lives here: `read_workflow_json`, `read_document` (a JSON file or a PNG's chunk, any tool's), `Document`,
+`decode_workflow_bytes`, `parse_json_text`, `check_json_value`, `too_big`, `WorkflowFileError` and the limits
+(`MAX_FILE_BYTES`, `MAX_DEPTH`, `MAX_VALUES`). Imports the standard library, `nodes.png_text` (stdlib only)
+and `nodes.problems` (`Problem`, `WorkflowError` and `quote`, which cuts a value quoted back in a message).
 
 A workflow file comes from anywhere (a download, a PNG someone posted), so every way it can be
 malformed becomes one short sentence instead of a traceback: too big, not UTF-8, nested deeper than any
@@ -16,22 +16,29 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
+from collections.abc import Sequence
+from dataclasses import dataclass
 from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
+from nodes.png_text import NODELOOM_KEY, PNG_MAGIC, PngTextError, is_png, read_png_texts
 from nodes.problems import Problem, WorkflowError, quote
 
 MAX_FILE_BYTES = 32 * 2**20  # a big real workflow is ~100 KB
 MAX_DEPTH = 64  # a workflow needs ~6 levels; json and copy.deepcopy recurse, so cap well below 1000
+# Every value is a Python object and every later pass (validation, saving) visits each one: 30 MB of
+# "1.5," would be 8 million floats, ~300 MB and a minute of work. The biggest shipped or test workflow
+# has ~800 values; a big real one a few thousand.
+MAX_VALUES = 1_000_000
 MAX_INT = 2**64  # beyond any parameter (seeds are < 2**63) and beyond what other JSON readers keep exact
 
 _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
 _NOT_BRACKET = re.compile(r"[^\[\]{}]+")
 _DEPTH_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
 _SURROGATE = re.compile("[\ud800-\udfff]")
-_PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 class WorkflowFileError(ValueError):
@@ -72,10 +79,12 @@ def _bounded_int(text: str) -> int:
     return value
 
 
-def nesting_depth(text: str) -> int:
-    """The deepest bracket nesting of a JSON text, ignoring brackets inside strings (no recursion)."""
-    brackets = _NOT_BRACKET.sub("", _STRING.sub("", text))
-    return max(accumulate(map(_DEPTH_STEP.__getitem__, brackets)), default=0)
+def json_shape(text: str) -> tuple[int, int]:
+    """(the deepest bracket nesting, about how many values) of a JSON text, ignoring what is inside
+    strings; no recursion, and no Python object per value (so it is cheap before parsing)."""
+    bare = _STRING.sub("", text)
+    brackets = _NOT_BRACKET.sub("", bare)
+    return max(accumulate(map(_DEPTH_STEP.__getitem__, brackets)), default=0), bare.count(",") + 1
 
 
 def _decode_text(raw: bytes) -> str:
@@ -95,9 +104,14 @@ def _decode_text(raw: bytes) -> str:
 
 def parse_json_text(text: str) -> Any:
     """`json.loads` with the limits above; raises `WorkflowFileError`."""
-    depth = nesting_depth(text)
+    depth, values = json_shape(text)
     if depth > MAX_DEPTH:
         raise WorkflowFileError(f"the JSON is nested {depth:,} levels deep; at most {MAX_DEPTH} are allowed")
+    if values > MAX_VALUES:
+        raise WorkflowFileError(
+            f"the JSON holds about {values:,} values; at most {MAX_VALUES:,} are allowed (a big workflow "
+            "holds a few thousand)"
+        )
     try:
         return json.loads(
             text,
@@ -121,16 +135,19 @@ def parse_json_text(text: str) -> Any:
         raise WorkflowFileError(f"not valid JSON: {str(exc)[:200]}") from None
 
 
-def is_png(raw: bytes) -> bool:
-    return raw.startswith(_PNG_MAGIC)
+def too_big(size: int) -> str:
+    """Why a file of `size` bytes (0 when unknown: a pipe) is refused; never a size it does not have."""
+    limit = f"{MAX_FILE_BYTES // 2**20} MiB"
+    if size > MAX_FILE_BYTES:
+        return f"the file is {size / 2**20:,.1f} MiB; a workflow file is at most {limit}"
+    return f"the file is larger than the {limit} limit for a workflow file"
 
 
-def decode_workflow_bytes(raw: bytes) -> Any:
-    """A JSON workflow file's bytes -> its value; raises `WorkflowFileError`."""
+def decode_workflow_bytes(raw: bytes, size: int | None = None) -> Any:
+    """A JSON workflow file's bytes -> its value; raises `WorkflowFileError`. `size` is the file's size
+    when `raw` is only its first `MAX_FILE_BYTES + 1` bytes."""
     if len(raw) > MAX_FILE_BYTES:
-        raise WorkflowFileError(
-            f"the file is {len(raw) / 2**20:,.1f} MiB; a workflow file is at most {MAX_FILE_BYTES // 2**20} MiB"
-        )
+        raise WorkflowFileError(too_big(len(raw) if size is None else size))
     if not raw.strip():
         raise WorkflowFileError("the file is empty")
     return parse_json_text(_decode_text(raw))
@@ -145,7 +162,8 @@ def check_json_value(data: Any, limit: int = 3) -> list[tuple[tuple[Any, ...], s
     stack: list[tuple[Any, tuple[Any, ...]]] = [(data, ())]
     while stack and len(found) < limit:
         value, where = stack.pop()
-        if len(where) > MAX_DEPTH:
+        # As the reader counts: a container inside k others is at depth k + 1, a scalar at depth k.
+        if len(where) + isinstance(value, dict | list) > MAX_DEPTH:
             found.append((where[:4], f"nested more than {MAX_DEPTH} levels deep"))
             continue
         if isinstance(value, str):
@@ -168,34 +186,63 @@ def check_json_value(data: Any, limit: int = 3) -> list[tuple[tuple[Any, ...], s
     return found
 
 
+@dataclass(frozen=True)
+class Document:
+    """A workflow file read and parsed: the JSON value, and the PNG text chunk it came from (None for a
+    JSON file)."""
+
+    value: Any
+    png_key: str | None = None
+
+
+def _open_error(exc: OSError) -> WorkflowFileError:
+    return WorkflowFileError(f"cannot read the file: {exc.strerror or exc}")
+
+
+def read_document(path: Path, png_keys: Sequence[str], missing: str) -> Document:
+    """The JSON of a workflow file, or of the first of `png_keys` a PNG carries; what the file is comes
+    from its content (a PNG renamed .json is read as a PNG). Every limit applies to both: size, depth,
+    duplicate keys, numbers; a PNG's chunks also have `nodes.png_text`'s (decompression, declared size).
+
+    Raises `WorkflowFileError` (without the file name); `missing` is the reason when a PNG carries none
+    of `png_keys`."""
+    try:
+        with Path(path).open("rb") as f:
+            head = f.read(len(PNG_MAGIC))
+            if is_png(head):
+                f.seek(0)
+                texts = read_png_texts(f, png_keys, MAX_FILE_BYTES)
+            else:
+                texts = None
+                raw = head + f.read(MAX_FILE_BYTES + 1 - len(head))
+                size = os.fstat(f.fileno()).st_size if len(raw) > MAX_FILE_BYTES else len(raw)
+    except OSError as exc:
+        raise _open_error(exc) from None
+    except PngTextError as exc:
+        raise WorkflowFileError(str(exc)) from None
+    if texts is None:
+        if Path(path).suffix.lower() == ".png":
+            raise WorkflowFileError("not a PNG image (or a damaged one)")
+        return Document(decode_workflow_bytes(raw, size))
+    for key in png_keys:
+        text = texts.get(key, "")
+        if not text.strip():  # an empty chunk carries nothing
+            continue
+        try:
+            return Document(parse_json_text(text), key)
+        except WorkflowFileError as exc:
+            label = "embedded workflow" if key == NODELOOM_KEY else f"{key!r} text chunk"
+            raise WorkflowFileError(f"the PNG's {label} is damaged: {exc}") from None
+    raise WorkflowFileError(missing)
+
+
 def read_workflow_json(path: Path) -> Any:
     """The JSON of a workflow file, or of the workflow embedded in a Nodeloom PNG.
 
     What the file is comes from its content (a PNG renamed .json is read as a PNG); every way it can be
     unreadable raises `WorkflowError` naming the file."""
-    from nodes.png import EmbeddedWorkflowError, read_embedded_workflow_text  # torch: only for a PNG
-
-    path = Path(path)
-
-    def fail(reason: str) -> Exception:
-        return WorkflowError([Problem(str(path), None, None, reason)])
 
     try:
-        with path.open("rb") as f:
-            raw = f.read(MAX_FILE_BYTES + 1)
-    except OSError as exc:
-        raise fail(f"cannot read the file: {exc.strerror or exc}") from None
-    try:
-        if is_png(raw):
-            text = read_embedded_workflow_text(path)
-            if text is None:
-                raise fail("this PNG has no embedded Nodeloom workflow")
-            try:
-                return parse_json_text(text)
-            except WorkflowFileError as exc:
-                raise fail(f"the PNG's embedded workflow is damaged: {exc}") from None
-        if path.suffix.lower() == ".png":
-            raise fail("not a PNG image (or a damaged one)")
-        return decode_workflow_bytes(raw)
-    except (WorkflowFileError, EmbeddedWorkflowError) as exc:
-        raise fail(str(exc)) from None
+        return read_document(path, (NODELOOM_KEY,), "this PNG has no embedded Nodeloom workflow").value
+    except WorkflowFileError as exc:
+        raise WorkflowError([Problem(str(path), None, None, str(exc))]) from None

@@ -1,6 +1,7 @@
 """A seeded mutator of workflow files: broken, hostile and absurd variants of every shipped workflow.
 
-Lives here: `Mutant`, `MUTATIONS`, `generate_mutants`, `check_file`. Imports `nodes.workflow`; used by
+Lives here: `Mutant`, `MUTATIONS`, `generate_mutants`, `check_file`. Imports `app.comfy_commands` (the
+reading `app --run` does), `pipelines.models_library`, `tests.hostile_files`; used by
 tests/test_fuzz_workflows.py (a seeded sample) and benchmarks/fuzz_workflows.py (the full 1,000).
 Also here, apart: `InputMutant`, `INPUT_MUTATIONS` ("sweep products", "GGUF array sizes"),
 `generate_input_mutants`, `check_input`, for what a run gets besides its workflow (tests/test_fuzz_inputs.py).
@@ -8,7 +9,9 @@ Also here, apart: `InputMutant`, `INPUT_MUTATIONS` ("sweep products", "GGUF arra
 Each mutant is the bytes of a file plus whether it must be refused (`must_fail`): a mutation such as a
 byte flip inside a string may leave a valid workflow, which is fine; a dangling link may not.
 `check_file` goes through the same code path as `app --run` up to the point where the run would start
-(read, parse, validate) and returns the exit code and the message a user would see.
+(read, parse, validate; a ComfyUI file or PNG is imported on the way) and returns the exit code and the
+message a user would see. Two kinds turn the workflow into another tool's hostile file: ComfyUI subgraphs
+that contain themselves or fan out (`subgraph_breadth`), and PNG bombs (`png_bomb`).
 """
 
 from __future__ import annotations
@@ -22,8 +25,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from app.comfy_commands import load_run_workflow
+from nodes.png_text import NODELOOM_KEY
 from nodes.registry import NodeRegistry
-from nodes.workflow import WorkflowError, load_workflow, validate
+from nodes.workflow import WorkflowError, load_workflow
+from nodes.workflow_json import MAX_FILE_BYTES
+from pipelines.models_library import ModelsLibrary
+from tests.hostile_files import (
+    deep_json,
+    png_bytes,
+    png_chunk,
+    self_containing_ui,
+    shared_value_ui,
+    text_chunk,
+    wide_subgraphs_ui,
+    ztxt_bomb,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 SHIPPED = sorted((REPO / "resources/workflows").glob("*.json"))
@@ -39,8 +56,9 @@ class Mutant:
     suffix: str = ".json"
 
 
-# A mutation takes the workflow (dict, a fresh copy), its text and the rng; returns (bytes, must_fail).
-Mutation = Callable[[dict[str, Any], str, random.Random], tuple[bytes, bool]]
+# A mutation takes the workflow (dict, a fresh copy), its text and the rng; returns (bytes, must_fail), or
+# (bytes, must_fail, suffix) for a file that is not named .json.
+Mutation = Callable[[dict[str, Any], str, random.Random], tuple[bytes, bool] | tuple[bytes, bool, str]]
 
 
 def _dump(data: Any) -> bytes:
@@ -281,6 +299,42 @@ def empty_or_junk(data, text, rng):
     return rng.choice([b"", b"   \n", b"null", b"{}", b"[]", b"\x00" * 64, b"\xef\xbb\xbf"]), True
 
 
+def subgraph_breadth(data, text, rng):
+    """A ComfyUI UI file whose subgraphs would expand without end or past every total."""
+    choice = rng.randrange(4)
+    if choice == 0:
+        ui = self_containing_ui(copies=rng.randint(1, 6))
+    elif choice == 1:
+        ui = self_containing_ui(copies=rng.randint(1, 4), through=True)
+    elif choice == 2:
+        ui = wide_subgraphs_ui(levels=rng.randint(4, 7), width=rng.randint(11, 16))  # > 10,000 nodes
+    else:
+        chars = rng.randint(1, 3) * MB
+        ui = shared_value_ui(chars, instances=MAX_FILE_BYTES // chars + 2)  # past the expanded size
+    return json.dumps(ui).encode(), True
+
+
+def png_bomb(data, text, rng):
+    """A PNG whose chunks are hostile: an inflating zTXt, a huge declared size, a deep, doubled or lying
+    chunk; under Nodeloom's key or ComfyUI's, sometimes renamed .json (read by its content)."""
+    key = rng.choice([NODELOOM_KEY, "prompt", "workflow"])
+    ours = text_chunk(NODELOOM_KEY, text, b"iTXt")
+    choice = rng.randrange(6)
+    if choice == 0:
+        chunks, size = [ztxt_bomb(key, MAX_FILE_BYTES + 10)], 2
+    elif choice == 1:
+        chunks, size = [ours], rng.choice([20_000, 100_000, 2**31 - 1])  # a valid workflow, 4e8+ pixels
+    elif choice == 2:
+        chunks, size = [text_chunk(key, deep_json(rng.choice([65, 1000, 100_000])))], 2
+    elif choice == 3:
+        chunks, size = [ours, ours] if key == NODELOOM_KEY else [text_chunk(key, "{}")] * 2, 2
+    elif choice == 4:
+        chunks, size = [png_chunk(b"tEXt", key.encode() + b"\0{}", length=rng.choice([2**28, 2**31]))], 2
+    else:
+        chunks, size = [ours.replace(b'"nodes"', b'"nodez"')], 2  # a checksum that no longer matches
+    return png_bytes(chunks, width=size, height=size), True, rng.choice([".png", ".png", ".json"])
+
+
 MUTATIONS: dict[str, Mutation] = {
     "param_wrong_type": param_wrong_type,
     "missing_field": missing_field,
@@ -300,6 +354,8 @@ MUTATIONS: dict[str, Mutation] = {
     "format_width": format_width,
     "node_version": node_version,
     "empty_or_junk": empty_or_junk,
+    "subgraph_breadth": subgraph_breadth,
+    "png_bomb": png_bomb,
 }
 
 
@@ -312,8 +368,8 @@ def generate_mutants(count: int, seed: int = 0) -> Iterator[Mutant]:
     for i in range(count):
         (stem, text), data = sources[i % len(sources)], parsed[i % len(sources)]
         kind = kinds[(i // len(sources)) % len(kinds)] if count >= len(kinds) else rng.choice(kinds)
-        raw, must_fail = MUTATIONS[kind](copy.deepcopy(data), text, rng)
-        yield Mutant(f"{stem}-{kind}-{i:04d}", kind, raw, must_fail)
+        raw, must_fail, *suffix = MUTATIONS[kind](copy.deepcopy(data), text, rng)
+        yield Mutant(f"{stem}-{kind}-{i:04d}", kind, raw, must_fail, *suffix)
 
 
 @dataclass(frozen=True)
@@ -324,12 +380,9 @@ class Checked:
 
 
 def check_file(path: Path, registry: NodeRegistry) -> Checked:
-    """Read, parse and validate `path` as `app --run` does, without running it."""
+    """Read, parse and validate `path` as `app --run` does (with no models folder), without running it."""
     try:
-        wf = load_workflow(path, registry)
-        problems = validate(wf, registry)
-        if problems:
-            raise WorkflowError(problems)
+        load_run_workflow(path, registry, ModelsLibrary([]))
     except WorkflowError as exc:
         return Checked(2, f"error: {exc}")
     except Exception as exc:  # noqa: BLE001  (the point: any other exception is a defect)

@@ -7,11 +7,12 @@ import zlib
 from pathlib import Path
 
 import pytest
-from PIL import Image, PngImagePlugin
+from PIL import Image
 
 from app.main import main
 from nodes.png import PNG_WORKFLOW_KEY, save_png_with_workflow
 from nodes.workflow import WorkflowError, load_workflow, workflow_from_dict
+from nodes.workflow_json import MAX_FILE_BYTES
 
 REPO = Path(__file__).resolve().parent.parent
 TEXT_DEMO = REPO / "resources/workflows/text_demo.json"
@@ -89,7 +90,8 @@ def _png_with_chunk(path: Path, chunk_type: bytes, data: bytes) -> Path:
 
 
 def test_a_png_whose_workflow_chunk_is_a_decompression_bomb(tmp_path, capsys) -> None:
-    bomb = zlib.compress(b" " * (PngImagePlugin.MAX_TEXT_CHUNK + 10))
+    # Past the text limit, which is a workflow file's (PIL's own 1 MiB chunk limit is no longer used).
+    bomb = zlib.compress(b" " * (MAX_FILE_BYTES + 10))
     data = PNG_WORKFLOW_KEY.encode() + b"\0\x01\0\0\0" + bomb  # iTXt: compressed, no language, no key
     path = _png_with_chunk(tmp_path / "bomb.png", b"iTXt", data)
     code, err = _run(path, tmp_path, capsys)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nodes.comfy.graph import ComfyGraph, ComfyNode, LinkRef
+from nodes.comfy.graph import MAX_NODES, ComfyGraph, ComfyNode, LinkRef
 
 
 class ComfyFormatError(ValueError):
@@ -39,6 +39,11 @@ def _is_link(value: Any) -> bool:
 def parse_api(data: Any) -> ComfyGraph:
     if not is_api_format(data):
         raise ComfyFormatError("not ComfyUI API format: expected {id: {class_type, inputs}}")
+    if len(data) > MAX_NODES:
+        raise ComfyFormatError(
+            f"the workflow has {len(data):,} nodes, more than the {MAX_NODES:,} an import may have; refused "
+            "(a big real workflow has a few hundred)"
+        )
     graph = ComfyGraph(source_format="api")
     for node_id, raw in data.items():
         inputs: dict[str, Any] = {}

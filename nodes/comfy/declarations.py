@@ -104,7 +104,12 @@ def widget_values_by_name(
             break
         named[name] = values[i]
         i += 1
-        if name in SEED_WIDGETS and i < len(values) and values[i] in CONTROL_VALUES:
+        if (
+            name in SEED_WIDGETS
+            and i < len(values)
+            and isinstance(values[i], str)
+            and values[i] in CONTROL_VALUES
+        ):
             i += 1  # the "control after generate" companion: an editor setting, not an input
     if i < len(values):
         extra = values[i:]

@@ -1,7 +1,8 @@
 """ComfyUI's UI format (the LiteGraph file the editor saves): nodes, links, widgets_values, groups,
 subgraphs, muted/bypassed nodes, reroutes and primitive nodes, reduced to a `ComfyGraph`.
 
-Lives here: `is_ui_format`, `parse_ui`. Imports `nodes.comfy.graph`, `nodes.comfy.declarations`.
+Lives here: `is_ui_format`, `parse_ui`. Imports `nodes.comfy.graph`, `nodes.comfy.declarations`,
+`nodes.comfy.subgraph_limits` (the totals), `nodes.workflow_json` (quoting).
 
 What gets resolved here, so that the mapping sees plain nodes and links:
 - links: `[id, origin, origin_slot, target, target_slot, type]` lists (version 0.4) or objects (subgraphs,
@@ -14,15 +15,23 @@ What gets resolved here, so that the mapping sees plain nodes and links:
 - subgraphs (`definitions.subgraphs`): each instance expanded in place, inner ids `instance:inner` (as
   ComfyUI's API format names them), the instance's inputs and outputs wired through;
 - layout: positions, sizes, titles, colours, groups and Note/MarkdownNote text.
+
+Expansion is bounded on totals, not per level (subgraph_limits): a subgraph that contains itself, directly
+or through others, is refused before anything is expanded, and every copy of a node, link and byte of node
+data counts against one budget, so a 10 KB file whose subgraphs nest copies of each other is refused in
+milliseconds instead of growing to k^16 nodes.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from nodes.comfy.declarations import COMFY_CLASSES, CONTROL_VALUES, widget_values_by_name
-from nodes.comfy.graph import ComfyGraph, ComfyNode, ImportNote, LinkRef
+from nodes.comfy.graph import ComfyGraph, ComfyNode, LinkRef
+from nodes.comfy.subgraph_limits import ExpansionBudget, list_field, refuse_self_containing, subgraph_name
+from nodes.problems import quote
 
 MUTED, BYPASSED = 2, 4
 PRIMITIVE_CLASSES = frozenset(
@@ -38,6 +47,8 @@ PRIMITIVE_CLASSES = frozenset(
 NOTE_CLASSES = frozenset({"Note", "MarkdownNote"})
 # Subgraph boundary pseudo-nodes in a subgraph's links.
 SUBGRAPH_INPUT_ID, SUBGRAPH_OUTPUT_ID = -10, -20
+MAX_SUBGRAPH_DEPTH = 16
+MAX_CHAIN = 64  # links one input may pass through (reroutes, bypasses, boundaries); real chains are short
 
 
 def is_ui_format(data: Any) -> bool:
@@ -53,9 +64,10 @@ class _Link:
     type: str
 
 
-def _links(raw: Any, prefix: str) -> dict[int, _Link]:
+def _links(raw: Any, prefix: str, budget: ExpansionBudget) -> dict[int, _Link]:
     out: dict[int, _Link] = {}
-    for item in raw if isinstance(raw, list) else ():
+    for item in list_field(raw):
+        budget.take_link()
         if isinstance(item, list) and len(item) >= 5:
             link_id, origin, origin_slot, target, target_slot = item[:5]
             kind = item[5] if len(item) > 5 else ""
@@ -111,16 +123,19 @@ def _widget_names(class_type: str, raw: dict[str, Any]) -> list[str] | None:
     # Unknown class: newer editors list every widget as an input with a `widget` entry, in order.
     names = [
         inp["widget"]["name"]
-        for inp in raw.get("inputs") or ()
-        if isinstance(inp, dict) and isinstance(inp.get("widget"), dict) and "name" in inp["widget"]
+        for inp in list_field(raw.get("inputs"))
+        if isinstance(inp, dict)
+        and isinstance(inp.get("widget"), dict)
+        and isinstance(inp["widget"].get("name"), str)
     ]
     return names or None
 
 
 def _read_node(raw: dict[str, Any], prefix: str, graph: ComfyGraph) -> _RawNode | None:
     node_id, class_type = raw.get("id"), raw.get("type")
-    if node_id is None or not isinstance(class_type, str):
-        graph.notes.append(_file_note(f"a node without an id or type was skipped: {str(raw)[:80]}"))
+    if not isinstance(node_id, int | str) or isinstance(node_id, bool) or not isinstance(class_type, str):
+        where = f" in subgraph instance {prefix[:-1]}" if prefix else ""
+        graph.note(None, f"a node without an id or a type{where} was skipped (keys: {quote(sorted(raw))})")
         return None
     node = ComfyNode(
         id=_scoped(prefix, node_id),
@@ -133,18 +148,14 @@ def _read_node(raw: dict[str, Any], prefix: str, graph: ComfyGraph) -> _RawNode 
     )
     mode = raw.get("mode", 0) if isinstance(raw.get("mode"), int) else 0
     rn = _RawNode(node, mode, widget_values=raw.get("widgets_values"))
-    for inp in raw.get("inputs") or ():
+    for inp in list_field(raw.get("inputs")):
         if isinstance(inp, dict):
             rn.input_names.append(str(inp.get("name", "")))
             rn.input_types.append(str(inp.get("type", "")))
             rn.input_links.append(inp.get("link") if isinstance(inp.get("link"), int) else None)
-    for out in raw.get("outputs") or ():
+    for out in list_field(raw.get("outputs")):
         rn.output_types.append(str(out.get("type", "")) if isinstance(out, dict) else "")
     return rn
-
-
-def _file_note(message: str) -> ImportNote:
-    return ImportNote(None, None, message)
 
 
 def _named_widgets(rn: _RawNode, raw: dict[str, Any], graph: ComfyGraph) -> dict[str, Any]:
@@ -162,38 +173,25 @@ def _named_widgets(rn: _RawNode, raw: dict[str, Any], graph: ComfyGraph) -> dict
     return named
 
 
-def _load_scope(
-    raw_nodes: Any, raw_links: Any, prefix: str, graph: ComfyGraph
-) -> tuple[dict[str, _RawNode], dict[str, dict[str, Any]], dict[int, _Link]]:
-    nodes: dict[str, _RawNode] = {}
-    raws: dict[str, dict[str, Any]] = {}
-    for raw in raw_nodes if isinstance(raw_nodes, list) else ():
-        if not isinstance(raw, dict):
-            continue
-        rn = _read_node(raw, prefix, graph)
-        if rn is not None:
-            nodes[rn.node.id] = rn
-            raws[rn.node.id] = raw
-    return nodes, raws, _links(raw_links, prefix)
-
-
 def parse_ui(data: dict[str, Any]) -> ComfyGraph:
+    """The graph of a UI-format file; `ComfyFormatError` for a subgraph that contains itself or an
+    expansion past the totals (nodes, links, node data)."""
     graph = ComfyGraph(source_format="ui")
     version = data.get("version")
-    if version not in (None, 0.4, 1):
-        graph.notes.append(
-            _file_note(f"UI format version {version!r}; this importer was written for 0.4 and 1")
-        )
+    if version not in (None, 0.4, 1) or isinstance(version, bool):
+        graph.note(None, f"UI format version {quote(version)}; this importer was written for 0.4 and 1")
+    definitions = data.get("definitions")
     subgraphs = {
         sg["id"]: sg
-        for sg in (data.get("definitions") or {}).get("subgraphs") or ()
+        for sg in list_field(definitions.get("subgraphs") if isinstance(definitions, dict) else None)
         if isinstance(sg, dict) and isinstance(sg.get("id"), str)
     }
+    refuse_self_containing(subgraphs)
     resolver = _Resolver(graph, subgraphs)
-    resolver.add_scope(data.get("nodes"), data.get("links"), prefix="", boundary=None)
+    resolver.add_scope(data.get("nodes"), resolver.scope_links(data.get("links"), ""), "", None)
     resolver.finish()
 
-    for group in data.get("groups") or ():
+    for group in list_field(data.get("groups")):
         rect = group.get("bounding") if isinstance(group, dict) else None
         if isinstance(rect, list) and len(rect) == 4 and all(isinstance(v, int | float) for v in rect):
             entry: dict[str, Any] = {"title": str(group.get("title", "")), "rect": [float(v) for v in rect]}
@@ -231,9 +229,32 @@ class _Resolver:
         self.instance_outputs: dict[str, dict[int, tuple[str, int]]] = {}
         self.widgets: dict[str, dict[str, Any]] = {}
         self.depth = 0
+        self.budget = ExpansionBudget()
+        self.resolved: dict[tuple[str, int], Any] = {}  # (scope prefix, link id) -> what it delivers
+        self.needs_at_least: dict[tuple[str, int], float] = {}  # links a cut-short walk still needed from it
 
-    def add_scope(self, raw_nodes: Any, raw_links: Any, prefix: str, boundary: _Boundary | None) -> None:
-        nodes, raws, links = _load_scope(raw_nodes, raw_links, prefix, self.graph)
+    def scope_links(self, raw_links: Any, prefix: str) -> dict[int, _Link]:
+        return _links(raw_links, prefix, self.budget)
+
+    def _load_scope(
+        self, raw_nodes: Any, prefix: str
+    ) -> tuple[dict[str, _RawNode], dict[str, dict[str, Any]]]:
+        nodes: dict[str, _RawNode] = {}
+        raws: dict[str, dict[str, Any]] = {}
+        for raw in list_field(raw_nodes):
+            if not isinstance(raw, dict):
+                continue
+            self.budget.take_node(raw)  # before reading it: every copy of a subgraph's node counts
+            rn = _read_node(raw, prefix, self.graph)
+            if rn is not None:
+                nodes[rn.node.id] = rn
+                raws[rn.node.id] = raw
+        return nodes, raws
+
+    def add_scope(
+        self, raw_nodes: Any, links: dict[int, _Link], prefix: str, boundary: _Boundary | None
+    ) -> None:
+        nodes, raws = self._load_scope(raw_nodes, prefix)
         self.links[prefix] = links
         if boundary is not None:
             self.boundaries[prefix] = boundary
@@ -251,66 +272,93 @@ class _Resolver:
                 self.widgets[node_id] = _named_widgets(rn, raws[node_id], self.graph)
 
     def _expand(self, rn: _RawNode, raw: dict[str, Any], sub: dict[str, Any], prefix: str) -> None:
-        if self.depth > 16:
-            self.graph.note(rn.node, "subgraphs nested deeper than 16 levels: not expanded")
+        if self.depth > MAX_SUBGRAPH_DEPTH:
+            self.graph.note(
+                rn.node, f"subgraphs nested deeper than {MAX_SUBGRAPH_DEPTH} levels: not expanded"
+            )
             return
         inner = f"{rn.node.id}:"
         # The instance's own widget values feed the subgraph inputs that have no wire, in order.
-        values = list(rn.widget_values) if isinstance(rn.widget_values, list) else []
-        values = [v for v in values if v not in CONTROL_VALUES]
+        values = [v for v in list_field(rn.widget_values) if not (isinstance(v, str) and v in CONTROL_VALUES)]
         inputs: dict[int, Any] = {}
-        sub_inputs = sub.get("inputs") or []
+        sub_inputs = list_field(sub.get("inputs"))
+        self.budget.take_link(len(sub_inputs))  # each is a boundary link of this copy
         for slot, _sub_input in enumerate(sub_inputs):
             link_id = rn.input_links[slot] if slot < len(rn.input_links) else None
             if link_id is not None:
                 inputs[slot] = ("link", prefix, link_id)
             elif values:
                 inputs[slot] = ("value", values.pop(0))
+        links = self.scope_links(sub.get("links"), inner)
         outputs: dict[int, tuple[str, int]] = {}
-        for link_id, link in _links(sub.get("links"), inner).items():
+        for link_id, link in links.items():
             if link.target == f"{inner}{SUBGRAPH_OUTPUT_ID}":
                 outputs[link.target_slot] = (inner, link_id)
         self.instance_outputs[rn.node.id] = outputs
         self.depth += 1
-        title = rn.node.title or sub.get("name")
+        title = quote(rn.node.title) if rn.node.title else subgraph_name(sub)
         self.graph.note(
-            rn.node, f"subgraph {title!r} expanded in place ({len(sub.get('nodes') or [])} nodes)"
+            rn.node, f"subgraph {title} expanded in place ({len(list_field(sub.get('nodes')))} nodes)"
         )
-        self.add_scope(sub.get("nodes"), sub.get("links"), inner, _Boundary(rn.node.id, inputs))
+        self.add_scope(sub.get("nodes"), links, inner, _Boundary(rn.node.id, inputs))
         self.depth -= 1
 
     # --- resolution -------------------------------------------------------------------------------
 
-    def source(self, prefix: str, link_id: int, seen: frozenset[tuple[str, int]] = frozenset()) -> Any:
-        """What a link delivers: a LinkRef to a real node's output, a constant, or None (dangling)."""
+    def source(self, prefix: str, link_id: int) -> Any:
+        """What a link delivers: a LinkRef to a real node's output, a constant, or None (dangling).
+
+        Follows one chain through reroutes, bypassed nodes and subgraph boundaries, at most MAX_CHAIN
+        links: a loop or a longer chain delivers nothing. Each link has one next link, so what a walk
+        learns holds for every link on it: a finished walk's result, or for a walk cut short how many
+        links at least each one still needed. Inputs fed from one chain then walk it once, not once each."""
+        walked: list[tuple[str, int]] = []
+        seen: set[tuple[str, int]] = set()
+        at: tuple[str, int] | None = (prefix, link_id)
+        result: Any = None
+        while at is not None:
+            if at in self.resolved:
+                result = self.resolved[at]
+                break
+            depth = len(walked)
+            needs = math.inf if at in seen else self.needs_at_least.get(at, 1)  # links from `at` on
+            if depth + needs > MAX_CHAIN:
+                for i, key in enumerate(walked):
+                    self.needs_at_least[key] = max(self.needs_at_least.get(key, 1), depth - i + needs)
+                return None
+            walked.append(at)
+            seen.add(at)
+            result, at = self._step(*at)
+        for key in walked:
+            self.resolved[key] = result
+        return result
+
+    def _step(self, prefix: str, link_id: int) -> tuple[Any, tuple[str, int] | None]:
+        """(what the link delivers, None), or (None, the link to follow next) through a pass-through."""
         link = self.links.get(prefix, {}).get(link_id)
-        if link is None or (prefix, link_id) in seen or len(seen) > 256:
-            return None
-        seen = seen | {(prefix, link_id)}
+        if link is None:
+            return None, None
         origin = link.origin
         if origin == f"{prefix}{SUBGRAPH_INPUT_ID}":  # a subgraph input: continue outside the instance
             boundary = self.boundaries.get(prefix)
             feed = boundary.inputs.get(link.origin_slot) if boundary else None
             if feed is None:
-                return None
+                return None, None
             if feed[0] == "value":
-                return feed[1]
-            return self.source(feed[1], feed[2], seen)
+                return feed[1], None
+            return None, (feed[1], feed[2])
         if origin in self.instance_outputs:  # the output of a subgraph instance: continue inside it
-            inner = self.instance_outputs[origin].get(link.origin_slot)
-            return self.source(inner[0], inner[1], seen) if inner else None
+            return None, self.instance_outputs[origin].get(link.origin_slot)
         rn = self.nodes.get(origin)
-        if rn is None:
-            return None
-        if rn.mode == MUTED:
-            return None
+        if rn is None or rn.mode == MUTED:
+            return None, None
         if rn.node.class_type in PRIMITIVE_CLASSES:
-            return self.widgets.get(origin, {}).get("value")
+            return self.widgets.get(origin, {}).get("value"), None
         if rn.node.class_type == "Reroute" or rn.mode == BYPASSED:
-            return self._pass_through(rn, link, seen)
-        return LinkRef(origin, link.origin_slot)
+            return None, self._pass_through(rn, link)
+        return LinkRef(origin, link.origin_slot), None
 
-    def _pass_through(self, rn: _RawNode, link: _Link, seen: frozenset[tuple[str, int]]) -> Any:
+    def _pass_through(self, rn: _RawNode, link: _Link) -> tuple[str, int] | None:
         """A reroute forwards its one input; a bypassed node its first input of the output's type."""
         want = rn.output_types[link.origin_slot] if link.origin_slot < len(rn.output_types) else ""
         prefix = self.scope_of[rn.node.id]
@@ -318,7 +366,7 @@ class _Resolver:
             if link_id is None:
                 continue
             if rn.node.class_type == "Reroute" or want in ("", "*") or rn.input_types[slot] == want:
-                return self.source(prefix, link_id, seen)
+                return prefix, link_id
         return None
 
     def finish(self) -> None:
