@@ -1,14 +1,16 @@
 """1,000 mutated workflow files (and pickles under every disguise) through Nodeloom's validation.
 
 Usage:
-    python benchmarks/fuzz_workflows.py [--count 1000] [--seed 0] [--run-valid 10] [--timeout 60]
+    python benchmarks/fuzz_workflows.py [--count 1000] [--inputs 200] [--seed 0] [--run-valid 10] [--timeout 60]
 
 Every mutant of every shipped workflow (tests/fuzz_mutations.py) goes through the code path of
 `app --run` up to the start of the run (read, parse, validate), in this process. Printed per mutation:
 files, how many were refused (exit 2) or would run (exit 0), tracebacks, the longest message and the
 slowest file. `--run-valid N` then runs N of the files that validated with `app --run` in a subprocess
 under `--timeout` seconds each (a valid mutant runs the real model), reporting exit codes and
-stderr sizes. Last, pickle payloads saved under every disguise are handed to every loader without
+stderr sizes. Then `--inputs N` hostile inputs that are not workflow files (sweep flags whose grid is
+huge, GGUF headers declaring arrays, strings or tensors the file cannot hold) go through `check_input`,
+with the process's RSS sampled at 50 Hz from a thread. Last, pickle payloads saved under every disguise are handed to every loader without
 --allow-pickle, counting how many ran.
 """
 
@@ -26,7 +28,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tests.fuzz_mutations import check_file, generate_mutants  # noqa: E402
+from tests.fuzz_mutations import check_file, check_input, generate_input_mutants, generate_mutants  # noqa: E402
 
 DISGUISES = (
     "model.SAFETENSORS",
@@ -98,6 +100,63 @@ def fuzz(count: int, seed: int, work: Path) -> list[Path]:
     for line in tracebacks[:20]:
         print(f"TRACEBACK {line}")
     return valid
+
+
+def inputs(count: int, seed: int, work: Path) -> None:
+    """Hostile sweep flags and GGUF headers: each must be refused (exit 2 or 1) without a traceback,
+    quickly and without the process growing (RSS sampled at 50 Hz: a refusal that materialises a
+    10^10-job grid or a 2^60-item array would show here before it finished)."""
+    import threading
+
+    import psutil
+
+    from nodes.registry import default_registry
+
+    registry = default_registry(entry_point_packs=False)
+    proc = psutil.Process()
+    baseline = proc.memory_info().rss
+    peak = [baseline]
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.wait(0.02):
+            peak[0] = max(peak[0], proc.memory_info().rss)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    rows: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    slowest: dict[str, float] = collections.defaultdict(float)
+    tracebacks: list[str] = []
+    folder = work / "inputs"
+    folder.mkdir(exist_ok=True)
+    try:
+        for mutant in generate_input_mutants(count, seed):
+            t0 = time.perf_counter()
+            checked = check_input(mutant, folder, registry)
+            slowest[mutant.mutation] = max(slowest[mutant.mutation], time.perf_counter() - t0)
+            rows[mutant.mutation]["files"] += 1
+            rows[mutant.mutation][f"exit {checked.exit_code}"] += 1
+            if checked.error is not None:
+                rows[mutant.mutation]["traceback"] += 1
+                tracebacks.append(f"{mutant.name}: {checked.message[:200]}")
+    finally:
+        done.set()
+        sampler.join()
+    print(f"\n{count} hostile inputs from {seed=} (sweep grids, GGUF headers)\n")
+    header = (
+        f"{'input':<18} {'inputs':>6} {'exit 2':>6} {'exit 1':>6} {'exit 0':>6} {'tracebk':>7} {'max s':>6}"
+    )
+    print(header)
+    print("-" * len(header))
+    for kind in sorted(rows):
+        r = rows[kind]
+        print(
+            f"{kind:<18} {r['files']:>6} {r['exit 2']:>6} {r['exit 1']:>6} {r['exit 0']:>6} {r['traceback']:>7} "
+            f"{slowest[kind]:>6.2f}"
+        )
+    print(f"peak RSS above the start of this pass: {(peak[0] - baseline) / 2**20:.0f} MiB")
+    for line in tracebacks[:20]:
+        print(f"TRACEBACK {line}")
 
 
 def run_valid(valid: list[Path], limit: int, timeout: float, work: Path) -> None:
@@ -193,6 +252,7 @@ def pickles(work: Path) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--count", type=int, default=1000)
+    p.add_argument("--inputs", type=int, default=200, help="hostile sweep flags and GGUF headers")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--run-valid", type=int, default=10, help="run this many of the files that validated")
     p.add_argument("--timeout", type=float, default=60.0)
@@ -201,6 +261,7 @@ def main() -> None:
         work = Path(tmp)
         os.environ.setdefault("NODELOOM_DATA_DIR", str(work / "data"))
         valid = fuzz(args.count, args.seed, work)
+        inputs(args.inputs, args.seed, work)
         run_valid(valid, args.run_valid, args.timeout, work)
         pickles(work)
 

@@ -172,9 +172,14 @@ def test_streamed_text_arrives_token_by_token_and_edits_clear_stale_badges(qtbot
     from nodes.types import TEXT
 
     registry = make_registry(Calls())
+    # The node holds after its second word until the test has looked: "still running" must not depend on
+    # how quickly a loaded machine schedules the GUI thread against the run thread.
+    release = threading.Event()
 
     def stream(ctx, words: str) -> dict:
         for i, word in enumerate(words.split()):
+            if i == 2:
+                release.wait(10)
             time.sleep(0.05)
             ctx.text(("" if i == 0 else " ") + word)
         return {"text": words}
@@ -196,6 +201,7 @@ def test_streamed_text_arrives_token_by_token_and_edits_clear_stale_badges(qtbot
     wait_until(lambda: window.output.text_by_node.get(node, "").startswith("one two"), 10)
     assert window.runner.running  # the first tokens show while the node still runs
     assert window.output.currentIndex() == 1  # the Text tab came forward
+    release.set()
     wait_until(lambda: window.last_result is not None, 10)
     assert window.output.text_by_node[node] == "one two three four"
     assert window.scene.run_states[node].status == "done"

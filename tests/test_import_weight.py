@@ -60,9 +60,10 @@ window.close()
 """
     modules = _modules_after(code)["modules"]
     assert "diffusers" not in modules and "transformers" not in modules
-    # Declarations only: families, sampler, prompt-weighting and resize-method names (none imports torch).
+    # Declarations only: families (and their detector), sampler, prompt-weighting and resize-method names (none imports torch).
     light = {
         "pipelines.diffusion.families",
+        "pipelines.diffusion.family_detect",  # the registry's detector: stdlib + families, read by the library
         "pipelines.diffusion.schedulers",
         "pipelines.diffusion.prompt_weights",
         "pipelines.diffusion.resize",
