@@ -3,7 +3,7 @@
 Lives here: `read_workflow_json`, `decode_workflow_bytes`, `check_json_value`, `WorkflowFileError` and the
 limits (`MAX_FILE_BYTES`, `MAX_DEPTH`). Imports the standard library, `nodes.problems` (`Problem`,
 `WorkflowError` and `quote`, which cuts a value quoted back in a message), and lazily `nodes.png` (it imports
-torch: reading a PNG only).
+torch: reading a PNG only) and `nodes.video_read` (a saved video's workflow).
 
 A workflow file comes from anywhere (a download, a PNG someone posted), so every way it can be
 malformed becomes one short sentence instead of a traceback: too big, not UTF-8, nested deeper than any
@@ -174,6 +174,7 @@ def read_workflow_json(path: Path) -> Any:
     What the file is comes from its content (a PNG renamed .json is read as a PNG); every way it can be
     unreadable raises `WorkflowError` naming the file."""
     from nodes.png import EmbeddedWorkflowError, read_embedded_workflow_text  # torch: only for a PNG
+    from nodes.video_read import VideoFileError, read_video_workflow_json, video_container
 
     path = Path(path)
 
@@ -196,6 +197,9 @@ def read_workflow_json(path: Path) -> Any:
                 raise fail(f"the PNG's embedded workflow is damaged: {exc}") from None
         if path.suffix.lower() == ".png":
             raise fail("not a PNG image (or a damaged one)")
+        video = video_container(raw)  # a saved mp4/webm/webp: its own bounded reader
+        if video is not None:
+            return read_video_workflow_json(path, video)
         return decode_workflow_bytes(raw)
-    except (WorkflowFileError, EmbeddedWorkflowError) as exc:
+    except (WorkflowFileError, EmbeddedWorkflowError, VideoFileError) as exc:
         raise fail(str(exc)) from None
