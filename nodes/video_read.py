@@ -50,7 +50,8 @@ def video_container(raw: bytes) -> str | None:
 def _bounded(text: str | None) -> str | None:
     if text is not None and len(text) > MAX_WORKFLOW_CHARS:
         raise VideoFileError(
-            f"the embedded workflow is {len(text) / 2**20:,.1f} MiB; at most {MAX_FILE_BYTES // 2**20} MiB"
+            f"the embedded workflow is {len(text):,} characters; at most {MAX_WORKFLOW_CHARS:,} are read "
+            "(a real workflow is far smaller)"
         )
     return text
 
