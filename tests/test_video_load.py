@@ -124,7 +124,9 @@ def test_a_video_without_a_workflow_says_so(tmp_path, capsys) -> None:
 def test_an_oversized_embedded_workflow_is_refused(tmp_path, monkeypatch) -> None:
     path = saved(tmp_path, "webm")
     monkeypatch.setattr(video_read, "MAX_WORKFLOW_CHARS", 10)
-    with pytest.raises(WorkflowError, match="the embedded workflow is 5[0-9] characters; at most 10 are read"):
+    with pytest.raises(
+        WorkflowError, match="the embedded workflow is 5[0-9] characters; at most 10 are read"
+    ):
         read_workflow_json(path)
 
 
