@@ -1,9 +1,8 @@
 """Reading video files: frames, fps and sound into a VIDEO value, and the workflow a saved video carries.
 
-Lives here: `load_video`, `read_video_workflow_text`, `read_video_workflow_json`, `video_container`,
-`VideoFileError`, the workflow tag names, `MAX_LOAD_BYTES`, `MAX_WORKFLOW_CHARS`. Imports numpy, PIL,
-`nodes.workflow_json`; av, torch and `pipelines.video.value` inside the functions, so opening a workflow file
-(`nodes.workflow_json` asks `video_container` about every file) imports no torch.
+Lives here: `load_video`, `read_video_workflow_text`, `video_container`, `VideoFileError`, the workflow tag
+names, `MAX_LOAD_BYTES`, `MAX_WORKFLOW_CHARS`. Imports numpy, PIL; av, torch and `pipelines.video.value` inside
+the functions, so `nodes.workflow_json` (which asks `video_container` about every file it opens) stays light.
 
 Bounds, since a video comes from anywhere: frames are decoded one at a time and refused once they would pass
 `MAX_LOAD_BYTES` as float32 (set Load Video's frame_limit); a workflow tag longer than `MAX_WORKFLOW_CHARS` is
@@ -18,8 +17,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
-from nodes.workflow_json import MAX_FILE_BYTES, WorkflowFileError, parse_json_text
-
 if TYPE_CHECKING:
     from pipelines.video.value import Audio, Video
 
@@ -28,7 +25,9 @@ WEBP_WORKFLOW_PREFIX = "nodeloom.workflow:"  # webp: EXIF ImageDescription text
 EXIF_IMAGE_DESCRIPTION = 0x010E
 
 MAX_LOAD_BYTES = 8 * 2**30  # ~340 frames of 1080p as float32; a longer clip needs frame_limit
-MAX_WORKFLOW_CHARS = MAX_FILE_BYTES  # the same cap as a workflow .json file
+MAX_WORKFLOW_CHARS = (
+    32 * 2**20
+)  # nodes.workflow_json.MAX_FILE_BYTES: a workflow .json file's cap (not imported: it imports us)
 VIDEO_SUFFIXES = (".mp4", ".m4v", ".mov", ".webm", ".mkv", ".webp", ".gif")
 
 
@@ -78,18 +77,6 @@ def read_video_workflow_text(path: Path, kind: str) -> str | None:
     # Matroska stores tag names upper-case.
     text = next((v for k, v in tags.items() if k.lower() == WORKFLOW_TAG), None)
     return _bounded(text)
-
-
-def read_video_workflow_json(path: Path, kind: str) -> Any:
-    """The parsed workflow a saved video carries (for `nodes.workflow_json.read_workflow_json`); raises
-    `VideoFileError` when there is none or it is damaged."""
-    text = read_video_workflow_text(path, kind)
-    if text is None:
-        raise VideoFileError(f"this {kind} has no embedded Nodeloom workflow")
-    try:
-        return parse_json_text(text)
-    except WorkflowFileError as exc:
-        raise VideoFileError(f"the {kind}'s embedded workflow is damaged: {exc}") from None
 
 
 def _too_big(count: int, shape: tuple[int, ...]) -> VideoFileError:

@@ -174,7 +174,7 @@ def read_workflow_json(path: Path) -> Any:
     What the file is comes from its content (a PNG renamed .json is read as a PNG); every way it can be
     unreadable raises `WorkflowError` naming the file."""
     from nodes.png import EmbeddedWorkflowError, read_embedded_workflow_text  # torch: only for a PNG
-    from nodes.video_read import VideoFileError, read_video_workflow_json, video_container
+    from nodes.video_read import VideoFileError, read_video_workflow_text, video_container
 
     path = Path(path)
 
@@ -199,7 +199,13 @@ def read_workflow_json(path: Path) -> Any:
             raise fail("not a PNG image (or a damaged one)")
         video = video_container(raw)  # a saved mp4/webm/webp: its own bounded reader
         if video is not None:
-            return read_video_workflow_json(path, video)
+            text = read_video_workflow_text(path, video)
+            if text is None:
+                raise fail(f"this {video} has no embedded Nodeloom workflow")
+            try:
+                return parse_json_text(text)
+            except WorkflowFileError as exc:
+                raise fail(f"the {video}'s embedded workflow is damaged: {exc}") from None
         return decode_workflow_bytes(raw)
     except (WorkflowFileError, EmbeddedWorkflowError, VideoFileError) as exc:
         raise fail(str(exc)) from None

@@ -149,3 +149,9 @@ def test_dropping_a_saved_video_opens_it_and_a_plain_one_loads_it(tmp_path) -> N
     rec = Recorder(tmp_path, None)
     SaveVideo(video=tiny_video(), prefix="plain", format="webm", crf=19).run(rec.ctx)
     assert classify_drop(Path(rec.ctx.files[0])) == "video"
+
+
+def test_the_video_workflow_cap_is_the_workflow_file_cap() -> None:
+    from nodes.workflow_json import MAX_FILE_BYTES
+
+    assert video_read.MAX_WORKFLOW_CHARS == MAX_FILE_BYTES
