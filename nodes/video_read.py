@@ -1,6 +1,6 @@
 """Reading video files: frames, fps and sound into a VIDEO value, and the workflow a saved video carries.
 
-Lives here: `load_video`, `read_video_workflow_text`, `video_container`, `VideoFileError`, the workflow tag
+Lives here: `load_video`, `read_frames`, `read_video_workflow_text`, `video_container`, `VideoFileError`, the workflow tag
 names, `MAX_LOAD_BYTES`, `MAX_WORKFLOW_CHARS`. Imports numpy, PIL; av, torch and `pipelines.video.value` inside
 the functions, so `nodes.workflow_json` (which asks `video_container` about every file it opens) stays light.
 
@@ -98,6 +98,8 @@ def _collect(pictures: Any, start: int, limit: int) -> list[np.ndarray]:
         if (len(kept) + 1) * picture.size * 4 > MAX_LOAD_BYTES:
             raise _too_big(len(kept) + 1, picture.shape)
         kept.append(picture)
+    if not kept:
+        raise VideoFileError(f"no frames from start_frame {start}")
     return kept
 
 
@@ -107,7 +109,15 @@ def _frames_tensor(kept: list[np.ndarray]) -> Any:
     return torch.from_numpy(np.stack(kept).astype(np.float32) / 255.0)  # (T, H, W, 3)
 
 
-def _load_webp(path: Path, start: int, limit: int) -> Video:
+def _fit(width: int, height: int, max_side: int) -> tuple[int, int]:
+    """(width, height) scaled down so neither passes `max_side` (0: unchanged), at least 1 pixel each."""
+    if not max_side or max(width, height) <= max_side:
+        return width, height
+    scale = max_side / max(width, height)
+    return max(1, round(width * scale)), max(1, round(height * scale))
+
+
+def _webp_frames(path: Path, start: int, limit: int, max_side: int) -> tuple[list[np.ndarray], float]:
     try:
         with Image.open(path, formats=["WEBP"]) as image:
             durations: list[float] = []
@@ -115,20 +125,16 @@ def _load_webp(path: Path, start: int, limit: int) -> Video:
             def pictures() -> Any:
                 for i in range(getattr(image, "n_frames", 1)):
                     image.seek(i)
-                    rgb = np.asarray(image.convert("RGB"))  # loading the frame sets its duration
+                    rgb = image.convert("RGB")  # loading the frame sets its duration
                     durations.append(float(image.info.get("duration") or 0))
-                    yield rgb
+                    size = _fit(*rgb.size, max_side)
+                    yield np.asarray(rgb if size == rgb.size else rgb.resize(size, Image.Resampling.BILINEAR))
 
             kept = _collect(pictures(), start, limit)
     except (UnidentifiedImageError, OSError, SyntaxError, EOFError) as exc:
         raise VideoFileError(f"damaged webp: {str(exc)[:200]}") from None
-    if not kept:
-        raise VideoFileError(f"no frames from start_frame {start} (the file has {len(durations)})")
     shown = [d for d in durations if d > 0]
-    fps = 1000.0 / (sum(shown) / len(shown)) if shown else 24.0  # a still webp has no duration
-    from pipelines.video.value import Video
-
-    return Video(_frames_tensor(kept), fps)
+    return kept, 1000.0 / (sum(shown) / len(shown)) if shown else 24.0  # a still webp has no duration
 
 
 def _decoded_audio(av: Any, container: Any, start_s: float, end_s: float | None) -> Audio | None:
@@ -153,31 +159,61 @@ def _decoded_audio(av: Any, container: Any, start_s: float, end_s: float | None)
     return Audio(torch.from_numpy(np.ascontiguousarray(wave, dtype=np.float32)), rate)
 
 
-def load_video(path: Path, start: int = 0, limit: int = 0) -> Video:
-    """Frames `start`.. (at most `limit`, 0: all) of the file, its fps and the matching span of its sound."""
-    path = Path(path)
+def _av_frames(
+    av: Any, container: Any, start: int, limit: int, max_side: int
+) -> tuple[list[np.ndarray], float]:
+    if not container.streams.video:
+        raise VideoFileError("the file has no video stream")
+    stream = container.streams.video[0]
+    rate = stream.average_rate or stream.guessed_rate
+    fps = float(rate) if rate else 24.0
+
+    def pictures() -> Any:
+        for frame in container.decode(stream):
+            width, height = _fit(frame.width, frame.height, max_side)
+            yield frame.to_ndarray(format="rgb24", width=width, height=height)
+
+    return _collect(pictures(), start, limit), fps
+
+
+def _is_webp(path: Path) -> bool:
     with path.open("rb") as f:
-        head = f.read(16)
-    if video_container(head) == "webp":
-        return _load_webp(path, start, limit)
+        return video_container(f.read(16)) == "webp"
+
+
+def read_frames(
+    path: Path, start: int = 0, limit: int = 0, max_side: int = 0
+) -> tuple[list[np.ndarray], float]:
+    """uint8 (H, W, 3) frames `start`.. (at most `limit`, 0: all), scaled down to at most `max_side` pixels
+    (0: as stored), and the fps: what the editor's player shows, without the sound or a float copy."""
+    path = Path(path)
+    if _is_webp(path):
+        return _webp_frames(path, start, limit, max_side)
     import av
 
     try:
         with av.open(str(path), metadata_errors="replace") as container:
-            if not container.streams.video:
-                raise VideoFileError("the file has no video stream")
-            stream = container.streams.video[0]
-            rate = stream.average_rate or stream.guessed_rate
-            fps = float(rate) if rate else 24.0
-            pictures = (frame.to_ndarray(format="rgb24") for frame in container.decode(stream))
-            kept = _collect(pictures, start, limit)
-            if not kept:
-                raise VideoFileError(f"no frames from start_frame {start}")
+            return _av_frames(av, container, start, limit, max_side)
+    except av.FFmpegError as exc:
+        raise VideoFileError(f"not a readable video: {str(exc)[:200]}") from None
+
+
+def load_video(path: Path, start: int = 0, limit: int = 0) -> Video:
+    """Frames `start`.. (at most `limit`, 0: all) of the file, its fps and the matching span of its sound."""
+    from pipelines.video.value import Video
+
+    path = Path(path)
+    if _is_webp(path):
+        kept, fps = _webp_frames(path, start, limit, 0)
+        return Video(_frames_tensor(kept), fps)
+    import av
+
+    try:
+        with av.open(str(path), metadata_errors="replace") as container:
+            kept, fps = _av_frames(av, container, start, limit, 0)
             # Cut the sound to the frames loaded; all of it when the frames ran to the file's end.
             end_s = (start + len(kept)) / fps if limit and len(kept) == limit else None
             audio = _decoded_audio(av, container, start / fps, end_s)
     except av.FFmpegError as exc:
         raise VideoFileError(f"not a readable video: {str(exc)[:200]}") from None
-    from pipelines.video.value import Video
-
     return Video(_frames_tensor(kept), fps, audio)
