@@ -206,6 +206,8 @@ def read_workflow_json(path: Path) -> Any:
                 return parse_json_text(text)
             except WorkflowFileError as exc:
                 raise fail(f"the {video}'s embedded workflow is damaged: {exc}") from None
+        if path.suffix.lower() in (".mp4", ".webm", ".webp"):
+            raise fail("not a video (or a damaged one)")
         return decode_workflow_bytes(raw)
     except (WorkflowFileError, EmbeddedWorkflowError, VideoFileError) as exc:
         raise fail(str(exc)) from None

@@ -130,6 +130,13 @@ def test_an_oversized_embedded_workflow_is_refused(tmp_path, monkeypatch) -> Non
         read_workflow_json(path)
 
 
+def test_a_text_file_named_like_a_video_is_not_read_as_json(tmp_path) -> None:
+    fake = tmp_path / "fake.mp4"
+    fake.write_text('{"format": "nodeloom.workflow"}')
+    with pytest.raises(WorkflowError, match=r"fake.mp4: not a video \(or a damaged one\)"):
+        read_workflow_json(fake)
+
+
 def test_damaged_video_files_are_refused_as_workflows(tmp_path) -> None:
     for name, raw in [
         ("a.mp4", b"\x00\x00\x00\x18ftyp" + b"\xff" * 40),
