@@ -114,7 +114,15 @@ def _encode_audio(av: Any, container: Any, stream: Any, video: Video) -> None:
         rate=target.sample_rate,
         frame_size=target.frame_size or None,
     )
+    done = 0
+    dated = stream.codec_context.name == "aac"
     for frame in [*resampler.resample(source), *resampler.resample(None)]:
+        if dated:
+            # Timestamps from 0: the encoder then dates its 1024 priming samples before 0 and the mp4 muxer
+            # writes the edit list that makes decoders skip them (undated, the sound lags by 1024 samples).
+            # Opus is left undated: webm records its delay in the header, and dating it there lost the
+            # last 20 ms frame on reading back (measured with PyAV 18.1).
+            frame.pts, done = done, done + frame.samples
         container.mux(stream.encode(frame))
     container.mux(stream.encode())
 

@@ -59,6 +59,17 @@ def test_sound_loads_back_with_its_rate_and_channels(tmp_path) -> None:
     assert float(video.audio.waveform.abs().max()) == pytest.approx(0.3, abs=0.05)  # lossy: a tone's peak
 
 
+def test_mp4_sound_starts_on_time(tmp_path) -> None:
+    path = saved(tmp_path, "mp4", fps=12.0, audio=tone(0.75, 16000))
+    audio = load(path).audio
+    assert audio is not None and audio.sample_rate == 16000 and audio.waveform.shape[0] == 1
+    # The encoder's 1024 priming samples are dated before 0 and skipped: the tone is there from the start
+    # (a lagging track would begin with 64 ms of silence).
+    assert float(audio.waveform[0, :50].abs().max()) > 0.1
+    # AAC pads the last 1024-sample frame: the track is at most one frame longer than written.
+    assert 0.75 <= audio.seconds <= 0.75 + 1024 / 16000
+
+
 def test_video_to_frames_gives_an_image_batch_rate_sound_and_count(tmp_path) -> None:
     video = tiny_video(fps=8.0, audio=tone(1.0, 8000))
     out = VideoToFrames(video=video).run(Recorder(tmp_path).ctx)
