@@ -43,7 +43,7 @@ def _checked(video: Any) -> Video:
     title="Create Video",
     category="video",
     outputs=[Output("video", VIDEO)],
-    description="A video from an image batch (one image per frame, first first), a frame rate and an optional sound track.",
+    description="A video from an image batch (one image per frame, in order), a frame rate and an optional sound track.",
     tags=("frames", "fps", "CreateVideo"),
 )
 class CreateVideo(Node):
