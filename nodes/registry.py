@@ -89,6 +89,9 @@ def default_registry(*, entry_point_packs: bool = True) -> NodeRegistry:
     from nodes.reroute import NODES as REROUTE_NODES  # a dot on a wire (issue 16)
 
     registry.register_all(REROUTE_NODES)
+    from nodes.video import NODES as VIDEO_NODES  # frames + fps + sound, no model (issue 27)
+
+    registry.register_all(VIDEO_NODES)
     if entry_point_packs:
         registry.load_entry_points()
     return registry

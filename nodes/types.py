@@ -41,6 +41,10 @@ STRING = PortType("STRING", "#c5e1a5", feeds=frozenset({"TEXT"}))
 INT = PortType("INT", "#80deea", feeds=frozenset({"FLOAT"}))
 FLOAT = PortType("FLOAT", "#4dd0e1")
 BOOL = PortType("BOOL", "#ce93d8")
+# A `pipelines.video.value.Video`: frames (T, H, W, 3) float32 in [0, 1], fps, optional audio.
+VIDEO = PortType("VIDEO", "#7986cb")
+# A `pipelines.video.value.Audio`: waveform (C, N) float32 in [-1, 1] and its sample rate.
+AUDIO = PortType("AUDIO", "#a1887f")
 # Accepts anything: for generic sinks such as a preview of any value.
 ANY = PortType("ANY", "#e0e0e0")
 
@@ -60,6 +64,8 @@ BUILTIN_TYPES: tuple[PortType, ...] = (
     INT,
     FLOAT,
     BOOL,
+    VIDEO,
+    AUDIO,
     ANY,
 )
 

@@ -2,8 +2,9 @@
 
 Lives here: `read_workflow_json`, `read_document` (a JSON file or a PNG's chunk, any tool's), `Document`,
 `decode_workflow_bytes`, `parse_json_text`, `check_json_value`, `too_big`, `WorkflowFileError` and the limits
-(`MAX_FILE_BYTES`, `MAX_DEPTH`, `MAX_VALUES`). Imports the standard library, `nodes.png_text` (stdlib only)
-and `nodes.problems` (`Problem`, `WorkflowError` and `quote`, which cuts a value quoted back in a message).
+(`MAX_FILE_BYTES`, `MAX_DEPTH`, `MAX_VALUES`). Imports the standard library, `nodes.png_text` (stdlib only),
+`nodes.problems` (`Problem`, `WorkflowError` and `quote`, which cuts a value quoted back in a message), and
+lazily `nodes.video_read` (a saved video's workflow, with its own bounded reader).
 
 A workflow file comes from anywhere (a download, a PNG someone posted), so every way it can be
 malformed becomes one short sentence instead of a traceback: too big, not UTF-8, nested deeper than any
@@ -199,13 +200,36 @@ def _open_error(exc: OSError) -> WorkflowFileError:
     return WorkflowFileError(f"cannot read the file: {exc.strerror or exc}")
 
 
+def _video_document(path: Path, head: bytes) -> Document | None:
+    """The Nodeloom workflow a saved mp4/webm/webp carries (read by its own bounded reader), None when the
+    file is no video; a file named as a video that is none is refused rather than parsed as JSON."""
+    from nodes.video_read import VideoFileError, read_video_workflow_text, video_container
+
+    video = video_container(head)
+    if video is None:
+        if path.suffix.lower() in (".mp4", ".webm", ".webp"):
+            raise WorkflowFileError("not a video (or a damaged one)")
+        return None
+    try:
+        text = read_video_workflow_text(path, video)
+    except VideoFileError as exc:
+        raise WorkflowFileError(str(exc)) from None
+    if text is None:
+        raise WorkflowFileError(f"this {video} has no embedded Nodeloom workflow")
+    try:
+        return Document(parse_json_text(text), NODELOOM_KEY)
+    except WorkflowFileError as exc:
+        raise WorkflowFileError(f"the {video}'s embedded workflow is damaged: {exc}") from None
+
+
 def read_document(path: Path, png_keys: Sequence[str], missing: str) -> Document:
     """The JSON of a workflow file, or of the first of `png_keys` a PNG carries; what the file is comes
-    from its content (a PNG renamed .json is read as a PNG). Every limit applies to both: size, depth,
-    duplicate keys, numbers; a PNG's chunks also have `nodes.png_text`'s (decompression, declared size).
+        from its content (a PNG renamed .json is read as a PNG). Every limit applies to both: size, depth,
+        duplicate keys, numbers; a PNG's chunks also have `nodes.png_text`'s (decompression, declared size), and a
+    saved video's workflow is read by `nodes.video_read` under the same size cap.
 
-    Raises `WorkflowFileError` (without the file name); `missing` is the reason when a PNG carries none
-    of `png_keys`."""
+        Raises `WorkflowFileError` (without the file name); `missing` is the reason when a PNG carries none
+        of `png_keys`."""
     try:
         with Path(path).open("rb") as f:
             head = f.read(len(PNG_MAGIC))
@@ -223,6 +247,9 @@ def read_document(path: Path, png_keys: Sequence[str], missing: str) -> Document
     if texts is None:
         if Path(path).suffix.lower() == ".png":
             raise WorkflowFileError("not a PNG image (or a damaged one)")
+        video = _video_document(Path(path), raw)
+        if video is not None:
+            return video
         return Document(decode_workflow_bytes(raw, size))
     for key in png_keys:
         text = texts.get(key, "")
@@ -237,11 +264,10 @@ def read_document(path: Path, png_keys: Sequence[str], missing: str) -> Document
 
 
 def read_workflow_json(path: Path) -> Any:
-    """The JSON of a workflow file, or of the workflow embedded in a Nodeloom PNG.
+    """The JSON of a workflow file, or of the workflow embedded in a Nodeloom PNG or saved video.
 
     What the file is comes from its content (a PNG renamed .json is read as a PNG); every way it can be
     unreadable raises `WorkflowError` naming the file."""
-
     try:
         return read_document(path, (NODELOOM_KEY,), "this PNG has no embedded Nodeloom workflow").value
     except WorkflowFileError as exc:

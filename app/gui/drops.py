@@ -1,10 +1,13 @@
 """Files dropped on the window: a workflow opens (ours) or imports (ComfyUI's, through `app.importing`), a
-picture becomes a Load Image node where it was dropped, a weights file becomes the loader that takes it.
+picture becomes a Load Image node where it was dropped, a video a Load Video node, a weights file becomes the
+loader that takes it.
 
 Lives here: `DropOpsMixin`, `DROP_SUFFIXES`, `classify_drop`, `loader_for`. Imports Qt (through the window),
-`app.importing`, `app.gui.commands`, `nodes.comfy` (format checks), `nodes.png`, `safetensors` (header keys).
+`app.importing`, `app.gui.commands`, `nodes.comfy` (format checks), `nodes.png`, `nodes.video_read`,
+`safetensors` (header keys).
 
-A PNG is a workflow when it carries one (Nodeloom's or ComfyUI's chunks), else a picture. Which loader a
+A PNG is a workflow when it carries one (Nodeloom's or ComfyUI's chunks), else a picture; a saved mp4, webm or
+webp likewise (Save Video embeds the workflow), else a video (a webp: a picture). Which loader a
 .safetensors needs comes from the ComfyUI-style folder it sits in (loras/, vae/, ...), else from its
 tensor names (a LoRA's `lora_` keys), else it is a checkpoint; a .gguf is an LLM.
 """
@@ -21,7 +24,8 @@ if TYPE_CHECKING:
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp")
 WEIGHT_SUFFIXES = (".safetensors", ".sft", ".gguf")
-DROP_SUFFIXES = (".json", *IMAGE_SUFFIXES, *WEIGHT_SUFFIXES)
+VIDEO_SUFFIXES = (".mp4", ".webm", ".mov", ".mkv", ".gif")
+DROP_SUFFIXES = (".json", *IMAGE_SUFFIXES, *WEIGHT_SUFFIXES, *VIDEO_SUFFIXES)
 
 # A ComfyUI-style models sub-folder -> the loader for the files in it (pipelines.models_library.KIND_FOLDERS).
 FOLDER_LOADERS: dict[str, str] = {
@@ -65,9 +69,24 @@ def _comfy_png(path: Path) -> bool:
         return False
 
 
+def _video_has_workflow(path: Path) -> bool:
+    from nodes.video_read import VideoFileError, read_video_workflow_text, video_container
+
+    try:
+        with path.open("rb") as f:
+            kind = video_container(f.read(16))
+        return kind is not None and bool(read_video_workflow_text(path, kind))
+    except (OSError, VideoFileError):
+        return False  # a damaged video: Load Video reports what is wrong with it
+
+
 def classify_drop(path: Path) -> str:
-    """ "workflow" (ours), "comfy" (to import), "image", "weights", or "" for a file we do not take."""
+    """ "workflow" (ours), "comfy" (to import), "image", "video", "weights", or "" for a file we do not take."""
     suffix = path.suffix.lower()
+    if suffix in (*VIDEO_SUFFIXES, ".webp") and _video_has_workflow(path):
+        return "workflow"
+    if suffix in VIDEO_SUFFIXES:
+        return "video"
     if suffix == ".json":
         import json
 
@@ -110,12 +129,12 @@ class DropOpsMixin:
                 if self.confirm_discard():
                     self.import_path(path, import_file, ImportUnavailable)
                 return added
-        for i, (path, kind) in enumerate((p, k) for p, k in kinds if k in ("image", "weights")):
+        for i, (path, kind) in enumerate((p, k) for p, k in kinds if k in ("image", "video", "weights")):
             at = QPointF(scene_pos.x() + 40 * i, scene_pos.y() + 40 * i)
             if kind == "image":
                 node = self.drop_history_picture(str(path), at)  # into a Load Image under it, else a new one
             else:
-                loader = loader_for(path)
+                loader = "LoadVideo" if kind == "video" else loader_for(path)
                 self.undo_stack.beginMacro(f"Drop {path.name}")
                 try:
                     node = self.scene.add_node(loader, at)
@@ -126,7 +145,7 @@ class DropOpsMixin:
                 added.append(node)
         skipped = [p.name for p, k in kinds if not k]
         if skipped:
-            self.status(f"Not a workflow, picture or model file: {', '.join(skipped)}")
+            self.status(f"Not a workflow, picture, video or model file: {', '.join(skipped)}")
         elif added:
             self.status(f"Added {', '.join(added)}")
         return added

@@ -32,8 +32,11 @@ if TYPE_CHECKING:
     from app.gui.main_window import MainWindow
 
 FILE_FILTER = (
-    "Nodeloom workflows (*.json *.png);;Workflow JSON (*.json);;PNG with workflow (*.png);;All files (*)"
+    "Nodeloom workflows (*.json *.png *.mp4 *.webm *.webp);;Workflow JSON (*.json);;PNG with workflow (*.png);;"
+    "Video with workflow (*.mp4 *.webm *.webp);;All files (*)"
 )
+# Files that carry a workflow but are not one: opening them never makes them the graph's save target.
+CARRIER_SUFFIXES = (".png", ".mp4", ".webm", ".webp")
 # Problems an unfinished graph may have and still be opened for editing (the run reports them).
 SOFT_PREFIXES = ("required input",)
 
@@ -160,7 +163,7 @@ class FileOpsMixin:
             )
             self.status(f"Could not open {path}")
             return False
-        is_png = Path(path).suffix.lower() == ".png"
+        is_png = Path(path).suffix.lower() in CARRIER_SUFFIXES
         # A shipped example opens as a template: Save goes to Save As, never over the example itself.
         template = is_shipped_example(Path(path))
         if template:  # messages name the unsaved copy, never the installed example's path

@@ -1,7 +1,8 @@
 """The output dock: images (live previews while sampling, then the saved pictures), streamed LLM text and a
 log of run messages.
 
-Lives here: `OutputPanel`, `pil_to_qimage`. Imports Qt, PIL (through the images it is given).
+Lives here: `OutputPanel`, `pil_to_qimage`. Imports Qt, PIL (through the images it is given),
+`app.gui.video_player` (a saved video plays in the picture view, with play/pause and a scrub bar).
 Clicking a saved picture shows it; double-clicking it (or "Open folder") opens its folder. Once a run has
 saved a picture, that picture is the main view: a later final preview (a ControlNet's edge map) stays out
 of it, and the run's end shows the last saved picture again. Opening another graph clears the dock.
@@ -28,6 +29,8 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
+
+from app.gui.video_player import VideoPlayer, is_video_file
 
 PLACEHOLDER = "Images appear here while a run draws them."
 PICTURE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp")
@@ -82,6 +85,11 @@ class ImageView(QLabel):
         self.setPixmap(pixmap.scaled(size, Qt.AspectRatioMode.KeepAspectRatio, mode))
 
 
+def _shown(file: Path) -> bool:
+    """A saved file the dock shows: a picture or a video."""
+    return file.suffix.lower() in PICTURE_SUFFIXES or is_video_file(file)
+
+
 class OutputPanel(QTabWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -112,7 +120,10 @@ class OutputPanel(QTabWidget):
         self.open_button.setEnabled(False)
         self.open_button.clicked.connect(lambda: self._open_folder(self.last_folder))
         row.addWidget(self.open_button)
+        self.player = VideoPlayer(self.view)
+        self.player.setVisible(False)  # shown while a saved video is the main view
         layout.addWidget(self.view, 1)
+        layout.addWidget(self.player)
         layout.addLayout(row)
         layout.addWidget(self.files)
         self.last_folder: Path | None = None
@@ -143,6 +154,7 @@ class OutputPanel(QTabWidget):
         self.files.setVisible(False)
         self.text.clear()
         self.caption.setText("")
+        self._hide_player()
         self.view.clear_image()
         self.last_folder = None
         self.open_button.setEnabled(False)
@@ -154,13 +166,17 @@ class OutputPanel(QTabWidget):
         nothing new, the last of those pictures is the result (not a side branch's preview).
         """
         if self._saved is None:
-            pictures = [(node, Path(f)) for node, f in cached if Path(f).suffix.lower() in PICTURE_SUFFIXES]
+            pictures = [(node, Path(f)) for node, f in cached if _shown(Path(f))]
             if pictures and pictures[-1][1].is_file():
                 self._saved = pictures[-1]
         if self._saved is not None:
             self._show_saved(*self._saved)
 
     def _show_saved(self, node_id: str, file: Path) -> None:
+        if is_video_file(file):
+            self._show_video(file, f"{node_id}: {file.name}")
+            return
+        self._hide_player()
         image = QImage(str(file))
         self.view.set_image(image)
         self.caption.setText(f"{node_id}: {file.name}  ({image.width()}×{image.height()})")
@@ -169,6 +185,7 @@ class OutputPanel(QTabWidget):
         self.previews += 0 if final else 1
         if final and self._saved is not None:
             return  # a side branch's last look (an edge map) does not cover the saved result
+        self._hide_player()
         qimage = pil_to_qimage(image)
         self.view.set_image(qimage)
         self.caption.setText(
@@ -179,10 +196,14 @@ class OutputPanel(QTabWidget):
         file = Path(path)
         self.last_folder = file.parent
         self.open_button.setEnabled(True)
-        if file.suffix.lower() not in PICTURE_SUFFIXES:
+        video = is_video_file(file)
+        if not video and file.suffix.lower() not in PICTURE_SUFFIXES:
             self.add_log(f"{node_id} wrote {file}")
             return
-        image = QImage(str(file))
+        if video and self.player.load(file) is not None:
+            self.add_log(f"{node_id} wrote {file}")  # a video the player cannot read: listed, not shown
+            return
+        image = self.player.frames[0] if video else QImage(str(file))
         item = QListWidgetItem(QIcon(QPixmap.fromImage(image)), "")
         item.setToolTip(f"{file}\nclick to view, double-click to open its folder")
         item.setData(Qt.ItemDataRole.UserRole, str(file))
@@ -213,8 +234,25 @@ class OutputPanel(QTabWidget):
 
     def _show_file(self, item: QListWidgetItem) -> None:
         path = item.data(Qt.ItemDataRole.UserRole)
+        if is_video_file(Path(path)):
+            self._show_video(Path(path), Path(path).name)
+            return
+        self._hide_player()
         self.view.set_image(QImage(path))
         self.caption.setText(Path(path).name)
+
+    def _show_video(self, file: Path, caption: str) -> None:
+        if self.player.path != file and self.player.load(file) is not None:
+            self.caption.setText(f"{caption}: cannot be played")
+            return
+        self.player.setVisible(True)
+        self.player.show_frame(self.player.slider.value())
+        count = f"{len(self.player.frames)}{'+' if self.player.truncated else ''} frames"
+        self.caption.setText(f"{caption}  ({count})")
+
+    def _hide_player(self) -> None:
+        self.player.pause()
+        self.player.setVisible(False)
 
     def _open_folder_of(self, item: QListWidgetItem) -> None:
         self._open_folder(Path(item.data(Qt.ItemDataRole.UserRole)).parent)
