@@ -61,10 +61,13 @@ def denoiser_working_bytes(ref: DenoiserRef, height: int, width: int, batch: int
             guidance=guidance,
             **common,
         )
-    # DiT: hidden = heads x head_dim at every block. Flux packs 2x2 latent pixels into a token itself
-    # (FluxPipeline._pack_latents), so its config says patch_size 1.
+    # DiT: hidden = heads x head_dim at every block (Z-Image's config names it `dim`). Flux packs 2x2 latent
+    # pixels into a token itself (FluxPipeline._pack_latents), so its config says patch_size 1.
     hidden = int(config.get("num_attention_heads", 16)) * int(config.get("attention_head_dim", 72))
+    hidden = int(config.get("dim", hidden))
     patch = 2 if ref.family.packs_latents else int(config.get("patch_size", 2) or 2)
+    if config.get("all_patch_size"):  # Z-Image: the patch sizes it was trained with; pipelines use the first
+        patch = int(config["all_patch_size"][0])
     return diffusion_working_bytes(
         "dit",
         hidden_size=hidden,
