@@ -1,7 +1,7 @@
 """The Z-Image denoising loop, written out like diffusers' `ZImagePipeline.__call__`.
 
-Lives here: `sample_zimage`, `zimage_sigmas`, `zimage_guidance`. May import: stdlib, torch, diffusers, memory,
-pipelines.steps, pipelines.diffusion.*.
+Lives here: `sample_zimage`, `get_default_z_image_sigmas`, `zimage_guidance`, `CFG_NORMALIZATION`,
+`CFG_TRUNCATION`. May import: stdlib, torch, diffusers, memory, pipelines.steps, pipelines.diffusion.*.
 
 What differs from the other flow-matching loops (flow_sampling.py): the transformer takes lists (one
 (C, 1, h, w) latent and one variable-length caption per sample) and a timestep running 0 -> 1 as
@@ -39,7 +39,7 @@ CFG_TRUNCATION = 1.0  # guidance stops once (1000 - t) / 1000 exceeds this; 1.0 
 
 
 # Copied from diffusers.pipelines.z_image.pipeline_z_image.get_default_z_image_sigmas
-def zimage_sigmas(num_inference_steps: int) -> list[float]:
+def get_default_z_image_sigmas(num_inference_steps: int) -> list[float]:
     return torch.linspace(1.0, 1 / num_inference_steps, num_inference_steps).tolist()
 
 
@@ -111,7 +111,7 @@ def sample_zimage(
         config.get("base_shift", 0.5),
         config.get("max_shift", 1.15),
     )
-    scheduler.set_timesteps(sigmas=zimage_sigmas(settings.steps), device=device, mu=mu)
+    scheduler.set_timesteps(sigmas=get_default_z_image_sigmas(settings.steps), device=device, mu=mu)
     timesteps = start_partway(scheduler, settings)
     if len(timesteps) == 0:
         return latents

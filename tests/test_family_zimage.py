@@ -1,0 +1,137 @@
+"""Z-Image end to end: `app --run txt2img.json` on a Z-Image diffusers folder gives ZImagePipeline's picture.
+
+The folder is the tiny `demo:tiny-zimage` fixture (random weights, fixed seeds, its own byte-level BPE
+tokenizer and chat template), saved to a plain folder and loaded by path as a user's folder would be. Our
+side is the CLI: the folder tokenizer's chat template, Qwen3 through the memory manager, our own loop
+(`pipelines.diffusion.zimage_sampling`) and the VAE decode; theirs is `ZImagePipeline.from_pretrained` with
+the same seed, steps, guidance, size and prompts.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from app.main import main
+from pipelines.diffusion.demo_models import save_demo_model
+from pipelines.diffusion.families import FAMILIES, UnsupportedModelError, detect_single_file_family
+from pipelines.diffusion.family_detect import detect_family, family_from_keys
+
+REPO = Path(__file__).resolve().parent.parent
+TXT2IMG = REPO / "resources/workflows/txt2img.json"
+PROMPT = "a small yellow triangle on a black background"
+NEGATIVE = "blurry bad quality"
+# Odd on purpose: 40 / (4 px per latent x 2x2 patches) = 5 patches across, so nothing assumes square or even.
+WIDTH, HEIGHT = 40, 56
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return save_demo_model("tiny-zimage", tmp_path_factory.mktemp("zimage") / "tiny-zimage")
+
+
+def ours(
+    folder: Path, out: Path, *, cfg: float, steps: int = 3, seed: int = 42, extra: tuple = ()
+) -> np.ndarray:
+    sets = {
+        "load.path": str(folder),
+        "sampler.scheduler": "default",
+        "sampler.steps": steps,
+        "sampler.cfg": cfg,
+        "sampler.seed": seed,
+        "latent.width": WIDTH,
+        "latent.height": HEIGHT,
+        "positive.text": PROMPT,
+        "negative.text": NEGATIVE,
+    }
+    args = ["--run", str(TXT2IMG), "--out", str(out), "--quiet", "--device", "cpu", *extra]
+    for key, value in sets.items():
+        args += ["--set", f"{key}={value}"]
+    assert main(args) == 0
+    (png,) = sorted(out.glob("*.png"))
+    return np.asarray(Image.open(png).convert("RGB"))
+
+
+def theirs(folder: Path, *, cfg: float, steps: int = 3, seed: int = 42) -> np.ndarray:
+    from diffusers import ZImagePipeline
+
+    pipe = ZImagePipeline.from_pretrained(str(folder), dtype=torch.float32)
+    pipe.set_progress_bar_config(disable=True)
+    image = pipe(
+        PROMPT,
+        negative_prompt=NEGATIVE,
+        height=HEIGHT,
+        width=WIDTH,
+        num_inference_steps=steps,
+        guidance_scale=cfg,
+        generator=torch.Generator("cpu").manual_seed(seed),
+    ).images[0]
+    return np.asarray(image.convert("RGB"))
+
+
+# cfg 3: the pipeline's `pos + g * (pos - neg)` on a doubled batch; cfg 0: its "no guidance" (the negative
+# prompt is encoded but unused).
+@pytest.mark.parametrize("cfg", [3.0, 0.0])
+def test_cli_picture_matches_zimage_pipeline(folder: Path, tmp_path: Path, cfg: float) -> None:
+    a = ours(folder, tmp_path, cfg=cfg)
+    b = theirs(folder, cfg=cfg)
+    assert a.shape == b.shape == (HEIGHT, WIDTH, 3)
+    assert b.std() > 5  # a real picture, not a flat one both sides could agree on by accident
+    # Same ops on the same CPU kernels; 1 of 255 allows a float32 sum order difference at a rounding edge.
+    assert np.abs(a.astype(int) - b.astype(int)).max() <= 1
+
+
+def test_guidance_and_seed_change_the_picture(folder: Path, tmp_path: Path) -> None:
+    base = ours(folder, tmp_path / "a", cfg=3.0)
+    assert not np.array_equal(base, ours(folder, tmp_path / "b", cfg=0.0))
+    assert not np.array_equal(base, ours(folder, tmp_path / "c", cfg=3.0, seed=7))
+
+
+def test_stream_offload_gives_the_same_picture(folder: Path, tmp_path: Path) -> None:
+    plain = ours(folder, tmp_path / "none", cfg=3.0, extra=("--offload", "none"))
+    streamed = ours(
+        folder, tmp_path / "stream", cfg=3.0, extra=("--offload", "stream", "--ram-budget", "2GiB")
+    )
+    assert np.array_equal(plain, streamed)
+
+
+def test_sizes_the_patches_cannot_cut_are_refused(
+    folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["--run", str(TXT2IMG), "--out", str(tmp_path), "--quiet", "--set", f"load.path={folder}"]
+    args += ["--set", "sampler.scheduler=default", "--set", "sampler.steps=1", "--set", "latent.width=44"]
+    assert main(args) == 1  # a run failure with one clear line, not a traceback
+    err = capsys.readouterr().err
+    assert "Z-Image cuts the latents into 2x2 patches" in err and "multiples of 8" in err
+    assert "Traceback" not in err
+
+
+def test_folder_and_headers_are_detected_as_zimage(folder: Path) -> None:
+    assert detect_family(folder) == "zimage"
+    assert detect_family(folder / "transformer" / "diffusion_pytorch_model.safetensors") == "zimage"
+    original = ["noise_refiner.0.attention.qkv.weight", "context_refiner.0.attention.qkv.weight"]
+    assert family_from_keys(original, {}) == "zimage"
+    with pytest.raises(UnsupportedModelError, match="Z-Image"):
+        detect_single_file_family(original)
+
+
+def test_declared_blocks_let_stream_hold_the_full_size_transformer_in_a_small_budget() -> None:
+    """Z-Image-Turbo's transformer (the class defaults are its published config), on the meta device:
+    streaming keeps the weights outside the declared blocks plus a window of the largest block, so both must
+    be a small part of the ~6B parameters."""
+    from diffusers import ZImageTransformer2DModel
+
+    from memory.weights import block_names
+
+    with torch.device("meta"):
+        model = ZImageTransformer2DModel()
+    blocks = block_names(model, FAMILIES["zimage"].denoiser_blocks)
+    total = sum(p.numel() for p in model.parameters())
+    sizes = [sum(p.numel() for p in model.get_submodule(b).parameters()) for b in blocks]
+    fixed = total - sum(sizes)
+    assert len(blocks) == 2 + 2 + 30  # noise refiners, context refiners, main layers
+    assert max(sizes) < 0.04 * total and fixed < 0.02 * total
