@@ -135,3 +135,57 @@ def test_declared_blocks_let_stream_hold_the_full_size_transformer_in_a_small_bu
     fixed = total - sum(sizes)
     assert len(blocks) == 2 + 2 + 30  # noise refiners, context refiners, main layers
     assert max(sizes) < 0.04 * total and fixed < 0.02 * total
+
+
+@pytest.mark.parametrize(
+    ("height", "width", "caption", "guidance"),
+    [(1024, 1024, 512, True), (1024, 1024, 77, False), (768, 512, 100, True), (1536, 1024, 300, False)],
+)
+def test_working_memory_formula_covers_the_full_size_transformer(
+    height: int, width: int, caption: int, guidance: bool
+) -> None:
+    """The sampler's reservation against what Z-Image-Turbo's transformer keeps alive (meta device, measured
+    with tests/live_tensors.py; two main layers are enough, the peak is within one)."""
+    from diffusers import ZImageTransformer2DModel
+
+    from pipelines.diffusion.sampling import denoiser_working_bytes
+    from pipelines.diffusion.values import Conditioning, DenoiserRef
+    from pipelines.diffusion.zimage_sampling import caption_tokens
+    from tests.live_tensors import live_tensor_peak
+
+    meta = torch.device("meta")
+    with meta:
+        model = ZImageTransformer2DModel(n_layers=2)
+    rows = 2 if guidance else 1
+    latents = [torch.zeros(16, 1, height // 8, width // 8, device=meta) for _ in range(rows)]
+    captions = [torch.zeros(caption, 2560, device=meta) for _ in range(rows)]
+    measured = live_tensor_peak(
+        model, lambda: model(latents, torch.zeros(rows, device=meta), captions, return_dict=False)
+    )
+    cond = Conditioning(embeds=torch.zeros(1, caption, 1), family="zimage")
+    ref = DenoiserRef(None, FAMILIES["zimage"], dict(model.config), {}, torch.float32)  # type: ignore[arg-type]
+    formula = denoiser_working_bytes(ref, height, width, 1, guidance, caption_tokens(cond, None))
+    # Never below what is alive (a budget would be overrun), at most 15% above (streaming keeps fewer blocks).
+    print(f"zimage working {height}x{width} caption {caption} cfg {guidance}: {formula / measured:.3f}x")
+    assert measured <= formula <= 1.15 * measured, f"{formula / measured:.3f}x of {measured / 2**20:.0f} MiB"
+
+
+@pytest.mark.parametrize("layers", [4, 36])
+def test_working_memory_formula_covers_the_full_size_text_encoder(layers: int) -> None:
+    """Qwen3-4B's widths (36 layers is the published depth) over the pipeline's 512 padded tokens, on the
+    meta device. The attention mask is left out: transformers' mask code reads its values (`.item()`), which
+    meta tensors have none of, and a causal-only mask keeps the same activations alive."""
+    from transformers import Qwen3Config, Qwen3Model
+
+    from pipelines.diffusion.working import QWEN3_4B, chat_encoder_working_bytes
+    from tests.live_tensors import live_tensor_peak
+
+    config = {**QWEN3_4B, "num_hidden_layers": layers}
+    meta = torch.device("meta")
+    with meta:
+        model = Qwen3Model(Qwen3Config(vocab_size=151936, attn_implementation="sdpa", **config))
+    ids = torch.zeros(1, 512, dtype=torch.long, device=meta)
+    measured = live_tensor_peak(model, lambda: model(input_ids=ids, output_hidden_states=True))
+    formula = chat_encoder_working_bytes(config, 512, torch.float32)
+    print(f"zimage text encoder working, {layers} layers: {formula / measured:.3f}x")
+    assert measured <= formula <= 1.15 * measured, f"{formula / measured:.3f}x of {measured / 2**20:.0f} MiB"

@@ -43,9 +43,12 @@ class SamplerSettings:
     force_full_denoise: bool = True
 
 
-def denoiser_working_bytes(ref: DenoiserRef, height: int, width: int, batch: int, guidance: bool) -> int:
+def denoiser_working_bytes(
+    ref: DenoiserRef, height: int, width: int, batch: int, guidance: bool, text_tokens: int | None = None
+) -> int:
     """Activation estimate for one denoiser call (pipelines.diffusion.working's UNet and DiT facts). The
-    manager replaces it by the measured peak once the node has run."""
+    manager replaces it by the measured peak once the node has run. `text_tokens`: the caption tokens that
+    join the image tokens, where the loop knows them (Z-Image); else the family's `joint_text_tokens`."""
     config = ref.config
     common = dict(height=height, width=width, batch=batch, dtype=ref.dtype, vae_scale=ref.vae_scale_factor)
     if "block_out_channels" in config:  # UNet
@@ -72,17 +75,20 @@ def denoiser_working_bytes(ref: DenoiserRef, height: int, width: int, batch: int
         "dit",
         hidden_size=hidden,
         patch_size=patch,
-        text_tokens=ref.family.joint_text_tokens,
+        text_tokens=ref.family.joint_text_tokens if text_tokens is None else text_tokens,
         guidance=guidance,
         **common,
     )
 
 
-def denoiser_working(ref: DenoiserRef, height: int, width: int, batch: int, guidance: bool) -> Working:
+def denoiser_working(
+    ref: DenoiserRef, height: int, width: int, batch: int, guidance: bool, text_tokens: int | None = None
+) -> Working:
     """The formula plus the shape it depends on: the manager replaces the formula by the measured peak
     for this shape once one exists."""
-    formula = denoiser_working_bytes(ref, height, width, batch, guidance)
-    return Working(formula, f"{batch}x{height}x{width}" + ("+cfg" if guidance else ""))
+    formula = denoiser_working_bytes(ref, height, width, batch, guidance, text_tokens)
+    shape = f"{batch}x{height}x{width}" + ("+cfg" if guidance else "")
+    return Working(formula, shape if text_tokens is None else f"{shape}+{text_tokens}t")
 
 
 def batched_conditioning(cond: Conditioning, batch: int) -> Conditioning:

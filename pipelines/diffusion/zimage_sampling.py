@@ -1,7 +1,7 @@
 """The Z-Image denoising loop, written out like diffusers' `ZImagePipeline.__call__`.
 
-Lives here: `sample_zimage`, `get_default_z_image_sigmas`, `zimage_guidance`, `CFG_NORMALIZATION`,
-`CFG_TRUNCATION`. May import: stdlib, torch, diffusers, memory, pipelines.steps, pipelines.diffusion.*.
+Lives here: `sample_zimage`, `get_default_z_image_sigmas`, `zimage_guidance`, `caption_tokens`,
+`CFG_NORMALIZATION`, `CFG_TRUNCATION`. May import: stdlib, torch, diffusers, memory, pipelines.steps, pipelines.diffusion.*.
 
 What differs from the other flow-matching loops (flow_sampling.py): the transformer takes lists (one
 (C, 1, h, w) latent and one variable-length caption per sample) and a timestep running 0 -> 1 as
@@ -36,6 +36,7 @@ from pipelines.steps import OnStep, Step
 # ZImagePipeline.__call__'s defaults for its two guidance options.
 CFG_NORMALIZATION = 0.0  # 0: off; k > 0 caps the guided prediction's norm at k x the positive one's
 CFG_TRUNCATION = 1.0  # guidance stops once (1000 - t) / 1000 exceeds this; 1.0 never stops it
+_SEQ_MULTI_OF = 32  # the transformer pads image and caption tokens to multiples of this
 
 
 # Copied from diffusers.pipelines.z_image.pipeline_z_image.get_default_z_image_sigmas
@@ -55,6 +56,13 @@ def zimage_guidance(
         if new_pos_norm > max_new_norm:
             pred = pred * (max_new_norm / new_pos_norm)
     return pred
+
+
+def caption_tokens(positive: Conditioning, negative: Conditioning | None) -> int:
+    """Caption tokens per row of a call: the transformer pads each caption to a multiple of 32 and the batch
+    to its longest row (`SEQ_MULTI_OF` in diffusers' transformer_z_image)."""
+    longest = max(c.embeds.shape[1] for c in (positive, negative) if c is not None)
+    return -(-longest // _SEQ_MULTI_OF) * _SEQ_MULTI_OF
 
 
 def _captions(
@@ -129,7 +137,12 @@ def sample_zimage(
 
     # 5. Denoising loop
     working = denoiser_working(
-        denoiser, h * latents.vae_scale_factor, w * latents.vae_scale_factor, batch, guidance=do_cfg
+        denoiser,
+        h * latents.vae_scale_factor,
+        w * latents.vae_scale_factor,
+        batch,
+        guidance=do_cfg,
+        text_tokens=caption_tokens(positive, negative if do_cfg else None),
     )
     with use_denoiser(mm, denoiser, working=working) as model:
         for i, t in enumerate(timesteps):

@@ -1,6 +1,6 @@
 """Z-Image prompt encoding: the folder's Qwen3 read through the folder tokenizer's own chat template.
 
-Lives here: `encode_zimage`, `text_encoder_hidden_size`. May import: stdlib, torch, memory,
+Lives here: `encode_zimage`, `text_encoder_config`. May import: stdlib, torch, memory,
 pipelines.diffusion.values / lora / prompt_weights / working.
 
 Adapted from diffusers' `ZImagePipeline._encode_prompt` for one prompt: the text becomes a one-message chat
@@ -13,6 +13,7 @@ list of such variable-length captions, so nothing is padded back.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import torch
 
@@ -20,20 +21,17 @@ from memory import MemoryManager, Working
 from pipelines.diffusion.lora import use_text_encoder
 from pipelines.diffusion.prompt_weights import strip_weights
 from pipelines.diffusion.values import Conditioning, TextEncoderRef
-from pipelines.diffusion.working import diffusion_working_bytes
-
-# Qwen3-4B's width, assumed for the working-memory estimate where the folder's config is not at hand.
-_QWEN3_4B_HIDDEN = 2560
+from pipelines.diffusion.working import chat_encoder_working_bytes
 
 
-def text_encoder_hidden_size(ref: TextEncoderRef) -> int:
-    """`hidden_size` from the text encoder's config.json next to its tokenizer (a diffusers folder)."""
-    tokenizer = ref.tokenizers[0]
-    path = tokenizer.path / ref.family.text_encoders[0].subfolder / "config.json"
+def text_encoder_config(ref: TextEncoderRef) -> dict[str, Any]:
+    """The text encoder's config.json next to its tokenizer (a diffusers folder); {} when not readable, and
+    the working-memory formula then assumes Qwen3-4B's sizes."""
+    path = ref.tokenizers[0].path / ref.family.text_encoders[0].subfolder / "config.json"
     try:
-        return int(json.loads(path.read_text(encoding="utf-8")).get("hidden_size", _QWEN3_4B_HIDDEN))
+        return dict(json.loads(path.read_text(encoding="utf-8")))
     except (OSError, ValueError):
-        return _QWEN3_4B_HIDDEN
+        return {}
 
 
 @torch.no_grad()
@@ -53,18 +51,8 @@ def encode_zimage(mm: MemoryManager, ref: TextEncoderRef, text: str, *, max_toke
     mask = inputs.attention_mask.bool()  # (1, max_tokens): True at the real tokens
 
     # 2. The second-to-last hidden layer, at the real tokens only
-    hidden = text_encoder_hidden_size(ref)
     working = Working(
-        diffusion_working_bytes(
-            "text_encoder",
-            height=0,
-            width=0,
-            dtype=ref.dtype,
-            guidance=False,
-            text_tokens=max_tokens,
-            hidden_size=hidden,
-        ),
-        f"1x{max_tokens}",
+        chat_encoder_working_bytes(text_encoder_config(ref), max_tokens, ref.dtype), f"1x{max_tokens}"
     )
     with use_text_encoder(mm, ref, 0, working=working) as te:
         states = te(
