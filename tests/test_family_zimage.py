@@ -172,10 +172,10 @@ def test_folder_and_headers_are_detected_as_zimage(folder: Path) -> None:
     assert family_from_text_encoders(0, 0) is None
 
 
-def test_declared_blocks_let_stream_hold_the_full_size_transformer_in_a_small_budget() -> None:
-    """Z-Image-Turbo's transformer (the class defaults are its published config), on the meta device:
-    streaming keeps the weights outside the declared blocks plus a window of the largest block, so both must
-    be a small part of the ~6B parameters."""
+def test_declared_blocks_let_stream_hold_the_full_size_models_in_a_small_budget() -> None:
+    """Z-Image-Turbo's transformer (the class defaults are its published config) and text encoder, on the
+    meta device: streaming keeps the weights outside the declared blocks plus a window of the largest block,
+    so both must be a small part of the ~6B and ~4B parameters."""
     from diffusers import ZImageTransformer2DModel
 
     from memory.weights import block_names
@@ -188,6 +188,19 @@ def test_declared_blocks_let_stream_hold_the_full_size_transformer_in_a_small_bu
     fixed = total - sum(sizes)
     assert len(blocks) == 2 + 2 + 30  # noise refiners, context refiners, main layers
     assert max(sizes) < 0.04 * total and fixed < 0.02 * total
+
+    # Its Qwen3-4B text encoder: the embedding table (151936 x 2560) stays outside the layers.
+    from transformers import Qwen3Config, Qwen3Model
+
+    from pipelines.diffusion.working import QWEN3_4B
+
+    with torch.device("meta"):
+        encoder = Qwen3Model(Qwen3Config(vocab_size=151936, **QWEN3_4B))
+    blocks = block_names(encoder, FAMILIES["zimage"].text_encoders[0].blocks)
+    total = sum(p.numel() for p in encoder.parameters())
+    sizes = [sum(p.numel() for p in encoder.get_submodule(b).parameters()) for b in blocks]
+    assert len(blocks) == 36
+    assert max(sizes) < 0.03 * total and total - sum(sizes) < 0.11 * total
 
 
 @pytest.mark.parametrize(
@@ -242,3 +255,41 @@ def test_working_memory_formula_covers_the_full_size_text_encoder(layers: int) -
     formula = chat_encoder_working_bytes(config, 512, torch.float32)
     print(f"zimage text encoder working, {layers} layers: {formula / measured:.3f}x")
     assert measured <= formula <= 1.15 * measured, f"{formula / measured:.3f}x of {measured / 2**20:.0f} MiB"
+
+
+def test_the_text_encoder_streams_layer_by_layer_with_the_same_embeddings(folder: Path) -> None:
+    """Z-Image's text encoder (4B parameters at full size) declares its layers: in a budget that holds its
+    working memory, the weights outside the layers and one layer, `stream` moves the rest in per call and
+    the prompt's embeddings are unchanged."""
+    import json
+
+    from safetensors import safe_open
+
+    from memory import MemoryConfig, MemoryManager
+    from pipelines.diffusion.conditioning import encode_prompt
+    from pipelines.diffusion.loading import load_model
+    from pipelines.diffusion.working import chat_encoder_working_bytes
+
+    def embeds(policy: str, budget: str | None = None) -> tuple[torch.Tensor, list]:
+        with MemoryManager(MemoryConfig(device="cpu", policy=policy, ram_budget=budget)) as mm:
+            cond = encode_prompt(mm, load_model(mm, folder).text_encoder, PROMPT)
+            return cond.embeds, mm.report()["transfers"]
+
+    weights = folder / "text_encoder" / "model.safetensors"
+    with safe_open(str(weights), framework="pt") as f:
+        sizes = {k: f.get_slice(k).get_shape() for k in f.keys()}
+    nbytes = {k: 4 * int(np.prod(s)) for k, s in sizes.items()}  # float32
+    layer = max(sum(n for k, n in nbytes.items() if f"layers.{i}." in k) for i in range(2))
+    fixed = sum(n for k, n in nbytes.items() if "layers." not in k)
+    config = json.loads((folder / "text_encoder" / "config.json").read_text())
+    working = chat_encoder_working_bytes(config, 512, torch.float32)
+    # 2 KiB of slack for the small tensors the ledger counts beside the weights (norms' statistics and such).
+    budget = working + fixed + layer + 2048
+    assert budget < working + sum(
+        nbytes.values()
+    )  # the whole encoder would not fit beside its working memory
+
+    whole, _ = embeds("none")
+    streamed, transfers = embeds("stream", str(budget))
+    assert transfers and transfers[0]["component"] == "text_encoder (streamed)"
+    assert torch.equal(whole, streamed)

@@ -54,6 +54,9 @@ class TextEncoderSlot:
     subfolder: str  # "text_encoder", "text_encoder_2"
     tokenizer_subfolder: str  # "tokenizer", "tokenizer_2"
     model_ref: ClassRef
+    # Layer lists the memory manager may stream (attribute paths on the model), for encoders too large to
+    # hold whole in a small budget (Z-Image's 4B Qwen3); CLIP and T5 load whole.
+    blocks: tuple[str, ...] = ()
 
     @property
     def model_class(self) -> type:
@@ -276,7 +279,7 @@ ZIMAGE = Family(
     pipeline_classes=("ZImagePipeline",),
     denoiser_subfolder="transformer",
     denoiser_ref=_diffusers("ZImageTransformer2DModel"),
-    text_encoders=(TextEncoderSlot("text_encoder", "tokenizer", _transformers("Qwen3Model")),),
+    text_encoders=(TextEncoderSlot("text_encoder", "tokenizer", _transformers("Qwen3Model"), ("layers",)),),
     cuda_dtype_name="bfloat16",  # Z-Image-Turbo is published in bf16
     max_text_tokens=512,  # ZImagePipeline's max_sequence_length default
     latent_rgb_factors=(),  # 16 latent channels: previews show the first three
