@@ -150,15 +150,11 @@ def sample_zimage(
             guidance = settings.cfg if t_norms[i] <= cfg_truncation else 0.0
             apply_cfg = do_cfg and guidance > 0
 
-            model_input = x.to(dtype)
-            if apply_cfg:
-                model_input, captions, timestep = (
-                    model_input.repeat(2, 1, 1, 1),
-                    pos_caps + neg_caps,
-                    timestep.repeat(2),
-                )
-            else:
-                captions = pos_caps
+            model_input, captions = x.to(dtype), pos_caps
+            if apply_cfg:  # one call on a doubled batch: the positives first, then the negatives
+                model_input = model_input.repeat(2, 1, 1, 1)
+                captions = pos_caps + neg_caps
+                timestep = timestep.repeat(2)
             frames = list(model_input.unsqueeze(2).unbind(dim=0))  # B x (C, 1 frame, h, w)
 
             out = model(frames, timestep, captions, return_dict=False)[0]
