@@ -6,7 +6,7 @@ Never nodes/, app/ or Qt. This package file imports nothing: import the module y
 choices) costs no diffusers import.
 
 Modules, by concept:
-  families      what differs between SD1.x/2.x, SDXL, PixArt-Sigma, SD3 and Flux (data, not branches): the
+  families      what differs between SD1.x/2.x, SDXL, PixArt-Sigma, SD3, Flux and Z-Image (data, not branches): the
                 one family registry, with the single-file checkpoint layouts as its variants
   family_detect which family a folder, file header or file name is (the registry's one detector)
   values        the values on wires: DenoiserRef, TextEncoderRef, VaeRef, Conditioning, Latents
@@ -19,8 +19,11 @@ Modules, by concept:
   denoising     `sample`, the one entry: the DDPM-style loop (SD, SDXL, PixArt) with per-step callbacks
   k_sampling    ComfyUI's k-diffusion samplers over its sigma schedules
   flow_sampling the flow-matching loops (Flux, SD3)
+  zimage_text   Z-Image's prompt encoding: Qwen3 through the folder tokenizer's chat template
+  zimage_sampling  Z-Image's loop (its own CFG rule, list inputs, negated velocity)
   vae           decode / encode between latents and IMAGE tensors
   previews      latent -> RGB preview images
   demo_models   tiny random-weight models built offline (demo:tiny-sd, tiny-sdxl, tiny-pixart, tiny-sd3,
-                tiny-flux); imported only for a `demo:` path or `app models make-demo`
+                tiny-flux, tiny-zimage from demo_zimage); imported only for a `demo:` path or
+                `app models make-demo`
 """

@@ -2,7 +2,7 @@
 
 Lives here: `sample` (the one entry every Sampler calls: it checks the inputs, hands ComfyUI's k-diffusion
 samplers to `k_sampling` and flow-matching models to `flow_sampling`, and runs the DDPM-style loop for SD,
-SDXL and PixArt itself), `predicted_original`.
+SDXL and PixArt itself; Z-Image's loop is `zimage_sampling`), `predicted_original`.
 May import: stdlib, torch, diffusers, memory, pipelines.steps, pipelines.diffusion.* (the shared pieces every loop uses are in
 `pipelines.diffusion.sampling`).
 
@@ -36,6 +36,7 @@ from pipelines.diffusion.sampling import (
 )
 from pipelines.diffusion.schedulers import K_PREFIX, make_scheduler
 from pipelines.diffusion.values import Conditioning, DenoiserRef, Latents
+from pipelines.diffusion.zimage_sampling import sample_zimage
 from pipelines.steps import OnStep, Step
 
 
@@ -133,6 +134,8 @@ def sample(
         else:
             return sample_k(mm, denoiser, positive, negative, latents, settings, on_step=on_step)
     if denoiser.family.flow:
+        if denoiser.family.denoiser_call == "zimage":
+            return sample_zimage(mm, denoiser, positive, negative, latents, settings, on_step=on_step)
         if denoiser.family.denoiser_call == "sd3":
             return sample_sd3(mm, denoiser, positive, negative, latents, settings, on_step=on_step)
         return sample_flux(mm, denoiser, positive, latents, settings, on_step=on_step)

@@ -1,4 +1,4 @@
-"""Model families: what differs between SD1.x/2.x, SDXL, PixArt-Sigma, SD3 and Flux, declared as data.
+"""Model families: what differs between SD1.x/2.x, SDXL, PixArt-Sigma, SD3, Flux and Z-Image, declared as data.
 
 Lives here: `Family`, `FAMILIES`, `CheckpointLayout`, `CHECKPOINT_LAYOUTS`, `ClassRef`,
 `family_for_pipeline_class`, `detect_single_file_family`, `resolve_dtype`, `DIFFUSION_IMPORTS`. May import:
@@ -54,6 +54,9 @@ class TextEncoderSlot:
     subfolder: str  # "text_encoder", "text_encoder_2"
     tokenizer_subfolder: str  # "tokenizer", "tokenizer_2"
     model_ref: ClassRef
+    # Layer lists the memory manager may stream (attribute paths on the model), for encoders too large to
+    # hold whole in a small budget (Z-Image's 4B Qwen3); CLIP and T5 load whole.
+    blocks: tuple[str, ...] = ()
 
     @property
     def model_class(self) -> type:
@@ -67,7 +70,7 @@ DIFFUSION_IMPORTS = ("transformers", "diffusers", "diffusers.models.autoencoders
 
 @dataclass(frozen=True)
 class Family:
-    name: str  # "sd", "sdxl", "pixart_sigma", "sd3", "flux"
+    name: str  # "sd", "sdxl", "pixart_sigma", "sd3", "flux", "zimage"
     title: str
     pipeline_classes: tuple[str, ...]  # model_index.json `_class_name` values of this family
     denoiser_subfolder: str  # "unet" / "transformer"
@@ -96,7 +99,8 @@ class Family:
     # How a prompt is encoded (a name in `pipelines.diffusion.conditioning.PROMPT_ENCODERS`).
     prompt_encoder: str = "clip"
     # How the denoiser is called and which loop runs it: "unet" (the scheduler loop), "pixart" (that loop,
-    # a per-sample timestep and a (noise, variance) output), "sd3" / "flux" (their flow-matching loops).
+    # a per-sample timestep and a (noise, variance) output), "sd3" / "flux" / "zimage" (their flow-matching
+    # loops; `pipelines.diffusion.denoising.sample` dispatches on it).
     denoiser_call: str = "unet"
     # SDXL's micro-conditioning: pooled text embeds and the size/crop `time_ids` go in beside the prompt.
     size_conditioning: bool = False
@@ -116,6 +120,12 @@ class Family:
         """(CLIP encoders, T5 encoders): what a set of separate text encoder files of this family holds."""
         names = [slot.model_ref.name for slot in self.text_encoders]
         return sum(n.startswith("CLIP") for n in names), sum(n.startswith("T5") for n in names)
+
+    @property
+    def split_text_encoders(self) -> bool:
+        """Whether separate text encoder files can stand for this family's encoders (all CLIP or T5: the
+        layouts `pipelines.quant.split_files` reads); Z-Image's Qwen3 comes from its diffusers folder."""
+        return sum(self.text_encoder_files) == len(self.text_encoders)
 
     @property
     def has_clip(self) -> bool:
@@ -261,12 +271,35 @@ SD3 = Family(
     class_marker="3",
 )
 
-FAMILIES: dict[str, Family] = {f.name: f for f in (SD, SDXL, PIXART_SIGMA, SD3, FLUX)}
+# Z-Image (Turbo): one Qwen3 text encoder read through its chat template, a single-stream DiT over image and
+# caption tokens together, the Flux VAE (16 channels). Diffusers folders only (no single-file layout yet).
+ZIMAGE = Family(
+    name="zimage",
+    title="Z-Image",
+    pipeline_classes=("ZImagePipeline",),
+    denoiser_subfolder="transformer",
+    denoiser_ref=_diffusers("ZImageTransformer2DModel"),
+    text_encoders=(TextEncoderSlot("text_encoder", "tokenizer", _transformers("Qwen3Model"), ("layers",)),),
+    cuda_dtype_name="bfloat16",  # Z-Image-Turbo is published in bf16
+    max_text_tokens=512,  # ZImagePipeline's max_sequence_length default
+    latent_rgb_factors=(),  # 16 latent channels: previews show the first three
+    # Streamed in execution order: the image and caption refiners, then the main single-stream layers.
+    denoiser_blocks=("noise_refiner", "context_refiner", "layers"),
+    flow=True,
+    native_size=1024,
+    size_multiple=16,  # the VAE's 8 x the transformer's 2x2 patches (a folder's configs override it)
+    joint_text_tokens=512,  # caption tokens join the image tokens in every main layer (at most 512)
+    prompt_encoder="qwen_chat",
+    denoiser_call="zimage",
+    class_marker="ZImage",
+)
+
+FAMILIES: dict[str, Family] = {f.name: f for f in (SD, SDXL, PIXART_SIGMA, SD3, FLUX, ZIMAGE)}
 # The order detection tries families in where one family's marker can occur in another's name: Flux before
 # SD3 before SDXL for file names; SDXL's "XL" before SD3's "3", and SD's bare "StableDiffusion" last, for
 # diffusers class names.
 NAME_HINT_ORDER: tuple[Family, ...] = (FLUX, SD3, SDXL)
-CLASS_MARKER_ORDER: tuple[Family, ...] = (SDXL, SD3, FLUX, PIXART_SIGMA, SD)
+CLASS_MARKER_ORDER: tuple[Family, ...] = (ZIMAGE, SDXL, SD3, FLUX, PIXART_SIGMA, SD)
 
 
 @dataclass(frozen=True)
@@ -326,6 +359,10 @@ def detect_single_file_family(keys: Iterable[str]) -> str:
     if has_prefix("model.diffusion_model.joint_blocks.") or has_prefix("joint_blocks."):
         raise UnsupportedModelError(
             "this is a Stable Diffusion 3 checkpoint; single-file SD3 is not supported yet"
+        )
+    if has_prefix("noise_refiner.") or has_prefix("model.diffusion_model.noise_refiner."):
+        raise UnsupportedModelError(
+            "this is a Z-Image checkpoint; single-file Z-Image is not supported yet (load its diffusers folder)"
         )
     if has_prefix("double_blocks.") or has_prefix("model.diffusion_model.double_blocks."):
         raise UnsupportedModelError("this is a Flux checkpoint; single-file Flux is not supported yet")

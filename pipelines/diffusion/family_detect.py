@@ -38,7 +38,9 @@ def family_from_file_name(name: object) -> str | None:
 
 def family_from_text_encoders(clips: int, t5s: int) -> Family | None:
     """The family whose text encoders are `clips` CLIP files and `t5s` T5 files (None: no such family)."""
-    return next((f for f in FAMILIES.values() if f.text_encoder_files == (clips, t5s)), None)
+    return next(
+        (f for f in FAMILIES.values() if f.split_text_encoders and f.text_encoder_files == (clips, t5s)), None
+    )
 
 
 def family_from_keys(keys: list[str], shapes: dict[str, list[int]]) -> str | None:
@@ -47,6 +49,8 @@ def family_from_keys(keys: list[str], shapes: dict[str, list[int]]) -> str | Non
     def has(fragment: str) -> bool:
         return any(fragment in k for k in keys)
 
+    if has("noise_refiner.") and has("context_refiner."):  # Z-Image, diffusers or original key names
+        return "zimage"
     if has("double_blocks.") or has("single_transformer_blocks."):
         return "flux"
     if has("joint_blocks.") or (has("transformer_blocks.") and has("context_embedder")):

@@ -173,6 +173,7 @@ def load_diffusers_folder(
                 kind="text_encoder",
                 dtype=torch_dtype,
                 allow_pickle=allow_pickle,
+                blocks=slot.blocks,
                 storage=storage,
             )
             for slot in family.text_encoders

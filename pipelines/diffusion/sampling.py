@@ -43,9 +43,12 @@ class SamplerSettings:
     force_full_denoise: bool = True
 
 
-def denoiser_working_bytes(ref: DenoiserRef, height: int, width: int, batch: int, guidance: bool) -> int:
+def denoiser_working_bytes(
+    ref: DenoiserRef, height: int, width: int, batch: int, guidance: bool, text_tokens: int | None = None
+) -> int:
     """Activation estimate for one denoiser call (pipelines.diffusion.working's UNet and DiT facts). The
-    manager replaces it by the measured peak once the node has run."""
+    manager replaces it by the measured peak once the node has run. `text_tokens`: the caption tokens that
+    join the image tokens, where the loop knows them (Z-Image); else the family's `joint_text_tokens`."""
     config = ref.config
     common = dict(height=height, width=width, batch=batch, dtype=ref.dtype, vae_scale=ref.vae_scale_factor)
     if "block_out_channels" in config:  # UNet
@@ -61,25 +64,31 @@ def denoiser_working_bytes(ref: DenoiserRef, height: int, width: int, batch: int
             guidance=guidance,
             **common,
         )
-    # DiT: hidden = heads x head_dim at every block. Flux packs 2x2 latent pixels into a token itself
-    # (FluxPipeline._pack_latents), so its config says patch_size 1.
+    # DiT: hidden = heads x head_dim at every block (Z-Image's config names it `dim`). Flux packs 2x2 latent
+    # pixels into a token itself (FluxPipeline._pack_latents), so its config says patch_size 1.
     hidden = int(config.get("num_attention_heads", 16)) * int(config.get("attention_head_dim", 72))
+    hidden = int(config.get("dim", hidden))
     patch = 2 if ref.family.packs_latents else int(config.get("patch_size", 2) or 2)
+    if config.get("all_patch_size"):  # Z-Image: the patch sizes it was trained with; pipelines use the first
+        patch = int(config["all_patch_size"][0])
     return diffusion_working_bytes(
         "dit",
         hidden_size=hidden,
         patch_size=patch,
-        text_tokens=ref.family.joint_text_tokens,
+        text_tokens=ref.family.joint_text_tokens if text_tokens is None else text_tokens,
         guidance=guidance,
         **common,
     )
 
 
-def denoiser_working(ref: DenoiserRef, height: int, width: int, batch: int, guidance: bool) -> Working:
+def denoiser_working(
+    ref: DenoiserRef, height: int, width: int, batch: int, guidance: bool, text_tokens: int | None = None
+) -> Working:
     """The formula plus the shape it depends on: the manager replaces the formula by the measured peak
     for this shape once one exists."""
-    formula = denoiser_working_bytes(ref, height, width, batch, guidance)
-    return Working(formula, f"{batch}x{height}x{width}" + ("+cfg" if guidance else ""))
+    formula = denoiser_working_bytes(ref, height, width, batch, guidance, text_tokens)
+    shape = f"{batch}x{height}x{width}" + ("+cfg" if guidance else "")
+    return Working(formula, shape if text_tokens is None else f"{shape}+{text_tokens}t")
 
 
 def batched_conditioning(cond: Conditioning, batch: int) -> Conditioning:

@@ -1,6 +1,6 @@
 """Picture sizes a model wants: its native size and the multiple width/height must step by.
 
-Lives here: `ImageSize`, `size_from_configs`, `size_for_denoiser`, `size_for_model`.
+Lives here: `ImageSize`, `size_from_configs`, `config_patch_size`, `size_for_denoiser`, `size_for_model`.
 May import: stdlib, safetensors, pipelines.paths, pipelines.diffusion.families / values.
 
 Read from the model's own configs (a tiny built-in model is 64 px, SD1.x 512, SDXL 1024), falling back
@@ -32,10 +32,19 @@ class ImageSize:
 
 def size_from_configs(family: Family, denoiser_config: dict[str, Any], vae_scale: int) -> ImageSize:
     # Transformers cut latents into patches; Flux packs 2x2 latents without saying so in its config.
-    patch = max(int(denoiser_config.get("patch_size") or 1), family.size_multiple // DEFAULT_VAE_SCALE)
+    patch = max(config_patch_size(denoiser_config), family.size_multiple // DEFAULT_VAE_SCALE)
     sample = denoiser_config.get("sample_size")
     native = int(sample) * vae_scale if isinstance(sample, int) and sample > 0 else family.native_size
     return ImageSize(native=native, multiple=vae_scale * patch)
+
+
+def config_patch_size(denoiser_config: dict[str, Any]) -> int:
+    """Latent pixels a side per token, as the config says: `patch_size`, or Z-Image's `all_patch_size`
+    (the sizes it was trained with; pipelines call it with the first)."""
+    sizes = denoiser_config.get("all_patch_size")
+    if isinstance(sizes, list | tuple) and sizes:
+        return int(sizes[0])
+    return int(denoiser_config.get("patch_size") or 1)
 
 
 def size_for_denoiser(denoiser: DenoiserRef) -> ImageSize:

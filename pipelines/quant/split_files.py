@@ -195,6 +195,10 @@ def load_text_encoder_files(
             "flux: CLIP-L + T5; sd3: CLIP-L + CLIP-G + T5)"
         )
     fam = FAMILIES[detected if family == "auto" else family]
+    if not fam.split_text_encoders:
+        raise UnsupportedModelError(
+            f"{fam.title}'s text encoder loads from its diffusers folder only, not from separate files"
+        )
     wants = [s.model_class.__name__.startswith("T5") for s in fam.text_encoders]
     if (sum(not w for w in wants), sum(wants)) != (len(clips), len(t5s)):
         raise UnsupportedModelError(
