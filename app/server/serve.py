@@ -30,9 +30,11 @@ from app.comfy_commands import add_models_dir_argument, library_from
 from app.exit_codes import EXIT_INVALID, EXIT_OK
 from app.memory_args import add_memory_arguments
 from app.server.comfy_shapes import error_body
+from app.server.jobs import JobQueue
 from app.server.options import MAX_BODY_BYTES, ServeOptions, bind_problem, read_token_file, token_matches
 from app.server.routes import BadRequest, routes
 from app.server.state import STATE, ServerState
+from app.server.worker import RunWorker
 from nodes.registry import NodeRegistry
 
 log = logging.getLogger("nodeloom.server")
@@ -98,13 +100,17 @@ async def origin_middleware(request: web.Request, handler: Handler) -> web.Strea
     return await handler(request)
 
 
-def build_app(options: ServeOptions, registry: NodeRegistry) -> web.Application:
+def build_app(
+    options: ServeOptions, registry: NodeRegistry, worker: RunWorker | None = None
+) -> web.Application:
+    """The application; `worker` (built by the caller, who checked the memory settings) or one built at
+    startup."""
     middlewares: list[Any] = [errors_middleware]
     if options.token is not None:
         middlewares.append(_token_middleware(options.token))
     middlewares.append(origin_middleware)
     app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=middlewares)
-    state = ServerState(options, registry)
+    state = ServerState(options, registry, worker)
     app[STATE] = state
     app.on_startup.append(state.start)
     app.on_shutdown.append(state.stop)
@@ -206,12 +212,21 @@ def serve_command(argv: list[str], registry_factory: Callable[[], NodeRegistry])
 
         torch.set_num_threads(args.threads)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    app = build_app(options, registry_factory())
+    registry = registry_factory()
+    try:  # before listening: a bad --device or budget is said in one line, and nothing is served
+        worker = RunWorker(options, registry, JobQueue(), lambda kind, data, sid: None)
+    except (ValueError, RuntimeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    for note in worker.memory.ignored_settings():
+        print(f"warning: {note}", file=sys.stderr)
+    app = build_app(options, registry, worker)
     try:
         asyncio.run(_serve(app, options))
     except KeyboardInterrupt:
         pass
     except OSError as exc:  # the port is taken, the address is not this machine's
+        worker.stop()
         print(
             f"error: cannot listen on {options.host}:{options.port}: {exc.strerror or exc}", file=sys.stderr
         )

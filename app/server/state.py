@@ -25,15 +25,19 @@ log = logging.getLogger("nodeloom.server")
 
 
 class ServerState:
-    def __init__(self, options: ServeOptions, registry: NodeRegistry) -> None:
+    def __init__(
+        self, options: ServeOptions, registry: NodeRegistry, worker: RunWorker | None = None
+    ) -> None:
         self.options = options
         self.registry = registry
         self.library = ServerLibrary(options.library.roots, options.input_dir)
-        self.queue = JobQueue()
+        self.queue = worker.queue if worker is not None else JobQueue()
         self.sockets: dict[str, web.WebSocketResponse] = {}
         self.loop: asyncio.AbstractEventLoop | None = None
         self.outbox: asyncio.Queue[tuple[str, dict[str, Any], str | None]] | None = None
-        self.worker: RunWorker | None = None
+        self.worker: RunWorker | None = worker
+        if worker is not None:
+            worker.send = self.send
         self._publisher: asyncio.Task[None] | None = None
         self.queue.listeners.append(self.status_changed)
 
@@ -78,12 +82,11 @@ class ServerState:
         self._publisher = asyncio.create_task(self._publish())
         for folder in self.folders.values():
             folder.mkdir(parents=True, exist_ok=True)
-        # Built here, not at import: the memory manager reads the device when it is made.
-        worker = await self.loop.run_in_executor(
-            None, RunWorker, self.options, self.registry, self.queue, self.send
-        )
-        self.worker = worker
-        worker.start()
+        if self.worker is None:  # built here, not at import: the memory manager reads the device when made
+            self.worker = await self.loop.run_in_executor(
+                None, RunWorker, self.options, self.registry, self.queue, self.send
+            )
+        self.worker.start()
 
     async def stop(self, app: web.Application) -> None:
         for ws in list(self.sockets.values()):

@@ -95,9 +95,7 @@ class RunWorker:
         history: list[list[Any]] = []
 
         def say(kind: str, data: dict[str, Any]) -> None:
-            if kind in ("execution_start", "execution_cached", "execution_success", "execution_error"):
-                history.append([kind, data])
-            if kind == "execution_interrupted":
+            if kind.startswith("execution_"):  # ComfyUI's history keeps the run-level messages
                 history.append([kind, data])
             self.send(kind, data, sid)
 
