@@ -14,7 +14,7 @@ import threading
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,10 +85,16 @@ def http(
 
 
 def follow_prompt(
-    base: str, prompt: dict[str, Any], client_id: str, prompt_id: str, token: str | None = None
+    base: str,
+    prompt: dict[str, Any],
+    client_id: str,
+    prompt_id: str,
+    token: str | None = None,
+    on_message: Callable[[dict[str, Any]], None] | None = None,
 ) -> list[dict[str, Any]]:
     """As ComfyUI's example does: open /ws?clientId=, POST /prompt {prompt, client_id, prompt_id}, then read
-    messages until `executing` with `node: null` for this prompt. Returns every JSON message received."""
+    messages until `executing` with `node: null` for this prompt. Returns every JSON message received;
+    `on_message` (run off the event loop: it may make requests) sees each as it arrives."""
 
     async def go() -> list[dict[str, Any]]:
         ws_url = base.replace("http://", "ws://") + f"/ws?clientId={client_id}"
@@ -110,6 +116,8 @@ def follow_prompt(
                     continue  # previews are binary data
                 message = json.loads(msg.data)
                 messages.append(message)
+                if on_message is not None:
+                    await asyncio.get_running_loop().run_in_executor(None, on_message, message)
                 data = message["data"]
                 if message["type"] == "executing" and data["node"] is None and data["prompt_id"] == prompt_id:
                     return messages

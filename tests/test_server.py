@@ -10,6 +10,7 @@ that fails is reported to its client and the server carries on.
 from __future__ import annotations
 
 import json
+import time
 import urllib.parse
 import uuid
 from io import BytesIO
@@ -128,3 +129,67 @@ def test_run_takes_a_nodeloom_workflow_and_reports_its_memory(options: ServeOpti
         loads = result["memory"]["events"]["LoadEvent"]
         assert {e["component"] for e in loads} >= {"unet", "vae"}, loads
         assert result["memory"]["peak_host_rss"] > 0
+
+
+def test_interrupt_priorities_and_delete_while_a_run_is_in_flight(options: ServeOptions) -> None:
+    """A long run: two more prompts queue behind it (`front` first), one is deleted, then the running one
+    is interrupted: it ends with `execution_interrupted` and the next one runs."""
+    seen: dict[str, object] = {}
+
+    def during(message: dict) -> None:
+        if message["type"] != "progress" or "queue" in seen:
+            return
+        for pid, front in (("later", False), ("urgent", True), ("dropped", False)):
+            body = {"prompt": comfy_demo_prompt(steps=1), "prompt_id": pid, "client_id": "c", "front": front}
+            assert http(server.base, "/prompt", json.dumps(body).encode())[0] == 200
+        seen["queue"] = json.loads(http(server.base, "/queue")[1])
+        assert http(server.base, "/queue", json.dumps({"delete": ["dropped"]}).encode())[0] == 200
+        seen["after_delete"] = [row[1] for row in json.loads(http(server.base, "/queue")[1])["queue_pending"]]
+        assert http(server.base, "/interrupt", b"")[0] == 200
+
+    with run_server(options) as server:
+        messages = follow_prompt(server.base, comfy_demo_prompt(steps=1000), "c", "long", on_message=during)
+        kinds = [m["type"] for m in messages]
+        assert "execution_interrupted" in kinds and "execution_success" not in kinds
+        queue = seen["queue"]
+        assert [row[1] for row in queue["queue_running"]] == ["long"]
+        assert [row[1] for row in queue["queue_pending"]] == ["urgent", "later", "dropped"]
+        assert seen["after_delete"] == ["urgent", "later"]
+        steps = [m["data"]["value"] for m in messages if m["type"] == "progress"]
+        assert max(steps) < 1000  # stopped, not run to the end
+        # The queued ones still run, urgent first; the deleted one never does.
+        for _ in range(600):
+            history = json.loads(http(server.base, "/history")[1])
+            if {"urgent", "later"} <= set(history):
+                break
+            time.sleep(0.1)
+        assert list(history) == ["long", "urgent", "later"]
+        assert history["long"]["status"]["status_str"] == "interrupted"
+        assert history["later"]["status"]["status_str"] == "success"
+
+
+def test_an_uploaded_picture_is_what_a_loadimage_reads(options: ServeOptions, tmp_path: Path) -> None:
+    picture = BytesIO()
+    Image.new("RGB", (16, 8), (12, 200, 40)).save(picture, format="PNG")
+    boundary = "nodeloomtestboundary"
+    body = (
+        (
+            f'--{boundary}\r\nContent-Disposition: form-data; name="image"; filename="pic.png"\r\n'
+            "Content-Type: image/png\r\n\r\n"
+        ).encode()
+        + picture.getvalue()
+        + f"\r\n--{boundary}--\r\n".encode()
+    )
+    prompt = {
+        "1": {"class_type": "LoadImage", "inputs": {"image": "pic.png"}},
+        "2": {"class_type": "SaveImage", "inputs": {"images": ["1", 0], "filename_prefix": "copy"}},
+    }
+    with run_server(options) as server:
+        headers = {"Content-Type": f"multipart/form-data; boundary={boundary}"}
+        status, reply = http(server.base, "/upload/image", body, headers)
+        assert status == 200 and json.loads(reply)["name"] == "pic.png"
+        messages = follow_prompt(server.base, prompt, "c", "copy-run")
+        assert "execution_success" in [m["type"] for m in messages], messages
+        (saved,) = _images(server.base, "copy-run")["2"]
+    with Image.open(BytesIO(saved)) as got:
+        assert got.convert("RGB").tobytes() == Image.open(picture).convert("RGB").tobytes()
