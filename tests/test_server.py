@@ -56,6 +56,7 @@ def _images(base: str, prompt_id: str) -> dict[str, list[bytes]]:
     return out
 
 
+@pytest.mark.slow  # ~16 s: the first diffusion run of the session, then the same through `app --run`
 def test_comfyui_example_client_gets_the_picture_app_run_makes(options: ServeOptions, tmp_path: Path) -> None:
     prompt = comfy_demo_prompt()
     with run_server(options) as server:

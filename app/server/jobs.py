@@ -41,6 +41,7 @@ class Job:
     native: bool = False  # POST /run: the reply waits for the result
     cancel: CancelToken = field(default_factory=CancelToken)
     on_done: Callable[[dict[str, Any]], None] | None = None
+    on_event: Callable[[Any], None] | None = None  # every executor event too, on the run thread (streaming)
 
     def row(self) -> list[Any]:
         """ComfyUI's queue row: `[number, prompt_id, prompt, extra_data, outputs_to_execute]`."""

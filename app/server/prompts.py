@@ -15,7 +15,7 @@ search folders.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -90,8 +90,11 @@ def _confine_every_name(data: dict[str, Any]) -> None:
     data["meta"] = meta
 
 
-def _other_path_problems(wf: Workflow, registry: NodeRegistry, source: str) -> list[Problem]:
-    """Path fields that are not model or picture names take only `builtin:`/`demo:` from a request."""
+def _other_path_problems(
+    wf: Workflow, registry: NodeRegistry, source: str, resolved: set[tuple[str, str]]
+) -> list[Problem]:
+    """Path fields that are not model or picture names take only `builtin:`/`demo:` from a request
+    (`resolved`: fields the server itself filled with a file it found inside the roots)."""
     problems = []
     for nid, node in wf.nodes.items():
         spec = registry.get(node.type)
@@ -99,6 +102,8 @@ def _other_path_problems(wf: Workflow, registry: NodeRegistry, source: str) -> l
         for param in spec.params if spec is not None else ():
             value = node.params.get(param.name)
             if param.kind.name != "path" or param.name in named or not value or param.name in node.inputs:
+                continue
+            if (nid, param.name) in resolved:
                 continue
             if isinstance(value, str) and value.startswith(_SCHEMES):
                 try:
@@ -120,7 +125,13 @@ def _other_path_problems(wf: Workflow, registry: NodeRegistry, source: str) -> l
     return problems
 
 
-def _finish(data: dict[str, Any], registry: NodeRegistry, library: ModelsLibrary, source: str) -> Workflow:
+def _finish(
+    data: dict[str, Any],
+    registry: NodeRegistry,
+    library: ModelsLibrary,
+    source: str,
+    resolved: Collection[tuple[str, str]] = (),
+) -> Workflow:
     meta = data.get("meta")
     comfy = meta.get(COMFY_META_KEY) if isinstance(meta, dict) else None
     classes = comfy.get("classes") if isinstance(comfy, dict) else None
@@ -134,7 +145,7 @@ def _finish(data: dict[str, Any], registry: NodeRegistry, library: ModelsLibrary
     if problems:
         raise RequestRefused(problems, {u.node for u in gone}, classes)
     wf, problems = runnable(wf, registry)  # bypassed and muted nodes, as the editor runs them
-    problems += _other_path_problems(wf, registry, source)
+    problems += _other_path_problems(wf, registry, source, set(resolved))
     if not problems:
         problems = resolve_model_names(wf, library)
     if problems:
@@ -158,10 +169,18 @@ def comfy_prompt_workflow(
     return _finish(result.workflow, registry, library, source), [str(n) for n in result.notes]
 
 
-def native_workflow(data: Any, registry: NodeRegistry, library: ModelsLibrary, source: str) -> Workflow:
-    """A Nodeloom workflow (`{"format": "nodeloom.workflow", ...}`) sent to `/run`; raises RequestRefused."""
+def native_workflow(
+    data: Any,
+    registry: NodeRegistry,
+    library: ModelsLibrary,
+    source: str,
+    resolved: set[tuple[str, str]] | None = None,
+) -> Workflow:
+    """A Nodeloom workflow (`{"format": "nodeloom.workflow", ...}`) sent to `/run`, or built by the server
+    (`resolved`: the path fields it filled itself, from names it found inside the roots); raises
+    RequestRefused."""
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise RequestRefused(
             [Problem(source, None, "format", f"'workflow' must be a Nodeloom workflow (format {FORMAT!r})")]
         )
-    return _finish(copy.deepcopy(data), registry, library, source)
+    return _finish(copy.deepcopy(data), registry, library, source, resolved or ())

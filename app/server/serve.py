@@ -31,6 +31,7 @@ from app.exit_codes import EXIT_INVALID, EXIT_OK
 from app.memory_args import add_memory_arguments
 from app.server.comfy_shapes import error_body
 from app.server.jobs import JobQueue
+from app.server.openai_routes import openai_routes
 from app.server.options import MAX_BODY_BYTES, ServeOptions, bind_problem, read_token_file, token_matches
 from app.server.routes import BadRequest, routes
 from app.server.state import STATE, ServerState
@@ -118,6 +119,7 @@ def build_app(
     app.add_routes(
         [web.route(r.method, "/api" + r.path, r.handler) for r in routes if isinstance(r, web.RouteDef)]
     )
+    app.add_routes(openai_routes)
     return app
 
 

@@ -107,13 +107,20 @@ class RunWorker:
             cached = []
         say("execution_cached", {"nodes": cached, "prompt_id": pid, "timestamp": now_ms()})
         records: list[Any] = []
+        listener = job.on_event
+
+        def on_event(event: Any) -> None:
+            messages(event)
+            if listener is not None:
+                listener(event)
+
         unsubscribe = self.memory.telemetry.subscribe(records.append)
         t0 = self.memory.telemetry.now()
         started = time.time()
         result: RunResult | None = None
         error: str | None = None
         try:
-            result = self.executor.run(wf, out_dir=self.options.out_dir, on_event=messages, cancel=job.cancel)
+            result = self.executor.run(wf, out_dir=self.options.out_dir, on_event=on_event, cancel=job.cancel)
         except WorkflowError as exc:
             error = str(exc)
         except Exception as exc:  # the executor reports node failures itself; anything else is logged
@@ -129,10 +136,10 @@ class RunWorker:
                     if output:
                         messages.outputs[nid] = output
         status = self._say_end(job, messages, result, error, say)
-        self.send("executing", {"node": None, "prompt_id": pid}, sid)
-        entry = history_entry(job.row(), messages.outputs, status, history, {})
-        self.queue.finish(job, entry)
+        # The history first, as ComfyUI does: a client fetches /history/{id} as soon as it sees the end marker.
+        self.queue.finish(job, history_entry(job.row(), messages.outputs, status, history, {}))
         self._record(job, result, messages, started)
+        self.send("executing", {"node": None, "prompt_id": pid}, sid)
         if job.on_done is not None:
             job.on_done(
                 {
@@ -141,6 +148,11 @@ class RunWorker:
                     "status": status,
                     "error": error or (result.error if result is not None else None),
                     "outputs": messages.outputs,
+                    "texts": {
+                        nid: values["text"]
+                        for nid, values in (result.outputs if result is not None else {}).items()
+                        if isinstance(values, dict) and isinstance(values.get("text"), str)
+                    },
                     "run": result.to_json() if result is not None else None,
                     "memory": memory,
                 }
