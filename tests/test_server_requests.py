@@ -245,3 +245,21 @@ def test_queue_order_front_number_delete_and_clear() -> None:
     assert first is not None and first.prompt_id == "c" and queue.remaining() == 3
     assert queue.interrupt("other") is False and queue.interrupt("c") is True and first.cancel.cancelled
     assert [j.prompt_id for j in queue.wipe()] == ["a", "b"] and queue.remaining() == 1
+
+
+def test_a_graph_without_an_output_node_is_refused(server) -> None:
+    prompt = {"4": {"class_type": "CheckpointLoaderSimple", "inputs": {"ckpt_name": "builtin:shapes-sd"}}}
+    status, body = http(server.base, "/prompt", json.dumps({"prompt": prompt}).encode())
+    assert status == 400 and _error(status, body)["error"]["type"] == "prompt_no_outputs"
+
+
+def test_the_token_can_come_from_a_file(tmp_path: Path, capsys) -> None:
+    from app.server.serve import build_serve_parser, options_from_args
+
+    token_file = tmp_path / "token.txt"
+    token_file.write_text(f"{TOKEN}\n")
+    args = build_serve_parser().parse_args(["--host", "0.0.0.0", "--auth-token-file", str(token_file)])
+    assert options_from_args(args).token == TOKEN
+    token_file.write_text("\n")
+    assert serve_command(["--host", "0.0.0.0", "--auth-token-file", str(token_file)], default_registry) == 2
+    assert "the file is empty" in capsys.readouterr().err

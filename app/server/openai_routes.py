@@ -65,11 +65,17 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
                 done.set_result(result)
             deltas.put_nowait(None)
 
-        loop.call_soon_threadsafe(settle)
+        try:
+            loop.call_soon_threadsafe(settle)
+        except RuntimeError:  # the loop is closed: the server is shutting down, nobody waits
+            pass
 
     def on_event(event: Any) -> None:  # the run thread
         if isinstance(event, NodeText) and event.node_id == GENERATE and event.delta:
-            loop.call_soon_threadsafe(deltas.put_nowait, event.delta)
+            try:
+                loop.call_soon_threadsafe(deltas.put_nowait, event.delta)
+            except RuntimeError:
+                pass
 
     job.on_done = finished
     if stream:

@@ -132,6 +132,10 @@ async def post_prompt(request: web.Request) -> web.Response:
         job = await _queue_job(state, data, native=False)
     except RequestRefused as exc:
         return _refused(exc)
+    if not job.outputs:  # as ComfyUI: a graph without a save or preview node would compute for nobody
+        return _json(
+            error_body("prompt_no_outputs", "Prompt has no outputs", "add a SaveImage or PreviewImage"), 400
+        )
     state.queue.put(job)
     return _json({"prompt_id": job.prompt_id, "number": job.number, "node_errors": {}})
 
@@ -156,12 +160,15 @@ async def post_run(request: web.Request) -> web.Response:
     done: asyncio.Future[dict[str, Any]] = loop.create_future()
 
     def finished(result: dict[str, Any]) -> None:
-        loop.call_soon_threadsafe(lambda: done.done() or done.set_result(result))
+        try:
+            loop.call_soon_threadsafe(lambda: done.done() or done.set_result(result))
+        except RuntimeError:  # the loop is closed: the server is shutting down, nobody waits
+            pass
 
     job.on_done = finished
     state.queue.put(job)
-    result = await done
-    return _json(result, 200 if result.get("ok") else 500 if result.get("status") == "error" else 200)
+    # A run that failed is still an answer (`ok: false`, the error naming node and field), not a server error.
+    return _json(await done)
 
 
 @routes.get("/queue")

@@ -137,7 +137,11 @@ class RunWorker:
                         messages.outputs[nid] = output
         status = self._say_end(job, messages, result, error, say)
         # The history first, as ComfyUI does: a client fetches /history/{id} as soon as it sees the end marker.
-        self.queue.finish(job, history_entry(job.row(), messages.outputs, status, history, {}))
+        meta = {
+            nid: {"node_id": nid, "display_node": nid, "parent_node": None, "real_node_id": nid}
+            for nid in messages.outputs
+        }
+        self.queue.finish(job, history_entry(job.row(), messages.outputs, status, history, meta))
         self._record(job, result, messages, started)
         self.send("executing", {"node": None, "prompt_id": pid}, sid)
         if job.on_done is not None:
