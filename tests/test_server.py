@@ -194,3 +194,48 @@ def test_an_uploaded_picture_is_what_a_loadimage_reads(options: ServeOptions, tm
         (saved,) = _images(server.base, "copy-run")["2"]
     with Image.open(BytesIO(saved)) as got:
         assert got.convert("RGB").tobytes() == Image.open(picture).convert("RGB").tobytes()
+
+
+@pytest.mark.slow  # ~10 s: a fresh interpreter imports torch and the node types
+def test_app_serve_starts_answers_and_stops_on_ctrl_c(tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": str(repo)}
+    command = [
+        sys.executable,
+        "-m",
+        "app.main",
+        "serve",
+        "--port",
+        "0",
+        "--device",
+        "cpu",
+        "--out",
+        str(tmp_path / "o"),
+    ]
+    process = subprocess.Popen(
+        [*command, "--input-dir", str(tmp_path / "i")],
+        cwd=tmp_path,
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        line = ""
+        for line in process.stderr:  # type: ignore[union-attr]
+            if line.startswith("serving on "):
+                break
+        base = line.split()[2]
+        status, body = http(base, "/queue")
+        assert status == 200 and json.loads(body) == {"queue_running": [], "queue_pending": []}
+        status, body = http(base, "/prompt", json.dumps({"prompt": comfy_demo_prompt(steps=1)}).encode())
+        assert status == 200 and json.loads(body)["number"] == 0
+    finally:
+        process.send_signal(signal.SIGINT)
+        rest = process.communicate(timeout=120)[1]
+    assert process.returncode == 0, rest
+    assert "Traceback" not in rest

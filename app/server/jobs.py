@@ -60,11 +60,11 @@ class JobQueue:
         self._closed = False
         self.listeners: list[Callable[[], None]] = []  # told when the queue changes (the status message)
 
-    def next_number(self, front: bool) -> float:
+    def next_number(self, front: bool) -> int:
         with self._lock:
             number = self._counter
             self._counter += 1
-        return float(-number if front else number)
+        return -number if front else number
 
     def put(self, job: Job) -> None:
         with self._lock:
