@@ -245,6 +245,11 @@ def test_queue_order_front_number_delete_and_clear() -> None:
     assert first is not None and first.prompt_id == "c" and queue.remaining() == 3
     assert queue.interrupt("other") is False and queue.interrupt("c") is True and first.cancel.cancelled
     assert [j.prompt_id for j in queue.wipe()] == ["a", "b"] and queue.remaining() == 1
+    small = JobQueue(max_pending=2)
+    small.put(_job(small, "x"))
+    assert not small.full()
+    small.put(_job(small, "y"))
+    assert small.full()  # POST /prompt then answers 503 queue_full
 
 
 def test_a_graph_without_an_output_node_is_refused(server) -> None:
@@ -263,3 +268,15 @@ def test_the_token_can_come_from_a_file(tmp_path: Path, capsys) -> None:
     token_file.write_text("\n")
     assert serve_command(["--host", "0.0.0.0", "--auth-token-file", str(token_file)], default_registry) == 2
     assert "the file is empty" in capsys.readouterr().err
+
+
+def test_a_full_queue_answers_503(server) -> None:
+    from app.server.state import STATE
+
+    queue = server.app[STATE].queue
+    limit, queue.max_pending = queue.max_pending, 0
+    try:
+        status, body = http(server.base, "/prompt", json.dumps({"prompt": comfy_demo_prompt()}).encode())
+    finally:
+        queue.max_pending = limit
+    assert status == 503 and _error(status, body)["error"]["type"] == "queue_full"

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from nodes.workflow import Workflow
 
 MAX_HISTORY = 1000  # ComfyUI keeps 10000; each entry here holds its prompt, so fewer
+MAX_PENDING = 1000  # a client looping on POST /prompt must not queue without bound (each job holds its graph)
 
 
 @dataclass
@@ -49,7 +50,8 @@ class Job:
 
 
 class JobQueue:
-    def __init__(self, max_history: int = MAX_HISTORY) -> None:
+    def __init__(self, max_history: int = MAX_HISTORY, max_pending: int = MAX_PENDING) -> None:
+        self.max_pending = max_pending
         self._lock = threading.Condition()
         self._heap: list[tuple[float, int, Job]] = []
         self._order = itertools.count()  # FIFO among equal numbers
@@ -98,6 +100,10 @@ class JobQueue:
     def pending(self) -> list[Job]:
         with self._lock:
             return [job for _, _, job in sorted(self._heap)]
+
+    def full(self) -> bool:
+        with self._lock:
+            return len(self._heap) >= self.max_pending
 
     def remaining(self) -> int:
         """ComfyUI's `queue_remaining`: pending plus the one running."""

@@ -98,6 +98,10 @@ def _client_id(data: dict[str, Any]) -> str | None:
 async def _queue_job(state: ServerState, data: dict[str, Any], *, native: bool) -> Job:
     """Import and check the graph (off the event loop: it may read model headers), then queue it."""
     prompt_id = _prompt_id(data)
+    if state.queue.full():
+        raise BadRequest(
+            f"the queue is full ({state.queue.max_pending} runs waiting); try again later", "queue_full", 503
+        )
     if state.queue.known(prompt_id):
         raise BadRequest(f"prompt_id {prompt_id!r} is already queued or in the history")
     number, client_id = _number(state, data), _client_id(data)
