@@ -165,7 +165,9 @@ def comfy_prompt_workflow(
         graph = load_comfy_graph(prompt, source)
     except ComfyFormatError as exc:
         raise RequestRefused([Problem(source, None, None, str(exc))]) from None
-    result = convert_graph(graph, registry, MapContext(graph, _family_detector(library)), title=source)
+    result = convert_graph(
+        graph, registry, MapContext(graph, _family_detector(library)), title="ComfyUI prompt"
+    )
     return _finish(result.workflow, registry, library, source), [str(n) for n in result.notes]
 
 

@@ -12,6 +12,7 @@ ComfyUI's error shape (`comfy_shapes.error_body`).
 from __future__ import annotations
 
 import asyncio
+import logging
 import mimetypes
 import re
 import uuid
@@ -26,6 +27,7 @@ from app.server.prompts import RequestRefused, comfy_prompt_workflow, native_wor
 from app.server.state import STATE, ServerState
 from nodes.workflow_json import WorkflowFileError, decode_workflow_bytes
 
+log = logging.getLogger("nodeloom.server")
 routes = web.RouteTableDef()
 _PROMPT_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 # Served as a download, never rendered: a file in the output folder must not run script in a browser.
@@ -118,9 +120,13 @@ async def _queue_job(state: ServerState, data: dict[str, Any], *, native: bool) 
         wf = await loop.run_in_executor(None, native_workflow, graph, state.registry, state.library, source)
     else:
         graph = data["prompt"]
-        wf, _notes = await loop.run_in_executor(
+        wf, notes = await loop.run_in_executor(
             None, comfy_prompt_workflow, graph, state.registry, state.library, source
         )
+        for note in notes:  # what the import changed (a prefix made plain...): the server log says it
+            log.info("%s: %s", source, note)
+    if state.queue.known(prompt_id):  # again: a request with the same id may have been queued meanwhile
+        raise BadRequest(f"prompt_id {prompt_id!r} is already queued or in the history")
     assert state.worker is not None
     outputs = state.worker.executor.sinks(wf)
     return Job(number, prompt_id, graph, extra, outputs, wf, client_id=client_id, native=native)

@@ -203,7 +203,9 @@ class RunWorker:
         files = [f for r in result.nodes.values() if r.status != "cached" for f in r.files]
         if not (files or messages.texts):
             return
-        label = f"{job.workflow.meta.get('title') or 'request'} ({job.prompt_id[:8]}, served)"
+        title = job.workflow.meta.get("title")
+        title = title[:100] if isinstance(title, str) and title.strip() else "request"
+        label = f"{title} (served, {job.prompt_id[:8]})"
         entry = HistoryEntry(
             started,
             label,
