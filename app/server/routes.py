@@ -209,7 +209,7 @@ def _dropped(jobs: list[Job]) -> None:
 def _ids(data: dict[str, Any], key: str) -> list[str]:
     ids = data.get(key)
     if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
-        raise BadRequest(f"{key}: a list of prompt ids expected")
+        raise BadRequest(f"{key}: a list of prompt ids expected", "invalid_request")
     return ids
 
 
@@ -241,7 +241,7 @@ def _int_query(request: web.Request, name: str) -> int | None:
     try:
         return int(raw)
     except ValueError:
-        raise BadRequest(f"{name}: an integer expected, got {raw[:40]!r}") from None
+        raise BadRequest(f"{name}: an integer expected, got {raw[:40]!r}", "invalid_request") from None
 
 
 @routes.get("/history")
