@@ -218,7 +218,7 @@ async def post_queue(request: web.Request) -> web.Response:
     queue = _state(request).queue
     data = await read_json(request)
     if not isinstance(data, dict):
-        raise BadRequest('expected {"clear": true} or {"delete": [prompt ids]}')
+        raise BadRequest('expected {"clear": true} or {"delete": [prompt ids]}', "invalid_request")
     if data.get("clear"):
         _dropped(queue.wipe())
     if "delete" in data:
@@ -262,7 +262,7 @@ async def post_history(request: web.Request) -> web.Response:
     queue = _state(request).queue
     data = await read_json(request)
     if not isinstance(data, dict):
-        raise BadRequest('expected {"clear": true} or {"delete": [prompt ids]}')
+        raise BadRequest('expected {"clear": true} or {"delete": [prompt ids]}', "invalid_request")
     if data.get("clear"):
         queue.history_delete(None)
     if "delete" in data:
