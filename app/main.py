@@ -11,6 +11,7 @@ Lives here: argument parsing and dispatch (`main`). Imports `app.cli`, `nodes`, 
     app nodes                        list the node types (including installed node packs)
     app import FILE [-o OUT.json]    a ComfyUI workflow (API/UI JSON or PNG) -> a Nodeloom workflow
     app check FILE                   validate without running (exit 0, or 2 with the problems)
+    app serve [--host H --port P]    a ComfyUI-compatible HTTP + websocket server (app/server)
     app export-comfy WF OUT.json     a workflow of mapped nodes -> ComfyUI API format
 """
 
@@ -40,7 +41,7 @@ from app.comfy_commands import (  # noqa: E402  (after the environment above)
     models_library_command,
 )
 from app.exit_codes import EXIT_INVALID  # noqa: E402
-from memory.policy import POLICIES, POLICY_NAMES  # noqa: E402
+from app.memory_args import add_memory_arguments  # noqa: E402
 from nodes.registry import default_registry  # noqa: E402
 
 
@@ -55,23 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--set", action="append", metavar="NODE.PARAM=VALUE", help="override a parameter; repeatable"
     )
-    p.add_argument("--device", default="auto", help="auto | cpu | cuda:N | mps (default auto)")
-    p.add_argument(
-        "--offload",
-        default="auto",
-        choices=POLICY_NAMES,
-        help="how models share the device (default auto): "
-        + "; ".join(f"{p.name}: {p.help}" for p in POLICIES),
-    )
-    p.add_argument(
-        "--vram-budget",
-        help="GPU/accelerator memory budget: bytes (6GiB) or a fraction of free memory (0.5); no effect on CPU",
-    )
-    p.add_argument(
-        "--ram-budget",
-        help="host RAM budget: bytes (8GiB) or a fraction of available RAM (0.5); on CPU it is the one budget, "
-        "with a GPU it bounds the offloaded copies kept in RAM",
-    )
+    add_memory_arguments(p)
     p.add_argument(
         "--repeat", type=int, default=1, help="run N times in one process (later runs use the cache)"
     )
@@ -149,6 +134,10 @@ def main(argv: list[str] | None = None) -> int:
         return _models_command(argv[1:])
     if argv[:1] == ["nodes"]:
         return _nodes_command(argv[1:])
+    if argv[:1] == ["serve"]:
+        from app.server.serve import serve_command
+
+        return serve_command(argv[1:], default_registry)
     comfy_commands = {"import": import_command, "check": check_command, "export-comfy": export_command}
     if argv[:1] and argv[0] in comfy_commands:
         try:

@@ -3,79 +3,39 @@ report. Double-click reopens that exact graph; drag a picture onto the canvas (a
 Load Image node.
 
 Lives here: `HISTORY_FILE`, `HISTORY_MIME`, `HistoryEntry`, `one_line`, `read_history`, `append_history`, `HistoryPanel`.
-Imports Qt, `nodes.workflow`.
-
-Stored as JSON lines next to the pictures (`<output folder>/.nodeloom-history.jsonl`): one line per run,
-appended, so a crash loses at most the run in flight and the history moves with its pictures.
+Imports Qt and `app.history_file` (the file's format, reader and writer, Qt-free: the server writes it too).
 """
 
 from __future__ import annotations
 
-import json
-import re
 import time
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 from PySide6.QtCore import QMimeData, QSize, Qt, QUrl, Signal
 from PySide6.QtGui import QIcon, QImage, QPixmap
 from PySide6.QtWidgets import QListWidget, QListWidgetItem, QVBoxLayout, QWidget
 
-HISTORY_FILE = ".nodeloom-history.jsonl"
+# The file itself is Qt-free (the server writes it too); re-exported for the window's modules.
+from app.history_file import HISTORY_FILE, MAX_ENTRIES, HistoryEntry, append_history, read_history
+
+__all__ = [
+    "HISTORY_FILE",
+    "HISTORY_MIME",
+    "MAX_ENTRIES",
+    "HistoryEntry",
+    "HistoryPanel",
+    "append_history",
+    "one_line",
+    "read_history",
+]
+
 HISTORY_MIME = "application/x-nodeloom-history"
-MAX_ENTRIES = 500
 PICTURES = (".png", ".jpg", ".jpeg", ".webp")
-
-
-@dataclass
-class HistoryEntry:
-    time: float
-    label: str
-    workflow: dict[str, Any]
-    seeds: dict[str, int] = field(default_factory=dict)
-    files: list[str] = field(default_factory=list)
-    texts: dict[str, str] = field(default_factory=dict)
-    report: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def cancelled(self) -> bool:
-        return bool(self.report.get("cancelled"))
-
-    def caption(self) -> str:
-        """What the list shows before the output itself: workflow, seed(s), time, and a cancelled mark."""
-        stamp = time.strftime("%d %b %H:%M", time.localtime(self.time))
-        # A run's label is "name (node.seed=N, …)": the seeds are shown once, from `seeds`, so keep the name.
-        parts = [re.sub(r" \([^()]*=[^()]*\)$", "", self.label) if self.seeds else self.label]
-        if self.seeds:
-            parts.append("seed " + ", ".join(str(v) for v in self.seeds.values()))
-        parts.append(stamp)
-        return ("Cancelled · " if self.cancelled else "") + " · ".join(parts)
 
 
 def one_line(text: str) -> str:
     """A text output as one line for the list (the view elides it; the tooltip holds the whole text)."""
     return " ".join(text.split())
-
-
-def read_history(out_dir: Path) -> list[HistoryEntry]:
-    """Entries oldest first; unreadable lines (a crash mid-write) are skipped."""
-    path = Path(out_dir) / HISTORY_FILE
-    entries = []
-    if path.is_file():
-        for line in path.read_text(encoding="utf-8").splitlines()[-MAX_ENTRIES:]:
-            try:
-                entries.append(HistoryEntry(**json.loads(line)))
-            except (ValueError, TypeError):
-                continue
-    return entries
-
-
-def append_history(out_dir: Path, entry: HistoryEntry) -> None:
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    with (out_dir / HISTORY_FILE).open("a", encoding="utf-8") as f:
-        f.write(json.dumps(asdict(entry)) + "\n")
 
 
 class HistoryList(QListWidget):
