@@ -1,6 +1,6 @@
 """The OpenAI-compatible route: `POST /v1/chat/completions`, plain or streamed (server-sent events).
 
-Lives here: `openai_routes`. Imports aiohttp, `nodes.events` (NodeText), `app.server.*`. Errors here take
+Lives here: `OPENAI_ROUTES`. Imports aiohttp, `nodes.events` (NodeText), `app.server.*`. Errors here take
 OpenAI's shape (`{"error": {message, type, param, code}}`), which its client libraries read.
 """
 
@@ -28,15 +28,12 @@ from app.server.routes import BadRequest, read_json
 from app.server.state import STATE
 from nodes.events import NodeText
 
-openai_routes = web.RouteTableDef()
-
 
 def _metrics(result: dict[str, Any]) -> dict[str, float]:
     run = result.get("run") or {}
     return run.get("nodes", {}).get(GENERATE, {}).get("metrics", {})
 
 
-@openai_routes.post("/v1/chat/completions")
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE]
     try:
@@ -117,3 +114,8 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         job.cancel.cancel()  # the client went away: stop generating for nobody
         raise
     return response
+
+
+# The routes as one immutable table, built from the handlers above (no module-level registry filled
+# by decorators at import time).
+OPENAI_ROUTES: tuple[web.RouteDef, ...] = (web.post("/v1/chat/completions", chat_completions),)

@@ -1,6 +1,6 @@
 """The HTTP and websocket handlers: ComfyUI's endpoints and Nodeloom's `/run`.
 
-Lives here: `routes` (an aiohttp RouteTableDef), `BadRequest`, `read_json`. Imports aiohttp, `nodes.workflow_json`
+Lives here: `ROUTES` (the handlers as aiohttp route definitions), `BadRequest`, `read_json`. Imports aiohttp, `nodes.workflow_json`
 (the reader's limits), `app.server.*`.
 
 Shapes follow ComfyUI's server.py: `POST /prompt` -> `{prompt_id, number, node_errors}`; `GET /queue` ->
@@ -28,7 +28,6 @@ from app.server.state import STATE, ServerState
 from nodes.workflow_json import WorkflowFileError, decode_workflow_bytes
 
 log = logging.getLogger("nodeloom.server")
-routes = web.RouteTableDef()
 _PROMPT_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 # Served as a download, never rendered: a file in the output folder must not run script in a browser.
 _NEVER_INLINE = {
@@ -132,7 +131,6 @@ async def _queue_job(state: ServerState, data: dict[str, Any], *, native: bool) 
     return Job(number, prompt_id, graph, extra, outputs, wf, client_id=client_id, native=native)
 
 
-@routes.post("/prompt")
 async def post_prompt(request: web.Request) -> web.Response:
     state = _state(request)
     data = await read_json(request)
@@ -150,12 +148,10 @@ async def post_prompt(request: web.Request) -> web.Response:
     return _json({"prompt_id": job.prompt_id, "number": job.number, "node_errors": {}})
 
 
-@routes.get("/prompt")
 async def get_prompt(request: web.Request) -> web.Response:
     return _json(_state(request).queue_info())
 
 
-@routes.post("/run")
 async def post_run(request: web.Request) -> web.Response:
     """Nodeloom's own workflow format; the reply waits for the run and carries its report and memory."""
     state = _state(request)
@@ -181,7 +177,6 @@ async def post_run(request: web.Request) -> web.Response:
     return _json(await done)
 
 
-@routes.get("/queue")
 async def get_queue(request: web.Request) -> web.Response:
     queue = _state(request).queue
     running = queue.running
@@ -213,7 +208,6 @@ def _ids(data: dict[str, Any], key: str) -> list[str]:
     return ids
 
 
-@routes.post("/queue")
 async def post_queue(request: web.Request) -> web.Response:
     queue = _state(request).queue
     data = await read_json(request)
@@ -226,7 +220,6 @@ async def post_queue(request: web.Request) -> web.Response:
     return web.Response(status=200)
 
 
-@routes.post("/interrupt")
 async def post_interrupt(request: web.Request) -> web.Response:
     data = await read_json(request, empty_ok=True)
     prompt_id = data.get("prompt_id") if isinstance(data, dict) else None
@@ -244,20 +237,17 @@ def _int_query(request: web.Request, name: str) -> int | None:
         raise BadRequest(f"{name}: an integer expected, got {raw[:40]!r}", "invalid_request") from None
 
 
-@routes.get("/history")
 async def get_history(request: web.Request) -> web.Response:
     queue = _state(request).queue
     return _json(queue.history_items(_int_query(request, "max_items"), _int_query(request, "offset") or 0))
 
 
-@routes.get("/history/{prompt_id}")
 async def get_history_item(request: web.Request) -> web.Response:
     prompt_id = request.match_info["prompt_id"]
     items = _state(request).queue.history_items()
     return _json({prompt_id: items[prompt_id]} if prompt_id in items else {})
 
 
-@routes.post("/history")
 async def post_history(request: web.Request) -> web.Response:
     queue = _state(request).queue
     data = await read_json(request)
@@ -270,7 +260,6 @@ async def post_history(request: web.Request) -> web.Response:
     return web.Response(status=200)
 
 
-@routes.get("/view")
 async def view(request: web.Request) -> web.StreamResponse:
     state = _state(request)
     query = request.query
@@ -288,7 +277,6 @@ async def view(request: web.Request) -> web.StreamResponse:
     return web.FileResponse(path, headers=headers)
 
 
-@routes.post("/upload/image")
 async def upload_image(request: web.Request) -> web.Response:
     state = _state(request)
     if not request.content_type.startswith("multipart/"):
@@ -311,18 +299,15 @@ async def upload_image(request: web.Request) -> web.Response:
     return _json({"name": name, "subfolder": subfolder, "type": kind})
 
 
-@routes.get("/object_info")
 async def get_object_info(request: web.Request) -> web.Response:
     return _json(object_info(_state(request).registry))
 
 
-@routes.get("/object_info/{node_class}")
 async def get_object_info_node(request: web.Request) -> web.Response:
     spec = _state(request).registry.get(request.match_info["node_class"])
     return _json({spec.type: node_info(spec)} if spec is not None else {})
 
 
-@routes.get("/system_stats")
 async def system_stats(request: web.Request) -> web.Response:
     worker = _state(request).worker
     memory = worker.memory if worker is not None else None
@@ -335,7 +320,6 @@ async def system_stats(request: web.Request) -> web.Response:
     )
 
 
-@routes.get("/ws")
 async def websocket(request: web.Request) -> web.WebSocketResponse:
     state = _state(request)
     ws = web.WebSocketResponse(max_msg_size=2**20)
@@ -354,3 +338,24 @@ async def websocket(request: web.Request) -> web.WebSocketResponse:
         if state.sockets.get(sid) is ws:
             del state.sockets[sid]
     return ws
+
+
+# The routes as one immutable table, built from the handlers above (no module-level registry filled
+# by decorators at import time).
+ROUTES: tuple[web.RouteDef, ...] = (
+    web.post("/prompt", post_prompt),
+    web.get("/prompt", get_prompt),
+    web.post("/run", post_run),
+    web.get("/queue", get_queue),
+    web.post("/queue", post_queue),
+    web.post("/interrupt", post_interrupt),
+    web.get("/history", get_history),
+    web.get("/history/{prompt_id}", get_history_item),
+    web.post("/history", post_history),
+    web.get("/view", view),
+    web.post("/upload/image", upload_image),
+    web.get("/object_info", get_object_info),
+    web.get("/object_info/{node_class}", get_object_info_node),
+    web.get("/system_stats", system_stats),
+    web.get("/ws", websocket),
+)

@@ -31,9 +31,9 @@ from app.exit_codes import EXIT_INVALID, EXIT_OK
 from app.memory_args import add_memory_arguments
 from app.server.comfy_shapes import error_body
 from app.server.jobs import JobQueue
-from app.server.openai_routes import openai_routes
+from app.server.openai_routes import OPENAI_ROUTES
 from app.server.options import MAX_BODY_BYTES, ServeOptions, bind_problem, read_token_file, token_matches
-from app.server.routes import BadRequest, routes
+from app.server.routes import ROUTES, BadRequest
 from app.server.state import STATE, ServerState
 from app.server.worker import RunWorker
 from nodes.registry import NodeRegistry
@@ -115,11 +115,9 @@ def build_app(
     app[STATE] = state
     app.on_startup.append(state.start)
     app.on_shutdown.append(state.stop)
-    app.add_routes(routes)
-    app.add_routes(
-        [web.route(r.method, "/api" + r.path, r.handler) for r in routes if isinstance(r, web.RouteDef)]
-    )
-    app.add_routes(openai_routes)
+    app.add_routes(ROUTES)
+    app.add_routes([web.route(r.method, "/api" + r.path, r.handler) for r in ROUTES])
+    app.add_routes(OPENAI_ROUTES)
     return app
 
 
