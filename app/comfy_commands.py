@@ -32,6 +32,7 @@ from nodes.comfy.export import ExportError, export_api
 from nodes.comfy.sources import check_comfy, import_comfy, read_comfy_data
 from nodes.comfy.ui_format import is_ui_format
 from nodes.model_names import resolve_model_names
+from nodes.modes import is_wiring_problem, unneeded
 from nodes.registry import NodeRegistry
 from nodes.workflow import (
     FORMAT,
@@ -159,7 +160,14 @@ def load_run_workflow(
     ]
     wf, validation = parse_workflow(data, registry, source=str(path))
     said = {p.node for p in problems}  # an unsupported node's "unknown type" is already said, with its reason
-    problems += [p for p in validation if not (p.node in said and p.field == "type")]
+    # A node no output needs is skipped at run time (nodes.modes.prepare_run): its wiring is not the run's.
+    skipped = set(unneeded(wf, registry))
+    problems += [
+        p
+        for p in validation
+        if not (p.node in said and p.field == "type")
+        and not (p.node in skipped and is_wiring_problem(wf, registry, p))
+    ]
     if problems:
         raise WorkflowError(problems)
     problems = edit(wf) if edit is not None else []

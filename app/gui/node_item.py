@@ -2,7 +2,10 @@
 the run state (queued, running with a progress bar in the header, cached, done with seconds, error).
 A collapsed node (`ui.nodes.<id>.collapsed`) shows its title bar only; its wires meet the title bar's ends.
 
-Lives here: `NodeItem`, `NodeRunState`. Imports Qt, `app.gui.port_item`, `app.gui.theme`, `nodes`.
+A Save or Preview node shows its last picture under its rows (`set_thumbnail`, app.gui.node_thumbnail).
+
+Lives here: `NodeItem`, `NodeRunState`. Imports Qt, `app.gui.port_item`, `app.gui.node_thumbnail`,
+`app.gui.theme`, `nodes`.
 Values are edited in the inspector dock; the node only displays them (cheap for big graphs, see FINDINGS).
 """
 
@@ -12,10 +15,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QPointF, QRectF, Qt
-from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter, QPainterPath, QPen
+from PySide6.QtGui import QColor, QFont, QFontMetrics, QImage, QPainter, QPainterPath, QPen
 from PySide6.QtWidgets import QGraphicsItem, QGraphicsSceneMouseEvent, QStyleOptionGraphicsItem, QWidget
 
 from app.gui import theme
+from app.gui.node_thumbnail import THUMB_H, paint_thumbnail
 from app.gui.port_item import PortItem
 from nodes.spec import NodeSpec, Param
 
@@ -34,7 +38,7 @@ BADGE_BACKGROUND = QColor(16, 16, 20, 220)
 
 @dataclass
 class NodeRunState:
-    status: str = ""  # "" | queued | running | cached | done | error | cancelled
+    status: str = ""  # "" | queued | running | cached | done | error | cancelled | skipped
     step: int = 0
     total: int = 0
     seconds: float = 0.0
@@ -52,6 +56,7 @@ class NodeItem(QGraphicsItem):
         self.model, self.node_id = model, node_id
         self.spec: NodeSpec | None = model.spec(node_id)
         self.state = NodeRunState()
+        self.thumbnail: QImage | None = None  # a Save/Preview node's last picture
         self.inputs: dict[str, PortItem] = {}
         self.outputs: dict[str, PortItem] = {}
         self.width = WIDTH
@@ -118,7 +123,10 @@ class NodeItem(QGraphicsItem):
             self.width = max(MIN_COLLAPSED, min(WIDTH, ARROW + text + 80))
             self.height = HEADER
         else:
-            self.width, self.height = WIDTH, self._expanded_height
+            self.width, self.height = (
+                WIDTH,
+                self._expanded_height + (THUMB_H if self.thumbnail is not None else 0),
+            )
         for port, pos in self._port_pos.items():
             port.setVisible(not collapsed)
             if collapsed:
@@ -148,6 +156,11 @@ class NodeItem(QGraphicsItem):
         self.setOpacity(0.45 if self.mode() == "mute" else 1.0)
         self.update()
 
+    def set_thumbnail(self, image: QImage | None) -> None:
+        """Show `image` under the node's rows (None: take it away); the node grows to make room."""
+        self.thumbnail = image
+        self.apply_collapsed()  # lays the node out again at its new height
+
     def set_state(self, state: NodeRunState) -> None:
         self.state = state
         self.refresh_tooltip()
@@ -164,6 +177,8 @@ class NodeItem(QGraphicsItem):
             lines.append(f"Ran in {self.state.seconds:.2f} s")
         elif self.state.status == "cached":
             lines.append("Result reused from the cache")
+        elif self.state.status == "skipped":
+            lines.append("Skipped in the last run: no output node needs it (as in ComfyUI)")
         self.setToolTip("<br>".join(lines))
 
     def badge(self) -> tuple[str, QColor]:
@@ -190,6 +205,8 @@ class NodeItem(QGraphicsItem):
             return "✕ error", QColor(theme.ERROR)
         if s.status == "cancelled":
             return "cancelled", QColor(theme.TEXT_DIM)
+        if s.status == "skipped":
+            return "skipped", QColor(theme.TEXT_DIM)
         return "", QColor(theme.TEXT_DIM)
 
     # -- painting ---------------------------------------------------------------------------------
@@ -244,6 +261,8 @@ class NodeItem(QGraphicsItem):
             self._paint_wire_ends(painter)
         else:
             self._paint_rows(painter)
+            if self.thumbnail is not None:
+                paint_thumbnail(painter, self._expanded_height - 4, self.width, self.thumbnail)
         if self.mode() == "bypass":  # a purple veil: the node is passed through
             veil = QColor(theme.BYPASS)
             veil.setAlpha(85)

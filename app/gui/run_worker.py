@@ -122,7 +122,7 @@ class RunController(QObject):
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
-    def start(self, wf: Workflow, out_dir: Path) -> None:
+    def start(self, wf: Workflow, out_dir: Path, workflow_json: dict[str, Any] | None = None) -> None:
         if self.running:
             raise RuntimeError("a run is already in progress")
         assert self.executor is not None, "configure() first"
@@ -134,7 +134,9 @@ class RunController(QObject):
 
         def work() -> None:
             try:
-                result = executor.run(wf, out_dir=out_dir, on_event=emit, cancel=cancel)
+                result = executor.run(
+                    wf, out_dir=out_dir, on_event=emit, cancel=cancel, workflow_json=workflow_json
+                )
                 self._outcome.append(("ok", result))
             except WorkflowError as exc:
                 self._outcome.append(("invalid", exc))
