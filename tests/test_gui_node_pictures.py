@@ -62,7 +62,10 @@ def test_preview_and_save_nodes_show_their_picture(qtbot, tmp_path: Path, regist
     seen = painted.pixelColor(int(at.x()), int(at.y()))
     want = item.thumbnail.pixelColor(32, 32)
     # Smooth scaling and antialiasing blend neighbours: a few levels of 255 either way.
-    assert max(abs(seen.red() - want.red()), abs(seen.green() - want.green()), abs(seen.blue() - want.blue())) < 24
+    assert (
+        max(abs(seen.red() - want.red()), abs(seen.green() - want.green()), abs(seen.blue() - want.blue()))
+        < 24
+    )
     strip = [window.output.files.item(i) for i in range(window.output.files.count())]
     previews = [it for it in strip if isinstance(it.data(PREVIEW_ROLE), QImage)]
     assert len(previews) == 1 and preview in previews[0].toolTip()

@@ -96,6 +96,7 @@ class MainWindow(
         self.view = GraphView(self.scene)
         self.setCentralWidget(self.view)
         self.minimap = Minimap(self.view)
+        self.view.corner_overlay = self.minimap
         self.view.installEventFilter(self)
         self.palette = NodePalette(registry, self)
         self.inspector = Inspector(self.model)

@@ -32,6 +32,7 @@ ROW = 22.0
 PAD = 8.0
 ARROW = 20.0  # the collapse arrow at the left of the title bar
 MIN_COLLAPSED = 110.0
+BORDER = 3.0  # paint margin around the body
 # Behind the header badge, so its colour reads on any header colour (a bypassed node's is purple).
 BADGE_BACKGROUND = QColor(16, 16, 20, 220)
 
@@ -46,7 +47,9 @@ class NodeRunState:
 
 
 def format_value(param: Param, value: Any) -> str:
-    """The value painted on the node: the parameter's kind says how (nodes.kinds)."""
+    """The value painted on the node: the parameter's kind says how (nodes.kinds); -0.0 reads as 0."""
+    if isinstance(value, float) and value == 0:
+        value = 0.0
     return param.show(value)
 
 
@@ -105,7 +108,8 @@ class NodeItem(QGraphicsItem):
         self.height = top + ROW * len(spec.params) + PAD
 
     def boundingRect(self) -> QRectF:
-        return QRectF(-2, -2, self.width + 4, self.height + 4)
+        # The border pen (up to 2.5 px, half outside the body) plus a pixel of antialiasing.
+        return QRectF(-BORDER, -BORDER, self.width + 2 * BORDER, self.height + 2 * BORDER)
 
     def rect(self) -> QRectF:
         return QRectF(0, 0, self.width, self.height)

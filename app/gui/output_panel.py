@@ -29,6 +29,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.gui.elided_label import ElidedLabel
+
 PLACEHOLDER = "Images appear here while a run draws them."
 PICTURE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp")
 PREVIEW_ROLE = Qt.ItemDataRole.UserRole + 1  # a Preview Image's picture (no file) on a strip item
@@ -93,7 +95,7 @@ class OutputPanel(QTabWidget):
         images = QWidget()
         layout = QVBoxLayout(images)
         layout.setContentsMargins(4, 4, 4, 4)
-        self.caption = QLabel("")
+        self.caption = ElidedLabel("")  # a long file name must not widen the dock
         self.caption.setObjectName("hint")
         self.view = ImageView()
         self.view.setToolTip("Double-click to open the output folder")
