@@ -84,3 +84,20 @@ def test_timeline_names_every_row_and_cached_is_right_of_its_bar(qtbot) -> None:
     label = next(t for t in panel.timeline_bars if hasattr(t, "toPlainText") and t.toPlainText() == "cached")
     assert bars and all(label.pos().x() >= max(b.opts["x1"]) for b in bars)
     assert label.zValue() > max(b.zValue() for b in bars)
+
+
+def test_a_new_memory_managers_clock_starts_a_new_series(qtbot) -> None:
+    """Settings changed: the old manager's last samples may arrive after the switch, and the new manager's
+    clock starts again at 0. The curves must not draw a line back across the plot."""
+    panel = PlotsPanel()
+    qtbot.addWidget(panel)
+    panel.new_run()
+    panel.add_records(samples(0.0, 720, 10, n=60))  # t 0 .. 5.9
+    panel.new_series()  # what the window does after Settings
+    panel.add_records(samples(6.0, 720, 10, n=3))  # the old manager's last samples, drained late
+    panel.add_records(samples(0.1, 730, 1024, n=30))  # the new manager: t from 0 again
+    panel.redraw()
+    for curve in (panel.curve_rss, panel.curve_budget):
+        xs = list(curve.xData)
+        assert xs == sorted(xs) and xs[0] >= 0.1, curve.name()
+    assert set(panel.curve_budget.yData) == {1024.0}  # only the new budget

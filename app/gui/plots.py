@@ -117,7 +117,8 @@ class PlotsPanel(QSplitter):
             name="budget", pen=pg.mkPen(theme.ERROR, width=1.5, style=pg.QtCore.Qt.PenStyle.DashLine)
         )
         self.memory_plot.getPlotItem().addItem(self.curve_budget, ignoreBounds=True)
-        self.budget_label = pg.TextItem("", color=theme.ERROR, anchor=(1, 1))
+        # At the line's left end: load/unload labels gather where the models load, later in a run.
+        self.budget_label = pg.TextItem("", color=theme.ERROR, anchor=(0, 1))
         self.budget_label.setVisible(False)
         self.memory_plot.getPlotItem().addItem(self.budget_label, ignoreBounds=True)
         self._largest: tuple[str, int] | None = None  # the largest model loaded in this series: name, bytes
@@ -164,6 +165,10 @@ class PlotsPanel(QSplitter):
     def add_records(self, records: list[Any]) -> None:
         for record in records:
             if isinstance(record, Sample):
+                if self.t and record.t < self.t[-1]:
+                    # Time went back: a new memory manager's clock (Settings changed; each starts at 0). Joining
+                    # its samples to the old ones drew a second, flat line back across the plot.
+                    self.new_series()
                 self.sample_count += 1
                 self.t.append(record.t)
                 self.allocated.append(record.device_allocated / MIB)
@@ -351,12 +356,13 @@ class PlotsPanel(QSplitter):
         return ""
 
     def _label_budget(self, budget_mib: float, t: list[float], shown: bool) -> None:
-        """The dashed budget line says what it is where it ends, not only in the legend (a narrow dock
+        """The dashed budget line says what it is on the plot, not only in the legend (a narrow dock
         crops the legend column, and the line read as a second, unlabelled curve)."""
         self.budget_label.setVisible(shown and bool(t))
         if shown and t:
             self.budget_label.setText(f"budget {fmt_size(int(budget_mib * MIB))}")
-            self.budget_label.setPos(t[-1], budget_mib)
+            left = self.memory_plot.getPlotItem().getViewBox().viewRange()[0][0]
+            self.budget_label.setPos(max(t[0], left), budget_mib)
 
     def _in_legend(self, curve: Any, show: bool) -> None:
         """The steps legend lists only the series this run has (it would hide the points otherwise)."""
