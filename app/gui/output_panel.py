@@ -2,7 +2,7 @@
 log of run messages.
 
 Lives here: `OutputPanel`, `pil_to_qimage`. Imports Qt, PIL (through the images it is given).
-A Preview Image's picture joins the strip too (not saved: no file). Clicking a picture shows it; double-clicking it (or "Open folder") opens its folder. Once a run has
+Clicking a saved picture shows it; double-clicking it (or "Open folder") opens its folder. Once a run has
 saved a picture, that picture is the main view: a later final preview (a ControlNet's edge map) stays out
 of it, and the run's end shows the last saved picture again. Opening another graph clears the dock.
 """
@@ -33,7 +33,6 @@ from app.gui.elided_label import ElidedLabel
 
 PLACEHOLDER = "Images appear here while a run draws them."
 PICTURE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp")
-PREVIEW_ROLE = Qt.ItemDataRole.UserRole + 1  # a Preview Image's picture (no file) on a strip item
 
 
 def pil_to_qimage(image: Any) -> QImage:
@@ -195,15 +194,6 @@ class OutputPanel(QTabWidget):
         self._show_saved(node_id, file)
         self.setCurrentIndex(0)
 
-    def add_picture(self, node_id: str, image: QImage) -> None:
-        """A picture a Preview Image node showed (not saved): into the strip, click to view it again."""
-        item = QListWidgetItem(QIcon(QPixmap.fromImage(image)), "")
-        item.setToolTip(f"{node_id}: preview (not saved), {image.width()}×{image.height()}; click to view")
-        item.setData(PREVIEW_ROLE, image)
-        item.setData(Qt.ItemDataRole.UserRole + 2, node_id)
-        self.files.insertItem(0, item)
-        self.files.setVisible(True)
-
     def append_text(self, node_id: str, delta: str) -> None:
         if self._text_node != node_id:
             if self.text.toPlainText():
@@ -224,18 +214,11 @@ class OutputPanel(QTabWidget):
     # -- actions ----------------------------------------------------------------------------------
 
     def _show_file(self, item: QListWidgetItem) -> None:
-        preview = item.data(PREVIEW_ROLE)
-        if isinstance(preview, QImage):
-            self.view.set_image(preview)
-            self.caption.setText(f"{item.data(Qt.ItemDataRole.UserRole + 2)}: preview (not saved)")
-            return
         path = item.data(Qt.ItemDataRole.UserRole)
         self.view.set_image(QImage(path))
         self.caption.setText(Path(path).name)
 
     def _open_folder_of(self, item: QListWidgetItem) -> None:
-        if item.data(Qt.ItemDataRole.UserRole) is None:
-            return  # a preview: no file, no folder
         self._open_folder(Path(item.data(Qt.ItemDataRole.UserRole)).parent)
 
     def _open_folder(self, folder: Path | None) -> None:

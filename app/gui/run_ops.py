@@ -119,7 +119,8 @@ class RunOpsMixin:
         )
         self._mark_skipped(source)
         # The graph as the user sees it (reroutes, bypassed and skipped nodes too) goes into saved pictures.
-        self.runner.start(wf, self.settings.output_dir, source.to_dict() if source is not None else None)
+        self.runner.embedded_workflow = source.to_dict() if source is not None else None
+        self.runner.start(wf, self.settings.output_dir)
         self.current_run = QueuedRun(wf, label, source=source)
         self.queue.set_running(label)
         self._set_running(True)
@@ -221,11 +222,8 @@ class RunOpsMixin:
                 else None
             )
             if event.final and spec is not None and spec.is_output and event.node_id in self.scene.node_items:
-                # A Save or Preview node shows its picture on the node; a Preview's joins the dock's strip too.
-                picture = thumbnail_image(event.image)
-                self.scene.node_items[event.node_id].set_thumbnail(picture)
-                if spec.type == "PreviewImage":
-                    self.output.add_picture(event.node_id, picture)
+                # A Save or Preview node shows its last picture on the node, as ComfyUI does.
+                self.scene.node_items[event.node_id].set_thumbnail(thumbnail_image(event.image))
         elif isinstance(event, NodeText):
             self.output.append_text(event.node_id, event.delta)
             # Once per run, so a user who turns to another tab while the text streams is left there.
