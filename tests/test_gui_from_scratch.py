@@ -11,6 +11,7 @@ from PySide6.QtCore import QPointF
 from PySide6.QtWidgets import QApplication, QMessageBox
 
 from app.gui.main_window import MainWindow
+from app.gui.node_item import format_value
 from tests.gui_support import make_window
 
 pytestmark = pytest.mark.slow  # runs the built-in model (about a second)
@@ -70,6 +71,10 @@ def test_a_from_scratch_graph_samples_at_the_model_size_and_says_so(qtbot, tmp_p
     window.scene.node_items[ids["latent"]].setSelected(True)
     # The inspector already knows the size the sampler's model gives (the built-in model: 64 px).
     assert window.inspector.editors["width"].editor.text() == "model size (64)"
+    width = window.registry["EmptyLatent"].param("width")
+    assert (
+        format_value(width, window.model.node(ids["latent"]).params["width"]) == "model size"
+    )  # on the node
     run_and_wait(window)
     result = window.last_result
     assert result.ok, result.error

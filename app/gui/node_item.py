@@ -47,7 +47,10 @@ class NodeRunState:
 
 
 def format_value(param: Param, value: Any) -> str:
-    """The value painted on the node: the parameter's kind says how (nodes.kinds); -0.0 reads as 0."""
+    """The value painted on the node: the parameter's kind says how (nodes.kinds); -0.0 reads as 0, and a
+    size left at 0 reads "model size", as in the inspector."""
+    if param.zero_is_native_size and value == 0:
+        return "model size"
     if isinstance(value, float) and value == 0:
         value = 0.0
     return param.show(value)
