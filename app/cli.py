@@ -41,7 +41,7 @@ from nodes.events import (
 )
 from nodes.executor import Executor, RunResult
 from nodes.files import write_target_problem
-from nodes.modes import runnable
+from nodes.modes import prepare_run, skipped_note
 from nodes.registry import NodeRegistry
 from nodes.workflow import Problem, Workflow, WorkflowError, atomic_write_text
 
@@ -258,10 +258,15 @@ def run_headless(args: Any, registry: NodeRegistry) -> int:
     except WorkflowError as exc:
         err.print(f"[red]error[/]: {escape(str(exc))}", highlight=False)
         return EXIT_INVALID
-    wf, problems = runnable(wf, registry)  # nodes bypassed or muted in the editor run here as they do there
+    source = wf
+    plan = prepare_run(wf, registry)  # nodes bypassed or muted in the editor run here as they do there
+    wf, problems = plan.workflow, plan.problems
     if problems:
         err.print(f"[red]error[/]: {escape(str(WorkflowError(problems)))}", highlight=False)
         return EXIT_INVALID
+    note = skipped_note(source, registry, plan.skipped)  # what no output needs is skipped, as in ComfyUI
+    if note and not args.quiet:
+        err.print(f"[yellow]note[/]: {escape(note)}", highlight=False)
     try:
         memory = MemoryManager(memory_config(args))
     except (ValueError, RuntimeError) as exc:  # a bad --device, --offload or budget
@@ -291,7 +296,9 @@ def run_headless(args: Any, registry: NodeRegistry) -> int:
         with HeadlessPrinter(err, args.quiet) as printer:
             memory.telemetry.subscribe(printer.on_memory)
             for _ in range(max(1, args.repeat)):
-                result = executor.run(wf, out_dir=out_dir, on_event=printer, cancel=cancel)
+                result = executor.run(
+                    wf, out_dir=out_dir, on_event=printer, cancel=cancel, workflow_json=source.to_dict()
+                )
                 results.append(result)
                 if not result.ok:
                     break
@@ -300,6 +307,7 @@ def run_headless(args: Any, registry: NodeRegistry) -> int:
     finally:
         signal.signal(signal.SIGINT, previous)
         report = build_report(wf, results, memory)
+        report["skipped"] = list(plan.skipped)
         try:
             if args.report:
                 atomic_write_text(Path(args.report), json.dumps(report, indent=2, default=str) + "\n")

@@ -33,6 +33,7 @@ from nodes.comfy.export import ExportError, export_api
 from nodes.comfy.sources import COMFY_PNG_KEYS, check_comfy, import_comfy_data, read_comfy_data, workflow_text
 from nodes.comfy.ui_format import is_ui_format
 from nodes.model_names import resolve_model_names
+from nodes.modes import is_wiring_problem, unneeded
 from nodes.png_text import NODELOOM_KEY
 from nodes.registry import NodeRegistry
 from nodes.workflow import (
@@ -178,6 +179,9 @@ def load_run_workflow(
                 [Problem(str(path), None, None, str(exc).removeprefix(f"{path}: "))]
             ) from None
     wf, problems = _with_unsupported(data, registry, str(path))
+    # A node no output needs is skipped at run time (nodes.modes.prepare_run): its wiring is not the run's.
+    skipped = set(unneeded(wf, registry))
+    problems = [p for p in problems if not (p.node in skipped and is_wiring_problem(wf, registry, p))]
     if problems:
         raise WorkflowError(problems)
     problems = edit(wf) if edit is not None else []

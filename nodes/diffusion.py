@@ -159,12 +159,17 @@ class EmptyLatent(Node):
             channels, scale = int(denoiser.config.get("in_channels", 4)), denoiser.vae_scale_factor
         # 0 (the default) means the model's native size: 64 for the built-in model, 512 for SD1.x, 1024 SDXL.
         native, multiple = 512, scale
+        why = "no model to size from: wire a denoiser or VAE, or set width/height"
         if denoiser is not None:
             size = size_for_denoiser(denoiser)
             native, multiple = size.native, size.multiple
+            why = f"the native size of the denoiser ({denoiser.family.title})"
         elif vae is not None and isinstance(vae.config.get("sample_size"), int):
             native = int(vae.config["sample_size"])
+            why = "the VAE's native size"
         width, height = self.width or native, self.height or native
+        if not (self.width and self.height):  # a size the user did not type: say which and why
+            ctx.log(f"{width}x{height} px: {why}")
         if width % multiple or height % multiple:
             raise ValueError(f"width and height must be multiples of {multiple} (got {width}x{height})")
         samples = torch.zeros(self.batch, channels, height // scale, width // scale)

@@ -237,8 +237,12 @@ class Executor:
         out_dir: Path | str = "outputs",
         on_event: Callable[[RunEvent], None] | None = None,
         cancel: CancelToken | None = None,
+        workflow_json: dict[str, Any] | None = None,
     ) -> RunResult:
-        """Run the workflow once. Never raises for a node's failure: the result carries it."""
+        """Run the workflow once. Never raises for a node's failure: the result carries it.
+
+        `workflow_json` is the graph saved into output files (PNG metadata): the user's graph, with its
+        reroutes, bypassed and skipped nodes, when `wf` is the rewritten one that runs; default `wf` itself."""
         problems = validate(wf, self.registry)
         if problems:
             raise WorkflowError(problems)
@@ -252,7 +256,7 @@ class Executor:
         self.memory.begin_run()
         order = self.plan(wf, targets)
         sigs = self.signatures(wf, order, out_dir)
-        workflow_json = wf.to_dict()
+        workflow_json = workflow_json if workflow_json is not None else wf.to_dict()
         values: dict[str, dict[str, Any]] = {}
         for nid in order:
             result.nodes[nid] = NodeResult("pending", wf.nodes[nid].type)

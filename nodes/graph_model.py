@@ -46,8 +46,17 @@ class Connection:
     in_port: str
 
 
+# Mixed-case acronyms read as one word ("LoadLoRA" is load_lora, not load_lo_ra).
+_ACRONYMS = {"LoRA": "Lora", "ControlNet": "Controlnet", "GGUF": "Gguf"}
+
+
 def _snake(name: str) -> str:
-    return re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", name).lower() or "node"
+    """A type name as an id: "LoadLoRA" -> load_lora, "VAEDecode" -> vae_decode, "SaveImage" -> save_image."""
+    for acronym, word in _ACRONYMS.items():
+        name = name.replace(acronym, word)
+    # A word starts at a capital after a lower-case letter or digit, or at the last capital of a run
+    # of capitals followed by lower case (the D of VAEDecode).
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", name).lower() or "node"
 
 
 class GraphModel:

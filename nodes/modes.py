@@ -1,20 +1,27 @@
 """Bypass and mute: how a node (or a group's nodes) set aside in the editor changes what runs; reroutes
 are passed through the same way.
 
-Lives here: `NODE_MODES`, `node_mode`, `apply_node_modes`, `runnable`, `without_reroutes`. Imports `nodes.workflow`,
-`nodes.registry`, `nodes.reroute`.
+Lives here: `NODE_MODES`, `node_mode`, `apply_node_modes`, `unneeded`, `is_wiring_problem`, `RunPlan`,
+`prepare_run`, `runnable`, `skipped_note`, `without_reroutes`. Imports `nodes.workflow`, `nodes.registry`,
+`nodes.reroute`, `nodes.latent_sizing`.
 
 The mode is saved per node in the workflow's `ui` section (`ui.nodes.<id>.mode`), as ComfyUI keeps it
 beside the graph. Before a run the graph is rewritten: a muted node is left out together with everything
 that needs its outputs; a bypassed node is left out and each wire from one of its outputs is taken from its
 first input of the same type instead (a LoRA or an upscale bypassed: the model or picture goes straight on).
 A Reroute is a node that is always bypassed: each wire from it is taken from what is wired into it.
+
+As in ComfyUI, a run runs what feeds an output and skips the rest: a leftover node no output needs (a Text
+Encode with nothing wired in) is named as skipped, not an error; a missing input on a node an output needs
+stays one. A graph with no output node at all runs every node, as before.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 
+from nodes.latent_sizing import wire_unsized_latents
 from nodes.registry import NodeRegistry
 from nodes.reroute import is_pass_through
 from nodes.workflow import Link, Problem, Workflow, validate
@@ -93,11 +100,54 @@ def apply_node_modes(workflow: Workflow, registry: NodeRegistry) -> Workflow:
     return wf
 
 
-def runnable(workflow: Workflow, registry: NodeRegistry) -> tuple[Workflow, list[Problem]]:
-    """The graph that runs (`apply_node_modes`) and every reason it cannot. An input left unfed because the
-    node feeding it is bypassed and has no input of that type to pass on says so, instead of "not
-    connected" about a wire the user can see."""
+def unneeded(workflow: Workflow, registry: NodeRegistry) -> list[str]:
+    """The nodes no output node needs, in graph order; none when the graph has no output node (then all run).
+    Links to nodes that do not exist are ignored here (validation names them)."""
+    sinks = [nid for nid, n in workflow.nodes.items() if (spec := registry.get(n.type)) and spec.is_output]
+    if not sinks:
+        return []
+    needed: set[str] = set()
+    todo = list(sinks)
+    while todo:
+        nid = todo.pop()
+        if nid in needed or nid not in workflow.nodes:
+            continue
+        needed.add(nid)
+        todo.extend(link.node for link in workflow.nodes[nid].inputs.values())
+    return [nid for nid in workflow.nodes if nid not in needed]
+
+
+def is_wiring_problem(workflow: Workflow, registry: NodeRegistry, problem: Problem) -> bool:
+    """A problem with one of the node's input ports (not connected, a type mismatch): what a skipped node
+    may have without stopping the run."""
+    node = workflow.nodes.get(problem.node or "")
+    spec = registry.get(node.type) if node is not None else None
+    return spec is not None and problem.field is not None and spec.input(problem.field) is not None
+
+
+@dataclass
+class RunPlan:
+    """What a Run runs: the graph (`apply_node_modes`, unneeded nodes left out), every reason it cannot run,
+    the nodes skipped because no output needs them, and the Empty Latents sized by their sampler's model."""
+
+    workflow: Workflow
+    problems: list[Problem] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    sized_by_sampler: list[str] = field(default_factory=list)
+
+
+def prepare_run(workflow: Workflow, registry: NodeRegistry) -> RunPlan:
+    """The graph that runs and every reason it cannot. An input left unfed because the node feeding it is
+    bypassed and has no input of that type to pass on says so, instead of "not connected" about a wire the
+    user can see. A node of an unknown type is refused even when skipped (as ComfyUI refuses the prompt)."""
     wf = apply_node_modes(workflow, registry)
+    skipped = [nid for nid in unneeded(wf, registry) if registry.get(wf.nodes[nid].type) is not None]
+    # A skipped node's wiring is not the run's business; a value out of range on it still is (it is a typo
+    # the user would want to hear about, and was refused before).
+    kept = [p for p in validate(wf, registry) if p.node in skipped and not is_wiring_problem(wf, registry, p)]
+    for nid in skipped:
+        del wf.nodes[nid]
+    sized = wire_unsized_latents(wf, registry)
     gaps: dict[tuple[str, str], str] = {}
     for nid, node in workflow.nodes.items():
         for name, link in node.inputs.items():
@@ -107,7 +157,7 @@ def runnable(workflow: Workflow, registry: NodeRegistry) -> tuple[Workflow, list
                 and _pass_through(workflow, registry, link.node, link.output) is None
             ):
                 gaps[(nid, name)] = link.node
-    problems = []
+    problems = kept
     for problem in validate(wf, registry):
         bypassed = gaps.get((problem.node or "", problem.field or ""))
         if bypassed is not None:
@@ -124,4 +174,21 @@ def runnable(workflow: Workflow, registry: NodeRegistry) -> tuple[Workflow, list
                 f"on: mute {bypassed!r} instead, or turn its bypass off",
             )
         problems.append(problem)
-    return wf, problems
+    return RunPlan(wf, problems, skipped, sized)
+
+
+def runnable(workflow: Workflow, registry: NodeRegistry) -> tuple[Workflow, list[Problem]]:
+    """`prepare_run`'s graph and problems (for callers that do not report skipped nodes)."""
+    plan = prepare_run(workflow, registry)
+    return plan.workflow, plan.problems
+
+
+def skipped_note(workflow: Workflow, registry: NodeRegistry, skipped: list[str]) -> str:
+    """One line naming the skipped nodes, for the log and `app --run` ("" when none)."""
+    if not skipped:
+        return ""
+    names = []
+    for nid in skipped:
+        spec = registry.get(workflow.nodes[nid].type) if nid in workflow.nodes else None
+        names.append(f"{nid} ({spec.title})" if spec is not None else nid)
+    return f"skipped (no output needs {'it' if len(names) == 1 else 'them'}): {', '.join(names)}"

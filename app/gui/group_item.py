@@ -66,7 +66,9 @@ class GroupItem(QGraphicsItem):
         fill.setAlpha(70)
         painter.setBrush(fill)
         painter.setPen(QPen(QColor(theme.SELECTED) if self.isSelected() else self.color.lighter(120), 1.5))
-        painter.drawRoundedRect(self.boundingRect(), 8, 8)
+        # Inside the bounding rect by half the pen: drawn on its edge, half the (orange, when selected)
+        # border fell outside it and stayed behind as specks when the group was dragged.
+        painter.drawRoundedRect(self.boundingRect().adjusted(1, 1, -1, -1), 8, 8)
         bar = QColor(self.color)
         bar.setAlpha(170)
         painter.setPen(Qt.PenStyle.NoPen)

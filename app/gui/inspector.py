@@ -150,7 +150,9 @@ class ParamEditor(QWidget):
         dspin.setSingleStep(param.step or 0.1)
         dspin.setKeyboardTracking(False)
         dspin.valueChanged.connect(self._emit)
-        self.editor, self._get, self._set = dspin, dspin.value, lambda v: dspin.setValue(float(v or 0.0))
+        # + 0.0: a typed -50 clamped to a minimum of 0 comes back as -0.0, which the node painted as "-0".
+        self.editor, self._get = dspin, lambda: dspin.value() + 0.0
+        self._set = lambda v: dspin.setValue(float(v or 0.0))
 
     def _bool(self, param: Param, layout: QHBoxLayout, size: ImageSize | None) -> None:
         check = QCheckBox()

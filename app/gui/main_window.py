@@ -47,6 +47,7 @@ from app.gui.settings import AppSettings, SettingsDialog
 from app.gui.staples import StaplesMixin
 from app.gui.view import GraphView
 from nodes.graph_model import GraphModel
+from nodes.latent_sizing import sizing_link
 from nodes.registry import NodeRegistry
 from nodes.workflow import Problem, Workflow
 from pipelines.models_library import ModelsLibrary, load_saved_roots, roots_from_env
@@ -95,6 +96,7 @@ class MainWindow(
         self.view = GraphView(self.scene)
         self.setCentralWidget(self.view)
         self.minimap = Minimap(self.view)
+        self.view.corner_overlay = self.minimap
         self.view.installEventFilter(self)
         self.palette = NodePalette(registry, self)
         self.inspector = Inspector(self.model)
@@ -222,6 +224,10 @@ class MainWindow(
 
         seen: set[str] = set()
         todo = [node_id]
+        # An Empty Latent with no model wired in is sized by its sampler's model at run time (nodes.latent_sizing).
+        by_sampler = sizing_link(self.model.to_workflow(), self.registry, node_id)
+        if by_sampler is not None:
+            todo.append(by_sampler.node)
         while todo:
             nid = todo.pop()
             if nid in seen or nid not in self.model.node_ids():

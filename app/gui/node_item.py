@@ -2,7 +2,10 @@
 the run state (queued, running with a progress bar in the header, cached, done with seconds, error).
 A collapsed node (`ui.nodes.<id>.collapsed`) shows its title bar only; its wires meet the title bar's ends.
 
-Lives here: `NodeItem`, `NodeRunState`. Imports Qt, `app.gui.port_item`, `app.gui.theme`, `nodes`.
+A Save or Preview node shows its last picture under its rows (`set_thumbnail`, app.gui.node_thumbnail).
+
+Lives here: `NodeItem`, `NodeRunState`. Imports Qt, `app.gui.port_item`, `app.gui.node_thumbnail`,
+`app.gui.theme`, `nodes`.
 Values are edited in the inspector dock; the node only displays them (cheap for big graphs, see FINDINGS).
 """
 
@@ -12,10 +15,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QPointF, QRectF, Qt
-from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter, QPainterPath, QPen
+from PySide6.QtGui import QColor, QFont, QFontMetrics, QImage, QPainter, QPainterPath, QPen
 from PySide6.QtWidgets import QGraphicsItem, QGraphicsSceneMouseEvent, QStyleOptionGraphicsItem, QWidget
 
 from app.gui import theme
+from app.gui.node_thumbnail import THUMB_H, paint_thumbnail
 from app.gui.port_item import PortItem
 from nodes.spec import NodeSpec, Param
 
@@ -28,13 +32,14 @@ ROW = 22.0
 PAD = 8.0
 ARROW = 20.0  # the collapse arrow at the left of the title bar
 MIN_COLLAPSED = 110.0
+BORDER = 3.0  # paint margin around the body
 # Behind the header badge, so its colour reads on any header colour (a bypassed node's is purple).
 BADGE_BACKGROUND = QColor(16, 16, 20, 220)
 
 
 @dataclass
 class NodeRunState:
-    status: str = ""  # "" | queued | running | cached | done | error | cancelled
+    status: str = ""  # "" | queued | running | cached | done | error | cancelled | skipped
     step: int = 0
     total: int = 0
     seconds: float = 0.0
@@ -42,7 +47,12 @@ class NodeRunState:
 
 
 def format_value(param: Param, value: Any) -> str:
-    """The value painted on the node: the parameter's kind says how (nodes.kinds)."""
+    """The value painted on the node: the parameter's kind says how (nodes.kinds); -0.0 reads as 0, and a
+    size left at 0 reads "model size", as in the inspector."""
+    if param.zero_is_native_size and value == 0:
+        return "model size"
+    if isinstance(value, float) and value == 0:
+        value = 0.0
     return param.show(value)
 
 
@@ -52,6 +62,7 @@ class NodeItem(QGraphicsItem):
         self.model, self.node_id = model, node_id
         self.spec: NodeSpec | None = model.spec(node_id)
         self.state = NodeRunState()
+        self.thumbnail: QImage | None = None  # a Save/Preview node's last picture
         self.inputs: dict[str, PortItem] = {}
         self.outputs: dict[str, PortItem] = {}
         self.width = WIDTH
@@ -100,7 +111,8 @@ class NodeItem(QGraphicsItem):
         self.height = top + ROW * len(spec.params) + PAD
 
     def boundingRect(self) -> QRectF:
-        return QRectF(-2, -2, self.width + 4, self.height + 4)
+        # The border pen (up to 2.5 px, half outside the body) plus a pixel of antialiasing.
+        return QRectF(-BORDER, -BORDER, self.width + 2 * BORDER, self.height + 2 * BORDER)
 
     def rect(self) -> QRectF:
         return QRectF(0, 0, self.width, self.height)
@@ -118,7 +130,10 @@ class NodeItem(QGraphicsItem):
             self.width = max(MIN_COLLAPSED, min(WIDTH, ARROW + text + 80))
             self.height = HEADER
         else:
-            self.width, self.height = WIDTH, self._expanded_height
+            self.width, self.height = (
+                WIDTH,
+                self._expanded_height + (THUMB_H if self.thumbnail is not None else 0),
+            )
         for port, pos in self._port_pos.items():
             port.setVisible(not collapsed)
             if collapsed:
@@ -148,6 +163,11 @@ class NodeItem(QGraphicsItem):
         self.setOpacity(0.45 if self.mode() == "mute" else 1.0)
         self.update()
 
+    def set_thumbnail(self, image: QImage | None) -> None:
+        """Show `image` under the node's rows (None: take it away); the node grows to make room."""
+        self.thumbnail = image
+        self.apply_collapsed()  # lays the node out again at its new height
+
     def set_state(self, state: NodeRunState) -> None:
         self.state = state
         self.refresh_tooltip()
@@ -164,6 +184,8 @@ class NodeItem(QGraphicsItem):
             lines.append(f"Ran in {self.state.seconds:.2f} s")
         elif self.state.status == "cached":
             lines.append("Result reused from the cache")
+        elif self.state.status == "skipped":
+            lines.append("Skipped in the last run: no output node needs it (as in ComfyUI)")
         self.setToolTip("<br>".join(lines))
 
     def badge(self) -> tuple[str, QColor]:
@@ -190,6 +212,8 @@ class NodeItem(QGraphicsItem):
             return "✕ error", QColor(theme.ERROR)
         if s.status == "cancelled":
             return "cancelled", QColor(theme.TEXT_DIM)
+        if s.status == "skipped":
+            return "skipped", QColor(theme.TEXT_DIM)
         return "", QColor(theme.TEXT_DIM)
 
     # -- painting ---------------------------------------------------------------------------------
@@ -244,6 +268,8 @@ class NodeItem(QGraphicsItem):
             self._paint_wire_ends(painter)
         else:
             self._paint_rows(painter)
+            if self.thumbnail is not None:
+                paint_thumbnail(painter, self._expanded_height - 4, self.width, self.thumbnail)
         if self.mode() == "bypass":  # a purple veil: the node is passed through
             veil = QColor(theme.BYPASS)
             veil.setAlpha(85)

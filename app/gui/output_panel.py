@@ -30,6 +30,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.gui.elided_label import ElidedLabel
 from app.gui.video_player import VideoPlayer, is_video_file
 
 PLACEHOLDER = "Images appear here while a run draws them."
@@ -100,7 +101,7 @@ class OutputPanel(QTabWidget):
         images = QWidget()
         layout = QVBoxLayout(images)
         layout.setContentsMargins(4, 4, 4, 4)
-        self.caption = QLabel("")
+        self.caption = ElidedLabel("")  # a long file name must not widen the dock
         self.caption.setObjectName("hint")
         self.view = ImageView()
         self.view.setToolTip("Double-click to open the output folder")

@@ -16,6 +16,7 @@ from typing import Any
 
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer
+from PySide6.QtGui import QFont, QFontMetrics
 from PySide6.QtWidgets import QSizePolicy, QSplitter, QTabWidget, QWidget
 
 from app.gui import theme
@@ -29,6 +30,7 @@ MAX_MARKERS = 40
 MIB = 1024 * 1024
 REDRAW_MS = 100
 RUNS_SHOWN = 3
+TIMELINE_AXIS_MAX = 150  # px for node names left of the timeline; longer ids are elided in the middle
 
 
 def fmt_size(nbytes: int) -> str:
@@ -115,6 +117,11 @@ class PlotsPanel(QSplitter):
             name="budget", pen=pg.mkPen(theme.ERROR, width=1.5, style=pg.QtCore.Qt.PenStyle.DashLine)
         )
         self.memory_plot.getPlotItem().addItem(self.curve_budget, ignoreBounds=True)
+        # At the line's left end: load/unload labels gather where the models load, later in a run.
+        self.budget_label = pg.TextItem("", color=theme.ERROR, anchor=(0, 1))
+        self.budget_label.setVisible(False)
+        self.memory_plot.getPlotItem().addItem(self.budget_label, ignoreBounds=True)
+        self._largest: tuple[str, int] | None = None  # the largest model loaded in this series: name, bytes
         self.addWidget(self.memory_plot)
         self.addWidget(self.tabs)
         self.setStretchFactor(0, 3)
@@ -158,6 +165,10 @@ class PlotsPanel(QSplitter):
     def add_records(self, records: list[Any]) -> None:
         for record in records:
             if isinstance(record, Sample):
+                if self.t and record.t < self.t[-1]:
+                    # Time went back: a new memory manager's clock (Settings changed; each starts at 0). Joining
+                    # its samples to the old ones drew a second, flat line back across the plot.
+                    self.new_series()
                 self.sample_count += 1
                 self.t.append(record.t)
                 self.allocated.append(record.device_allocated / MIB)
@@ -166,6 +177,11 @@ class PlotsPanel(QSplitter):
                 self.budget.append(record.budget / MIB)
                 self._dirty.add("memory")
             elif isinstance(record, (LoadEvent, UnloadEvent)):
+                if isinstance(record, LoadEvent) and (
+                    self._largest is None or record.nbytes > self._largest[1]
+                ):
+                    self._largest = (record.component.rsplit("/", 1)[-1], record.nbytes)
+                    self._dirty.add("memory")
                 self._add_marker(record)
                 self._attach_to_span(record)
             elif isinstance(record, StepEvent):
@@ -188,6 +204,7 @@ class PlotsPanel(QSplitter):
             self.memory_plot.removeItem(self._markers.popleft())
         self._label_text.clear()
         self._run_starts.clear()
+        self._largest = None
         self._dirty.add("memory")
 
     def new_run(self) -> None:
@@ -285,17 +302,20 @@ class PlotsPanel(QSplitter):
                     curve.setVisible(False)
                     legend.removeItem(curve)
             if self.budget:
+                budget = self.budget[-1]
                 peak = max(max(self.rss, default=0), max(self.reserved, default=0), 1.0)
-                top = self.budget[-1] if self.budget[-1] < 3 * peak else peak
+                # The data always stays in view: a 10 MiB budget must not push a 720 MiB curve off the top.
+                top = max(budget, peak) if budget < 3 * peak else peak
                 self.memory_plot.setYRange(0, top * 1.6, padding=0)  # headroom for the legend at the top
                 device = " (CPU)" if cpu else f", {self.allocated[-1]:,.0f} MiB device"
                 self.memory_plot.setTitle(
-                    f"Memory · {self.rss[-1]:,.0f} MiB host{device} · budget "
-                    f"{self.budget[-1] / 1024:,.1f} GiB"
-                    + ("" if self.budget[-1] < 3 * peak else " (off scale)"),
+                    f"Memory · {self.rss[-1]:,.0f} MiB host{device} · budget {fmt_size(int(budget * MIB))}"
+                    + ("" if budget < 3 * peak else " (off scale)")
+                    + self._budget_warning(budget),
                     color=theme.TEXT,
                     size="10pt",
                 )
+                self._label_budget(budget, t, budget < 3 * peak)
         # Labels are laid out on screen: again when markers change, the view moves or the plot is resized.
         view = self.memory_plot.getPlotItem().getViewBox()
         legend = self.memory_plot.getPlotItem().legend.boundingRect().size().toTuple()  # shrinks on a CPU
@@ -325,6 +345,24 @@ class PlotsPanel(QSplitter):
         if "timeline" in self._dirty:
             self._draw_timeline()
         self._dirty.clear()
+
+    def _budget_warning(self, budget_mib: float) -> str:
+        """ " · ⚠ budget below …" when the budget cannot hold the largest model loaded, or what the process holds."""
+        if self._largest is not None and self._largest[1] > budget_mib * MIB:
+            name, nbytes = self._largest
+            return f" · ⚠ below the {name} model ({fmt_size(nbytes)})"
+        if self.rss and self.rss[-1] > budget_mib:
+            return " · ⚠ below host RSS"
+        return ""
+
+    def _label_budget(self, budget_mib: float, t: list[float], shown: bool) -> None:
+        """The dashed budget line says what it is on the plot, not only in the legend (a narrow dock
+        crops the legend column, and the line read as a second, unlabelled curve)."""
+        self.budget_label.setVisible(shown and bool(t))
+        if shown and t:
+            self.budget_label.setText(f"budget {fmt_size(int(budget_mib * MIB))}")
+            left = self.memory_plot.getPlotItem().getViewBox().viewRange()[0][0]
+            self.budget_label.setPos(max(t[0], left), budget_mib)
 
     def _in_legend(self, curve: Any, show: bool) -> None:
         """The steps legend lists only the series this run has (it would hide the points otherwise)."""
@@ -374,13 +412,22 @@ class PlotsPanel(QSplitter):
                 color=theme.TEXT_DIM,
                 anchor=(0, 0.5),
             )
-            text.setPos(end, row)
+            # Right of every bar of the row (a cached node's minimum-width bar covered its "cached").
+            text.setPos(max(max(x1, x0 + 0.004) for x0, x1, _, _ in parts), row)
+            text.setZValue(10)
             self.timeline_plot.addItem(text)
             self.timeline_bars.append(text)
         axis = self.timeline_plot.getAxis("left")
-        axis.setTicks([[(i, nid) for i, nid in enumerate(order)], []])
+        # pyqtgraph leaves out a tick label wider than its axis: long ids are elided in the middle to fit
+        # (the whole id is in the tooltip), and the axis grows up to TIMELINE_AXIS_MAX for them.
+        metrics = QFontMetrics(axis.style.get("tickFont") or QFont())
+        width = min(TIMELINE_AXIS_MAX, max(60, max(metrics.horizontalAdvance(n) for n in order) + 14))
+        room = width - 14
+        names = [metrics.elidedText(nid, Qt.TextElideMode.ElideMiddle, room) for nid in order]
+        axis.setTicks([list(enumerate(names)), []])
         axis.setStyle(hideOverlappingLabels=False)
-        axis.setWidth(90)
+        axis.setWidth(width)
+        self.timeline_plot.setToolTip("\n".join(order))
         self.timeline_plot.setYRange(-0.7, len(order) - 0.3, padding=0)
         first = min(s.start for s in self.spans.values())
         self.timeline_plot.setXRange(first, first + max(latest - first, 0.05) * 1.22, padding=0.02)

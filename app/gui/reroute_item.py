@@ -79,4 +79,8 @@ class RerouteItem(NodeItem):
         event.accept()
 
     def boundingRect(self) -> QRectF:
-        return QRectF(-2, -2, DOT_W + 4, DOT_H + 4)
+        # The selection ring (radius DOT_R + 3.5, 2 px pen) reaches 1.5 px past the top and bottom: the
+        # old 2 px margin left antialiased orange specks behind a dragged dot.
+        ring = DOT_R + 3.5 + 1 + 1.5  # radius, half the pen, antialiasing
+        top = min(-2.0, DOT_H / 2 - ring)
+        return QRectF(-2, top, DOT_W + 4, DOT_H - 2 * top)

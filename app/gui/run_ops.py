@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from PySide6.QtWidgets import QMessageBox
 
 from app.gui.node_item import NodeRunState
+from app.gui.node_thumbnail import thumbnail_image
 from app.gui.run_queue import QueuedRun, next_seed, seed_controls
 from app.gui.run_worker import TimedEvent
 from nodes.events import (
@@ -28,7 +29,7 @@ from nodes.events import (
     progress_kind,
 )
 from nodes.model_names import resolve_model_names
-from nodes.modes import runnable
+from nodes.modes import prepare_run, skipped_note
 from nodes.workflow import Problem
 
 if TYPE_CHECKING:
@@ -42,7 +43,8 @@ class RunOpsMixin:
         """Run the graph as it is now; while a run is going, queue it (Run queue dock)."""
         source = self.model.to_workflow()
         # Bypassed/muted nodes set aside; a bypass with nothing to pass on says so (as `app --run`).
-        wf, problems = runnable(source, self.registry)
+        plan = prepare_run(source, self.registry)
+        wf, problems = plan.workflow, plan.problems
         if not wf.nodes:
             self.status("Nothing to run: add nodes first (Tab)")
             return False
@@ -65,6 +67,15 @@ class RunOpsMixin:
             return False
         self._apply_seed_controls(wf)
         return True
+
+    def _mark_skipped(self: MainWindow, source: Any) -> None:
+        """Nodes no output needs are left out of the run (as ComfyUI does): marked on the canvas and logged."""
+        skipped = prepare_run(source, self.registry).skipped if source is not None else []
+        for nid in skipped:
+            self.scene.set_run_state(nid, NodeRunState("skipped", message="no output needs this node"))
+        note = skipped_note(source, self.registry, skipped)
+        if note:
+            self.output.add_log(note[0].upper() + note[1:])
 
     def _run_label(self: MainWindow, wf: Any) -> str:
         name = self.path.name if self.path else (self.template_name or "Untitled")
@@ -106,6 +117,9 @@ class RunOpsMixin:
             f"Run started ({len(wf.nodes)} nodes, device {self.settings.memory.device}, "
             f"policy {self.settings.memory.policy})"
         )
+        self._mark_skipped(source)
+        # The graph as the user sees it (reroutes, bypassed and skipped nodes too) goes into saved pictures.
+        self.runner.embedded_workflow = source.to_dict() if source is not None else None
         self.runner.start(wf, self.settings.output_dir)
         self.current_run = QueuedRun(wf, label, source=source)
         self.queue.set_running(label)
@@ -202,6 +216,14 @@ class RunOpsMixin:
             self.show_in_inspector(event.node_id)
         elif isinstance(event, NodePreview):
             self.output.show_preview(event.node_id, event.image, event.final)
+            spec = (
+                self.registry.get(self.model.node(event.node_id).type)
+                if event.node_id in self.model.node_ids()
+                else None
+            )
+            if event.final and spec is not None and spec.is_output and event.node_id in self.scene.node_items:
+                # A Save or Preview node shows its last picture on the node, as ComfyUI does.
+                self.scene.node_items[event.node_id].set_thumbnail(thumbnail_image(event.image))
         elif isinstance(event, NodeText):
             self.output.append_text(event.node_id, event.delta)
             # Once per run, so a user who turns to another tab while the text streams is left there.
@@ -267,7 +289,8 @@ class RunOpsMixin:
         shown = [nid for nid, s in states.items() if s.status in ("done", "cached")]
         if not shown:
             return
-        still = self.runner.cached_node_ids(self.model.to_workflow())
+        # The graph as it runs (reroutes joined, unsized latents wired to their sampler's model).
+        still = self.runner.cached_node_ids(prepare_run(self.model.to_workflow(), self.registry).workflow)
         for nid in shown:
             if nid not in still:
                 self.scene.set_run_state(nid, NodeRunState())

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QHBoxLayout,
-    QLabel,
     QListWidget,
     QListWidgetItem,
     QPushButton,
@@ -24,6 +23,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.gui.elided_label import ElidedLabel
 from nodes.workflow import Workflow
 
 SEED_MODES = ("fixed", "increment", "randomize")
@@ -66,7 +66,7 @@ class QueuePanel(QWidget):
         self.jobs: list[QueuedRun] = []
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
-        self.running = QLabel("Nothing running")
+        self.running = ElidedLabel("Nothing running")  # a long run label must not widen the dock
         self.running.setObjectName("hint")
         self.list = QListWidget()
         self.list.setToolTip("Runs waiting for the current one; Del removes the selected run")

@@ -48,6 +48,7 @@ class RunController(QObject):
         self._unsubscribe: Any = None
         self._events: deque[TimedEvent] = deque()
         self._records: deque[Any] = deque()
+        self.embedded_workflow: dict[str, Any] | None = None  # for the next start(): what pictures embed
         self._thread: threading.Thread | None = None
         self._cancel = CancelToken()
         self._outcome: deque[tuple[str, Any]] = deque()
@@ -123,18 +124,23 @@ class RunController(QObject):
         return self._thread is not None and self._thread.is_alive()
 
     def start(self, wf: Workflow, out_dir: Path) -> None:
+        """Run `wf` on the worker thread; saved pictures embed `embedded_workflow` (the graph as the user drew
+        it, set by the caller before each start) or else `wf`."""
         if self.running:
             raise RuntimeError("a run is already in progress")
         assert self.executor is not None, "configure() first"
         self._cancel = CancelToken()
         executor, cancel, memory = self.executor, self._cancel, self.memory
+        workflow_json, self.embedded_workflow = self.embedded_workflow, None
 
         def emit(event: Any) -> None:
             self._events.append(TimedEvent(self.now(), event))
 
         def work() -> None:
             try:
-                result = executor.run(wf, out_dir=out_dir, on_event=emit, cancel=cancel)
+                result = executor.run(
+                    wf, out_dir=out_dir, on_event=emit, cancel=cancel, workflow_json=workflow_json
+                )
                 self._outcome.append(("ok", result))
             except WorkflowError as exc:
                 self._outcome.append(("invalid", exc))

@@ -3,7 +3,10 @@
 Lives here: `take_screenshot`, `main`. Imports Qt, `app.gui.*`, `nodes.registry`.
 
     python -m app.gui.screenshot resources/screenshots/main_window.png [--workflow FILE] [--size 1600x1000]
-        [--show output|queue|history]
+        [--show output|queue|history] [--policy NAME] [--ram-budget SIZE] [--grab window|plots|node]
+
+`--policy`/`--ram-budget` run under that memory setting (a CPU run's budget); `--grab plots` saves only the
+Live plots dock (memory plot and timeline), `--grab node` only the selected node on the canvas.
 
 Runs offscreen when there is no display. Settings and outputs go to a temporary folder, so the user's own
 settings, recent files and autosave are untouched.
@@ -17,12 +20,20 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 DEFAULT_WORKFLOW = Path(__file__).resolve().parents[2] / "resources" / "workflows" / "txt2img.json"
 
 
 def take_screenshot(
-    out: Path, workflow: Path, size: tuple[int, int], select: str | None, timeout: float, show: str = "output"
+    out: Path,
+    workflow: Path,
+    size: tuple[int, int],
+    select: str | None,
+    timeout: float,
+    show: str = "output",
+    memory: tuple[str, str | None] = ("auto", None),
+    grab: str = "window",
 ) -> int:
     if not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
@@ -42,6 +53,10 @@ def take_screenshot(
     tmp = Path(tempfile.mkdtemp(prefix="nodeloom-shot-"))
     settings = AppSettings(QSettings(str(tmp / "settings.ini"), QSettings.Format.IniFormat))
     settings.set_output_dir(tmp / "outputs")
+    if memory != ("auto", None):  # else the default settings, as for the other README screenshots
+        from memory.config import MemoryConfig
+
+        settings.set_memory(MemoryConfig(device="cpu", policy=memory[0], ram_budget=memory[1]))
     window = MainWindow(default_registry(), settings, Autosave(tmp / "autosave"))
     window.resize(*size)
     window.show()
@@ -100,13 +115,27 @@ def take_screenshot(
         window.outputs_dock.raise_()
     pump(0.3)
     out.parent.mkdir(parents=True, exist_ok=True)
-    window.grab().save(str(out))
+    _grab(window, grab, select).save(str(out))
     ok = window.last_result is not None and getattr(window.last_result, "ok", False)
     print(f"{'ran' if ok else 'run did not finish cleanly'}; saved {out}")
     window._force_dirty = False
     window.undo_stack.setClean()
     window.close()
     return 0 if ok else 2
+
+
+def _grab(window: Any, what: str, select: str | None) -> Any:
+    """The window, the Live plots dock, or the selected node's canvas area (a QPixmap)."""
+    if what == "plots":
+        return window.plots_dock.grab()
+    if what == "node" and select in window.scene.node_items:
+        view, item = window.view, window.scene.node_items[select]
+        view.set_zoom(1.0)  # the node at its own size, with its neighbours' wires
+        view.centerOn(item)
+        window.minimap.setVisible(False)
+        area = view.mapFromScene(item.sceneBoundingRect()).boundingRect().adjusted(-60, -40, 60, 40)
+        return view.viewport().grab(area)
+    return window.grab()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -122,9 +151,21 @@ def main(argv: list[str] | None = None) -> int:
         default="output",
         help="output: one run; queue: two more queued mid-run; history: three runs, the output history",
     )
+    p.add_argument("--policy", default="auto", help="memory policy for the run (as Settings)")
+    p.add_argument("--ram-budget", default=None, help="the run's budget on this CPU, e.g. 10MiB")
+    p.add_argument("--grab", choices=("window", "plots", "node"), default="window", help="what to save")
     args = p.parse_args(argv)
     width, height = (int(v) for v in args.size.lower().split("x"))
-    return take_screenshot(args.out, args.workflow, (width, height), args.select, args.timeout, args.show)
+    return take_screenshot(
+        args.out,
+        args.workflow,
+        (width, height),
+        args.select,
+        args.timeout,
+        args.show,
+        (args.policy, args.ram_budget),
+        args.grab,
+    )
 
 
 if __name__ == "__main__":

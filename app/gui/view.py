@@ -38,6 +38,11 @@ class GraphView(QGraphicsView):
         self.setAcceptDrops(False)  # the main window takes dropped files
         self._panning = False
         self._space = False
+        self.corner_overlay: QWidget | None = None  # the minimap: Fit Graph keeps nodes out from under it
+        self._hint_drawn = False
+        # The hint is painted over the whole viewport, but adding an item repaints only that item's rect:
+        # the rest of the hint stayed on screen behind the new nodes. Repaint it all once it goes.
+        scene.changed.connect(self._forget_hint)
         self._last = QPoint()
 
     def zoom(self) -> float:
@@ -64,6 +69,23 @@ class GraphView(QGraphicsView):
         elif self.zoom() < MIN_ZOOM:
             self.set_zoom(MIN_ZOOM)
         self.centerOn(rect.center())
+        # Leave the corner overlay (the minimap) free: zoom out a little until no node lies under it.
+        for _ in range(12):
+            if not self._under_overlay() or self.zoom() <= MIN_ZOOM:
+                break
+            self.set_zoom(max(MIN_ZOOM, self.zoom() * 0.9))
+            self.centerOn(rect.center())
+
+    def _under_overlay(self) -> bool:
+        """Whether a node is drawn under `corner_overlay` (the minimap, a child widget of this view)."""
+        overlay = self.corner_overlay
+        if overlay is None or not overlay.isVisible():
+            return False
+        box = QRectF(overlay.geometry().translated(-self.viewport().pos())).adjusted(-8, -8, 8, 8)
+        return any(
+            self.mapFromScene(item.sceneBoundingRect()).boundingRect().intersects(box.toRect())
+            for item in self.graph_scene.node_items.values()
+        )
 
     def cursor_scene_pos(self) -> QPointF:
         local = self.mapFromGlobal(self.cursor().pos())
@@ -156,9 +178,19 @@ class GraphView(QGraphicsView):
             return
         super().keyReleaseEvent(event)
 
+    def shows_hint(self) -> bool:
+        """The empty-canvas hint is shown only while the scene has no item at all (nodes, groups, wires)."""
+        return not self.graph_scene.items()
+
+    def _forget_hint(self, *_args: object) -> None:
+        if self._hint_drawn and not self.shows_hint():
+            self._hint_drawn = False
+            self.viewport().update()
+
     def drawForeground(self, painter: QPainter, rect: QRectF) -> None:
         super().drawForeground(painter, rect)
-        if self.graph_scene.node_items:
+        self._hint_drawn = self.shows_hint()
+        if not self._hint_drawn:
             return
         painter.save()
         painter.resetTransform()
