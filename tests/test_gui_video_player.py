@@ -40,7 +40,7 @@ def test_a_saved_video_plays_and_scrubs(qtbot) -> None:
     assert player.position.text() == "21/24 · 12 fps"
     assert not np.array_equal(shown(panel), first)  # the square has moved
     seen: list[int] = []
-    player.slider.valueChanged.connect(seen.append)
+    player.frame_shown.connect(seen.append)
     player.toggle()
     assert player.playing and player.play_button.text() == "Pause"
     # Playing moves on from frame 21 and loops back to the start (20 -> 23 -> 0 ...). Waited for by what was
