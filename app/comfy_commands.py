@@ -1,13 +1,12 @@
 """The ComfyUI and models-library subcommands: `app import`, `app check`, `app export-comfy`, `app models`.
 
-Lives here: `import_command`, `check_command`, `export_command`, `models_library_command`, `library_from`,
+Lives here: `import_command`, `export_command`, `models_library_command`, `library_from`,
 `load_run_workflow`. Imports `nodes`, `pipelines`, rich. No Qt.
 
     app import FILE [-o OUT.json]        ComfyUI API/UI JSON or PNG -> a Nodeloom workflow (always written
                                          when readable; unsupported nodes and every problem `app check`
                                          would report listed, by id, class and reason)
-    app check FILE                       validate only (a Nodeloom workflow or a ComfyUI file): exit 0, or 2
-                                         with every problem
+    app check FILE... [--json]           validate only: app/comfy_check.py
     app export-comfy WORKFLOW OUT.json   a workflow of mapped nodes -> ComfyUI API format
     app models list|roots|add-root|remove-root
 Every command takes `--models-dir DIR` (repeatable); the saved roots (`app models add-root`) and
@@ -138,27 +137,6 @@ def _with_unsupported(data: Any, registry: NodeRegistry, source: str) -> tuple[W
     return wf, problems + [p for p in validation if not (p.node in said and p.field == "type")]
 
 
-def _check_problems(
-    path: Path, registry: NodeRegistry, library: ModelsLibrary
-) -> tuple[list[Problem], list[str]]:
-    """(problems, notes) for a Nodeloom workflow or a ComfyUI file."""
-    source = str(path)
-    data, comfy = _read_any(path)
-    notes: list[str] = []
-    if not comfy:
-        wf, problems = _with_unsupported(data, registry, source)
-    else:
-        result = _import(data, path, registry, library)
-        notes = [str(n) for n in result.notes]
-        problems = check_comfy(result, registry, source)
-        wf, _ = parse_workflow(result.workflow, registry, source=source)
-    # Without a library an imported name is still refused when it says itself that it leaves (absolute, '..').
-    problems += resolve_model_names(wf, library, find=bool(library))
-    if not library:
-        notes.append("model names not checked: no models folder set (--models-dir, or `app models add-root`)")
-    return problems, notes
-
-
 def load_run_workflow(
     path: Path,
     registry: NodeRegistry,
@@ -266,25 +244,6 @@ def import_command(argv: list[str], registry: NodeRegistry) -> int:
     reasons += [f"{len(problems)} other problem(s)"] if problems else []
     verdict = f"; {' and '.join(reasons)}: it will not run here" if reasons else ""
     print(f"imported {count} node(s) from {args.file} -> {out}{verdict}")
-    return EXIT_OK
-
-
-def check_command(argv: list[str], registry: NodeRegistry) -> int:
-    p = argparse.ArgumentParser(prog="app check", description="Validate a workflow without running it.")
-    p.add_argument("file", type=Path)
-    add_models_dir_argument(p)
-    args = p.parse_args(argv)
-    err = Console(stderr=True, soft_wrap=True)
-    try:
-        problems, notes = _check_problems(args.file, registry, library_from(args.models_dir))
-    except (ComfyFormatError, WorkflowError) as exc:
-        err.print(f"[red]error[/]: {escape(str(exc))}", highlight=False)
-        return EXIT_INVALID
-    _print_notes(err, notes)
-    if problems:
-        err.print(f"[red]error[/]: {escape(str(WorkflowError(problems)))}", highlight=False)
-        return EXIT_INVALID
-    print(f"{args.file}: ok")
     return EXIT_OK
 
 

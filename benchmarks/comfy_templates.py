@@ -69,6 +69,8 @@ def main(argv: list[str] | None = None) -> int:
             gaps[f"(unreadable: {str(exc)[:60]})"] += weight
             continue
         classes = {u.class_type for u in result.unsupported}
+        for family in {problem.family for problem in result.families}:
+            families[family] += weight
         for class_type in classes:
             gaps[class_type] += weight
             gap_templates[class_type] += 1

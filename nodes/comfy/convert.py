@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nodes.comfy.families import family_from_name
+from nodes.comfy.family_check import FamilyProblem, family_problems
 from nodes.comfy.graph import ComfyGraph, ComfyNode, ImportNote, LinkRef
 from nodes.comfy.mapping import (
     MAPPERS,
@@ -51,6 +52,8 @@ class ImportResult:
     workflow: dict[str, Any]
     notes: list[ImportNote] = field(default_factory=list)
     unsupported: list[Unsupported] = field(default_factory=list)
+    # Loaders whose model family Nodeloom cannot run (nodes.comfy.family_check), found without the files.
+    families: list[FamilyProblem] = field(default_factory=list)
 
 
 def _placeholder(node_id: str, class_type: str, inputs: dict[str, Any]) -> Emit:
@@ -255,4 +258,6 @@ def convert_graph(graph: ComfyGraph, registry: NodeRegistry, ctx: MapContext, *,
         "nodes": nodes,
         "ui": _ui_section(graph, set(nodes)),
     }
-    return ImportResult(workflow, list(graph.notes), unsupported_nodes(workflow, registry))
+    return ImportResult(
+        workflow, list(graph.notes), unsupported_nodes(workflow, registry), family_problems(graph)
+    )
