@@ -20,13 +20,8 @@ from typing import Any
 from nodes.comfy.families import family_from_name
 from nodes.comfy.family_check import FamilyProblem, family_problems
 from nodes.comfy.graph import ComfyGraph, ComfyNode, ImportNote, LinkRef
-from nodes.comfy.mapping import (
-    MAPPERS,
-    PLACEHOLDER_PREFIX,
-    Emit,
-    MapContext,
-    PassThrough,
-)
+from nodes.comfy.mappers import ALL_MAPPERS
+from nodes.comfy.mapping import PLACEHOLDER_PREFIX, Constant, Emit, MapContext, PassThrough
 from nodes.model_names import COMFY_META_KEY, imported_names
 from nodes.registry import NodeRegistry
 from nodes.workflow import FORMAT, VERSION
@@ -80,10 +75,10 @@ def _declared_widgets(emit: Emit, node: ComfyNode, registry: NodeRegistry) -> Em
 class _Converter:
     def __init__(self, graph: ComfyGraph, ctx: MapContext, registry: NodeRegistry) -> None:
         self.graph, self.ctx = graph, ctx
-        self.mapped: dict[str, Emit | PassThrough] = {}
+        self.mapped: dict[str, Emit | PassThrough | Constant] = {}
         self.guided: set[str] = set()  # samplers whose cfg came from a Flux guidance value
         for node_id, node in graph.nodes.items():
-            mapper = MAPPERS.get(node.class_type)
+            mapper = ALL_MAPPERS.get(node.class_type)
             if mapper is None:
                 self.mapped[node_id] = _placeholder(node_id, node.class_type, node.inputs)
                 continue
@@ -97,6 +92,8 @@ class _Converter:
         target = self.mapped.get(value.node)
         if target is None or depth > 64:
             return None, {}
+        if isinstance(target, Constant):  # resolved at import: the consumer takes the value as a param
+            return None, {"constant": target.values.get(value.slot)}
         if isinstance(target, PassThrough):
             name = target.inputs.get(value.slot)
             upstream = self.graph.nodes[value.node].inputs.get(name) if name else None
@@ -120,6 +117,9 @@ class _Converter:
                 params[port] = value
                 continue
             link, annotations = self.resolve(value)
+            if link is None and annotations.get("constant") is not None:
+                params[port] = annotations["constant"]
+                continue
             if link is None:
                 self.graph.note(
                     node, f"input {port!r} comes from an output Nodeloom does not offer: left unconnected"
@@ -224,6 +224,8 @@ def unsupported_nodes(workflow: dict[str, Any], registry: NodeRegistry) -> list[
     if not isinstance(meta.get(COMFY_META_KEY), dict):
         return []  # not an import: the usual validation speaks for unknown types
     classes = meta[COMFY_META_KEY].get("classes", {})
+    reasons = meta[COMFY_META_KEY].get("reasons", {})
+    reasons = reasons if isinstance(reasons, dict) else {}
     out: list[Unsupported] = []
     for node_id, data in (workflow.get("nodes") or {}).items():
         if not isinstance(data, dict):
@@ -231,7 +233,9 @@ def unsupported_nodes(workflow: dict[str, Any], registry: NodeRegistry) -> list[
         type_ = str(data.get("type", ""))
         class_type = classes.get(node_id, type_)
         if registry.get(type_) is None:
-            if type_.startswith(PLACEHOLDER_PREFIX):
+            if type_.startswith(PLACEHOLDER_PREFIX) and isinstance(reasons.get(node_id), str):
+                reason = f"not mapped: {reasons[node_id]}"
+            elif type_.startswith(PLACEHOLDER_PREFIX):
                 reason = "no Nodeloom node does what this ComfyUI node does (unsupported in this build)"
             else:
                 reason = f"node type {type_!r} is not in this build"
@@ -251,6 +255,10 @@ def convert_graph(graph: ComfyGraph, registry: NodeRegistry, ctx: MapContext, *,
             COMFY_META_KEY: {
                 "source_format": graph.source_format,
                 "classes": {nid: graph.nodes[nid].class_type for nid in nodes},
+                # Why a recognised node is not mapped (the plain case only, a wired switch, ...).
+                "reasons": {
+                    nid: m.reason for nid, m in converter.mapped.items() if isinstance(m, Emit) and m.reason
+                },
                 # Names from the file: confined to the models folders until the user sets them.
                 "names": imported_names(nodes),
             },
