@@ -1,7 +1,7 @@
 """A ComfyUI graph -> a Nodeloom workflow (as JSON data), with the report of what the user should know.
 
 Lives here: `ImportResult`, `Unsupported`, `convert_graph`, `unsupported_nodes`; re-exports
-`COMFY_META_KEY`. Imports `nodes.comfy.*`, `nodes.model_names`, `nodes.registry`, `nodes.workflow` (FORMAT,
+`COMFY_META_KEY`. Imports `nodes.comfy.*`, `nodes.layout`, `nodes.model_names`, `nodes.registry`, `nodes.workflow` (FORMAT,
 VERSION), `pipelines.diffusion.families`.
 
 Node ids stay ComfyUI's ("3", and "12:5" inside a subgraph), so every message points at the node the user
@@ -22,6 +22,7 @@ from nodes.comfy.family_check import FamilyProblem, family_problems
 from nodes.comfy.graph import ComfyGraph, ComfyNode, ImportNote, LinkRef
 from nodes.comfy.mappers import ALL_MAPPERS
 from nodes.comfy.mapping import PLACEHOLDER_PREFIX, Constant, Emit, MapContext, PassThrough
+from nodes.layout import layered_layout
 from nodes.model_names import COMFY_META_KEY, imported_names
 from nodes.registry import NodeRegistry
 from nodes.workflow import FORMAT, VERSION
@@ -195,13 +196,20 @@ class _Converter:
         return nodes
 
 
-def _ui_section(graph: ComfyGraph, node_ids: set[str]) -> dict[str, Any]:
+def _ui_section(graph: ComfyGraph, nodes: dict[str, dict[str, Any]]) -> dict[str, Any]:
     ui_nodes: dict[str, Any] = {}
-    for node_id in node_ids:
+    placed = None
+    if not any(graph.nodes[nid].pos is not None for nid in nodes):
+        # API format (no positions): laid out by data flow, so the editor opens a readable graph.
+        sources = {nid: [link[0] for link in data["inputs"].values()] for nid, data in nodes.items()}
+        placed = layered_layout(list(nodes), sources)
+    for node_id in nodes:
         node = graph.nodes[node_id]
         entry: dict[str, Any] = {}
         if node.pos is not None:
             entry["pos"] = list(node.pos)
+        elif placed is not None:
+            entry["pos"] = list(placed[node_id])
         if node.size is not None:
             entry["size"] = list(node.size)
         if node.title:
@@ -264,7 +272,7 @@ def convert_graph(graph: ComfyGraph, registry: NodeRegistry, ctx: MapContext, *,
             },
         },
         "nodes": nodes,
-        "ui": _ui_section(graph, set(nodes)),
+        "ui": _ui_section(graph, nodes),
     }
     return ImportResult(
         workflow, list(graph.notes), unsupported_nodes(workflow, registry), family_problems(graph)
