@@ -36,16 +36,13 @@ from app.comfy_commands import (
     add_models_dir_argument,
     library_from,
 )
+from app.import_summary import ADD_ROOT_HINT
 from nodes.comfy.api_format import ComfyFormatError
 from nodes.comfy.sources import check_comfy
 from nodes.model_names import resolve_model_names
 from nodes.registry import NodeRegistry
 from nodes.workflow import Problem, WorkflowError, parse_workflow
 from pipelines.models_library import ModelsLibrary
-
-ADD_ROOT_HINT = (
-    "add the folder that holds them: `app models add-root DIR` (or `--models-dir DIR` on this command)"
-)
 
 
 @dataclass(frozen=True)

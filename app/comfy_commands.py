@@ -26,6 +26,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from app.import_summary import summary_lines
 from nodes.comfy.api_format import ComfyFormatError, is_api_format
 from nodes.comfy.convert import COMFY_META_KEY, ImportResult, Unsupported, unsupported_nodes
 from nodes.comfy.export import ExportError, export_api
@@ -239,9 +240,15 @@ def import_command(argv: list[str], registry: NodeRegistry) -> int:
         err.print(f"[red]problem[/]: {escape(str(problem))}", highlight=False)
     if len(problems) > _PROBLEM_LINES:
         err.print(f"[red]problem[/]: ... and {len(problems) - _PROBLEM_LINES} more", highlight=False)
+    # Every model file missing, with the folders searched (without a library: only what a name says itself).
+    wf, _ = parse_workflow(result.workflow, registry, source=str(out))
+    names = resolve_model_names(wf, library, find=bool(library))
+    for line in summary_lines(result, names, library_set=bool(library)):
+        err.print(escape(line), highlight=False)
     count = len(result.workflow["nodes"])
     reasons = [f"{len(result.unsupported)} unsupported node(s)"] if result.unsupported else []
     reasons += [f"{len(problems)} other problem(s)"] if problems else []
+    reasons += [f"{len(names)} model file problem(s)"] if names else []
     verdict = f"; {' and '.join(reasons)}: it will not run here" if reasons else ""
     print(f"imported {count} node(s) from {args.file} -> {out}{verdict}")
     return EXIT_OK

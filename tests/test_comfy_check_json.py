@@ -125,3 +125,31 @@ def test_a_family_in_the_registry_is_not_reported(tmp_path: Path, capsys) -> Non
     graph["2"]["inputs"]["type"] = "lumina2"
     graph["10"]["inputs"]["vae_name"] = "ae.safetensors"
     assert main(["check", str(_write(tmp_path, "z.json", graph)), "--json"]) == 0, capsys.readouterr()
+
+
+def test_import_tells_everything_at_once(tmp_path: Path, capsys) -> None:
+    models = tmp_path / "models"
+    (models / "checkpoints").mkdir(parents=True)
+    graph = _wan_graph()
+    graph["8"] = {
+        "class_type": "VAEDecodeTiled",
+        "inputs": {"tile_size": 512, "overlap": 64, "samples": ["3", 0], "vae": ["10", 0]},
+    }
+    source = _write(tmp_path, "wan.json", graph)
+    out = tmp_path / "wan.nodeloom.json"
+    assert main(["import", str(source), "-o", str(out), "--models-dir", str(models)]) == 0
+    captured = capsys.readouterr()
+    err = captured.err
+    assert "summary: 9 node(s) mapped (1 approximated), 1 unsupported, 2 model family problem(s)" in err
+    assert "approximated: node 8 (VAEDecodeTiled)" in err
+    assert "unsupported: node 11 (WanImageToVideo)" in err
+    assert "CLIPLoader: model family 'wan'" in err
+    missing = [line for line in err.splitlines() if line.startswith("missing model: ")]
+    assert {line.split(",")[0] for line in missing} == {
+        "missing model: node 1",
+        "missing model: node 2",
+        "missing model: node 10",
+    }
+    assert all(str(models) in line for line in missing)  # the folders searched
+    assert "`app models add-root DIR`" in err
+    assert "3 model file problem(s)" in captured.out
