@@ -7,7 +7,8 @@ imported with our importer and counted as "imports clean" when no node of it is 
 
     python benchmarks/comfy_templates.py [--top 25] [--families]
 
-Prints the share of templates and of usage that import clean, the unsupported ComfyUI node types weighted
+Prints the share of templates and of usage that import clean (and of those, the usage whose model families
+all run here), the unsupported ComfyUI node types weighted
 by the usage of the templates they appear in, and (with --families) the usage per model family that
 `app check` reports as one Nodeloom cannot run.
 """
@@ -55,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     usage = open_weight_usage(folder)
     registry = default_registry(entry_point_packs=False)
     total = sum(usage.values()) or 1
-    clean_count = clean_usage = failed = 0
+    clean_count = clean_usage = failed = runnable_usage = 0
     gaps: Counter[str] = Counter()  # ComfyUI class -> usage of the templates it blocks
     gap_templates: Counter[str] = Counter()
     families: Counter[str] = Counter()
@@ -77,12 +78,14 @@ def main(argv: list[str] | None = None) -> int:
         if not classes:
             clean_count += 1
             clean_usage += weight
+            runnable_usage += 0 if result.families else weight
     elapsed = time.perf_counter() - start
     print(f"{len(usage)} open-weight templates imported in {elapsed:.1f} s ({failed} unreadable)")
     print(
         f"no unsupported node: {clean_count} templates ({clean_count / max(len(usage), 1):.1%}), "
         f"{clean_usage / total:.1%} of usage"
     )
+    print(f"  and no model family Nodeloom cannot run: {runnable_usage / total:.1%} of usage")
     print(f"\nunsupported node types by usage of the templates they block (top {args.top}):")
     for class_type, weight in gaps.most_common(args.top):
         print(f"  {weight / total:6.1%}  {class_type}  ({gap_templates[class_type]} templates)")
