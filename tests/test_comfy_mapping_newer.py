@@ -302,3 +302,20 @@ def test_tiled_decode_and_cfg_norm_are_approximated_and_say_how(registry) -> Non
     notes = [str(n) for n in result.notes]
     assert any("CFGNorm" in n and "approximated" in n for n in notes), notes
     assert any("node 8" in n and "approximated" in n for n in notes), notes
+
+
+def test_a_constant_where_ours_takes_a_wire_is_left_unconnected_and_said(registry) -> None:
+    # ComfyUI lets a switch (or an inlined primitive) feed a constant to any input; our Show Text takes a wire.
+    graph = {
+        "1": {
+            "class_type": "ComfySwitchNode",
+            "inputs": {"switch": False, "on_false": "hello", "on_true": "bye"},
+        },
+        "2": {"class_type": "PreviewAny", "inputs": {"source": ["1", 0]}},
+    }
+    result = _import(graph, registry)
+    assert result.workflow["nodes"]["2"] == {"type": "ShowText", "params": {}, "inputs": {}}
+    notes = [str(n) for n in result.notes]
+    assert any("node 2" in n and "constant 'hello'" in n and "left unconnected" in n for n in notes), notes
+    problems = [str(p) for p in check_comfy(result, registry, "test.json")]
+    assert any("node '2', field 'text'" in p and "not connected" in p for p in problems), problems

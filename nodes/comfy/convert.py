@@ -75,7 +75,7 @@ def _declared_widgets(emit: Emit, node: ComfyNode, registry: NodeRegistry) -> Em
 
 class _Converter:
     def __init__(self, graph: ComfyGraph, ctx: MapContext, registry: NodeRegistry) -> None:
-        self.graph, self.ctx = graph, ctx
+        self.graph, self.ctx, self.registry = graph, ctx, registry
         self.mapped: dict[str, Emit | PassThrough | Constant] = {}
         self.guided: set[str] = set()  # samplers whose cfg came from a Flux guidance value
         for node_id, node in graph.nodes.items():
@@ -98,8 +98,9 @@ class _Converter:
         if isinstance(target, PassThrough):
             name = target.inputs.get(value.slot)
             upstream = self.graph.nodes[value.node].inputs.get(name) if name else None
-            if not isinstance(upstream, LinkRef):
-                return None, dict(target.annotations)
+            if not isinstance(upstream, LinkRef):  # a constant (an inlined primitive) or nothing
+                constant = {"constant": upstream} if upstream is not None else {}
+                return None, {**target.annotations, **constant}
             link, notes = self.resolve(upstream, depth + 1)
             return link, {**notes, **target.annotations}  # the nearer pass-through wins
         if target.type.startswith(PLACEHOLDER_PREFIX):
@@ -115,11 +116,11 @@ class _Converter:
         inputs: dict[str, list[str]] = {}
         for port, value in emit.inputs.items():
             if not isinstance(value, LinkRef):
-                params[port] = value
+                self._constant(node, emit, port, value, params)
                 continue
             link, annotations = self.resolve(value)
             if link is None and annotations.get("constant") is not None:
-                params[port] = annotations["constant"]
+                self._constant(node, emit, port, annotations["constant"], params)
                 continue
             if link is None:
                 self.graph.note(
@@ -129,6 +130,19 @@ class _Converter:
             inputs[port] = link
             self._apply(node_id, emit, port, params, annotations)
         return {"type": emit.type, "params": params, "inputs": inputs}
+
+    def _constant(self, node: ComfyNode, emit: Emit, port: str, value: Any, params: dict[str, Any]) -> None:
+        """A constant for `port`: a param takes it; a port that is only a wire of ours cannot (ComfyUI lets
+        a primitive or a switch feed any input), so it is left unconnected and said."""
+        spec = self.registry.get(emit.type)
+        if spec is not None and spec.input(port) is not None and all(p.name != port for p in spec.params):
+            shown = repr(value) if len(repr(value)) <= 60 else f"{repr(value)[:57]}..."
+            self.graph.note(
+                node,
+                f"input {port!r} is the constant {shown} here, and Nodeloom's takes a wire: left unconnected",
+            )
+            return
+        params[port] = value
 
     def _apply(self, node_id: str, emit: Emit, port: str, params: dict[str, Any], annotations: dict) -> None:
         node = self.graph.nodes[node_id]

@@ -43,9 +43,7 @@ def _part(node: ComfyNode, ctx: MapContext, name: str) -> ComfyNode | str:
     if source is None:
         return f"its {name} input is not connected"
     if source.class_type not in _PARTS[name]:
-        return (
-            f"its {name} comes from {source.class_type} (only {', '.join(_PARTS[name])} map onto our Sampler)"
-        )
+        return f"its input {name!r} comes from {source.class_type} (only {', '.join(_PARTS[name])} map onto our Sampler)"
     return source
 
 
