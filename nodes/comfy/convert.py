@@ -19,6 +19,7 @@ from typing import Any
 
 from nodes.comfy.families import family_from_name
 from nodes.comfy.family_check import FamilyProblem, family_problems
+from nodes.comfy.gaps import GAP_REASONS
 from nodes.comfy.graph import ComfyGraph, ComfyNode, ImportNote, LinkRef
 from nodes.comfy.mappers import ALL_MAPPERS
 from nodes.comfy.mapping import PLACEHOLDER_PREFIX, Constant, Emit, MapContext, PassThrough
@@ -55,7 +56,7 @@ class ImportResult:
 def _placeholder(node_id: str, class_type: str, inputs: dict[str, Any]) -> Emit:
     params = {k: v for k, v in inputs.items() if not isinstance(v, LinkRef)}
     wired = {k: v for k, v in inputs.items() if isinstance(v, LinkRef)}
-    return Emit(f"{PLACEHOLDER_PREFIX}{class_type}", params, wired, ())
+    return Emit(f"{PLACEHOLDER_PREFIX}{class_type}", params, wired, (), reason=GAP_REASONS.get(class_type))
 
 
 def _declared_widgets(emit: Emit, node: ComfyNode, registry: NodeRegistry) -> Emit:
