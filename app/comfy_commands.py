@@ -1,13 +1,12 @@
 """The ComfyUI and models-library subcommands: `app import`, `app check`, `app export-comfy`, `app models`.
 
-Lives here: `import_command`, `check_command`, `export_command`, `models_library_command`, `library_from`,
+Lives here: `import_command`, `export_command`, `models_library_command`, `library_from`,
 `load_run_workflow`. Imports `nodes`, `pipelines`, rich. No Qt.
 
     app import FILE [-o OUT.json]        ComfyUI API/UI JSON or PNG -> a Nodeloom workflow (always written
                                          when readable; unsupported nodes and every problem `app check`
                                          would report listed, by id, class and reason)
-    app check FILE                       validate only (a Nodeloom workflow or a ComfyUI file): exit 0, or 2
-                                         with every problem
+    app check FILE... [--json]           validate only: app/comfy_check.py
     app export-comfy WORKFLOW OUT.json   a workflow of mapped nodes -> ComfyUI API format
     app models list|roots|add-root|remove-root
 Every command takes `--models-dir DIR` (repeatable); the saved roots (`app models add-root`) and
@@ -27,6 +26,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from app.import_summary import summary_lines
 from nodes.comfy.api_format import ComfyFormatError, is_api_format
 from nodes.comfy.convert import COMFY_META_KEY, ImportResult, Unsupported, unsupported_nodes
 from nodes.comfy.export import ExportError, export_api
@@ -138,27 +138,6 @@ def _with_unsupported(data: Any, registry: NodeRegistry, source: str) -> tuple[W
     return wf, problems + [p for p in validation if not (p.node in said and p.field == "type")]
 
 
-def _check_problems(
-    path: Path, registry: NodeRegistry, library: ModelsLibrary
-) -> tuple[list[Problem], list[str]]:
-    """(problems, notes) for a Nodeloom workflow or a ComfyUI file."""
-    source = str(path)
-    data, comfy = _read_any(path)
-    notes: list[str] = []
-    if not comfy:
-        wf, problems = _with_unsupported(data, registry, source)
-    else:
-        result = _import(data, path, registry, library)
-        notes = [str(n) for n in result.notes]
-        problems = check_comfy(result, registry, source)
-        wf, _ = parse_workflow(result.workflow, registry, source=source)
-    # Without a library an imported name is still refused when it says itself that it leaves (absolute, '..').
-    problems += resolve_model_names(wf, library, find=bool(library))
-    if not library:
-        notes.append("model names not checked: no models folder set (--models-dir, or `app models add-root`)")
-    return problems, notes
-
-
 def load_run_workflow(
     path: Path,
     registry: NodeRegistry,
@@ -261,30 +240,17 @@ def import_command(argv: list[str], registry: NodeRegistry) -> int:
         err.print(f"[red]problem[/]: {escape(str(problem))}", highlight=False)
     if len(problems) > _PROBLEM_LINES:
         err.print(f"[red]problem[/]: ... and {len(problems) - _PROBLEM_LINES} more", highlight=False)
+    # Every model file missing, with the folders searched (without a library: only what a name says itself).
+    wf, _ = parse_workflow(result.workflow, registry, source=str(out))
+    names = resolve_model_names(wf, library, find=bool(library))
+    for line in summary_lines(result, names, library_set=bool(library)):
+        err.print(escape(line), highlight=False)
     count = len(result.workflow["nodes"])
     reasons = [f"{len(result.unsupported)} unsupported node(s)"] if result.unsupported else []
     reasons += [f"{len(problems)} other problem(s)"] if problems else []
+    reasons += [f"{len(names)} model file problem(s)"] if names else []
     verdict = f"; {' and '.join(reasons)}: it will not run here" if reasons else ""
     print(f"imported {count} node(s) from {args.file} -> {out}{verdict}")
-    return EXIT_OK
-
-
-def check_command(argv: list[str], registry: NodeRegistry) -> int:
-    p = argparse.ArgumentParser(prog="app check", description="Validate a workflow without running it.")
-    p.add_argument("file", type=Path)
-    add_models_dir_argument(p)
-    args = p.parse_args(argv)
-    err = Console(stderr=True, soft_wrap=True)
-    try:
-        problems, notes = _check_problems(args.file, registry, library_from(args.models_dir))
-    except (ComfyFormatError, WorkflowError) as exc:
-        err.print(f"[red]error[/]: {escape(str(exc))}", highlight=False)
-        return EXIT_INVALID
-    _print_notes(err, notes)
-    if problems:
-        err.print(f"[red]error[/]: {escape(str(WorkflowError(problems)))}", highlight=False)
-        return EXIT_INVALID
-    print(f"{args.file}: ok")
     return EXIT_OK
 
 

@@ -33,9 +33,9 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("DIFFUSERS_VERBOSITY", "error")
 
+from app.comfy_check import check_command  # noqa: E402  (after the environment above)
 from app.comfy_commands import (  # noqa: E402  (after the environment above)
     add_models_dir_argument,
-    check_command,
     export_command,
     import_command,
     models_library_command,

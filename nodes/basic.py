@@ -170,6 +170,7 @@ class SaveText(Node):
     category="output",
     is_output=True,
     description="Show the text in the output panel.",
+    tags=("PreviewAny",),  # ComfyUI's PreviewAny imports as this node (nodes/comfy/mapping_media.py)
 )
 class ShowText(Node):
     text: str = wire(TEXT)

@@ -41,7 +41,7 @@ MODEL_PARAMS: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
     "LoadUpscaleModel": (("path", ("upscale_models",)),),
 }
 # node type -> parameters naming a picture to read
-IMAGE_PARAMS: dict[str, tuple[str, ...]] = {"LoadImage": ("path",)}
+IMAGE_PARAMS: dict[str, tuple[str, ...]] = {"LoadImage": ("path",), "LoadVideo": ("path",)}
 COMFY_META_KEY = "comfyui"  # the same key as nodes.comfy.convert's (that module imports this one)
 _NAMES_KEY = "names"
 

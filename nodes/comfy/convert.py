@@ -1,7 +1,7 @@
 """A ComfyUI graph -> a Nodeloom workflow (as JSON data), with the report of what the user should know.
 
 Lives here: `ImportResult`, `Unsupported`, `convert_graph`, `unsupported_nodes`; re-exports
-`COMFY_META_KEY`. Imports `nodes.comfy.*`, `nodes.model_names`, `nodes.registry`, `nodes.workflow` (FORMAT,
+`COMFY_META_KEY`. Imports `nodes.comfy.*`, `nodes.layout`, `nodes.model_names`, `nodes.registry`, `nodes.workflow` (FORMAT,
 VERSION), `pipelines.diffusion.families`.
 
 Node ids stay ComfyUI's ("3", and "12:5" inside a subgraph), so every message points at the node the user
@@ -18,14 +18,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nodes.comfy.families import family_from_name
+from nodes.comfy.family_check import FamilyProblem, family_problems
+from nodes.comfy.gaps import GAP_REASONS
 from nodes.comfy.graph import ComfyGraph, ComfyNode, ImportNote, LinkRef
-from nodes.comfy.mapping import (
-    MAPPERS,
-    PLACEHOLDER_PREFIX,
-    Emit,
-    MapContext,
-    PassThrough,
-)
+from nodes.comfy.mappers import ALL_MAPPERS
+from nodes.comfy.mapping import PLACEHOLDER_PREFIX, Constant, Emit, MapContext, PassThrough
+from nodes.layout import layered_layout
 from nodes.model_names import COMFY_META_KEY, imported_names
 from nodes.registry import NodeRegistry
 from nodes.workflow import FORMAT, VERSION
@@ -51,12 +49,14 @@ class ImportResult:
     workflow: dict[str, Any]
     notes: list[ImportNote] = field(default_factory=list)
     unsupported: list[Unsupported] = field(default_factory=list)
+    # Loaders whose model family Nodeloom cannot run (nodes.comfy.family_check), found without the files.
+    families: list[FamilyProblem] = field(default_factory=list)
 
 
 def _placeholder(node_id: str, class_type: str, inputs: dict[str, Any]) -> Emit:
     params = {k: v for k, v in inputs.items() if not isinstance(v, LinkRef)}
     wired = {k: v for k, v in inputs.items() if isinstance(v, LinkRef)}
-    return Emit(f"{PLACEHOLDER_PREFIX}{class_type}", params, wired, ())
+    return Emit(f"{PLACEHOLDER_PREFIX}{class_type}", params, wired, (), reason=GAP_REASONS.get(class_type))
 
 
 def _declared_widgets(emit: Emit, node: ComfyNode, registry: NodeRegistry) -> Emit:
@@ -76,11 +76,11 @@ def _declared_widgets(emit: Emit, node: ComfyNode, registry: NodeRegistry) -> Em
 
 class _Converter:
     def __init__(self, graph: ComfyGraph, ctx: MapContext, registry: NodeRegistry) -> None:
-        self.graph, self.ctx = graph, ctx
-        self.mapped: dict[str, Emit | PassThrough] = {}
+        self.graph, self.ctx, self.registry = graph, ctx, registry
+        self.mapped: dict[str, Emit | PassThrough | Constant] = {}
         self.guided: set[str] = set()  # samplers whose cfg came from a Flux guidance value
         for node_id, node in graph.nodes.items():
-            mapper = MAPPERS.get(node.class_type)
+            mapper = ALL_MAPPERS.get(node.class_type)
             if mapper is None:
                 self.mapped[node_id] = _placeholder(node_id, node.class_type, node.inputs)
                 continue
@@ -94,11 +94,14 @@ class _Converter:
         target = self.mapped.get(value.node)
         if target is None or depth > 64:
             return None, {}
+        if isinstance(target, Constant):  # resolved at import: the consumer takes the value as a param
+            return None, {"constant": target.values.get(value.slot)}
         if isinstance(target, PassThrough):
             name = target.inputs.get(value.slot)
             upstream = self.graph.nodes[value.node].inputs.get(name) if name else None
-            if not isinstance(upstream, LinkRef):
-                return None, dict(target.annotations)
+            if not isinstance(upstream, LinkRef):  # a constant (an inlined primitive) or nothing
+                constant = {"constant": upstream} if upstream is not None else {}
+                return None, {**target.annotations, **constant}
             link, notes = self.resolve(upstream, depth + 1)
             return link, {**notes, **target.annotations}  # the nearer pass-through wins
         if target.type.startswith(PLACEHOLDER_PREFIX):
@@ -114,9 +117,12 @@ class _Converter:
         inputs: dict[str, list[str]] = {}
         for port, value in emit.inputs.items():
             if not isinstance(value, LinkRef):
-                params[port] = value
+                self._constant(node, emit, port, value, params)
                 continue
             link, annotations = self.resolve(value)
+            if link is None and annotations.get("constant") is not None:
+                self._constant(node, emit, port, annotations["constant"], params)
+                continue
             if link is None:
                 self.graph.note(
                     node, f"input {port!r} comes from an output Nodeloom does not offer: left unconnected"
@@ -125,6 +131,19 @@ class _Converter:
             inputs[port] = link
             self._apply(node_id, emit, port, params, annotations)
         return {"type": emit.type, "params": params, "inputs": inputs}
+
+    def _constant(self, node: ComfyNode, emit: Emit, port: str, value: Any, params: dict[str, Any]) -> None:
+        """A constant for `port`: a param takes it; a port that is only a wire of ours cannot (ComfyUI lets
+        a primitive or a switch feed any input), so it is left unconnected and said."""
+        spec = self.registry.get(emit.type)
+        if spec is not None and spec.input(port) is not None and all(p.name != port for p in spec.params):
+            shown = repr(value) if len(repr(value)) <= 60 else f"{repr(value)[:57]}..."
+            self.graph.note(
+                node,
+                f"input {port!r} is the constant {shown} here, and Nodeloom's takes a wire: left unconnected",
+            )
+            return
+        params[port] = value
 
     def _apply(self, node_id: str, emit: Emit, port: str, params: dict[str, Any], annotations: dict) -> None:
         node = self.graph.nodes[node_id]
@@ -192,13 +211,20 @@ class _Converter:
         return nodes
 
 
-def _ui_section(graph: ComfyGraph, node_ids: set[str]) -> dict[str, Any]:
+def _ui_section(graph: ComfyGraph, nodes: dict[str, dict[str, Any]]) -> dict[str, Any]:
     ui_nodes: dict[str, Any] = {}
-    for node_id in node_ids:
+    placed = None
+    if not any(graph.nodes[nid].pos is not None for nid in nodes):
+        # API format (no positions): laid out by data flow, so the editor opens a readable graph.
+        sources = {nid: [link[0] for link in data["inputs"].values()] for nid, data in nodes.items()}
+        placed = layered_layout(list(nodes), sources)
+    for node_id in nodes:
         node = graph.nodes[node_id]
         entry: dict[str, Any] = {}
         if node.pos is not None:
             entry["pos"] = list(node.pos)
+        elif placed is not None:
+            entry["pos"] = list(placed[node_id])
         if node.size is not None:
             entry["size"] = list(node.size)
         if node.title:
@@ -221,6 +247,8 @@ def unsupported_nodes(workflow: dict[str, Any], registry: NodeRegistry) -> list[
     if not isinstance(meta.get(COMFY_META_KEY), dict):
         return []  # not an import: the usual validation speaks for unknown types
     classes = meta[COMFY_META_KEY].get("classes", {})
+    reasons = meta[COMFY_META_KEY].get("reasons", {})
+    reasons = reasons if isinstance(reasons, dict) else {}
     out: list[Unsupported] = []
     for node_id, data in (workflow.get("nodes") or {}).items():
         if not isinstance(data, dict):
@@ -228,7 +256,9 @@ def unsupported_nodes(workflow: dict[str, Any], registry: NodeRegistry) -> list[
         type_ = str(data.get("type", ""))
         class_type = classes.get(node_id, type_)
         if registry.get(type_) is None:
-            if type_.startswith(PLACEHOLDER_PREFIX):
+            if type_.startswith(PLACEHOLDER_PREFIX) and isinstance(reasons.get(node_id), str):
+                reason = f"not mapped: {reasons[node_id]}"
+            elif type_.startswith(PLACEHOLDER_PREFIX):
                 reason = "no Nodeloom node does what this ComfyUI node does (unsupported in this build)"
             else:
                 reason = f"node type {type_!r} is not in this build"
@@ -248,11 +278,17 @@ def convert_graph(graph: ComfyGraph, registry: NodeRegistry, ctx: MapContext, *,
             COMFY_META_KEY: {
                 "source_format": graph.source_format,
                 "classes": {nid: graph.nodes[nid].class_type for nid in nodes},
+                # Why a recognised node is not mapped (the plain case only, a wired switch, ...).
+                "reasons": {
+                    nid: m.reason for nid, m in converter.mapped.items() if isinstance(m, Emit) and m.reason
+                },
                 # Names from the file: confined to the models folders until the user sets them.
                 "names": imported_names(nodes),
             },
         },
         "nodes": nodes,
-        "ui": _ui_section(graph, set(nodes)),
+        "ui": _ui_section(graph, nodes),
     }
-    return ImportResult(workflow, list(graph.notes), unsupported_nodes(workflow, registry))
+    return ImportResult(
+        workflow, list(graph.notes), unsupported_nodes(workflow, registry), family_problems(graph)
+    )

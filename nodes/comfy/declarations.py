@@ -83,6 +83,25 @@ COMFY_CLASSES: dict[str, ComfyClass] = {
     "MarkdownNote": ComfyClass(("text",), ()),
     "PrimitiveNode": ComfyClass(("value",), ("value",)),
     "Reroute": ComfyClass((), ("value",)),
+    # ComfyUI 2025-26 core nodes (the published templates use them): video, custom sampling, sizes.
+    "SaveVideo": ComfyClass(("filename_prefix", "format", "codec"), ()),
+    "CreateVideo": ComfyClass(("fps",), ("VIDEO",)),
+    "LoadVideo": ComfyClass(("file", "upload"), ("VIDEO",)),
+    "KSamplerSelect": ComfyClass(("sampler_name",), ("SAMPLER",)),
+    "RandomNoise": ComfyClass(("noise_seed",), ("NOISE",)),
+    "DisableNoise": ComfyClass((), ("NOISE",)),
+    "BasicScheduler": ComfyClass(("scheduler", "steps", "denoise"), ("SIGMAS",)),
+    "BasicGuider": ComfyClass((), ("GUIDER",)),
+    "CFGGuider": ComfyClass(("cfg",), ("GUIDER",)),
+    "SamplerCustomAdvanced": ComfyClass((), ("output", "denoised_output")),
+    "SamplerCustom": ComfyClass(("add_noise", "noise_seed", "cfg"), ("output", "denoised_output")),
+    "GetVideoComponents": ComfyClass((), ("images", "audio", "fps", "bit_depth", "color_space")),
+    "VAEDecodeTiled": ComfyClass(("tile_size", "overlap", "temporal_size", "temporal_overlap"), ("IMAGE",)),
+    "PreviewAny": ComfyClass((), ()),
+    "ComfySwitchNode": ComfyClass(("switch",), ("output",)),
+    "CFGNorm": ComfyClass(("strength",), ("patched_model",)),
+    "ImageScaleToTotalPixels": ComfyClass(("upscale_method", "megapixels", "resolution_steps"), ("IMAGE",)),
+    "ResolutionSelector": ComfyClass(("aspect_ratio", "megapixels", "multiple_of"), ("width", "height")),
 }
 
 

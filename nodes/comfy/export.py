@@ -126,6 +126,22 @@ def _apply_controlnet(node: NodeInstance) -> _Out:
     )
 
 
+# Our video formats -> ComfyUI SaveVideo's `format`; webp and png frames have no SaveVideo counterpart.
+_COMFY_VIDEO_FORMATS = {"mp4": "mp4", "webm": "webm"}
+
+
+def _save_video(p: dict[str, Any]) -> dict[str, Any]:
+    fmt = p.get("format", "mp4")
+    if fmt not in _COMFY_VIDEO_FORMATS:
+        raise ExportError(f"SaveVideo format {fmt!r} has no ComfyUI SaveVideo counterpart (mp4, webm)")
+    return {"format": _COMFY_VIDEO_FORMATS[fmt], "codec": "auto"}
+
+
+def _vae_decode_tiled(p: dict[str, Any]) -> dict[str, Any]:
+    # Our tile size 0 means "the largest that fits"; ComfyUI needs a number: its default, 512.
+    return {"tile_size": p.get("tile_size") or 512, "overlap": 64, "temporal_size": 64, "temporal_overlap": 8}
+
+
 EXPORTERS: dict[str, _Out | Callable[[NodeInstance], _Out]] = {
     "LoadDiffusionModel": _Out(
         "CheckpointLoaderSimple", {}, {}, {"denoiser": 0, "text_encoder": 1, "vae": 2}
@@ -184,6 +200,16 @@ EXPORTERS: dict[str, _Out | Callable[[NodeInstance], _Out]] = {
     "Bool": _Out("PrimitiveBoolean", {}, {}, {"value": 0}),
     "Seed": _Out("PrimitiveInt", {}, {}, {"seed": 0}),
     "Text": _Out("PrimitiveStringMultiline", {}, {}, {"text": 0}),
+    # ComfyUI's video and newer core nodes (nodes/comfy/mapping_media.py imports them).
+    "CreateVideo": _Out("CreateVideo", {"images": "frames", "audio": "audio"}, {"fps": "fps"}, {"video": 0}),
+    "SaveVideo": _Out("SaveVideo", {"video": "video"}, {}, {}, convert=_save_video),
+    "LoadVideo": _Out("LoadVideo", {}, {}, {"video": 0}),
+    "VideoToFrames": _Out("GetVideoComponents", {"video": "video"}, {}, {"frames": 0, "audio": 1, "fps": 2}),
+    "ImageScaleToTotalPixels": _Out("ImageScaleToTotalPixels", {"image": "image"}, {}, {"image": 0}),
+    "VAEDecodeTiled": _Out(
+        "VAEDecodeTiled", {"samples": "latent", "vae": "vae"}, {}, {"image": 0}, convert=_vae_decode_tiled
+    ),
+    "ShowText": _Out("PreviewAny", {"source": "text"}, {}, {}),
 }
 
 

@@ -1,6 +1,6 @@
 """The table from ComfyUI node classes to Nodeloom node types, one small function per class.
 
-Lives here: `Emit`, `PassThrough`, `MapContext`, `MAPPERS`, `COMFY_TEXT_ENCODER_TYPES`,
+Lives here: `Emit`, `PassThrough`, `Constant`, `MapContext`, `MAPPERS`, `COMFY_TEXT_ENCODER_TYPES`,
 `comfy_sampler_name`. Imports `nodes.comfy.graph` and `pipelines.diffusion.schedulers` (sampler names).
 
 A param that declares its ComfyUI widget (`Param.comfy`) is copied by nodes/comfy/convert.py when its
@@ -45,12 +45,21 @@ class Emit:
     inputs: dict[str, Any] = field(default_factory=dict)  # our port -> LinkRef (or a constant param)
     outputs: tuple[str | None, ...] = ()  # our output name per ComfyUI output slot (None: not offered)
     annotations: dict[int, dict[str, Any]] = field(default_factory=dict)  # per slot, for consumers
+    reason: str | None = None  # a placeholder's: why this node is not mapped (shown by the check)
 
 
 @dataclass
 class PassThrough:
     inputs: dict[int, str]  # ComfyUI output slot -> the ComfyUI input it forwards
     annotations: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Constant:
+    """A node resolved at import to constant outputs (ResolutionSelector): each consumer takes the value of
+    the slot it reads as a param, and the node itself is not emitted."""
+
+    values: dict[int, Any]
 
 
 @dataclass(frozen=True)
@@ -61,7 +70,14 @@ class MapContext:
     detect_family: Callable[[str], str | None] = lambda name: None
 
 
-Mapper = Callable[[ComfyNode, MapContext], "Emit | PassThrough"]
+Mapper = Callable[[ComfyNode, MapContext], "Emit | PassThrough | Constant"]
+
+
+def unsupported_emit(node: ComfyNode, reason: str) -> Emit:
+    """The placeholder of a node this importer recognises but cannot map here, with why."""
+    params = {k: v for k, v in node.inputs.items() if not isinstance(v, LinkRef)}
+    wired = {k: v for k, v in node.inputs.items() if isinstance(v, LinkRef)}
+    return Emit(f"{PLACEHOLDER_PREFIX}{node.class_type}", params, wired, (), reason=reason)
 
 
 def _get(node: ComfyNode, name: str, default: Any = None) -> Any:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from nodes.comfy.size_nodes import NODES as SIZE_NODES
 from nodes.context import NodeContext
 from nodes.declare import Node, node_type, param, param_like, settings_from, wire
 from nodes.diffusion import KSamplerFields
@@ -166,7 +167,10 @@ class LatentUpscaleBy(Node):
         return {"latent": replace(self.latent, samples=resize_latent(samples, h, w, self.method))}
 
 
-NODES: tuple[NodeSpec, ...] = tuple(
-    n.spec
-    for n in (ZeroConditioning, SamplerAdvanced, ImageScale, ImageScaleBy, LatentUpscale, LatentUpscaleBy)
+NODES: tuple[NodeSpec, ...] = (
+    *(
+        n.spec
+        for n in (ZeroConditioning, SamplerAdvanced, ImageScale, ImageScaleBy, LatentUpscale, LatentUpscaleBy)
+    ),
+    *SIZE_NODES,  # ImageScaleToTotalPixels (nodes/comfy/size_nodes.py)
 )

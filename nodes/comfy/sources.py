@@ -162,6 +162,7 @@ def workflow_text(workflow: dict[str, Any], source: str) -> str:
 def check_comfy(result: ImportResult, registry: NodeRegistry, source: str) -> list[Problem]:
     """Every reason the imported workflow cannot run here: unsupported nodes first, then validation."""
     problems = [Problem(source, u.node, "type", f"{u.class_type}: {u.reason}") for u in result.unsupported]
+    problems += [Problem(source, f.node, f.field, f.message) for f in result.families]
     unsupported_ids = {u.node for u in result.unsupported}
     _, validation = parse_workflow(result.workflow, registry, source=source)
     for problem in validation:

@@ -1,0 +1,124 @@
+"""Which model families a ComfyUI workflow needs, and which of them Nodeloom cannot run, without the files.
+
+Lives here: `FamilyProblem`, `family_problems`. Imports `nodes.comfy.graph`, `pipelines.diffusion.families`
+(FAMILIES: the list of what runs) and `pipelines.diffusion.family_detect` (our file-name markers).
+
+The signals are what ComfyUI itself uses to pick a model: a CLIP loader's `type` widget ("qwen_image",
+"wan", "flux2", ...) and the loaders' file names (UNETLoader `unet_name`, checkpoint and VAE names). A
+family is "runnable" exactly when its id is a key of FAMILIES, so a family another engineer registers (with
+ComfyUI's id, e.g. "wan", "qwen_image") stops being reported without an edit here. Names are tried against
+the other families' markers first, because ours are substrings of theirs ("flux" is in "flux2").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from nodes.comfy.graph import ComfyGraph
+from pipelines.diffusion.families import FAMILIES
+from pipelines.diffusion.family_detect import family_from_file_name
+
+# ComfyUI's CLIP loader `type` -> our family id where the names differ; any other type is taken as the
+# family id itself ("wan", "qwen_image", ...), so it runs once a family of that id is registered.
+_CLIP_TYPE_FAMILY = {
+    "stable_diffusion": "sd",
+    "sd1": "sd",
+    "sd2": "sd",
+    "sdxl": "sdxl",
+    "sd3": "sd3",
+    "flux": "flux",
+    "pixart": "pixart_sigma",
+}
+# ComfyUI runs Z-Image with a "lumina2" text encoder; the denoiser's name tells the two apart.
+_AMBIGUOUS_TYPES = {"lumina2": "zimage"}
+# File-name markers of families ComfyUI runs (ComfyUI's ids where we have no family), tried before ours.
+_OTHER_NAME_MARKERS: tuple[tuple[str, str], ...] = (
+    ("flux2", "flux2"),
+    ("flux-2", "flux2"),
+    ("flux_2", "flux2"),
+    ("qwen_image", "qwen_image"),
+    ("qwen-image", "qwen_image"),
+    ("wan2", "wan"),
+    ("wan_", "wan"),
+    ("hunyuan", "hunyuan_video"),
+    ("ltx", "ltxv"),
+    ("hidream", "hidream"),
+    ("lumina", "lumina2"),
+    ("chroma", "chroma"),
+    ("omnigen", "omnigen2"),
+    ("cosmos", "cosmos"),
+    ("acestep", "ace"),
+    ("ace_step", "ace"),
+    ("stable_audio", "stable_audio"),
+    ("minimax", "minimax"),
+    ("kandinsky", "kandinsky5"),
+    # Registered families whose registry entry declares no name marker (yet).
+    ("z_image", "zimage"),
+    ("z-image", "zimage"),
+)
+# Loader class -> the widgets that name a model file.
+_NAME_WIDGETS = {
+    "UNETLoader": ("unet_name",),
+    "CheckpointLoaderSimple": ("ckpt_name",),
+    "UnetLoaderGGUF": ("unet_name",),
+}
+_CLIP_LOADERS = ("CLIPLoader", "DualCLIPLoader")
+
+
+@dataclass(frozen=True)
+class FamilyProblem:
+    node: str
+    class_type: str
+    field: str
+    family: str
+    evidence: str  # what named the family: "type 'wan'", "'wan2.1_t2v.safetensors'"
+
+    @property
+    def message(self) -> str:
+        runs = ", ".join(FAMILIES)
+        return (
+            f"{self.class_type}: model family {self.family!r} (from {self.evidence}) is not one Nodeloom "
+            f"runs ({runs}); this workflow cannot run here"
+        )
+
+
+def family_of_name(name: Any) -> str | None:
+    """A model file name -> a family id (ours or ComfyUI's), or None when the name says nothing."""
+    if not isinstance(name, str):
+        return None
+    lowered = name.lower()
+    for marker, family in _OTHER_NAME_MARKERS:
+        if marker in lowered:
+            return family
+    return family_from_file_name(name)
+
+
+def _name_families(graph: ComfyGraph) -> set[str]:
+    return {
+        family
+        for node in graph.nodes.values()
+        for widget in _NAME_WIDGETS.get(node.class_type, ())
+        if (family := family_of_name(node.inputs.get(widget))) is not None
+    }
+
+
+def family_problems(graph: ComfyGraph) -> list[FamilyProblem]:
+    """One problem per loader node whose model family is not in FAMILIES (each family said once per node)."""
+    named = _name_families(graph)
+    out: list[FamilyProblem] = []
+    for node_id, node in graph.nodes.items():
+        if node.class_type in _CLIP_LOADERS and isinstance(node.inputs.get("type"), str):
+            type_ = node.inputs["type"]
+            family = _CLIP_TYPE_FAMILY.get(type_, type_)
+            if type_ in _AMBIGUOUS_TYPES and _AMBIGUOUS_TYPES[type_] in named:
+                family = _AMBIGUOUS_TYPES[type_]
+            if family not in FAMILIES:
+                out.append(FamilyProblem(node_id, node.class_type, "type", family, f"type {type_!r}"))
+            continue
+        for widget in _NAME_WIDGETS.get(node.class_type, ()):
+            family = family_of_name(node.inputs.get(widget))
+            if family is not None and family not in FAMILIES:
+                name = node.inputs[widget]
+                out.append(FamilyProblem(node_id, node.class_type, widget, family, repr(name)))
+    return out

@@ -1,0 +1,13 @@
+"""Every ComfyUI class the importer maps: the core table and the newer nodes' tables, merged.
+
+Lives here: `ALL_MAPPERS`. Imports `nodes.comfy.mapping`, `nodes.comfy.mapping_sampling`,
+`nodes.comfy.mapping_media`.
+"""
+
+from __future__ import annotations
+
+from nodes.comfy.mapping import MAPPERS, Mapper
+from nodes.comfy.mapping_media import MEDIA_MAPPERS
+from nodes.comfy.mapping_sampling import SAMPLING_MAPPERS
+
+ALL_MAPPERS: dict[str, Mapper] = {**MAPPERS, **SAMPLING_MAPPERS, **MEDIA_MAPPERS}

@@ -1,0 +1,159 @@
+"""ComfyUI's custom-sampling nodes folded onto our Sampler, and the model patches around sampling.
+
+Lives here: `SAMPLING_MAPPERS`. Imports `nodes.comfy.graph` and `nodes.comfy.mapping` (Emit, PassThrough,
+the KSampler helpers).
+
+ComfyUI splits a KSampler into parts: SamplerCustomAdvanced takes a NOISE (RandomNoise / DisableNoise), a
+GUIDER (BasicGuider: no CFG; CFGGuider: cfg), a SAMPLER (KSamplerSelect) and SIGMAS (BasicScheduler). In
+the plain case, where each part is one of those, the whole is exactly one KSampler (or KSamplerAdvanced
+without added noise), so the SamplerCustomAdvanced node becomes our Sampler and the parts fold into it (they
+emit no node). Any other part (ManualSigmas, SplitSigmas, a DualCFGGuider, ...) leaves the sampler
+unsupported, naming the part. SamplerCustom (the one-node form) maps the same way.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nodes.comfy.graph import ComfyNode, LinkRef
+from nodes.comfy.mapping import (
+    Emit,
+    MapContext,
+    Mapper,
+    PassThrough,
+    _enabled,
+    _get,
+    comfy_sampler_name,
+    unsupported_emit,
+)
+
+_PARTS = {
+    "noise": ("RandomNoise", "DisableNoise"),
+    "guider": ("BasicGuider", "CFGGuider"),
+    "sampler": ("KSamplerSelect",),
+    "sigmas": ("BasicScheduler",),
+}
+_FOLDED = ("RandomNoise", "DisableNoise", "BasicGuider", "CFGGuider", "KSamplerSelect", "BasicScheduler")
+
+
+def _part(node: ComfyNode, ctx: MapContext, name: str) -> ComfyNode | str:
+    """The node feeding input `name`, or why it is not a plain part."""
+    link = node.inputs.get(name)
+    source = ctx.graph.nodes.get(link.node) if isinstance(link, LinkRef) else None
+    if source is None:
+        return f"its {name} input is not connected"
+    if source.class_type not in _PARTS[name]:
+        return f"its input {name!r} comes from {source.class_type} (only {', '.join(_PARTS[name])} map onto our Sampler)"
+    return source
+
+
+def _sampler(
+    node: ComfyNode,
+    ctx: MapContext,
+    *,
+    noise_on: Any,
+    seed: Any,
+    cfg: Any,
+    wires: dict[str, Any],
+    sampler: ComfyNode,
+    sigmas: ComfyNode,
+) -> Emit:
+    params = {
+        "scheduler": comfy_sampler_name(_get(sampler, "sampler_name", "euler"), node, ctx.graph),
+        "sigma_schedule": _get(sigmas, "scheduler", "simple"),
+        "steps": _get(sigmas, "steps", 20),
+        "cfg": cfg,
+        "seed": seed,
+    }
+    wires = {k: v for k, v in wires.items() if v is not None}
+    if noise_on is False:  # the latent already holds its noise: KSamplerAdvanced's add_noise off
+        params |= {"add_noise": False, "start_step": 0, "end_step": 10000, "leftover_noise": False}
+        if _get(sigmas, "denoise", 1.0) not in (1, 1.0):
+            ctx.graph.note(node, "denoise below 1 with DisableNoise: all steps run (set start_step)")
+        emit = Emit("SamplerAdvanced", {}, {}, ("latent", "latent"))
+    else:
+        params["denoise"] = _get(sigmas, "denoise", 1.0)
+        emit = Emit("Sampler", {}, {}, ("latent", "latent"))
+    for key, value in params.items():
+        (emit.inputs if isinstance(value, LinkRef) else emit.params)[key] = value
+    emit.inputs.update(wires)
+    return emit
+
+
+def _custom_advanced(node: ComfyNode, ctx: MapContext) -> Emit:
+    parts = {name: _part(node, ctx, name) for name in _PARTS}
+    why = [p for p in parts.values() if isinstance(p, str)]
+    if why:
+        return unsupported_emit(node, f"not the plain case: {'; '.join(why)}")
+    noise, guider, sampler, sigmas = (parts[n] for n in ("noise", "guider", "sampler", "sigmas"))
+    assert isinstance(noise, ComfyNode) and isinstance(guider, ComfyNode)
+    assert isinstance(sampler, ComfyNode) and isinstance(sigmas, ComfyNode)
+    if guider.class_type == "BasicGuider":
+        cfg, positive, negative = 1.0, guider.inputs.get("conditioning"), None
+    else:
+        cfg, positive, negative = (
+            _get(guider, "cfg", 8.0),
+            guider.inputs.get("positive"),
+            guider.inputs.get("negative"),
+        )
+    return _sampler(
+        node,
+        ctx,
+        noise_on=noise.class_type == "RandomNoise",
+        seed=_get(noise, "noise_seed", 0),
+        cfg=cfg,
+        wires={
+            "denoiser": guider.inputs.get("model"),
+            "positive": positive,
+            "negative": negative,
+            "latent": node.inputs.get("latent_image"),
+        },
+        sampler=sampler,
+        sigmas=sigmas,
+    )
+
+
+def _custom(node: ComfyNode, ctx: MapContext) -> Emit:
+    parts = {name: _part(node, ctx, name) for name in ("sampler", "sigmas")}
+    why = [p for p in parts.values() if isinstance(p, str)]
+    if why:
+        return unsupported_emit(node, f"not the plain case: {'; '.join(why)}")
+    sampler, sigmas = parts["sampler"], parts["sigmas"]
+    assert isinstance(sampler, ComfyNode) and isinstance(sigmas, ComfyNode)
+    return _sampler(
+        node,
+        ctx,
+        noise_on=_enabled(_get(node, "add_noise", True)),
+        seed=_get(node, "noise_seed", 0),
+        cfg=_get(node, "cfg", 8.0),
+        wires={
+            "denoiser": node.inputs.get("model"),
+            "positive": node.inputs.get("positive"),
+            "negative": node.inputs.get("negative"),
+            "latent": node.inputs.get("latent_image"),
+        },
+        sampler=sampler,
+        sigmas=sigmas,
+    )
+
+
+def _folded(node: ComfyNode, ctx: MapContext) -> PassThrough:
+    # Read by the sampler it feeds (above); it emits no node of its own.
+    return PassThrough({})
+
+
+def _cfg_norm(node: ComfyNode, ctx: MapContext) -> PassThrough:
+    ctx.graph.note(
+        node,
+        f"approximated: CFGNorm (strength {_get(node, 'strength', 1.0)}) is not applied; plain CFG runs "
+        "(ComfyUI rescales the guided prediction to the norm of the conditional one)",
+    )
+    return PassThrough({0: "model"})
+
+
+SAMPLING_MAPPERS: dict[str, Mapper] = {
+    "SamplerCustomAdvanced": _custom_advanced,
+    "SamplerCustom": _custom,
+    **dict.fromkeys(_FOLDED, _folded),
+    "CFGNorm": _cfg_norm,
+}
