@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
@@ -45,7 +46,7 @@ def test_a_saved_video_plays_and_scrubs(qtbot) -> None:
     assert player.playing and player.play_button.text() == "Pause"
     # Playing moves on from frame 21 and loops back to the start (20 -> 23 -> 0 ...). Waited for by what was
     # shown, not by a frame number at a moment: a loaded machine may drop frames to keep the clip's pace.
-    qtbot.waitUntil(lambda: any(b < a for a, b in zip(seen, seen[1:])), timeout=10000)
+    qtbot.waitUntil(lambda: any(b < a for a, b in pairwise(seen)), timeout=10000)
     player.toggle()
     assert not player.playing and player.play_button.text() == "Play"
     if shot := os.environ.get("NODELOOM_SCREENSHOT_DIR"):
