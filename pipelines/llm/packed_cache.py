@@ -45,6 +45,10 @@ from pipelines.load_progress import OnProgress
 PACK_VERSION = 1
 WEIGHTS_FILE = "packed.safetensors"
 _META_FILE = "nodeloom-packed.json"
+_TAIL, _TAIL_BYTES = (
+    "~tail",
+    4096,
+)  # safetensors stores tensors sorted by name; "~" sorts after every name here
 
 
 def machine_tag() -> str:
@@ -81,7 +85,11 @@ def _write_packed(path: Path, dest: Path, on_progress: OnProgress | None) -> Non
         on_progress("GGUF: repacking the weights (3/3)", 0, 1)
     state = pack_gguf_tensors(contents, CompactConfig.from_transformers(config))
     dest.mkdir(parents=True)
+    # The kernels' vector loads may read a little past a tensor's last row: a tail keeps them inside the mapping
+    # (without it, the last tensor of a small file segfaulted).
+    state[_TAIL] = torch.zeros(_TAIL_BYTES, dtype=torch.uint8)
     save_file(state, str(dest / WEIGHTS_FILE), metadata={"format": "nodeloom-packed"})
+    del state[_TAIL]
     config.save_pretrained(dest)
     eos = end_of_turn_ids(contents, tokens)
     GenerationConfig(
@@ -139,6 +147,8 @@ def load_packed_model(folder: Path, config: object, on_progress: OnProgress | No
     done = 0
     with safe_open(str(folder / WEIGHTS_FILE), framework="pt") as f:
         for key in f.keys():
+            if key == _TAIL:
+                continue
             state[key] = f.get_tensor(key)
             done += state[key].numel() * state[key].element_size()
             if on_progress is not None:

@@ -88,7 +88,8 @@ def repack_blocks(
 
     Q4_0/Q4_1 keep their codes as int4 (unless `prefer="int8"`); everything else becomes int8 rows."""
     n, k = shape
-    if qtype in _INT4_BLOCK_BYTES and prefer != "int8" and k % PACK_GROUP == 0:
+    # the int4 packer needs N to be a multiple of 16; other shapes take the int8 path
+    if qtype in _INT4_BLOCK_BYTES and prefer != "int8" and k % PACK_GROUP == 0 and n % 16 == 0:
         codes, scales = _int4_codes_and_scales(rows, qtype)
         data = torch._convert_weight_to_int4pack_for_cpu(torch.from_numpy(codes), 1)
         aux = torch.from_numpy(np.ascontiguousarray(scales.transpose(1, 0, 2))).to(torch.bfloat16)

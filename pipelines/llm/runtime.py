@@ -76,12 +76,12 @@ def quantized_mode(device: torch.device, keep_quantized: bool | str) -> str:
     per layer was 16x slower than it); on an accelerator, the blocks (the packed kernels are CPU ones)."""
     if keep_quantized in (False, "off"):
         return "float"
-    if device.type != "cpu":
-        return "blocks"
-    if keep_quantized in (True, "on"):
-        return "packed"
-    if keep_quantized != "auto":
+    if keep_quantized not in (True, "on", "auto", "packed", "blocks"):
         raise ValueError(f"keep_quantized must be 'auto', 'on' or 'off', not {keep_quantized!r}")
+    if keep_quantized == "blocks" or device.type != "cpu":
+        return "blocks"
+    if keep_quantized in (True, "on", "packed"):
+        return "packed"
     from pipelines.llm.packed_runtime import packed_is_faster
 
     return "packed" if packed_is_faster() else "float"
@@ -103,7 +103,8 @@ def open_llm(
     `keep_quantized` (GGUF only; ignored for other files): True/"on" keeps the file's quantization in memory:
     on a CPU repacked for torch's int4/int8 matmuls and run by the compact decoder (pipelines.llm.packed_*),
     elsewhere as the file's blocks dequantized per layer (pipelines.llm.gguf_quantized); the ledger counts
-    the bytes held. False/"off": the float32 copy. "auto": `quantized_mode` decides (see there).
+    the bytes held. False/"off": the float32 copy. "auto": `quantized_mode` decides (see there). "packed" and
+    "blocks" name one of the two quantized forms explicitly (packed falls back to blocks off the CPU).
 
     A first-time GGUF conversion holds every tensor in float32 for a moment: that is budgeted as
     working memory for the duration, so it cannot silently push the process past the budget.
