@@ -26,6 +26,7 @@ import hashlib
 import json
 import os
 import shutil
+import struct
 import tempfile
 import time
 from pathlib import Path
@@ -45,6 +46,7 @@ from pipelines.load_progress import OnProgress
 PACK_VERSION = 1
 WEIGHTS_FILE = "packed.safetensors"
 _META_FILE = "nodeloom-packed.json"
+_ALIGN = 64  # bytes: what the kernels' aligned vector loads need of a weight's start
 _TAIL, _TAIL_BYTES = (
     "~tail",
     4096,
@@ -88,7 +90,7 @@ def _write_packed(path: Path, dest: Path, on_progress: OnProgress | None) -> Non
     # The kernels' vector loads may read a little past a tensor's last row: a tail keeps them inside the mapping
     # (without it, the last tensor of a small file segfaulted).
     state[_TAIL] = torch.zeros(_TAIL_BYTES, dtype=torch.uint8)
-    save_file(state, str(dest / WEIGHTS_FILE), metadata={"format": "nodeloom-packed"})
+    _save_aligned(state, dest / WEIGHTS_FILE)
     del state[_TAIL]
     config.save_pretrained(dest)
     eos = end_of_turn_ids(contents, tokens)
@@ -110,6 +112,30 @@ def _write_packed(path: Path, dest: Path, on_progress: OnProgress | None) -> Non
     (dest / _META_FILE).write_text(json.dumps(meta, indent=2))
     if on_progress is not None:
         on_progress("GGUF: repacking the weights (3/3)", 1, 1)
+
+
+def _header_end(path: Path) -> int:
+    with path.open("rb") as f:
+        return 8 + struct.unpack("<Q", f.read(8))[0]
+
+
+def _save_aligned(state: dict[str, torch.Tensor], path: Path) -> None:
+    """safetensors with its data starting on a 64-byte boundary (the header padded through the metadata).
+
+    The int8 kernel reads its weight with aligned vector loads from 4 rows of activations up: a weight
+    memory-mapped at an 8-byte boundary segfaulted. safetensors pads its header to 8 bytes, so adding a
+    multiple of 8 characters to a metadata value moves the data start by exactly that much."""
+    metadata = {"format": "nodeloom-packed", "pad": ""}
+    save_file(state, str(path), metadata=metadata)
+    short = -_header_end(path) % _ALIGN
+    if short:
+        save_file(state, str(path), metadata={**metadata, "pad": " " * short})
+    assert _header_end(path) % _ALIGN == 0, "the packed file's data is not aligned"
+
+
+def _aligned(t: torch.Tensor) -> torch.Tensor:
+    """The tensor itself when it starts on a 64-byte boundary, else an aligned copy (the kernels need it)."""
+    return t if t.data_ptr() % _ALIGN == 0 else t.clone()
 
 
 def ensure_packed(path: Path, *, root: Path | None = None, on_progress: OnProgress | None = None) -> Path:
@@ -149,7 +175,7 @@ def load_packed_model(folder: Path, config: object, on_progress: OnProgress | No
         for key in f.keys():
             if key == _TAIL:
                 continue
-            state[key] = f.get_tensor(key)
+            state[key] = _aligned(f.get_tensor(key))
             done += state[key].numel() * state[key].element_size()
             if on_progress is not None:
                 on_progress("llm", min(done, total), total)
