@@ -28,9 +28,8 @@ from pipelines.llm.runtime import GenerationRequest, generate_text, open_llm
 from pipelines.llm.sampling import SamplingParams
 from tests.llm_fixtures import one_thread, tiny_llama, tiny_qwen2, write_tiny_gguf  # noqa: F401 -- a fixture
 
-BF16_EPS = (
-    2.0**-8
-)  # bfloat16 keeps 8 significant bits: relative rounding <= 2^-9, doubled for a safety margin
+# bfloat16 keeps 8 significant bits: relative rounding <= 2^-9, doubled for a safety margin
+BF16_EPS = 2.0**-8
 
 
 @pytest.mark.parametrize(("qtype", "kind"), [(Q.Q4_0, "int4"), (Q.Q4_1, "int4"), (Q.Q8_0, "int8")])

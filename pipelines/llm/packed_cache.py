@@ -47,10 +47,8 @@ PACK_VERSION = 1
 WEIGHTS_FILE = "packed.safetensors"
 _META_FILE = "nodeloom-packed.json"
 _ALIGN = 64  # bytes: what the kernels' aligned vector loads need of a weight's start
-_TAIL, _TAIL_BYTES = (
-    "~tail",
-    4096,
-)  # safetensors stores tensors sorted by name; "~" sorts after every name here
+# safetensors stores tensors sorted by name; "~" sorts after every name here
+_TAIL, _TAIL_BYTES = "~tail", 4096
 
 
 def machine_tag() -> str:
@@ -87,8 +85,8 @@ def _write_packed(path: Path, dest: Path, on_progress: OnProgress | None) -> Non
         on_progress("GGUF: repacking the weights (3/3)", 0, 1)
     state = pack_gguf_tensors(contents, CompactConfig.from_transformers(config))
     dest.mkdir(parents=True)
-    # The kernels' vector loads may read a little past a tensor's last row: a tail keeps them inside the mapping
-    # (without it, the last tensor of a small file segfaulted).
+    # Insurance: should a kernel's vector loads read past the last tensor, a tail keeps them inside the mapping
+    # (the segfault first blamed on that was the alignment, see `_save_aligned`).
     state[_TAIL] = torch.zeros(_TAIL_BYTES, dtype=torch.uint8)
     _save_aligned(state, dest / WEIGHTS_FILE)
     del state[_TAIL]
