@@ -43,7 +43,7 @@ from pipelines.llm.packed_model import compact_from_packed, pack_gguf_tensors
 from pipelines.load_progress import OnProgress
 
 # Bump when the packed names or numbers change; old folders are then ignored.
-PACK_VERSION = 1
+PACK_VERSION = 2  # 2: data aligned to 64 bytes
 WEIGHTS_FILE = "packed.safetensors"
 _META_FILE = "nodeloom-packed.json"
 _ALIGN = 64  # bytes: what the kernels' aligned vector loads need of a weight's start
