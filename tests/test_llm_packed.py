@@ -175,3 +175,48 @@ def test_smollm2_packed_quality_against_the_float32_copy() -> None:
     # Measured 0.93 here on logits up to ~38: bfloat16 activations through 30 layers; 2.0 leaves room for
     # other CPUs' kernels while still failing on a wrong scale or a row out of place (errors of 10+).
     assert diff < 2.0
+
+
+def test_auto_follows_the_measurement_and_remembers_it(tmp_path: Path, monkeypatch) -> None:
+    from pipelines.llm import packed_runtime
+    from pipelines.llm.runtime import quantized_mode
+
+    calls: list[int] = []
+
+    def probe(faster: bool):  # noqa: ANN202
+        def measure() -> tuple[bool, float, float]:
+            calls.append(1)
+            return faster, 0.001, 0.002
+
+        return measure
+
+    cpu = torch.device("cpu")
+    monkeypatch.setenv("NODELOOM_DATA_DIR", str(tmp_path / "slow-kernels"))
+    monkeypatch.setattr(packed_runtime, "packed_kernels_work", probe(False))
+    assert quantized_mode(cpu, "auto") == "float"  # packed kernels measured slower here: the float32 copy
+    assert quantized_mode(cpu, "on") == "packed" and quantized_mode(cpu, "off") == "float"
+    monkeypatch.setenv("NODELOOM_DATA_DIR", str(tmp_path / "fast-kernels"))
+    monkeypatch.setattr(packed_runtime, "packed_kernels_work", probe(True))
+    assert quantized_mode(cpu, "auto") == "packed"
+    assert quantized_mode(cpu, "auto") == "packed" and len(calls) == 2  # measured once per machine, then read
+    assert quantized_mode(torch.device("cuda"), "auto") == "blocks"  # the packed kernels are CPU ones
+    with pytest.raises(ValueError, match="keep_quantized"):
+        quantized_mode(cpu, "sometimes")
+
+
+def test_a_model_the_packed_decoder_lacks_runs_in_float32_under_auto(tmp_path: Path, monkeypatch) -> None:
+    from pipelines.llm import packed_runtime
+    from pipelines.llm.compact_model import UnsupportedPackedError
+
+    path = tmp_path / "tiny.gguf"
+    write_tiny_gguf(tiny_llama(), path, Q.Q4_0)
+
+    def unsupported(config: object) -> CompactConfig:
+        raise UnsupportedPackedError("rope scaling 'llama3' is not supported by the packed decoder")
+
+    monkeypatch.setattr(CompactConfig, "from_transformers", staticmethod(unsupported))
+    monkeypatch.setattr(packed_runtime, "packed_is_faster", lambda: True)
+    with MemoryManager(MemoryConfig(device="cpu", policy="none")) as mm:
+        assert open_llm(mm, path, keep_quantized="auto").handle.spec.storage == ""  # the float32 copy
+        with pytest.raises(ValueError, match=r"tiny\.gguf: rope scaling 'llama3' .* keep_quantized off"):
+            open_llm(mm, path, keep_quantized="on")

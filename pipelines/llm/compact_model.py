@@ -1,6 +1,7 @@
 """A small Llama/Qwen2 decoder written out (gpt-fast's `model.py` shape) for packed weights and a static cache.
 
-Lives here: `CompactConfig` (from a transformers config), `CompactLM`, `StaticKV`, `RotaryTable`.
+Lives here: `CompactConfig` (from a transformers config), `CompactLM`, `StaticKV`, `RotaryTable`,
+`UnsupportedPackedError`.
 Imports torch only (and reads a transformers config's attributes).
 
 Why our own: transformers' LlamaForCausalLM spends most of a batch-1 decode step in Python (masks, cache
@@ -21,6 +22,10 @@ import torch.nn.functional as F
 from torch import nn
 
 
+class UnsupportedPackedError(ValueError):
+    """The model needs something the compact decoder does not do (the float32 path may still run it)."""
+
+
 @dataclass(frozen=True)
 class CompactConfig:
     hidden: int
@@ -39,7 +44,7 @@ class CompactConfig:
         scaling = getattr(config, "rope_scaling", None) or {}
         rope_type = scaling.get("rope_type", scaling.get("type", "default"))
         if rope_type not in ("default", None):
-            raise ValueError(f"rope scaling {rope_type!r} is not supported by the compact decoder")
+            raise UnsupportedPackedError(f"rope scaling {rope_type!r} is not supported by the packed decoder")
         theta = getattr(config, "rope_theta", None)
         if theta is None:  # transformers 5 keeps it in rope_parameters
             theta = (getattr(config, "rope_parameters", None) or {}).get("rope_theta", 10000.0)

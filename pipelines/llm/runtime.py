@@ -22,6 +22,7 @@ from transformers import PretrainedConfig, PreTrainedTokenizerBase
 from memory import ComponentSpec, MemoryManager, ModelHandle, fmt_bytes
 from pipelines.dtypes import dtype_for_device
 from pipelines.llm.chat import build_prompt_ids
+from pipelines.llm.compact_model import UnsupportedPackedError
 from pipelines.llm.detokenize import TextStream
 from pipelines.llm.generate import GenerationResult, generate
 from pipelines.llm.hf_loader import (
@@ -113,10 +114,15 @@ def open_llm(
     if mode == "packed" and check_weights_format(Path(path), allow_pickle=allow_pickle) == "gguf":
         from pipelines.llm.packed_runtime import open_packed_llm
 
-        files, handle, config = open_packed_llm(memory, Path(path), on_convert)
-        return LLMModel(
-            files, handle, load_tokenizer(files), config, end_of_turn_ids(files, config), torch.float32
-        )
+        try:
+            files, handle, config = open_packed_llm(memory, Path(path), on_convert)
+        except UnsupportedPackedError as exc:  # e.g. rope scaling the compact decoder lacks
+            if keep_quantized != "auto":
+                raise ValueError(f"{Path(path).name}: {exc}; keep_quantized off runs it in float32") from exc
+            mode = "float"
+        else:
+            tokenizer, eos = load_tokenizer(files), end_of_turn_ids(files, config)
+            return LLMModel(files, handle, tokenizer, config, eos, torch.float32)
     keep_quantized = mode == "blocks"
     what = f"converting {Path(path).name} to float32"
     reserved: list[int] = []
