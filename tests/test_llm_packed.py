@@ -32,12 +32,17 @@ from tests.llm_fixtures import one_thread, tiny_llama, tiny_qwen2, write_tiny_gg
 BF16_EPS = 2.0**-8
 
 
-@pytest.mark.parametrize(("qtype", "kind"), [(Q.Q4_0, "int4"), (Q.Q4_1, "int4"), (Q.Q8_0, "int8")])
+@pytest.mark.parametrize(
+    ("qtype", "kind"),
+    [(Q.Q4_0, "int4"), (Q.Q4_1, "int4"), (Q.Q4_K, "int4"), (Q.Q8_0, "int8"), (Q.Q5_0, "int8")],
+)
 def test_packed_matmul_matches_the_dequantized_weights(qtype: Q, kind: str) -> None:
+    from pipelines.quant.gguf_files import quantize_q4_k  # gguf-py cannot write K-quants
+
     rng = np.random.default_rng(0)
-    n, k = 96, 128
+    n, k = 96, 256
     weights = rng.standard_normal((n, k)).astype(np.float32) * 0.05
-    rows = quantize(weights, qtype)  # (N, bytes): what gguf-py maps from a file
+    rows = quantize_q4_k(weights) if qtype == Q.Q4_K else quantize(weights, qtype)  # (N, bytes) as in a file
     reference = torch.from_numpy(dequantize(rows, qtype).reshape(n, k)).double()
     packed = repack_blocks(rows, qtype, (n, k))
     assert packed.kind == kind
@@ -51,8 +56,9 @@ def test_packed_matmul_matches_the_dequantized_weights(qtype: Q, kind: str) -> N
     if kind == "int8":
         budget += x.double().abs().sum(1, keepdim=True) * reference.abs().amax(1) / 254
     assert torch.all((got - want).abs() <= budget + 1e-6)
-    # Held bytes: no float copy, about the file's own block size (Q4_0 gains a zero per block).
-    assert packed.nbytes <= rows.nbytes * 1.12
+    # Held bytes: no float copy, about the file's own block size (Q4_0 gains a zero per block, Q4_K a
+    # bfloat16 scale and zero per 32 values instead of 6-bit ones; Q5_0 goes to 8 bits).
+    assert packed.nbytes <= rows.nbytes * (1.5 if qtype == Q.Q5_0 else 1.12)
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen2"])

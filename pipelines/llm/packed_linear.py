@@ -10,8 +10,9 @@ Two formats, both multiplied without dequantizing the weight (measured in `bench
   `torch._convert_weight_to_int4pack_for_cpu`, groups of `PACK_GROUP` = 32 along K, and a
   `(K/32, N, 2)` bfloat16 table of (scale, zero) per group; the kernel computes w = (q - 8) * scale + zero
   (checked by experiment on torch 2.13). GGUF Q4_0 (w = d * (q - 8)) maps exactly: scale = d, zero = 0;
-  Q4_1 (w = d * q + m): scale = d, zero = m + 8 d. The codes are the file's own; only d and m are rounded
-  from float16 to bfloat16 (the kernel takes no other scale type).
+  Q4_1 (w = d * q + m): scale = d, zero = m + 8 d; Q4_K's 32-value sub-blocks (w = d sc q - dmin m): scale
+  d sc, zero 8 d sc - dmin m. The codes are the file's own; only the scales and zeros are rounded to
+  bfloat16 (the kernel takes no other type).
 - **int8** (`torch._weight_int8pack_mm`): int8 codes with one bfloat16 scale per output row. GGUF Q8_0
   has one scale per 32 values, so its rows are requantized to one scale per row (the rounding this costs
   is measured in tests/test_llm_packed.py); F16/F32 and other quantizations are dequantized once and
@@ -34,8 +35,8 @@ from gguf.quants import dequantize
 
 PACK_GROUP = 32  # GGUF's block size for Q4_0/Q4_1/Q8_0; one of the group sizes the int4 kernel takes
 _Q = GGMLQuantizationType
-# Bytes per 32-value block: float16 d (and m for Q4_1) before 16 bytes of nibbles.
-_INT4_BLOCK_BYTES = {_Q.Q4_0: 18, _Q.Q4_1: 20}
+# Bytes per block: Q4_0/Q4_1 are 32 values, float16 d (and m for Q4_1) before 16 bytes of nibbles.
+_INT4_BLOCK_BYTES = {_Q.Q4_0: 18, _Q.Q4_1: 20, _Q.Q4_K: 144}  # Q4_K: per 256 values
 
 
 @dataclass
@@ -58,8 +59,11 @@ class PackedWeight:
 
 
 def _int4_codes_and_scales(rows: np.ndarray, qtype: GGMLQuantizationType) -> tuple[np.ndarray, np.ndarray]:
-    """(N, blocks*bytes) Q4_0/Q4_1 rows -> codes (N, K) int32 in 0..15 and (N, blocks, 2) float32 (scale, zero)."""
+    """(N, blocks*bytes) Q4_0/Q4_1/Q4_K rows -> codes (N, K) int32 in 0..15 and (N, K/32, 2) float32
+    (scale, zero) for w = (q - 8) * scale + zero."""
     n = rows.shape[0]
+    if qtype == _Q.Q4_K:
+        return _q4_k_codes_and_scales(rows)
     size = _INT4_BLOCK_BYTES[qtype]
     blocks = rows.reshape(n, -1, size)  # (N, B, bytes)
     d = blocks[:, :, 0:2].copy().view(np.float16).astype(np.float32)[..., 0]  # (N, B)
@@ -71,6 +75,24 @@ def _int4_codes_and_scales(rows: np.ndarray, qtype: GGMLQuantizationType) -> tup
     qs = blocks[:, :, size - 16 :]  # (N, B, 16): low nibbles are values 0..15, high nibbles 16..31
     codes = np.concatenate([qs & 0x0F, qs >> 4], axis=-1).astype(np.int32)  # (N, B, 32)
     return codes.reshape(n, -1), np.stack([d, zero], axis=-1)
+
+
+def _q4_k_codes_and_scales(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Q4_K: 256-value super-blocks (float16 d, dmin, 12 bytes of 6-bit sub-scales/mins, 128 bytes of codes)
+    of eight 32-value sub-blocks with w = d*sc*q - dmin*m: the same 4-bit codes, scale d*sc, zero 8*d*sc - dmin*m."""
+    from gguf.quants import Q4_K
+
+    n = rows.shape[0]
+    blocks = rows.reshape(-1, _INT4_BLOCK_BYTES[_Q.Q4_K])  # (N*B, 144)
+    d = blocks[:, 0:2].copy().view(np.float16).astype(np.float32)  # (N*B, 1)
+    dmin = blocks[:, 2:4].copy().view(np.float16).astype(np.float32)
+    sc, m = Q4_K.get_scale_min(blocks[:, 4:16])  # (N*B, 8) each
+    qs = blocks[:, 16:].reshape(-1, 4, 1, 32) >> np.array([0, 4], dtype=np.uint8).reshape(1, 1, 2, 1)
+    # sub-block j is the low (even j) or high (odd j) nibbles of 32 bytes
+    codes = (qs & 0x0F).reshape(n, -1).astype(np.int32)
+    scale = d * sc.astype(np.float32)
+    zero = 8.0 * scale - dmin * m.astype(np.float32)
+    return codes, np.stack([scale, zero], axis=-1).reshape(n, -1, 2)
 
 
 def _int8_rows(weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
