@@ -226,3 +226,15 @@ def test_a_model_the_packed_decoder_lacks_runs_in_float32_under_auto(tmp_path: P
         assert open_llm(mm, path, keep_quantized="auto").handle.spec.storage == ""  # the float32 copy
         with pytest.raises(ValueError, match=r"tiny\.gguf: rope scaling 'llama3' .* keep_quantized off"):
             open_llm(mm, path, keep_quantized="on")
+
+
+def test_a_transformers_folder_under_auto_loads_in_float32(tmp_path: Path, monkeypatch) -> None:
+    from pipelines.llm import packed_runtime
+
+    path = tmp_path / "tiny.gguf"
+    write_tiny_gguf(tiny_llama(), path, Q.Q4_0)
+    monkeypatch.setattr(packed_runtime, "packed_is_faster", lambda: True)
+    with MemoryManager(MemoryConfig(device="cpu", policy="none")) as mm:
+        folder = open_llm(mm, path, keep_quantized="off").files.folder  # the converted transformers folder
+        llm = open_llm(mm, folder, keep_quantized="auto")  # packing is for GGUF files only
+        assert not llm.files.from_gguf and llm.handle.spec.storage == ""

@@ -111,7 +111,11 @@ def open_llm(
     working memory for the duration, so it cannot silently push the process past the budget.
     """
     mode = quantized_mode(memory.device, keep_quantized)
-    if mode == "packed" and check_weights_format(Path(path), allow_pickle=allow_pickle) == "gguf":
+    if (
+        mode == "packed"
+        and Path(path).is_file()
+        and check_weights_format(Path(path), allow_pickle=allow_pickle) == "gguf"
+    ):
         from pipelines.llm.packed_runtime import open_packed_llm
 
         try:
