@@ -238,3 +238,20 @@ def test_a_transformers_folder_under_auto_loads_in_float32(tmp_path: Path, monke
         folder = open_llm(mm, path, keep_quantized="off").files.folder  # the converted transformers folder
         llm = open_llm(mm, folder, keep_quantized="auto")  # packing is for GGUF files only
         assert not llm.files.from_gguf and llm.handle.spec.storage == ""
+
+
+def test_a_cancelled_repack_leaves_no_cache(tmp_path: Path) -> None:
+    path = tmp_path / "tiny.gguf"
+    write_tiny_gguf(tiny_llama(), path, Q.Q4_1)
+    root = tmp_path / "packed"
+    stages: list[str] = []
+
+    def cancel_at_repacking(stage: str, done: int, total: int) -> None:
+        stages.append(stage)
+        if "repacking" in stage:  # what the GUI's Cancel does through the progress callback
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        ensure_packed(path, root=root, on_progress=cancel_at_repacking)
+    assert stages[0] == "GGUF: reading metadata (1/3)"
+    assert not packed_cache_dir(path, root).exists() and not list(root.iterdir())  # nothing half-written
