@@ -49,6 +49,8 @@ def test_ctrl_c_cancels_a_gguf_conversion_at_once(tmp_path, monkeypatch) -> None
             str(REPO / "resources/workflows/llm.json"),
             "--set",
             f"llm.path={model}",
+            "--set",
+            "llm.keep_quantized=off",  # the float32 conversion (auto repacks for the int4/int8 kernels on a CPU)
             "--out",
             str(tmp_path / "out"),
             "--quiet",

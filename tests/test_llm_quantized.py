@@ -49,7 +49,7 @@ def test_kept_quantized_greedy_matches_float32(tmp_path: Path, arch: str, qtype:
     path = tmp_path / f"tiny-{arch}-{qtype.name}.gguf"
     write_tiny_gguf(model, path, qtype)
     with MemoryManager(MemoryConfig(device="cpu", policy="none")) as mm, torch.no_grad():
-        full, quantized = open_llm(mm, path), open_llm(mm, path, keep_quantized=True)
+        full, quantized = open_llm(mm, path), open_llm(mm, path, keep_quantized="blocks")
         tokens = {llm: generate_text(mm, llm, GREEDY).result.tokens for llm in (full, quantized)}
         # Teacher-forced too: both read the float32 run's text, so one early near-tie doesn't decide the rest
         # (random tiny models have many; SmolLM2's free-running figure is in benchmarks/precision.py).
@@ -83,7 +83,7 @@ def test_kv_budget_counts_the_quantized_bytes(tmp_path: Path) -> None:
     budget = small + kv + (full - small) // 2  # room for the quantized weights + KV, not the float32 ones
     request = GenerationRequest(prompt="hi", chat=False, max_new_tokens=8, context_tokens=256)
     with MemoryManager(MemoryConfig(device="cpu", policy="none", ram_budget=f"{budget}B")) as mm:
-        out = generate_text(mm, open_llm(mm, path, keep_quantized=True), request)
+        out = generate_text(mm, open_llm(mm, path, keep_quantized="blocks"), request)
         assert out.kv_reserved_bytes == kv
         with pytest.raises(BudgetExceeded, match="KV cache"):
             generate_text(mm, open_llm(mm, path), request)

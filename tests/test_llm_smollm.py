@@ -102,7 +102,11 @@ def test_context_that_cannot_fit_says_what_it_needs(smollm_files, tmp_path: Path
     # stream is the strictest policy: the executor has nothing looser-to-stricter left to retry with, and
     # only the KV cache has to be resident -- 360 MiB for 8192 tokens, more than the whole budget.
     memory = MemoryManager(MemoryConfig(device="cpu", policy="stream", ram_budget="300MB"))
-    wf = workflow_from_dict(_llm_workflow(context_tokens=8192), default_registry(entry_point_packs=False))
+    data = _llm_workflow(context_tokens=8192)
+    data["nodes"]["llm"]["params"]["keep_quantized"] = (
+        "off"  # the float32 model streams its blocks; packed ones don't
+    )
+    wf = workflow_from_dict(data, default_registry(entry_point_packs=False))
     result, events = _run(wf, memory, tmp_path)
     assert not result.ok and result.failed_node == "answer"
     failed = next(e for e in events if isinstance(e, NodeFailed))

@@ -4,6 +4,9 @@ Modules: `gguf_loader` (GGUF -> config, float state dict, tokenizer), `gguf_cach
 keep as safetensors), `hf_loader` (model folders, the pickle refusal, building the model),
 `kv_cache` (a small wrapper with a byte figure), `sampling`, `generate` (prefill, decode_one_token,
 decode_n_tokens, generate), `chat` (prompts and chat templates), `detokenize` (incremental text),
-`runtime` (the glue to the memory manager the nodes use).
+`runtime` (the glue to the memory manager the nodes use); for GGUF on a CPU, `packed_linear` (torch's int4/int8
+matmuls on repacked blocks), `packed_model` (GGUF -> packed tensors -> decoder), `packed_cache` (repack once per
+file and machine), `packed_runtime` (the ledger handle, the measured `auto` rule) and `compact_model` (a small
+Llama/Qwen2 decoder with a static cache).
 Imports transformers, tokenizers, gguf-py, safetensors and `memory`; never nodes/, app/ or Qt.
 """

@@ -7,7 +7,9 @@ Prefill runs the whole prompt once and samples the first token (its wall time is
 token); each decode step feeds one token at the next cache position. Keeping them apart is what lets
 every step be timed and reported, and streamed out through `on_token`, and stopped early.
 Greedy output is token-for-token what `model.generate(do_sample=False)` returns: same model calls,
-same (dynamic) cache, same argmax.
+same (dynamic) cache, same argmax. A compact decoder (`compact_model.CompactLM`, packed GGUF weights) is
+called through its `step` with its own static cache. The one host sync per token is `token.item()`, the
+stop check (eos, stop strings, cancel) and the streamed text need it.
 """
 
 from __future__ import annotations
@@ -53,6 +55,8 @@ def _forward(
     model: torch.nn.Module, ids: torch.Tensor, cache: KVCache, positions: torch.Tensor
 ) -> torch.Tensor:
     """Logits of the last position, (B, V). ids: (B, S); positions: (S,) the cache slots they fill."""
+    if getattr(model, "compact", False):  # our decoder: its cache knows the next position itself
+        return model.step(ids, cache.cache)
     out = model(
         input_ids=ids,
         cache=cache.cache,
@@ -86,7 +90,7 @@ def decode_one_token(
     generator: torch.Generator | None = None,
 ) -> torch.Tensor:
     """token: (1, 1) at cache slot `position` -> (1, 1) next token."""
-    positions = torch.tensor([position], device=token.device)
+    positions = token.new_full((1,), position)
     logits = _forward(model, token, cache, positions)
     return sample(logits, params, seen=seen, generator=generator)
 

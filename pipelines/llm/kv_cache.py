@@ -1,6 +1,6 @@
 """The KV cache behind a small interface: allocate for N tokens, hand to the model, report bytes.
 
-Lives here: `KVCache`, `kv_geometry`. Imports torch, transformers' cache classes and `memory.estimates`.
+Lives here: `KVCache`, `kv_geometry`. Imports torch, transformers' cache classes, `memory.estimates` and `pipelines.llm.compact_model`.
 transformers' `cache_utils` has 20+ cache classes; the loop only needs "the object to pass as
 `past_key_values`", "how many positions are filled" and "how many bytes is this" (for the ledger).
 `dynamic` grows with each token (what `model.generate` uses by default, so greedy output matches it);
@@ -17,6 +17,7 @@ from transformers import DynamicCache, PretrainedConfig, StaticCache
 from transformers.cache_utils import Cache
 
 from memory.estimates import element_size, kv_cache_bytes
+from pipelines.llm.compact_model import StaticKV
 
 
 @dataclass(frozen=True)
@@ -47,14 +48,22 @@ class KVCache:
         *,
         kind: str = "dynamic",
         dtype: torch.dtype = torch.float32,
+        model: torch.nn.Module | None = None,
     ) -> None:
+        """`model`: a compact decoder (`pipelines.llm.compact_model`) brings its own static cache, used
+        whatever `kind` asks (it is budgeted at its full size either way)."""
         if kind not in ("dynamic", "static"):
             raise ValueError(f"KV cache kind must be 'dynamic' or 'static', not {kind!r}")
-        self.kind = kind
         self.max_tokens = max_tokens
         self.dtype = dtype
         self.geometry = kv_geometry(config)
-        self.cache: Cache = (
+        self.cache: Cache | StaticKV
+        if model is not None and getattr(model, "compact", False):
+            self.kind = "static"
+            self.cache = model.new_kv(max_tokens)
+            return
+        self.kind = kind
+        self.cache = (
             DynamicCache(config=config)
             if kind == "dynamic"
             else StaticCache(config=config, max_cache_len=max_tokens)
@@ -67,9 +76,14 @@ class KVCache:
 
     @property
     def seq_len(self) -> int:
+        if isinstance(self.cache, StaticKV):
+            return self.cache.filled
         return int(self.cache.get_seq_length())
 
     def _tensors(self) -> Iterator[torch.Tensor]:
+        if isinstance(self.cache, StaticKV):
+            yield from (*self.cache.k, *self.cache.v)
+            return
         for layer in self.cache.layers:
             for name in ("keys", "values"):
                 t = getattr(layer, name, None)

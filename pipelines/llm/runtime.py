@@ -22,6 +22,7 @@ from transformers import PretrainedConfig, PreTrainedTokenizerBase
 from memory import ComponentSpec, MemoryManager, ModelHandle, fmt_bytes
 from pipelines.dtypes import dtype_for_device
 from pipelines.llm.chat import build_prompt_ids
+from pipelines.llm.compact_model import UnsupportedPackedError
 from pipelines.llm.detokenize import TextStream
 from pipelines.llm.generate import GenerationResult, generate
 from pipelines.llm.hf_loader import (
@@ -36,6 +37,7 @@ from pipelines.llm.kv_cache import KVCache, kv_geometry
 from pipelines.llm.sampling import SamplingParams
 from pipelines.load_progress import OnProgress
 from pipelines.model_keys import component_keys
+from pipelines.paths import check_weights_format
 from pipelines.steps import OnStep, Step
 
 # The half type the LLM runs in on CUDA: what Llama-style checkpoints (SmolLM2 included) are published in, and
@@ -66,25 +68,66 @@ class LLMModel:
         return kv_geometry(self.config).bytes_for(tokens, self.dtype)
 
 
+def quantized_mode(device: torch.device, keep_quantized: bool | str) -> str:
+    """ "packed", "blocks" (GGUF blocks dequantized per layer) or "float" (the float32 copy).
+
+    The rule for "auto", from measurements (benchmarks/llm_vs_llamacpp.py): on a CPU, packed when
+    `packed_kernels_work` measures torch's int4 matmul faster than a float32 one at batch 1 on this machine
+    (it is ~3x here: decoding reads ~85 MB a token instead of 540 MB), else the float32 copy (dequantizing
+    per layer was 16x slower than it); on an accelerator, the blocks (the packed kernels are CPU ones)."""
+    if keep_quantized in (False, "off"):
+        return "float"
+    if keep_quantized not in (True, "on", "auto", "packed", "blocks"):
+        raise ValueError(f"keep_quantized must be 'auto', 'on' or 'off', not {keep_quantized!r}")
+    if keep_quantized == "blocks" or device.type != "cpu":
+        return "blocks"
+    if keep_quantized in (True, "on", "packed"):
+        return "packed"
+    from pipelines.llm.packed_runtime import packed_is_faster
+
+    return "packed" if packed_is_faster() else "float"
+
+
 def open_llm(
     memory: MemoryManager,
     path: Path,
     *,
     allow_pickle: bool = False,
-    keep_quantized: bool = False,
+    keep_quantized: bool | str = False,
     on_convert: OnProgress | None = None,
 ) -> LLMModel:
-    """Prepare `path` (GGUF converted once and cached) and register its weights with `memory`.
+    """Prepare `path` (GGUF converted or repacked once and cached) and register its weights with `memory`.
 
     `on_convert(stage, done, total)` follows a first GGUF conversion (it may raise to cancel); the bytes read
     whenever the manager loads the model are its `LoadProgress` (`MemoryManager.load_progress`).
 
-    `keep_quantized`: a GGUF's weights stay in the file's quantization, dequantized per layer as they run
-    (pipelines.llm.gguf_quantized); the ledger then counts the file's block bytes. Ignored for other files.
+    `keep_quantized` (GGUF only; ignored for other files): True/"on" keeps the file's quantization in memory:
+    on a CPU repacked for torch's int4/int8 matmuls and run by the compact decoder (pipelines.llm.packed_*),
+    elsewhere as the file's blocks dequantized per layer (pipelines.llm.gguf_quantized); the ledger counts
+    the bytes held. False/"off": the float32 copy. "auto": `quantized_mode` decides (see there). "packed" and
+    "blocks" name one of the two quantized forms explicitly (packed falls back to blocks off the CPU).
 
     A first-time GGUF conversion holds every tensor in float32 for a moment: that is budgeted as
     working memory for the duration, so it cannot silently push the process past the budget.
     """
+    mode = quantized_mode(memory.device, keep_quantized)
+    if (
+        mode == "packed"
+        and Path(path).is_file()
+        and check_weights_format(Path(path), allow_pickle=allow_pickle) == "gguf"
+    ):
+        from pipelines.llm.packed_runtime import open_packed_llm
+
+        try:
+            files, handle, config = open_packed_llm(memory, Path(path), on_convert)
+        except UnsupportedPackedError as exc:  # e.g. rope scaling the compact decoder lacks
+            if keep_quantized != "auto":
+                raise ValueError(f"{Path(path).name}: {exc}; keep_quantized off runs it in float32") from exc
+            mode = "float"
+        else:
+            tokenizer, eos = load_tokenizer(files), end_of_turn_ids(files, config)
+            return LLMModel(files, handle, tokenizer, config, eos, torch.float32)
+    keep_quantized = mode == "blocks"
     what = f"converting {Path(path).name} to float32"
     reserved: list[int] = []
 
@@ -201,7 +244,7 @@ def generate_text(
 
     try:
         with memory.use(llm.handle) as model:
-            cache = KVCache(llm.config, context, kind=request.kv_cache, dtype=llm.dtype)
+            cache = KVCache(llm.config, context, kind=request.kv_cache, dtype=llm.dtype, model=model)
             result = generate(
                 model,
                 prompt_ids,
