@@ -12,6 +12,7 @@ so that nodes downstream know channels, scale factors and the family without loa
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -149,7 +150,7 @@ def load_diffusers_folder(
     denoiser_config = read_json(root / family.denoiser_subfolder / "config.json")
     vae_config = read_json(root / "vae" / "config.json")
     vdtype = vae_dtype(family, vae_config, torch_dtype)
-    return assemble_model(
+    loaded = assemble_model(
         family,
         root,
         denoiser=_register_pretrained(
@@ -195,6 +196,25 @@ def load_diffusers_folder(
         dtype=torch_dtype,
         vae_dtype=vdtype,
     )
+    if index.get("boundary_ratio") is not None and (root / "transformer_2" / "config.json").is_file():
+        # Wan 2.2's low-noise expert: a second denoiser component, used below the boundary timestep
+        low_noise = _register_pretrained(
+            mm,
+            root,
+            "transformer_2",
+            family.denoiser_class,
+            kind="denoiser",
+            dtype=torch_dtype,
+            allow_pickle=allow_pickle,
+            blocks=family.denoiser_blocks,
+            storage=storage,
+        )
+        second = replace(
+            loaded.denoiser, handle=low_noise, config=read_json(root / "transformer_2" / "config.json")
+        )
+        denoiser = replace(loaded.denoiser, low_noise=second, boundary_ratio=float(index["boundary_ratio"]))
+        loaded = replace(loaded, denoiser=denoiser)
+    return loaded
 
 
 def load_model(
