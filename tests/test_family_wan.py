@@ -1,0 +1,175 @@
+"""Wan end to end: `app --run txt2video.json` on a Wan diffusers folder gives WanPipeline's frames.
+
+The folders are the tiny `demo:tiny-wan` / `demo:tiny-wan22` fixtures (random weights, fixed seeds, a
+word-level UMT5-style tokenizer, a Wan VAE that is 4x in space and 2x in time), saved to plain folders and
+loaded by path as a user's folder would be. Our side is the CLI: UMT5 through the memory manager, our loop
+(`pipelines.diffusion.wan_sampling`), VAE Decode Video and Save Video's PNG frames; theirs is
+`WanPipeline.from_pretrained` with the same seed, steps, guidance, size, frames and prompts.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from app.main import main
+from memory import MemoryManager
+from pipelines.diffusion.demo_models import save_demo_model
+from pipelines.diffusion.family_detect import detect_family
+
+REPO = Path(__file__).resolve().parent.parent
+TXT2VIDEO = REPO / "resources/workflows/txt2video.json"
+PROMPT = "a small yellow square moving on a black background"
+NEGATIVE = "blurry static bad quality"
+# 48x32 px = 12x8 latents = 6x4 patches (the pipeline wants sides divisible by 16); 9 frames = 5 latent frames
+# with the tiny VAE's 2x in time (Wan's own is 4x: nothing may assume it).
+WIDTH, HEIGHT, FRAMES = 48, 32, 9
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return save_demo_model("tiny-wan", tmp_path_factory.mktemp("wan") / "tiny-wan")
+
+
+@pytest.fixture(scope="module")
+def folder22(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return save_demo_model("tiny-wan22", tmp_path_factory.mktemp("wan22") / "tiny-wan22")
+
+
+def run_cli(
+    folder: Path, out: Path, *, cfg: float, steps: int = 4, extra: tuple = (), sets: dict | None = None
+) -> int:
+    values = {
+        "load.path": str(folder),
+        "sampler.scheduler": "default",
+        "sampler.steps": steps,
+        "sampler.cfg": cfg,
+        "sampler.seed": 42,
+        "latent.width": WIDTH,
+        "latent.height": HEIGHT,
+        "latent.frames": FRAMES,
+        "positive.text": PROMPT,
+        "negative.text": NEGATIVE,
+        "save.format": "png",
+        **(sets or {}),
+    }
+    args = ["--run", str(TXT2VIDEO), "--out", str(out), "--quiet", "--device", "cpu", *extra]
+    for key, value in values.items():
+        args += ["--set", f"{key}={value}"]
+    return main(args)
+
+
+def frames_in(out: Path) -> np.ndarray:
+    names = sorted(p.name for p in out.iterdir())
+    assert all(n.endswith(".png") for n in names), names  # one PNG per frame and nothing else
+    return np.stack([np.asarray(Image.open(out / n).convert("RGB")) for n in names])
+
+
+def theirs(folder: Path, *, cfg: float, steps: int = 4) -> np.ndarray:
+    from diffusers import WanPipeline
+
+    pipe = WanPipeline.from_pretrained(str(folder), dtype=torch.float32)
+    pipe.set_progress_bar_config(disable=True)
+    video = pipe(
+        PROMPT,
+        negative_prompt=NEGATIVE,
+        height=HEIGHT,
+        width=WIDTH,
+        num_frames=FRAMES,
+        num_inference_steps=steps,
+        guidance_scale=cfg,
+        generator=torch.Generator("cpu").manual_seed(42),
+        output_type="np",
+    ).frames[0]
+    return (video * 255).round().astype(np.uint8)
+
+
+def assert_same_video(a: np.ndarray, b: np.ndarray) -> None:
+    assert a.shape == b.shape == (FRAMES, HEIGHT, WIDTH, 3)
+    assert b.std() > 5  # a real video, not a flat one both sides could agree on by accident
+    assert not np.array_equal(b[0], b[-1])  # and frames that differ, so frame order is checked too
+    # Same ops on the same CPU kernels; 1 of 255 allows a float32 sum order difference at a rounding edge.
+    diff = np.abs(a.astype(int) - b.astype(int)).max()
+    print(f"wan parity: max uint8 difference {diff}")
+    assert diff <= 1
+
+
+# cfg 5: the conditional and unconditional calls mixed as the pipeline does; cfg 1: no guidance.
+@pytest.mark.parametrize("cfg", [5.0, 1.0])
+def test_cli_frames_match_wan_pipeline(folder: Path, tmp_path: Path, cfg: float) -> None:
+    assert run_cli(folder, tmp_path, cfg=cfg) == 0
+    assert_same_video(frames_in(tmp_path), theirs(folder, cfg=cfg))
+
+
+def test_wan22_experts_match_the_pipeline_and_never_share_memory(folder22: Path, tmp_path: Path) -> None:
+    """8 UniPC steps at flow shift 3 put the boundary (0.875 x 1000) after the first steps: both experts
+    run. Under sequential offload the high-noise expert leaves before the low-noise one loads."""
+    out, report = tmp_path / "out", tmp_path / "report.json"
+    extra = ("--offload", "sequential", "--report", str(report))
+    assert run_cli(folder22, out, cfg=5.0, steps=8, extra=extra) == 0
+    assert_same_video(frames_in(out), theirs(folder22, cfg=5.0, steps=8))
+
+    memory = json.loads(report.read_text())["memory"]
+    loads = {e["component"]: e for e in memory["loads"]}
+    unloads = {e["component"]: e for e in memory["unloads"]}
+    assert loads["transformer"]["kind"] == loads["transformer_2"]["kind"] == "denoiser"
+    assert [e["component"] for e in memory["loads"]].count("transformer") == 1
+    assert unloads["transformer"]["t"] <= loads["transformer_2"]["t"]
+
+
+def test_the_shipped_workflow_runs_on_the_tiny_demo_model(tmp_path: Path) -> None:
+    args = ["--run", str(TXT2VIDEO), "--out", str(tmp_path), "--quiet", "--set", "save.format=png"]
+    assert main(args) == 0
+    spec = json.loads(TXT2VIDEO.read_text())["nodes"]
+    assert spec["load"]["params"]["path"] == "demo:tiny-wan"
+    assert len(frames_in(tmp_path)) == spec["latent"]["params"]["frames"]
+
+
+def test_prompt_embeddings_equal_the_pipelines_padded_and_truncated(
+    folder: Path, cpu_memory: MemoryManager
+) -> None:
+    """512 positions, the real tokens' states then zeros (the transformer attends to all of them), and a
+    prompt longer than 512 tokens cut as the pipeline cuts it."""
+    from diffusers import WanPipeline
+
+    from pipelines.diffusion.conditioning import encode_prompt
+    from pipelines.diffusion.loading import load_model
+
+    pipe = WanPipeline.from_pretrained(str(folder), dtype=torch.float32)
+    long_prompt = " ".join(["red circle"] * 300)  # 600 words + </s>
+    mm = cpu_memory
+    ref = load_model(mm, str(folder)).text_encoder
+    for text in (PROMPT, long_prompt):
+        ours = encode_prompt(mm, ref, text).embeds
+        expected, _ = pipe.encode_prompt(
+            text, do_classifier_free_guidance=False, max_sequence_length=512, device="cpu"
+        )  # __call__ passes 512 (encode_prompt alone defaults to 226)
+        assert ours.shape == expected.shape == (1, 512, 24)
+        # 1e-5: float32 rounding of the same ops (about 1e-6 measured: the attention kernel may pick another
+        # summation order); the zero rows must be exactly zero on both sides, checked below.
+        torch.testing.assert_close(ours, expected, rtol=0, atol=1e-5)
+        assert torch.equal(ours == 0, expected == 0)
+    short = encode_prompt(mm, ref, PROMPT).embeds[0]
+    real = len(PROMPT.split()) + 1  # the words and </s>
+    assert short[:real].abs().sum(dim=1).min() > 0 and short[real:].abs().max() == 0
+
+
+def test_folder_is_detected_as_wan(folder: Path, folder22: Path) -> None:
+    assert detect_family(folder) == detect_family(folder22) == "wan"
+
+
+@pytest.mark.parametrize(
+    ("sets", "words"),
+    [({"latent.frames": 8}, "'frames'"), ({"latent.width": 44}, "multiples of 8")],
+)
+def test_sizes_the_model_cannot_make_are_refused(
+    folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], sets: dict, words: str
+) -> None:
+    assert run_cli(folder, tmp_path, cfg=5.0, sets=sets) == 1  # a run failure with one clear line
+    err = capsys.readouterr().err
+    assert "latent" in err and words in err and "Traceback" not in err
