@@ -173,3 +173,46 @@ def test_sizes_the_model_cannot_make_are_refused(
     assert run_cli(folder, tmp_path, cfg=5.0, sets=sets) == 1  # a run failure with one clear line
     err = capsys.readouterr().err
     assert "latent" in err and words in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("width", "height", "frames", "heads", "ffn"),
+    [
+        (832, 480, 81, 40, 13824),
+        (1280, 720, 81, 40, 13824),
+        (832, 480, 33, 40, 13824),
+        (832, 480, 81, 12, 8960),
+    ],
+)
+def test_working_memory_formula_covers_the_full_size_transformer(
+    width: int, height: int, frames: int, heads: int, ffn: int
+) -> None:
+    """The sampler's reservation against what Wan 2.1 14B's (40 heads) and 1.3B's (12 heads) transformer
+    keeps alive for one call at 480p/720p (meta device, tests/live_tensors.py; two blocks are enough, the
+    peak is within one), with Wan's own VAE factors (8x in space, 4x in time) and 512 text tokens."""
+    from diffusers import WanTransformer3DModel
+
+    from pipelines.diffusion.families import FAMILIES
+    from pipelines.diffusion.values import DenoiserRef
+    from pipelines.diffusion.wan_sampling import wan_working
+    from tests.live_tensors import live_tensor_peak
+
+    meta = torch.device("meta")
+    with meta:
+        model = WanTransformer3DModel(num_layers=2, num_attention_heads=heads, ffn_dim=ffn, text_dim=4096)
+    latents = torch.zeros(1, 16, (frames - 1) // 4 + 1, height // 8, width // 8, device=meta)
+    text = torch.zeros(1, 512, 4096, device=meta)
+    measured = live_tensor_peak(
+        model,
+        lambda: model(
+            hidden_states=latents,
+            timestep=torch.zeros(1, device=meta),
+            encoder_hidden_states=text,
+            return_dict=False,
+        ),
+    )
+    ref = DenoiserRef(None, FAMILIES["wan"], dict(model.config), {}, torch.float32)  # type: ignore[arg-type]
+    formula = wan_working(ref, tuple(latents.shape)).formula_bytes
+    # Never below what is alive (a budget would be overrun), at most 15% above (streaming keeps fewer blocks).
+    print(f"wan working {width}x{height}x{frames} heads {heads}: {formula / measured:.3f}x")
+    assert measured <= formula <= 1.15 * measured, f"{formula / measured:.3f}x of {measured / 2**20:.0f} MiB"
