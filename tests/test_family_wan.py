@@ -216,3 +216,61 @@ def test_working_memory_formula_covers_the_full_size_transformer(
     # Never below what is alive (a budget would be overrun), at most 15% above (streaming keeps fewer blocks).
     print(f"wan working {width}x{height}x{frames} heads {heads}: {formula / measured:.3f}x")
     assert measured <= formula <= 1.15 * measured, f"{formula / measured:.3f}x of {measured / 2**20:.0f} MiB"
+
+
+def test_both_experts_stream_block_by_block_with_the_same_latents(folder22: Path, tmp_path: Path) -> None:
+    """In a budget that holds one call's working memory, the weights outside `blocks` and a window of two
+    blocks (but not a whole expert of three), `stream` moves each expert's blocks in per call, and the sampled latents are unchanged."""
+    from safetensors import safe_open
+
+    from memory import MemoryConfig
+    from pipelines.diffusion.conditioning import encode_prompt
+    from pipelines.diffusion.loading import load_model
+    from pipelines.diffusion.sampling import SamplerSettings
+    from pipelines.diffusion.values import Latents
+    from pipelines.diffusion.wan_sampling import sample_wan, wan_working
+
+    shape = (1, 16, 5, HEIGHT // 4, WIDTH // 4)
+    settings = SamplerSettings(scheduler="default", steps=8, cfg=5.0, seed=42)
+
+    def run(policy: str, budget: str | None = None) -> tuple[torch.Tensor, list]:
+        # Its own data dir: no peak learned by another run replaces the formula the budget is sized on.
+        config = MemoryConfig(device="cpu", policy=policy, ram_budget=budget, data_dir=tmp_path / policy)
+        with MemoryManager(config) as mm:
+            loaded = load_model(mm, str(folder22))
+            pos = encode_prompt(mm, loaded.text_encoder, PROMPT)
+            neg = encode_prompt(mm, loaded.text_encoder, NEGATIVE)
+            out = sample_wan(mm, loaded.denoiser, pos, neg, Latents(torch.zeros(shape), 4), settings)
+            return out.samples, mm.report()["transfers"]
+
+    with safe_open(
+        str(folder22 / "transformer" / "diffusion_pytorch_model.safetensors"), framework="pt"
+    ) as f:
+        nbytes = {k: 4 * int(np.prod(f.get_slice(k).get_shape())) for k in f.keys()}  # float32
+    block = max(sum(n for k, n in nbytes.items() if k.startswith(f"blocks.{i}.")) for i in range(3))
+    fixed = sum(n for k, n in nbytes.items() if not k.startswith("blocks."))
+    with MemoryManager(MemoryConfig(device="cpu", policy="none", data_dir=tmp_path / "sizes")) as mm:
+        working = wan_working(load_model(mm, str(folder22)).denoiser, shape).formula_bytes
+    # 2 KiB of slack for the small tensors the ledger counts beside the weights.
+    budget = working + fixed + 2 * block + 2048
+    assert budget < working + sum(nbytes.values())  # a whole expert would not fit beside its working memory
+
+    whole, _ = run("none")
+    streamed, transfers = run("stream", str(budget))
+    streamed_parts = {t["component"] for t in transfers}
+    assert {"transformer (streamed)", "transformer_2 (streamed)"} <= streamed_parts
+    assert torch.equal(whole, streamed)
+
+
+def test_the_ti2v_variant_is_refused_with_a_message(
+    folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import shutil
+
+    ti2v = tmp_path / "ti2v"
+    shutil.copytree(folder, ti2v)
+    index = json.loads((ti2v / "model_index.json").read_text())
+    (ti2v / "model_index.json").write_text(json.dumps({**index, "expand_timesteps": True}))
+    assert run_cli(ti2v, tmp_path / "out", cfg=5.0) != 0
+    err = capsys.readouterr().err
+    assert "TI2V" in err and "Traceback" not in err

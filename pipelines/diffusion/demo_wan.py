@@ -5,7 +5,7 @@ Lives here: `build_tiny_wan`, `build_tiny_wan22`, `tiny_umt5_tokenizer`, `TINY_W
 
 Shaped like diffusers' own Wan test components (tests/pipelines/wan/test_wan.py), with sizes chosen to catch
 hard-coded assumptions: a 3-stage Wan VAE that is 4x in space and 2x in time (not Wan's 8x and 4x; its config
-says so in `scale_factor_spatial` / `scale_factor_temporal`), a 24-wide UMT5 of 2 layers, a 2-layer
+says so in `scale_factor_spatial` / `scale_factor_temporal`), a 24-wide UMT5 of 2 layers, a 3-layer
 transformer. The scheduler is the one real Wan folders ship (UniPC on flow sigmas with a flow shift), so
 `default` runs what a user's folder would. The tokenizer is a word-level vocabulary built here with
 `tokenizers`, saved as a `PreTrainedTokenizerFast` that appends `</s>` and pads with `<pad>` (id 0), as
@@ -35,7 +35,7 @@ TINY_WAN = dict(
     text_dim=24,  # the UMT5 width
     freq_dim=256,
     ffn_dim=32,
-    num_layers=2,
+    num_layers=3,  # three, so that streaming (a window of two blocks) holds less than the whole
     cross_attn_norm=True,
     qk_norm="rms_norm_across_heads",
     rope_max_seq_len=32,

@@ -304,7 +304,10 @@ WAN = Family(
     pipeline_classes=("WanPipeline",),
     denoiser_subfolder="transformer",
     denoiser_ref=_diffusers("WanTransformer3DModel"),
-    text_encoders=(TextEncoderSlot("text_encoder", "tokenizer", _transformers("UMT5EncoderModel")),),
+    # UMT5-XXL (5.7B) may stream block by block; its 256k x 4096 embedding table stays outside the blocks.
+    text_encoders=(
+        TextEncoderSlot("text_encoder", "tokenizer", _transformers("UMT5EncoderModel"), ("encoder.block",)),
+    ),
     cuda_dtype_name="bfloat16",  # Wan is published in bf16
     max_text_tokens=512,  # WanPipeline's max_sequence_length default
     latent_rgb_factors=(),  # 16 latent channels: previews show the first three
