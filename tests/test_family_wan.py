@@ -274,3 +274,24 @@ def test_the_ti2v_variant_is_refused_with_a_message(
     assert run_cli(ti2v, tmp_path / "out", cfg=5.0) != 0
     err = capsys.readouterr().err
     assert "TI2V" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("layers", [2, 24])
+def test_working_memory_formula_covers_the_full_size_text_encoder(layers: int) -> None:
+    """UMT5-XXL's widths (24 layers is Wan's encoder) over the pipeline's 512 padded tokens, on the meta
+    device. The attention mask is left out: transformers' mask code reads its values (`.item()`), which meta
+    tensors have none of; an all-ones (1, 1, 512, 512) mask would add under 1 MiB."""
+    from transformers import UMT5Config, UMT5EncoderModel
+
+    from pipelines.diffusion.wan_text import umt5_working_bytes
+    from tests.live_tensors import live_tensor_peak
+
+    config = dict(d_model=4096, d_ff=10240, num_heads=64, d_kv=64, num_layers=layers, vocab_size=256384)
+    meta = torch.device("meta")
+    with meta:
+        model = UMT5EncoderModel(UMT5Config(feed_forward_proj="gated-gelu", **config))
+    ids = torch.zeros(1, 512, dtype=torch.long, device=meta)
+    measured = live_tensor_peak(model, lambda: model(ids))
+    formula = umt5_working_bytes(config, 512, torch.float32)
+    print(f"wan text encoder working, {layers} layers: {formula / measured:.3f}x")
+    assert measured <= formula <= 1.15 * measured, f"{formula / measured:.3f}x of {measured / 2**20:.0f} MiB"
