@@ -295,3 +295,29 @@ def test_working_memory_formula_covers_the_full_size_text_encoder(layers: int) -
     formula = umt5_working_bytes(config, 512, torch.float32)
     print(f"wan text encoder working, {layers} layers: {formula / measured:.3f}x")
     assert measured <= formula <= 1.15 * measured, f"{formula / measured:.3f}x of {measured / 2**20:.0f} MiB"
+
+
+@pytest.mark.parametrize(
+    ("width", "height", "frames"),
+    [pytest.param(832, 480, 81, marks=pytest.mark.slow), (832, 480, 33), (480, 480, 9)],  # 81 frames: 6 s
+)
+def test_working_memory_formula_covers_the_full_size_video_vae(width: int, height: int, frames: int) -> None:
+    """Wan 2.1's VAE (the class defaults are its published config) decoding a whole video, on the meta
+    device: the reservation covers the live tensors, the output frames included (also 1.026x measured at
+    1280x720x17)."""
+    from diffusers import AutoencoderKLWan
+
+    from pipelines.diffusion.families import FAMILIES
+    from pipelines.diffusion.values import Latents, VaeRef
+    from pipelines.diffusion.video_vae import video_vae_working
+    from tests.live_tensors import live_tensor_peak
+
+    meta = torch.device("meta")
+    with meta:
+        vae = AutoencoderKLWan()
+    latents = torch.zeros(1, 16, (frames - 1) // 4 + 1, height // 8, width // 8, device=meta)
+    measured = live_tensor_peak(vae, lambda: vae.decode(latents, return_dict=False))
+    ref = VaeRef(None, FAMILIES["wan"], dict(vae.config), torch.float32)  # type: ignore[arg-type]
+    formula = video_vae_working(ref, Latents(latents, 8)).formula_bytes
+    print(f"wan vae working {width}x{height}x{frames}: {formula / measured:.3f}x")
+    assert measured <= formula <= 1.15 * measured, f"{formula / measured:.3f}x of {measured / 2**20:.0f} MiB"

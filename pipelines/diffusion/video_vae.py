@@ -1,7 +1,7 @@
 """Video VAE decode (5D latents -> frames), through the memory manager: the Wan VAE.
 
 Lives here: `decode_video`, `video_latent_shape`, `video_vae_working`. May import: torch, diffusers, memory,
-pipelines.diffusion.values / working.
+pipelines.diffusion.values.
 
 The latents are (1, C, latent frames, h, w), already scaled as the denoiser sees them; decode undoes the
 per-channel `latents_mean` / `latents_std` in `WanPipeline.__call__`'s exact operation order (a division by
@@ -16,7 +16,6 @@ import torch
 
 from memory import MemoryManager, Working
 from pipelines.diffusion.values import Latents, VaeRef
-from pipelines.diffusion.working import diffusion_working_bytes
 
 
 def video_latent_shape(
@@ -35,22 +34,22 @@ def video_latent_shape(
     return 1, channels, (frames - 1) // temporal + 1, height // spatial, width // spatial
 
 
+# Fitted on the meta device (tests/test_family_wan.py): Wan 2.1's VAE decodes one latent frame at a time with
+# a causal cache, so its peak does not grow with the frames beyond the output video itself: about 50.7 values
+# per output pixel per base channel (480x480 to 1280x720, 9 to 81 frames).
+_PER_PIXEL_PER_BASE = 52
+
+
 def video_vae_working(ref: VaeRef, latents: Latents) -> Working:
-    """The image decoder's formula for one picture, times the frames decoded together: the Wan VAE decodes
-    one latent frame at a time with a small causal cache, so this overestimates (not measured at full size)."""
+    """The decoder's live activations at the full-resolution stage plus the (3, frames, H, W) output."""
     _, _, frames, h, w = latents.samples.shape
     scale = latents.vae_scale_factor
-    base = int(ref.config.get("base_dim", 96))
-    mult = ref.config.get("dim_mult", (1, 2, 4, 4))
-    formula = diffusion_working_bytes(
-        "vae_decode",
-        height=h * scale,
-        width=w * scale,
-        batch=int(ref.config.get("scale_factor_temporal", 4)),
-        dtype=ref.dtype,
-        block_out_channels=tuple(base * int(m) for m in mult),
-    )
-    return Working(formula, f"1x{frames}x{h * scale}x{w * scale}")
+    height, width = h * scale, w * scale
+    out_frames = (frames - 1) * int(ref.config.get("scale_factor_temporal", 4)) + 1
+    base = int(ref.config.get("decoder_base_dim") or ref.config.get("base_dim", 96))
+    elements = _PER_PIXEL_PER_BASE * base * height * width + 3 * out_frames * height * width
+    formula = elements * torch.finfo(ref.dtype).bits // 8
+    return Working(formula, f"1x{frames}x{height}x{width}")
 
 
 @torch.no_grad()
