@@ -260,6 +260,8 @@ class VAEDecode(Node):
         from pipelines.diffusion.tiled_vae import decode_tiled, plan_decode
         from pipelines.diffusion.vae import decode
 
+        if self.latent.samples.ndim == 5:  # (B, C, frames, h, w): a video model's latent
+            raise ValueError("input 'latent': a video latent; decode it with VAE Decode Video")
         # Tiles only when the memory manager predicts a full decode won't fit (VAEDecodeTiled gives control).
         plan = plan_decode(ctx.memory, self.vae, self.latent)
         if plan.tiled:

@@ -321,3 +321,14 @@ def test_working_memory_formula_covers_the_full_size_video_vae(width: int, heigh
     formula = video_vae_working(ref, Latents(latents, 8)).formula_bytes
     print(f"wan vae working {width}x{height}x{frames}: {formula / measured:.3f}x")
     assert measured <= formula <= 1.15 * measured, f"{formula / measured:.3f}x of {measured / 2**20:.0f} MiB"
+
+
+def test_the_image_decode_and_image_latent_point_to_the_video_nodes(
+    folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A Wan model wired like an image model (txt2img.json) fails with one line naming the node to use."""
+    args = ["--run", str(REPO / "resources/workflows/txt2img.json"), "--out", str(tmp_path), "--quiet"]
+    sets = [f"load.path={folder}", "sampler.scheduler=default", "latent.width=48", "latent.height=32"]
+    assert main([*args, *(x for s in sets for x in ("--set", s))]) == 1
+    err = capsys.readouterr().err
+    assert "Empty Video Latent" in err and "Traceback" not in err
