@@ -70,11 +70,14 @@ def frames_in(out: Path) -> np.ndarray:
     return np.stack([np.asarray(Image.open(out / n).convert("RGB")) for n in names])
 
 
-def theirs(folder: Path, *, cfg: float, steps: int = 4) -> np.ndarray:
-    from diffusers import WanPipeline
+def theirs(folder: Path, *, cfg: float, steps: int = 4, euler: bool = False) -> np.ndarray:
+    from diffusers import FlowMatchEulerDiscreteScheduler, WanPipeline
 
     pipe = WanPipeline.from_pretrained(str(folder), dtype=torch.float32)
     pipe.set_progress_bar_config(disable=True)
+    if euler:  # what `scheduler=euler` means: flow-matching Euler at the folder's flow shift
+        config = pipe.scheduler.config
+        pipe.scheduler = FlowMatchEulerDiscreteScheduler.from_config(config, shift=config["flow_shift"])
     video = pipe(
         PROMPT,
         negative_prompt=NEGATIVE,
@@ -104,6 +107,15 @@ def assert_same_video(a: np.ndarray, b: np.ndarray) -> None:
 def test_cli_frames_match_wan_pipeline(folder: Path, tmp_path: Path, cfg: float) -> None:
     assert run_cli(folder, tmp_path, cfg=cfg) == 0
     assert_same_video(frames_in(tmp_path), theirs(folder, cfg=cfg))
+
+
+def test_the_euler_scheduler_matches_the_pipeline_with_flow_matching_euler(
+    folder: Path, tmp_path: Path
+) -> None:
+    assert run_cli(folder, tmp_path, cfg=5.0, sets={"sampler.scheduler": "euler"}) == 0
+    ours = frames_in(tmp_path)
+    assert_same_video(ours, theirs(folder, cfg=5.0, euler=True))
+    assert not np.array_equal(ours, theirs(folder, cfg=5.0))  # not UniPC's video: the choice took effect
 
 
 def test_wan22_experts_match_the_pipeline_and_never_share_memory(folder22: Path, tmp_path: Path) -> None:
