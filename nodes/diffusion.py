@@ -52,7 +52,7 @@ _SIZE_HELP = "pixels; 0: the connected model's native size"
     tags=("CheckpointLoaderSimple", "checkpoint"),
     title="Load Diffusion Model",
     category="diffusion/loaders",
-    description="A diffusers folder (SD1.x/2.x, SDXL, PixArt-Sigma, SD3, Flux, Z-Image) or a single-file SD1.x/SDXL "
+    description="A diffusers folder (SD1.x/2.x, SDXL, PixArt-Sigma, SD3, Flux, Z-Image, Wan) or a single-file SD1.x/SDXL "
     "checkpoint, as lazy model handles.",
     outputs=[Output("denoiser", DENOISER), Output("text_encoder", TEXT_ENCODER), Output("vae", VAE)],
 )
@@ -61,7 +61,7 @@ class LoadDiffusionModel(Node):
         PATH,
         "builtin:shapes-sd",
         file_filter=_MODEL_FILTER,
-        help="builtin:NAME, demo:tiny-sd|tiny-sdxl|tiny-pixart|tiny-sd3|tiny-flux|tiny-zimage, a diffusers "
+        help="builtin:NAME, demo:tiny-sd|tiny-sdxl|tiny-pixart|tiny-sd3|tiny-flux|tiny-zimage|tiny-wan, a diffusers "
         "folder, or an SD1.x/SDXL single-file .safetensors",
         comfy="ckpt_name",
     )
@@ -260,6 +260,8 @@ class VAEDecode(Node):
         from pipelines.diffusion.tiled_vae import decode_tiled, plan_decode
         from pipelines.diffusion.vae import decode
 
+        if self.latent.samples.ndim == 5:  # (B, C, frames, h, w): a video model's latent
+            raise ValueError("input 'latent': a video latent; decode it with VAE Decode Video")
         # Tiles only when the memory manager predicts a full decode won't fit (VAEDecodeTiled gives control).
         plan = plan_decode(ctx.memory, self.vae, self.latent)
         if plan.tiled:

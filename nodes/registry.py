@@ -92,6 +92,9 @@ def default_registry(*, entry_point_packs: bool = True) -> NodeRegistry:
     from nodes.video import NODES as VIDEO_NODES  # frames + fps + sound, no model (issue 27)
 
     registry.register_all(VIDEO_NODES)
+    from nodes.video_latent import NODES as VIDEO_LATENT_NODES  # Empty Video Latent, VAE Decode Video (Wan)
+
+    registry.register_all(VIDEO_LATENT_NODES)
     if entry_point_packs:
         registry.load_entry_points()
     return registry

@@ -21,6 +21,8 @@ Modules, by concept:
   flow_sampling the flow-matching loops (Flux, SD3)
   zimage_text   Z-Image's prompt encoding: Qwen3 through the folder tokenizer's chat template
   zimage_sampling  Z-Image's loop (its own CFG rule, list inputs, negated velocity)
+  wan_text / wan_sampling / video_vae  Wan: UMT5 (512 zero-padded tokens), the 5D loop with 2.2's two experts,
+                the video VAE decode; demo_wan builds tiny-wan / tiny-wan22
   vae           decode / encode between latents and IMAGE tensors
   previews      latent -> RGB preview images
   demo_models   tiny random-weight models built offline (demo:tiny-sd, tiny-sdxl, tiny-pixart, tiny-sd3,

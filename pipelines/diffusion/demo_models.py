@@ -2,7 +2,7 @@
 
 Lives here: `DEMO_MODELS`, `ensure_demo_model`, `make_all_demo_models`, `build_demo_pipeline`, the tiny
 configs and the in-memory tokenizers. May import: stdlib, torch, tokenizers, transformers, diffusers,
-pipelines.paths, pipelines.diffusion.demo_zimage (one file per newer family's tiny model).
+pipelines.paths, pipelines.diffusion.demo_zimage / demo_wan (one file per newer family's tiny model).
 
 A demo model is a real diffusers folder (`model_index.json`, safetensors, tokenizer files) with a few
 thousand parameters per component, like the dummy components in diffusers' own tests: it exercises every
@@ -50,6 +50,7 @@ from transformers import (
 )
 from transformers.convert_slow_tokenizer import bytes_to_unicode
 
+from pipelines.diffusion.demo_wan import build_tiny_wan, build_tiny_wan22
 from pipelines.diffusion.demo_zimage import build_tiny_zimage
 from pipelines.paths import demo_models_dir
 
@@ -382,6 +383,8 @@ DEMO_MODELS: dict[str, Callable[[], DiffusionPipeline]] = {
     "tiny-sd3": build_tiny_sd3,
     "tiny-flux": build_tiny_flux,
     "tiny-zimage": build_tiny_zimage,
+    "tiny-wan": build_tiny_wan,
+    "tiny-wan22": build_tiny_wan22,
 }
 
 

@@ -2,7 +2,7 @@
 
 Lives here: `sample` (the one entry every Sampler calls: it checks the inputs, hands ComfyUI's k-diffusion
 samplers to `k_sampling` and flow-matching models to `flow_sampling`, and runs the DDPM-style loop for SD,
-SDXL and PixArt itself; Z-Image's loop is `zimage_sampling`), `predicted_original`.
+SDXL and PixArt itself; Z-Image's loop is `zimage_sampling`, Wan's `wan_sampling`), `predicted_original`.
 May import: stdlib, torch, diffusers, memory, pipelines.steps, pipelines.diffusion.* (the shared pieces every loop uses are in
 `pipelines.diffusion.sampling`).
 
@@ -36,6 +36,7 @@ from pipelines.diffusion.sampling import (
 )
 from pipelines.diffusion.schedulers import K_PREFIX, make_scheduler
 from pipelines.diffusion.values import Conditioning, DenoiserRef, Latents
+from pipelines.diffusion.wan_sampling import sample_wan
 from pipelines.diffusion.zimage_sampling import sample_zimage
 from pipelines.steps import OnStep, Step
 
@@ -127,6 +128,8 @@ def sample(
         raise ValueError(f"a latent noise mask (inpainting) is not supported for {family!r} models yet")
     if denoiser.family.flow and (positive.controls or (negative is not None and negative.controls)):
         raise ValueError(f"ControlNet is not supported for {family!r} models yet (SD 1.x and SDXL are)")
+    if denoiser.family.denoiser_call == "wan":  # video latents: its own loop, its own scheduler checks
+        return sample_wan(mm, denoiser, positive, negative, latents, settings, on_step=on_step)
     if settings.scheduler.startswith(K_PREFIX):
         if denoiser.family.flow and settings.scheduler == "k_euler":
             # Flow models keep their flow-matching Euler loop (ComfyUI's euler on a flow model is Euler too).

@@ -294,12 +294,39 @@ ZIMAGE = Family(
     class_marker="ZImage",
 )
 
-FAMILIES: dict[str, Family] = {f.name: f for f in (SD, SDXL, PIXART_SIGMA, SD3, FLUX, ZIMAGE)}
+# Wan 2.1 / 2.2 text-to-video: UMT5 text encoder (512 tokens, padded positions zeroed and kept), a 3D DiT over
+# (frames, h, w) latent patches with cross-attention to the text, the Wan VAE (16 channels, 4x in time, 8x in
+# space by default; its config says). Wan 2.2 A14B adds a low-noise expert (`transformer_2`) used below
+# `boundary_ratio` (model_index.json). Diffusers folders only; the loop is `pipelines.diffusion.wan_sampling`.
+WAN = Family(
+    name="wan",
+    title="Wan",
+    pipeline_classes=("WanPipeline",),
+    denoiser_subfolder="transformer",
+    denoiser_ref=_diffusers("WanTransformer3DModel"),
+    # UMT5-XXL (5.7B) may stream block by block; its 256k x 4096 embedding table stays outside the blocks.
+    text_encoders=(
+        TextEncoderSlot("text_encoder", "tokenizer", _transformers("UMT5EncoderModel"), ("encoder.block",)),
+    ),
+    cuda_dtype_name="bfloat16",  # Wan is published in bf16
+    max_text_tokens=512,  # WanPipeline's max_sequence_length default
+    latent_rgb_factors=(),  # 16 latent channels: previews show the first three
+    vae_ref=_diffusers("AutoencoderKLWan"),
+    denoiser_blocks=("blocks",),
+    flow=True,
+    native_size=832,  # Wan 2.1's 832x480 (the height comes from the Empty Video Latent)
+    size_multiple=16,  # the VAE's 8 x the transformer's 2x2 patches (a folder's configs override it)
+    prompt_encoder="umt5",
+    denoiser_call="wan",
+    class_marker="Wan",
+)
+
+FAMILIES: dict[str, Family] = {f.name: f for f in (SD, SDXL, PIXART_SIGMA, SD3, FLUX, ZIMAGE, WAN)}
 # The order detection tries families in where one family's marker can occur in another's name: Flux before
 # SD3 before SDXL for file names; SDXL's "XL" before SD3's "3", and SD's bare "StableDiffusion" last, for
 # diffusers class names.
 NAME_HINT_ORDER: tuple[Family, ...] = (FLUX, SD3, SDXL)
-CLASS_MARKER_ORDER: tuple[Family, ...] = (ZIMAGE, SDXL, SD3, FLUX, PIXART_SIGMA, SD)
+CLASS_MARKER_ORDER: tuple[Family, ...] = (ZIMAGE, WAN, SDXL, SD3, FLUX, PIXART_SIGMA, SD)
 
 
 @dataclass(frozen=True)

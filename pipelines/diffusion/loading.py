@@ -12,6 +12,7 @@ so that nodes downstream know channels, scale factors and the family without loa
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -28,6 +29,7 @@ from pipelines.diffusion.assembly import (  # LoadedModel, read_json, vae_dtype:
 )
 from pipelines.diffusion.families import (
     Family,
+    UnsupportedModelError,
     denoiser_stream_blocks,
     family_for_pipeline_class,
     resolve_dtype,
@@ -149,7 +151,7 @@ def load_diffusers_folder(
     denoiser_config = read_json(root / family.denoiser_subfolder / "config.json")
     vae_config = read_json(root / "vae" / "config.json")
     vdtype = vae_dtype(family, vae_config, torch_dtype)
-    return assemble_model(
+    loaded = assemble_model(
         family,
         root,
         denoiser=_register_pretrained(
@@ -195,6 +197,27 @@ def load_diffusers_folder(
         dtype=torch_dtype,
         vae_dtype=vdtype,
     )
+    if index.get("expand_timesteps"):  # Wan 2.2 TI2V-5B: a per-token timestep and a 48-channel VAE
+        raise UnsupportedModelError(f"{root}: Wan 2.2 TI2V (expand_timesteps) is not supported yet")
+    if index.get("boundary_ratio") is not None and (root / "transformer_2" / "config.json").is_file():
+        # Wan 2.2's low-noise expert: a second denoiser component, used below the boundary timestep
+        low_noise = _register_pretrained(
+            mm,
+            root,
+            "transformer_2",
+            family.denoiser_class,
+            kind="denoiser",
+            dtype=torch_dtype,
+            allow_pickle=allow_pickle,
+            blocks=family.denoiser_blocks,
+            storage=storage,
+        )
+        second = replace(
+            loaded.denoiser, handle=low_noise, config=read_json(root / "transformer_2" / "config.json")
+        )
+        denoiser = replace(loaded.denoiser, low_noise=second, boundary_ratio=float(index["boundary_ratio"]))
+        loaded = replace(loaded, denoiser=denoiser)
+    return loaded
 
 
 def load_model(

@@ -52,6 +52,8 @@ DEFAULT_VAE_SCALE = 8
 def vae_scale_factor(vae_config: dict[str, Any]) -> int:
     """Pixels per latent: 2 ** (number of VAE blocks - 1), as diffusers pipelines compute it. The one formula:
     `assembly` gives a denoiser its factor with it, and `VaeRef.scale_factor` reads it."""
+    if "scale_factor_spatial" in vae_config:  # the Wan VAE says it (its blocks are `dim_mult`)
+        return int(vae_config["scale_factor_spatial"])
     return 2 ** (len(vae_config.get("block_out_channels", (0, 0, 0, 0))) - 1)
 
 
@@ -85,6 +87,9 @@ class DenoiserRef:
     dtype: torch.dtype
     vae_scale_factor: int = DEFAULT_VAE_SCALE  # pixels per latent (from the VAE config when known)
     patches: tuple[LoraPatch, ...] = ()  # LoRAs in the order they stack (LoadLoRA nodes)
+    # Wan 2.2's low-noise expert (`transformer_2`), which takes over below `boundary_ratio` x 1000 timesteps.
+    low_noise: DenoiserRef | None = None
+    boundary_ratio: float | None = None
 
 
 @dataclass(frozen=True)
@@ -113,7 +118,7 @@ class VaeRef:
 
     @property
     def latent_channels(self) -> int:
-        return int(self.config.get("latent_channels", 4))
+        return int(self.config.get("latent_channels", self.config.get("z_dim", 4)))  # Wan: z_dim
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,86 @@
+"""Video diffusion nodes: an empty video latent sized from the model, and a VAE decode that makes a VIDEO.
+
+Lives here: the node types `EmptyVideoLatent`, `VAEDecodeVideo` and the `NODES` tuple of their specs. Imports
+`nodes.declare`, `nodes.kinds`, `nodes.spec`, `nodes.types`, `nodes.context`; torch and pipelines.diffusion /
+pipelines.video inside the run functions, so listing node types stays light.
+
+The latent is (1, C, latent frames, h, w): channels, pixels per latent and frames per latent frame come from
+the VAE's config (`z_dim`, `scale_factor_spatial`, `scale_factor_temporal`: Wan's 16, 8 and 4; tiny fixtures
+differ), and the picture sides must also fit the transformer's 2x2 patches when a denoiser is wired.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from nodes.context import NodeContext
+from nodes.declare import Node, node_type, param, wire
+from nodes.kinds import FLOAT, INT
+from nodes.spec import NodeSpec, Output
+from nodes.types import DENOISER, LATENT, VAE, VIDEO
+
+if TYPE_CHECKING:
+    from pipelines.diffusion.values import DenoiserRef, Latents, VaeRef
+
+WAN_FPS = 16.0  # Wan 2.1/2.2 T2V's frame rate (the diffusers examples export at 16 fps)
+
+
+@node_type(
+    "EmptyVideoLatent",
+    tags=("EmptyHunyuanLatentVideo", "EmptyWanLatentVideo", "video"),
+    title="Empty Video Latent",
+    category="diffusion/latent",
+    outputs=[Output("latent", LATENT)],
+    description="An empty (frames, h, w) latent for a video model, sized from its VAE.",
+)
+class EmptyVideoLatent(Node):
+    vae: VaeRef = wire(VAE)
+    denoiser: DenoiserRef | None = wire(DENOISER, optional=True, help="checks the sides fit its patches")
+    width: int = param(INT, 832, min=16, max=8192, step=16, help="pixels", comfy="width")
+    height: int = param(INT, 480, min=16, max=8192, step=16, help="pixels", comfy="height")
+    frames: int = param(INT, 81, min=1, max=4096, help="1 + 4k for Wan (the VAE's time step)", comfy="length")
+
+    def run(self, ctx: NodeContext) -> dict[str, Any]:
+        import torch
+
+        from pipelines.diffusion.values import Latents
+        from pipelines.diffusion.video_vae import video_latent_shape
+
+        config = self.vae.config
+        scale = self.vae.scale_factor
+        multiple = scale
+        if self.denoiser is not None:
+            patch = self.denoiser.config.get("patch_size", (1, 2, 2))
+            multiple = scale * int(patch[-1] if isinstance(patch, (list, tuple)) else patch)
+        if self.width % multiple or self.height % multiple:
+            raise ValueError(
+                f"fields 'width', 'height': must be multiples of {multiple} for this model, got "
+                f"{self.width}x{self.height}"
+            )
+        shape = video_latent_shape(config, self.width, self.height, self.frames)
+        return {"latent": Latents(samples=torch.zeros(shape), vae_scale_factor=scale, source="empty")}
+
+
+@node_type(
+    "VAEDecodeVideo",
+    tags=("video", "frames"),
+    title="VAE Decode Video",
+    category="diffusion/latent",
+    outputs=[Output("video", VIDEO)],
+    description="Video latents -> a VIDEO (frames at a frame rate, no sound), decoded by a video VAE (Wan).",
+)
+class VAEDecodeVideo(Node):
+    vae: VaeRef = wire(VAE)
+    latent: Latents = wire(LATENT)
+    fps: float = param(FLOAT, WAN_FPS, min=0.01, max=1000.0, step=1.0, help="frames per second")
+
+    def run(self, ctx: NodeContext) -> dict[str, Any]:
+        from pipelines.diffusion.video_vae import decode_video
+        from pipelines.video.value import Video
+
+        frames = decode_video(ctx.memory, self.vae, self.latent)
+        ctx.metric("video_frames", float(frames.shape[0]))
+        return {"video": Video(frames, float(self.fps))}
+
+
+NODES: tuple[NodeSpec, ...] = (EmptyVideoLatent.spec, VAEDecodeVideo.spec)

@@ -1,0 +1,182 @@
+"""The Wan denoising loop (2.1, and 2.2's two experts), written out like diffusers' `WanPipeline.__call__`.
+
+Lives here: `sample_wan`, `wan_working`, `expert_stages`. May import: stdlib, torch, diffusers, memory,
+pipelines.steps, pipelines.diffusion.*.
+
+What differs from the image loops: the latents are 5D, (B, C, latent frames, h, w), drawn in float32 and kept
+in float32 between steps as the pipeline keeps them; the transformer predicts the flow velocity; guidance is
+the pipeline's `uncond + g * (cond - uncond)` for `g > 1`, with the conditional and unconditional passes as
+two calls (not one doubled batch), conditional first. Wan 2.2 A14B has two experts: the high-noise one
+(`transformer`) runs the steps with t >= boundary_ratio x num_train_timesteps, the low-noise one
+(`transformer_2`) the rest. Each is held through its own `mm.use(...)` for its steps only, so under
+`--offload sequential` the high-noise expert is unloaded before the low-noise one loads. The same `cfg` guides
+both (the pipeline's `guidance_scale_2` defaults to `guidance_scale`). Previews show the middle latent frame.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+from diffusers import FlowMatchEulerDiscreteScheduler
+from diffusers.utils.torch_utils import randn_tensor
+
+from memory import MemoryManager, Working
+from pipelines.diffusion.flow_sampling import check_flow_scheduler
+from pipelines.diffusion.lora import use_denoiser
+from pipelines.diffusion.sampling import SamplerSettings, batched_conditioning
+from pipelines.diffusion.schedulers import K_PREFIX, make_scheduler
+from pipelines.diffusion.values import Conditioning, DenoiserRef, Latents
+from pipelines.steps import OnStep, Step
+
+
+def _patch(denoiser: DenoiserRef) -> tuple[int, int, int]:
+    t, h, w = denoiser.config.get("patch_size", (1, 2, 2))
+    return int(t), int(h), int(w)
+
+
+# Fitted on the meta device (tests/test_family_wan.py, tests/live_tensors.py): at Wan 2.1 1.3B's and 14B's
+# widths, 33 to 81 frames at 480p and 720p, a call keeps about (4 x hidden + 2 x ffn) values per video token
+# alive, plus a little that grows more slowly (time embedding, the 512 text tokens' keys and values).
+_PER_TOKEN_HIDDEN, _PER_TOKEN_FFN = 4, 2
+_MARGIN = 1.03
+_FIXED = 64 * 2**20
+
+
+def wan_working(denoiser: DenoiserRef, latent_shape: tuple[int, ...]) -> Working:
+    """One transformer call's activations, from the video token count (latent frames x h/2 x w/2 patches).
+    Text enters by cross-attention only; the conditional and unconditional passes are separate calls, so
+    guidance does not double the batch. Measured within 1.05x of the live tensors at full size."""
+    batch, _, frames, h, w = latent_shape
+    pt, ph, pw = _patch(denoiser)
+    config = denoiser.config
+    hidden = int(config.get("num_attention_heads", 40)) * int(config.get("attention_head_dim", 128))
+    ffn = int(config.get("ffn_dim", 13824))
+    tokens = batch * (frames // pt) * (h // ph) * (w // pw)
+    per_token = _PER_TOKEN_HIDDEN * hidden + _PER_TOKEN_FFN * ffn
+    nbytes = tokens * per_token * torch.finfo(denoiser.dtype).bits // 8
+    formula = int(nbytes * _MARGIN) + _FIXED
+    scale = denoiser.vae_scale_factor
+    return Working(formula, f"{batch}x{frames}x{h * scale}x{w * scale}")
+
+
+def expert_stages(
+    denoiser: DenoiserRef, timesteps: torch.Tensor, num_train_timesteps: int
+) -> list[tuple[DenoiserRef, list[int]]]:
+    """(expert, step indices) in run order: all steps on `denoiser` for Wan 2.1; for Wan 2.2 the steps with
+    t >= boundary on the high-noise expert, then the rest on the low-noise one (the pipeline's test)."""
+    if denoiser.low_noise is None or denoiser.boundary_ratio is None:
+        return [(denoiser, list(range(len(timesteps))))]
+    boundary = denoiser.boundary_ratio * num_train_timesteps
+    high = [i for i, t in enumerate(timesteps) if t >= boundary]
+    low = [i for i, t in enumerate(timesteps) if not t >= boundary]
+    return [(ref, steps) for ref, steps in ((denoiser, high), (denoiser.low_noise, low)) if steps]
+
+
+def _check(denoiser: DenoiserRef, latents: Latents, settings: SamplerSettings) -> SamplerSettings:
+    title = denoiser.family.title
+    if settings.scheduler == "k_euler":
+        settings = replace(settings, scheduler="euler")  # as the other flow models: ComfyUI's euler is Euler
+    elif settings.scheduler.startswith(K_PREFIX):
+        raise ValueError(f"{title} runs with scheduler default or euler, not {settings.scheduler!r}")
+    check_flow_scheduler(denoiser, settings)
+    if settings.denoise < 1.0:
+        raise ValueError(f"{title}: denoise below 1 (video-to-video) is not supported yet")
+    if latents.samples.ndim != 5:
+        raise ValueError(
+            f"{title} denoises video latents (batch, channels, frames, h, w), got a {latents.samples.ndim}D "
+            "latent: feed the sampler from an Empty Video Latent"
+        )
+    sizes = latents.samples.shape[2:]
+    if any(n % p for n, p in zip(sizes, _patch(denoiser), strict=True)):
+        pt, ph, pw = _patch(denoiser)
+        raise ValueError(
+            f"{title} cuts the latents into {pt}x{ph}x{pw} patches: the latent size must be a multiple of that, "
+            f"got {'x'.join(map(str, sizes))} (frames x h x w; picture sides must be multiples of "
+            f"{ph * latents.vae_scale_factor})"
+        )
+    return settings
+
+
+@torch.no_grad()
+def sample_wan(
+    mm: MemoryManager,
+    denoiser: DenoiserRef,
+    positive: Conditioning,
+    negative: Conditioning | None,
+    latents: Latents,
+    settings: SamplerSettings,
+    *,
+    on_step: OnStep | None = None,
+) -> Latents:
+    # 1. Check inputs
+    settings = _check(denoiser, latents, settings)
+    device = mm.device
+    batch = latents.samples.shape[0]
+    do_cfg = settings.cfg > 1.0 and negative is not None  # the pipeline's `guidance_scale > 1`
+    generator = torch.Generator("cpu").manual_seed(settings.seed)
+
+    # 2. Prepare timesteps: "default" is the class the folder was saved with (UniPC on flow sigmas for Wan)
+    if settings.scheduler == "default":
+        scheduler = make_scheduler("default", denoiser.scheduler_config)
+    else:  # flow-matching Euler with the folder's shift (UniPC configs call it `flow_shift`)
+        config = denoiser.scheduler_config
+        shift = config.get("flow_shift", config.get("shift", 1.0))
+        scheduler = FlowMatchEulerDiscreteScheduler.from_config(config, shift=shift)
+    scheduler.set_timesteps(settings.steps, device=device)
+    timesteps = scheduler.timesteps
+
+    # 3. Prepare latent variables: float32 noise drawn as the pipeline draws it
+    x = randn_tensor(
+        tuple(latents.samples.shape), generator=generator, device=torch.device(device), dtype=torch.float32
+    )
+    scheduler.set_begin_index(0)
+
+    # 4. Prepare conditioning (the positive and negative are separate calls: no common length needed)
+    dtype = denoiser.dtype
+    cond = batched_conditioning(positive, batch).embeds.to(device=device, dtype=dtype)
+    uncond = batched_conditioning(negative, batch).embeds.to(device, dtype) if do_cfg and negative else None
+
+    # 5. Denoising loop, one expert at a time
+    working = wan_working(denoiser, tuple(latents.samples.shape))
+    middle = latents.samples.shape[2] // 2
+    stages = expert_stages(denoiser, timesteps, int(scheduler.config.num_train_timesteps))
+    for expert, steps in stages:
+        with use_denoiser(mm, expert, working=working) as model:
+            for i in steps:
+                t = timesteps[i]
+                model_input = x.to(expert.dtype)
+                timestep = t.expand(batch)
+                velocity = model(
+                    hidden_states=model_input,
+                    timestep=timestep,
+                    encoder_hidden_states=cond,
+                    return_dict=False,
+                )[0]
+                if uncond is not None:
+                    velocity_uncond = model(
+                        hidden_states=model_input,
+                        timestep=timestep,
+                        encoder_hidden_states=uncond,
+                        return_dict=False,
+                    )[0]
+                    velocity = velocity_uncond + settings.cfg * (velocity - velocity_uncond)
+
+                before = x
+                x = scheduler.step(velocity, t, x, return_dict=False)[0]
+
+                if on_step is not None:
+                    # x0 = x_t - sigma v (flow matching), at the sigma this step started from
+                    sigma = scheduler.sigmas[i].to(device=before.device, dtype=before.dtype)
+                    denoised = before - sigma * velocity.to(before.dtype)
+                    on_step(
+                        Step(
+                            step=i + 1,
+                            total=len(timesteps),
+                            timestep=float(t),
+                            latents=x[:, :, middle],
+                            denoised=denoised[:, :, middle],
+                        )
+                    )
+
+    return Latents(samples=x.cpu(), vae_scale_factor=latents.vae_scale_factor, source="sampled")
