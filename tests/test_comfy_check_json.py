@@ -36,15 +36,18 @@ SD15 = {
 }
 
 
-def _wan_graph() -> dict:
-    """SD15's shape with Wan's loaders: a CLIPLoader of type "wan" and a Wan UNet file, plus a node
-    no Nodeloom node stands for."""
+def _ltxv_graph() -> dict:
+    """SD15's shape with LTX-Video's loaders (a family Nodeloom does not run): a CLIPLoader of type "ltxv"
+    and an LTX UNet file, plus a node no Nodeloom node stands for."""
     graph = json.loads(json.dumps(SD15))
     del graph["4"]
-    graph["1"] = {"class_type": "UNETLoader", "inputs": {"unet_name": "wan2.1_t2v_1.3B_fp16.safetensors"}}
-    graph["2"] = {"class_type": "CLIPLoader", "inputs": {"clip_name": "umt5_xxl.safetensors", "type": "wan"}}
-    graph["10"] = {"class_type": "VAELoader", "inputs": {"vae_name": "wan_2.1_vae.safetensors"}}
-    graph["11"] = {"class_type": "WanImageToVideo", "inputs": {"width": 832}}
+    graph["1"] = {"class_type": "UNETLoader", "inputs": {"unet_name": "ltx-video-2b-v0.9.5.safetensors"}}
+    graph["2"] = {
+        "class_type": "CLIPLoader",
+        "inputs": {"clip_name": "t5xxl_fp16.safetensors", "type": "ltxv"},
+    }
+    graph["10"] = {"class_type": "VAELoader", "inputs": {"vae_name": "ltxv_vae.safetensors"}}
+    graph["11"] = {"class_type": "LTXVImgToVideo", "inputs": {"width": 768}}
     for nid in ("6", "7"):
         graph[nid]["inputs"]["clip"] = ["2", 0]
     graph["3"]["inputs"]["model"] = ["1", 0]
@@ -60,12 +63,12 @@ def _write(tmp_path: Path, name: str, data: dict) -> Path:
 
 def test_check_json_reports_every_file_with_kinds_and_exits_2(tmp_path: Path, capsys) -> None:
     ok = _write(tmp_path, "sd15.json", SD15)
-    wan = _write(tmp_path, "wan.json", _wan_graph())
+    ltxv = _write(tmp_path, "ltxv.json", _ltxv_graph())
     broken = tmp_path / "broken.json"
     broken.write_text("{")
-    assert main(["check", str(ok), str(wan), str(broken), "--json"]) == 2
+    assert main(["check", str(ok), str(ltxv), str(broken), "--json"]) == 2
     reports = json.loads(capsys.readouterr().out)
-    assert [r["file"] for r in reports] == [str(ok), str(wan), str(broken)]
+    assert [r["file"] for r in reports] == [str(ok), str(ltxv), str(broken)]
     assert [r["ok"] for r in reports] == [True, False, False]
     assert reports[0]["problems"] == []
     # No models folder in the test: the notes say the names were not looked up.
@@ -75,7 +78,7 @@ def test_check_json_reports_every_file_with_kinds_and_exits_2(tmp_path: Path, ca
     assert ("unsupported-family", "2", "type") in kinds
     assert ("unsupported-family", "1", "unet_name") in kinds
     family = next(p for p in reports[1]["problems"] if p["node"] == "2")
-    assert "CLIPLoader" in family["message"] and "'wan'" in family["message"]
+    assert "CLIPLoader" in family["message"] and "'ltxv'" in family["message"]
     assert reports[2]["problems"][0]["kind"] == "invalid"
     assert "not valid JSON" in reports[2]["problems"][0]["message"]
 
@@ -100,12 +103,12 @@ def test_check_json_names_a_missing_model_and_how_to_add_a_folder(tmp_path: Path
 
 
 def test_check_human_output_says_the_family_per_file(tmp_path: Path, capsys) -> None:
-    wan = _write(tmp_path, "wan.json", _wan_graph())
+    ltxv = _write(tmp_path, "ltxv.json", _ltxv_graph())
     ok = _write(tmp_path, "sd15.json", SD15)
-    assert main(["check", str(wan), str(ok)]) == 2
+    assert main(["check", str(ltxv), str(ok)]) == 2
     captured = capsys.readouterr()
     assert f"{ok}: ok" in captured.out
-    assert "node '2', field 'type': CLIPLoader: model family 'wan' (from type 'wan')" in captured.err
+    assert "node '2', field 'type': CLIPLoader: model family 'ltxv' (from type 'ltxv')" in captured.err
 
 
 def test_family_names_prefer_the_more_specific_family() -> None:
@@ -119,7 +122,7 @@ def test_family_names_prefer_the_more_specific_family() -> None:
 def test_a_family_in_the_registry_is_not_reported(tmp_path: Path, capsys) -> None:
     # Z-Image runs here; ComfyUI loads its text encoder with type "lumina2", told apart by the UNet name.
     assert "zimage" in FAMILIES
-    graph = _wan_graph()
+    graph = _ltxv_graph()
     del graph["11"]
     graph["1"]["inputs"]["unet_name"] = "z_image_turbo_bf16.safetensors"
     graph["2"]["inputs"]["type"] = "lumina2"
@@ -130,20 +133,20 @@ def test_a_family_in_the_registry_is_not_reported(tmp_path: Path, capsys) -> Non
 def test_import_tells_everything_at_once(tmp_path: Path, capsys) -> None:
     models = tmp_path / "models"
     (models / "checkpoints").mkdir(parents=True)
-    graph = _wan_graph()
+    graph = _ltxv_graph()
     graph["8"] = {
         "class_type": "VAEDecodeTiled",
         "inputs": {"tile_size": 512, "overlap": 64, "samples": ["3", 0], "vae": ["10", 0]},
     }
-    source = _write(tmp_path, "wan.json", graph)
-    out = tmp_path / "wan.nodeloom.json"
+    source = _write(tmp_path, "ltxv.json", graph)
+    out = tmp_path / "ltxv.nodeloom.json"
     assert main(["import", str(source), "-o", str(out), "--models-dir", str(models)]) == 0
     captured = capsys.readouterr()
     err = captured.err
     assert "summary: 9 node(s) mapped (1 approximated), 1 unsupported, 2 model family problem(s)" in err
     assert "approximated: node 8 (VAEDecodeTiled)" in err
-    assert "unsupported: node 11 (WanImageToVideo)" in err
-    assert "CLIPLoader: model family 'wan'" in err
+    assert "unsupported: node 11 (LTXVImgToVideo)" in err
+    assert "CLIPLoader: model family 'ltxv'" in err
     missing = [line for line in err.splitlines() if line.startswith("missing model: ")]
     assert {line.split(",")[0] for line in missing} == {
         "missing model: node 1",
