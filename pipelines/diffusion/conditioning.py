@@ -22,12 +22,13 @@ from memory import MemoryManager, Working
 from pipelines.diffusion.clip_text import ClipOutput, Embeddings, chunk_count, encode_clip_chunks
 from pipelines.diffusion.lora import use_text_encoder
 from pipelines.diffusion.prompt_weights import WEIGHTINGS, strip_weights
+from pipelines.diffusion.qwenimage_text import encode_qwenimage
 from pipelines.diffusion.values import Conditioning, TextEncoderRef
 from pipelines.diffusion.working import diffusion_working_bytes
 from pipelines.diffusion.zimage_text import encode_zimage
 
 # The prompt encoders a family may declare (`Family.prompt_encoder`); `encode_prompt` dispatches on them.
-PROMPT_ENCODERS = ("clip", "clip_sdxl", "t5", "sd3", "flux", "qwen_chat")
+PROMPT_ENCODERS = ("clip", "clip_sdxl", "t5", "sd3", "flux", "qwen_chat", "qwenimage")
 
 
 def text_encoder_working(tokens: int, hidden_size: int, dtype: torch.dtype) -> Working:
@@ -233,6 +234,8 @@ def encode_prompt(
     if encoder == "flux":
         tokens = max_tokens or ref.family.max_text_tokens or 512
         return encode_flux(mm, ref, text, max_tokens=tokens, embeddings=emb)
+    if encoder == "qwenimage":
+        return encode_qwenimage(mm, ref, text, max_tokens=max_tokens or ref.family.max_text_tokens or 512)
     if encoder == "qwen_chat":
         return encode_zimage(mm, ref, text, max_tokens=max_tokens or ref.family.max_text_tokens or 512)
     return encode_clip(mm, ref, text, weighting, emb)

@@ -27,6 +27,7 @@ from pipelines.diffusion.controlnet import ActiveControls
 from pipelines.diffusion.flow_sampling import sample_flux, sample_sd3
 from pipelines.diffusion.k_sampling import sample_k
 from pipelines.diffusion.lora import use_denoiser
+from pipelines.diffusion.qwenimage_sampling import sample_qwenimage
 from pipelines.diffusion.sampling import (
     SamplerSettings,
     _predict_noise,
@@ -134,6 +135,8 @@ def sample(
         else:
             return sample_k(mm, denoiser, positive, negative, latents, settings, on_step=on_step)
     if denoiser.family.flow:
+        if denoiser.family.denoiser_call == "qwenimage":
+            return sample_qwenimage(mm, denoiser, positive, negative, latents, settings, on_step=on_step)
         if denoiser.family.denoiser_call == "zimage":
             return sample_zimage(mm, denoiser, positive, negative, latents, settings, on_step=on_step)
         if denoiser.family.denoiser_call == "sd3":

@@ -294,12 +294,43 @@ ZIMAGE = Family(
     class_marker="ZImage",
 )
 
-FAMILIES: dict[str, Family] = {f.name: f for f in (SD, SDXL, PIXART_SIGMA, SD3, FLUX, ZIMAGE)}
+# Qwen-Image: Qwen2.5-VL as the text encoder (the pipeline's own prompt template), a dual-stream MMDiT over
+# 2x2-packed latents with true CFG, and its own 3D VAE (16 channels, one frame). Diffusers folders only.
+QWENIMAGE = Family(
+    name="qwenimage",
+    title="Qwen-Image",
+    pipeline_classes=("QwenImagePipeline",),
+    denoiser_subfolder="transformer",
+    denoiser_ref=_diffusers("QwenImageTransformer2DModel"),
+    text_encoders=(
+        TextEncoderSlot(
+            "text_encoder",
+            "tokenizer",
+            _transformers("Qwen2_5_VLForConditionalGeneration"),
+            # The language model's layers run per prompt; the vision tower's blocks never do for text, and
+            # declaring them keeps them out of what stays resident.
+            ("model.language_model.layers", "model.visual.blocks"),
+        ),
+    ),
+    cuda_dtype_name="bfloat16",  # Qwen-Image is published in bf16
+    max_text_tokens=512,  # QwenImagePipeline's max_sequence_length default
+    latent_rgb_factors=(),  # 16 latent channels: previews show the first three
+    vae_ref=_diffusers("AutoencoderKLQwenImage"),
+    denoiser_blocks=("transformer_blocks",),
+    flow=True,
+    native_size=1024,  # the pipeline's default_sample_size 128 x 8 pixels per latent
+    size_multiple=16,  # the VAE's 8 x the pipeline's 2x2 packing (a folder's configs override it)
+    prompt_encoder="qwenimage",
+    denoiser_call="qwenimage",
+    class_marker="QwenImagePipeline",  # not QwenImageEditPipeline / QwenImage21Pipeline (other pipelines)
+)
+
+FAMILIES: dict[str, Family] = {f.name: f for f in (SD, SDXL, PIXART_SIGMA, SD3, FLUX, ZIMAGE, QWENIMAGE)}
 # The order detection tries families in where one family's marker can occur in another's name: Flux before
 # SD3 before SDXL for file names; SDXL's "XL" before SD3's "3", and SD's bare "StableDiffusion" last, for
 # diffusers class names.
 NAME_HINT_ORDER: tuple[Family, ...] = (FLUX, SD3, SDXL)
-CLASS_MARKER_ORDER: tuple[Family, ...] = (ZIMAGE, SDXL, SD3, FLUX, PIXART_SIGMA, SD)
+CLASS_MARKER_ORDER: tuple[Family, ...] = (ZIMAGE, QWENIMAGE, SDXL, SD3, FLUX, PIXART_SIGMA, SD)
 
 
 @dataclass(frozen=True)
@@ -363,6 +394,10 @@ def detect_single_file_family(keys: Iterable[str]) -> str:
     if has_prefix("noise_refiner.") or has_prefix("model.diffusion_model.noise_refiner."):
         raise UnsupportedModelError(
             "this is a Z-Image checkpoint; single-file Z-Image is not supported yet (load its diffusers folder)"
+        )
+    if has_prefix("txt_norm.") or has_prefix("model.diffusion_model.txt_norm."):
+        raise UnsupportedModelError(
+            "this is a Qwen-Image checkpoint; single-file Qwen-Image is not supported yet (load its diffusers folder)"
         )
     if has_prefix("double_blocks.") or has_prefix("model.diffusion_model.double_blocks."):
         raise UnsupportedModelError("this is a Flux checkpoint; single-file Flux is not supported yet")

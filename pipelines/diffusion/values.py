@@ -52,6 +52,8 @@ DEFAULT_VAE_SCALE = 8
 def vae_scale_factor(vae_config: dict[str, Any]) -> int:
     """Pixels per latent: 2 ** (number of VAE blocks - 1), as diffusers pipelines compute it. The one formula:
     `assembly` gives a denoiser its factor with it, and `VaeRef.scale_factor` reads it."""
+    if "temperal_downsample" in vae_config:  # Qwen-Image's 3D VAE: one 2x downsampling per entry
+        return 2 ** len(vae_config["temperal_downsample"])
     return 2 ** (len(vae_config.get("block_out_channels", (0, 0, 0, 0))) - 1)
 
 
@@ -113,7 +115,7 @@ class VaeRef:
 
     @property
     def latent_channels(self) -> int:
-        return int(self.config.get("latent_channels", 4))
+        return int(self.config.get("latent_channels", self.config.get("z_dim", 4)))  # z_dim: Qwen-Image
 
 
 @dataclass(frozen=True)
