@@ -261,3 +261,44 @@ def test_working_memory_formula_covers_the_full_size_transformer(
     # Never below what is alive (a budget would be overrun), at most 15% above (streaming keeps fewer blocks).
     print(f"qwenimage working {height}x{width} caption {caption} batch {batch}: {formula / measured:.3f}x")
     assert measured <= formula <= 1.15 * measured, f"{formula / measured:.3f}x of {measured / 2**20:.0f} MiB"
+
+
+def test_the_text_encoder_streams_layer_by_layer_with_the_same_embeddings(folder: Path) -> None:
+    """Qwen-Image's text encoder (8B parameters at full size) declares its layers: in a budget that holds
+    its working memory, the weights outside the blocks and one block, `stream` moves the rest in per call
+    and the prompt's embeddings are unchanged."""
+    import json
+
+    from safetensors import safe_open
+    from transformers import AutoTokenizer
+
+    from memory import MemoryConfig, MemoryManager
+    from pipelines.diffusion.conditioning import encode_prompt
+    from pipelines.diffusion.loading import load_model
+    from pipelines.diffusion.qwenimage_text import PROMPT_TEMPLATE, qwenimage_text_working_bytes
+
+    def embeds(policy: str, budget: str | None = None) -> tuple[torch.Tensor, list]:
+        with MemoryManager(MemoryConfig(device="cpu", policy=policy, ram_budget=budget)) as mm:
+            cond = encode_prompt(mm, load_model(mm, folder).text_encoder, PROMPT)
+            return cond.embeds, mm.report()["transfers"]
+
+    weights = folder / "text_encoder" / "model.safetensors"
+    with safe_open(str(weights), framework="pt") as f:
+        nbytes = {k: 4 * int(np.prod(f.get_slice(k).get_shape())) for k in f.keys()}  # float32
+    in_block = [f"{kind}.{i}." for kind in ("layers", "blocks") for i in range(2)]
+    block = max(sum(n for k, n in nbytes.items() if part in k) for part in in_block)
+    fixed = sum(n for k, n in nbytes.items() if not any(part in k for part in in_block))
+    config = json.loads((folder / "text_encoder" / "config.json").read_text())
+    tokenizer = AutoTokenizer.from_pretrained(str(folder / "tokenizer"))
+    tokens = len(tokenizer(PROMPT_TEMPLATE.format(PROMPT)).input_ids)
+    working = qwenimage_text_working_bytes(config, tokens, torch.float32)
+    # 2 KiB of slack for the small tensors the ledger counts beside the weights (norms' statistics and such).
+    budget = working + fixed + block + 2048
+    assert budget < working + sum(
+        nbytes.values()
+    )  # the whole encoder would not fit beside its working memory
+
+    whole, _ = embeds("none")
+    streamed, transfers = embeds("stream", str(budget))
+    assert transfers and transfers[0]["component"] == "text_encoder (streamed)"
+    assert torch.equal(whole, streamed)
