@@ -52,7 +52,7 @@ _SIZE_HELP = "pixels; 0: the connected model's native size"
     tags=("CheckpointLoaderSimple", "checkpoint"),
     title="Load Diffusion Model",
     category="diffusion/loaders",
-    description="A diffusers folder (SD1.x/2.x, SDXL, PixArt-Sigma, SD3, Flux, Z-Image) or a single-file SD1.x/SDXL "
+    description="A diffusers folder (SD1.x/2.x, SDXL, PixArt-Sigma, SD3, Flux, Z-Image, Qwen-Image) or a single-file SD1.x/SDXL "
     "checkpoint, as lazy model handles.",
     outputs=[Output("denoiser", DENOISER), Output("text_encoder", TEXT_ENCODER), Output("vae", VAE)],
 )
@@ -61,7 +61,7 @@ class LoadDiffusionModel(Node):
         PATH,
         "builtin:shapes-sd",
         file_filter=_MODEL_FILTER,
-        help="builtin:NAME, demo:tiny-sd|tiny-sdxl|tiny-pixart|tiny-sd3|tiny-flux|tiny-zimage, a diffusers "
+        help="builtin:NAME, demo:tiny-sd|tiny-sdxl|tiny-pixart|tiny-sd3|tiny-flux|tiny-zimage|tiny-qwenimage, a diffusers "
         "folder, or an SD1.x/SDXL single-file .safetensors",
         comfy="ckpt_name",
     )
@@ -189,7 +189,7 @@ class KSamplerFields(Node):
         CHOICE,
         "dpmpp_2m",
         choices=(*SCHEDULER_NAMES, *K_SCHEDULER_NAMES),
-        help="dpmpp_2m = DPM++ 2M; default = the model's own scheduler; Flux, SD3, Z-Image: euler or default; "
+        help="dpmpp_2m = DPM++ 2M; default = the model's own scheduler; Flux, SD3, Z-Image, Qwen-Image: euler or default; "
         "k_* = ComfyUI's KSampler samplers (same picture as ComfyUI for the same seed)",
     )
     sigma_schedule: str = param(
@@ -208,7 +208,9 @@ class KSamplerFields(Node):
         help="classifier-free guidance scale; no negative wired skips the negative prompt, and so "
         "does cfg <= 1 (k_* samplers: only cfg = 1, as ComfyUI). "
         "Flux: the distilled guidance value (the negative is not used); "
-        "Z-Image: the pipeline's guidance_scale, pos + cfg * (pos - neg), 0 = no guidance",
+        "Z-Image: the pipeline's guidance_scale, pos + cfg * (pos - neg), 0 = no guidance; "
+        "Qwen-Image: the pipeline's true_cfg_scale, neg + cfg * (pos - neg) rescaled to the positive's norm, "
+        "cfg <= 1 = no guidance",
         comfy="cfg",
     )
     seed: int = param(SEED, 42, min=0, max=SEED_MAX, comfy="seed")

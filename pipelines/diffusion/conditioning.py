@@ -1,9 +1,10 @@
 """Prompt encoding per family: CLIP (SD1.x/2.x), two CLIPs with a pooled vector (SDXL), T5 (PixArt),
-two CLIPs + T5 (SD3), CLIP pooled + T5 (Flux), Qwen3 through a chat template (Z-Image, in `zimage_text`).
+two CLIPs + T5 (SD3), CLIP pooled + T5 (Flux), Qwen3 through a chat template (Z-Image, in `zimage_text`),
+Qwen2.5-VL through the pipeline's template (Qwen-Image, in `qwenimage_text`).
 
 Lives here: `encode_prompt`, `encode_clip`, `encode_clip_sdxl`, `encode_t5`, `encode_sd3`, `encode_flux`,
 `text_encoder_working_bytes`.
-May import: torch, memory, pipelines.diffusion.values/families/zimage_text.
+May import: torch, memory, pipelines.diffusion.values/families/zimage_text/qwenimage_text.
 
 Each function mirrors the `encode_prompt` of the matching diffusers pipeline for one prompt (the negative
 prompt is just another `TextEncode` node), so a plain prompt's embeddings are the pipeline's bit for bit.

@@ -2,7 +2,8 @@
 
 Lives here: `sample` (the one entry every Sampler calls: it checks the inputs, hands ComfyUI's k-diffusion
 samplers to `k_sampling` and flow-matching models to `flow_sampling`, and runs the DDPM-style loop for SD,
-SDXL and PixArt itself; Z-Image's loop is `zimage_sampling`), `predicted_original`.
+SDXL and PixArt itself; Z-Image's loop is `zimage_sampling`, Qwen-Image's `qwenimage_sampling`),
+`predicted_original`.
 May import: stdlib, torch, diffusers, memory, pipelines.steps, pipelines.diffusion.* (the shared pieces every loop uses are in
 `pipelines.diffusion.sampling`).
 

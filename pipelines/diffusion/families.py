@@ -1,4 +1,4 @@
-"""Model families: what differs between SD1.x/2.x, SDXL, PixArt-Sigma, SD3, Flux and Z-Image, declared as data.
+"""Model families: what differs between SD1.x/2.x, SDXL, PixArt-Sigma, SD3, Flux, Z-Image and Qwen-Image, as data.
 
 Lives here: `Family`, `FAMILIES`, `CheckpointLayout`, `CHECKPOINT_LAYOUTS`, `ClassRef`,
 `family_for_pipeline_class`, `detect_single_file_family`, `resolve_dtype`, `DIFFUSION_IMPORTS`. May import:
@@ -100,7 +100,7 @@ class Family:
     prompt_encoder: str = "clip"
     # How the denoiser is called and which loop runs it: "unet" (the scheduler loop), "pixart" (that loop,
     # a per-sample timestep and a (noise, variance) output), "sd3" / "flux" / "zimage" (their flow-matching
-    # loops; `pipelines.diffusion.denoising.sample` dispatches on it).
+    # loops; "qwenimage" too; `pipelines.diffusion.denoising.sample` dispatches on it).
     denoiser_call: str = "unet"
     # SDXL's micro-conditioning: pooled text embeds and the size/crop `time_ids` go in beside the prompt.
     size_conditioning: bool = False
