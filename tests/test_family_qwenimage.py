@@ -302,3 +302,33 @@ def test_the_text_encoder_streams_layer_by_layer_with_the_same_embeddings(folder
     streamed, transfers = embeds("stream", str(budget))
     assert transfers and transfers[0]["component"] == "text_encoder (streamed)"
     assert torch.equal(whole, streamed)
+
+
+@pytest.mark.parametrize(("layers", "tokens"), [(4, 64), (28, 64), (28, 34 + 512)])
+def test_working_memory_formula_covers_the_full_size_text_encoder(layers: int, tokens: int) -> None:
+    """Qwen2.5-VL-7B's widths (28 layers is the published depth) over a short prompt and the longest the
+    pipeline keeps (its 34 template tokens plus 512), on the meta device. The attention mask is left out and
+    the positions are given: transformers' mask and multimodal-rope code read tensor values (`.item()`),
+    which meta tensors have none of; a causal-only text call keeps the same activations alive."""
+    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+
+    from pipelines.diffusion.qwenimage_text import qwenimage_text_working_bytes
+    from tests.live_tensors import live_tensor_peak
+
+    text = dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=layers, num_attention_heads=28)
+    text |= dict(num_key_value_heads=4, vocab_size=152064)
+    vision = dict(depth=1, hidden_size=1280, intermediate_size=3420, num_heads=16, out_hidden_size=3584)
+    config = Qwen2_5_VLConfig(
+        text_config=text, vision_config=vision, vocab_size=152064, attn_implementation="sdpa"
+    )
+    meta = torch.device("meta")
+    with meta:
+        model = Qwen2_5_VLForConditionalGeneration(config)
+    ids = torch.zeros(1, tokens, dtype=torch.long, device=meta)
+    positions = torch.arange(tokens, device=meta).view(1, 1, -1).expand(3, 1, -1)  # text: t = h = w
+    measured = live_tensor_peak(
+        model, lambda: model(input_ids=ids, position_ids=positions, output_hidden_states=True)
+    )
+    formula = qwenimage_text_working_bytes(config.to_dict(), tokens, torch.float32)
+    print(f"qwenimage text encoder working, {layers} layers, {tokens} tokens: {formula / measured:.3f}x")
+    assert measured <= formula <= 1.15 * measured, f"{formula / measured:.3f}x of {measured / 2**20:.0f} MiB"

@@ -18,10 +18,11 @@ from typing import Any
 import torch
 
 from memory import MemoryManager, Working
+from memory.estimates import Activations, activation_bytes
 from pipelines.diffusion.lora import use_text_encoder
 from pipelines.diffusion.prompt_weights import strip_weights
 from pipelines.diffusion.values import Conditioning, TextEncoderRef
-from pipelines.diffusion.working import chat_encoder_working_bytes
+from pipelines.diffusion.working import chat_encoder_activations
 from pipelines.diffusion.zimage_text import text_encoder_config
 
 # Copied from diffusers.pipelines.qwenimage.pipeline_qwenimage.QwenImagePipeline.__init__
@@ -35,13 +36,27 @@ TOKENIZER_MAX_LENGTH = 1024  # `tokenizer_max_length`: the prompt is truncated t
 
 
 def qwenimage_text_working_bytes(config: dict[str, Any], tokens: int, dtype: torch.dtype) -> int:
-    """Qwen2.5-VL's language model over `tokens` (its `text_config`, Qwen3-4B-like facts in
-    `chat_encoder_activations`) plus the logits `Qwen2_5_VLForConditionalGeneration` computes at every
-    position (tokens x vocabulary, in the model's dtype), which the pipeline's call does not skip."""
+    """Qwen2.5-VL's language model over `tokens` (its `text_config`; the facts of `chat_encoder_activations`):
+    every layer's hidden state and the KV cache grow through the call, and on top of them either one
+    layer's SwiGLU (inside the layers) or, at the end, the logits `Qwen2_5_VLForConditionalGeneration`
+    computes at every position (tokens x vocabulary), whichever is larger; the call does not skip them.
+    Measured on Qwen2.5-VL-7B's widths at 4 and 28 layers (tests/test_family_qwenimage.py)."""
     text = dict(config.get("text_config") or config)
     vocab = int(text.get("vocab_size") or config.get("vocab_size") or 152064)
-    itemsize = torch.empty((), dtype=dtype).element_size()
-    return chat_encoder_working_bytes(text, tokens, dtype) + tokens * vocab * itemsize
+    growing, layer = _split_chat_terms(chat_encoder_activations(text, tokens))
+    logits = [Activations("logits at every position", 1, vocab, tokens)]
+    large = activation_bytes(growing, batch=1, dtype=dtype)
+    large += max(
+        activation_bytes(layer, batch=1, dtype=dtype), activation_bytes(logits, batch=1, dtype=dtype)
+    )
+    return large + large // 64  # the small tensors beside them, as in `chat_encoder_working_bytes`
+
+
+def _split_chat_terms(terms: list[Activations]) -> tuple[list[Activations], list[Activations]]:
+    """(what grows through the call: hidden states, KV cache; one layer's widest moment)."""
+    growing = [t for t in terms if t.what in ("hidden states of every layer", "KV cache")]
+    assert len(growing) == 2, [t.what for t in terms]  # the names `chat_encoder_activations` gives
+    return growing, [t for t in terms if t not in growing]
 
 
 @torch.no_grad()
