@@ -332,3 +332,48 @@ def test_working_memory_formula_covers_the_full_size_text_encoder(layers: int, t
     formula = qwenimage_text_working_bytes(config.to_dict(), tokens, torch.float32)
     print(f"qwenimage text encoder working, {layers} layers, {tokens} tokens: {formula / measured:.3f}x")
     assert measured <= formula <= 1.15 * measured, f"{formula / measured:.3f}x of {measured / 2**20:.0f} MiB"
+
+
+def test_the_transformer_streams_block_by_block_with_the_same_latents(folder: Path) -> None:
+    """The transformer's declared blocks under `stream` in a budget that holds its working memory, the
+    weights outside the blocks and one block (not the whole transformer): the blocks move in per call and
+    the sampled latents are unchanged."""
+    from safetensors import safe_open
+
+    from memory import MemoryConfig, MemoryManager
+    from pipelines.diffusion.conditioning import encode_prompt
+    from pipelines.diffusion.denoising import sample
+    from pipelines.diffusion.loading import load_model
+    from pipelines.diffusion.qwenimage_working import qwenimage_working_bytes
+    from pipelines.diffusion.sampling import SamplerSettings
+    from pipelines.diffusion.values import Latents
+
+    settings = SamplerSettings(scheduler="default", steps=2, cfg=3.0, seed=1)
+    h, w = HEIGHT // 4, WIDTH // 4  # the tiny VAE's 4 pixels per latent
+
+    with MemoryManager(MemoryConfig(device="cpu", policy="none")) as mm:
+        model = load_model(mm, folder)
+        pos = encode_prompt(mm, model.text_encoder, PROMPT)
+        neg = encode_prompt(mm, model.text_encoder, NEGATIVE)
+    empty = Latents(samples=torch.zeros(1, 4, h, w), vae_scale_factor=4)
+
+    def latents(policy: str, budget: str | None = None) -> tuple[torch.Tensor, list]:
+        with MemoryManager(MemoryConfig(device="cpu", policy=policy, ram_budget=budget)) as mm:
+            out = sample(mm, load_model(mm, folder).denoiser, pos, neg, empty, settings)
+            return out.samples, mm.report()["transfers"]
+
+    weights = folder / "transformer" / "diffusion_pytorch_model.safetensors"
+    with safe_open(str(weights), framework="pt") as f:
+        nbytes = {k: 4 * int(np.prod(f.get_slice(k).get_shape())) for k in f.keys()}  # float32
+    block = max(sum(n for k, n in nbytes.items() if f"transformer_blocks.{i}." in k) for i in range(2))
+    fixed = sum(n for k, n in nbytes.items() if "transformer_blocks." not in k)
+    text_tokens = max(pos.embeds.shape[1], neg.embeds.shape[1])
+    working = qwenimage_working_bytes(model.denoiser, h, w, 1, text_tokens)  # the ref's config and dtype
+    # 2 KiB of slack for the small tensors the ledger counts beside the weights.
+    budget = working + fixed + block + 2048
+    assert budget < working + sum(nbytes.values())  # the whole transformer would not fit beside its working
+
+    whole, _ = latents("none")
+    streamed, transfers = latents("stream", str(budget))
+    assert any(t["component"] == "transformer (streamed)" for t in transfers)
+    assert torch.equal(whole, streamed)
