@@ -157,6 +157,8 @@ class EmptyLatent(Node):
             channels, scale = vae.latent_channels, vae.scale_factor
         elif denoiser is not None:
             channels, scale = int(denoiser.config.get("in_channels", 4)), denoiser.vae_scale_factor
+            if denoiser.family.packs_latents:  # Flux, Qwen-Image: in_channels counts 2x2-packed channels
+                channels //= 4
         # 0 (the default) means the model's native size: 64 for the built-in model, 512 for SD1.x, 1024 SDXL.
         native, multiple = 512, scale
         why = "no model to size from: wire a denoiser or VAE, or set width/height"

@@ -377,3 +377,24 @@ def test_the_transformer_streams_block_by_block_with_the_same_latents(folder: Pa
     streamed, transfers = latents("stream", str(budget))
     assert any(t["component"] == "transformer (streamed)" for t in transfers)
     assert torch.equal(whole, streamed)
+
+
+@pytest.mark.slow  # the native 1024 x 1024 through the 3D VAE: about a minute on a busy 2-core machine
+def test_an_unwired_sampler_latent_has_the_vae_channels(
+    folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A Sampler with no latent wired makes one from the denoiser alone: the transformer's in_channels count
+    2x2-packed channels, so the latent has a quarter of them (the tiny VAE's 4), and the run succeeds."""
+    import json
+
+    graph = json.loads(TXT2IMG.read_text())
+    graph["nodes"]["sampler"]["inputs"].pop("latent")
+    del graph["nodes"]["latent"]
+    path = tmp_path / "unwired.json"
+    path.write_text(json.dumps(graph))
+    args = ["--run", str(path), "--out", str(tmp_path / "out"), "--quiet", "--set", f"load.path={folder}"]
+    args += ["--set", "sampler.scheduler=default", "--set", "sampler.steps=1"]
+    assert main(args) == 0, capsys.readouterr().err
+    (png,) = sorted((tmp_path / "out").glob("*.png"))
+    # No sample_size in the transformer's config: the family's native 1024 (the real pipeline's 128 latents x 8).
+    assert Image.open(png).size == (1024, 1024)

@@ -104,7 +104,8 @@ class Family:
     denoiser_call: str = "unet"
     # SDXL's micro-conditioning: pooled text embeds and the size/crop `time_ids` go in beside the prompt.
     size_conditioning: bool = False
-    # The denoiser packs 2x2 latent pixels into one token itself (Flux), so its config says patch_size 1.
+    # The loop packs 2x2 latent pixels into one token (Flux, whose config says patch_size 1; Qwen-Image), so
+    # the config's in_channels counts packed channels (4x the latent's).
     packs_latents: bool = False
     # How a LoRA file's keys are read: "standard" (kohya or PEFT), "sd3", "flux" (lora_formats.read_lora).
     lora_layout: str = "standard"
@@ -322,6 +323,7 @@ QWENIMAGE = Family(
     size_multiple=16,  # the VAE's 8 x the pipeline's 2x2 packing (a folder's configs override it)
     prompt_encoder="qwenimage",
     denoiser_call="qwenimage",
+    packs_latents=True,  # the pipeline packs 2x2 latents: the config's in_channels counts packed channels
     class_marker="QwenImagePipeline",  # not QwenImageEditPipeline / QwenImage21Pipeline (other pipelines)
 )
 

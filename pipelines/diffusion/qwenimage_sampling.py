@@ -89,12 +89,17 @@ def sample_qwenimage(
             f"{denoiser.family.title} packs 2x2 latent patches: the latent size must be even, "
             f"got {h}x{w} (image sides must be multiples of {2 * latents.vae_scale_factor})"
         )
+    channels = latents.samples.shape[1]
+    if channels * 4 != int(denoiser.config.get("in_channels", channels * 4)):
+        raise ValueError(
+            f"{denoiser.family.title} takes {int(denoiser.config['in_channels']) // 4}-channel latents, "
+            f"got {channels} (make the latent with this model's VAE)"
+        )
     do_cfg = settings.cfg > 1.0 and negative is not None  # the pipeline's `do_true_cfg`
     generator = torch.Generator("cpu").manual_seed(settings.seed)
     dtype = denoiser.dtype
 
     # 2. Prepare latent variables: noise as the pipeline draws it, (B, 1 frame, C, h, w), then packed
-    channels = latents.samples.shape[1]
     noise = randn_tensor(
         (batch, 1, channels, h, w), generator=generator, device=torch.device(device), dtype=dtype
     )
