@@ -263,7 +263,9 @@ def test_working_memory_formula_covers_the_full_size_transformer(
     assert measured <= formula <= 1.15 * measured, f"{formula / measured:.3f}x of {measured / 2**20:.0f} MiB"
 
 
-def test_the_text_encoder_streams_layer_by_layer_with_the_same_embeddings(folder: Path) -> None:
+def test_the_text_encoder_streams_layer_by_layer_with_the_same_embeddings(
+    folder: Path, tmp_path: Path
+) -> None:
     """Qwen-Image's text encoder (8B parameters at full size) declares its layers: in a budget that holds
     its working memory, the weights outside the blocks and one block, `stream` moves the rest in per call
     and the prompt's embeddings are unchanged."""
@@ -278,7 +280,9 @@ def test_the_text_encoder_streams_layer_by_layer_with_the_same_embeddings(folder
     from pipelines.diffusion.qwenimage_text import PROMPT_TEMPLATE, qwenimage_text_working_bytes
 
     def embeds(policy: str, budget: str | None = None) -> tuple[torch.Tensor, list]:
-        with MemoryManager(MemoryConfig(device="cpu", policy=policy, ram_budget=budget)) as mm:
+        # A fresh data dir: no peak learned by the runs above replaces the formula the budget is built on.
+        config = MemoryConfig(device="cpu", policy=policy, ram_budget=budget, data_dir=tmp_path / policy)
+        with MemoryManager(config) as mm:
             cond = encode_prompt(mm, load_model(mm, folder).text_encoder, PROMPT)
             return cond.embeds, mm.report()["transfers"]
 
@@ -334,7 +338,7 @@ def test_working_memory_formula_covers_the_full_size_text_encoder(layers: int, t
     assert measured <= formula <= 1.15 * measured, f"{formula / measured:.3f}x of {measured / 2**20:.0f} MiB"
 
 
-def test_the_transformer_streams_block_by_block_with_the_same_latents(folder: Path) -> None:
+def test_the_transformer_streams_block_by_block_with_the_same_latents(folder: Path, tmp_path: Path) -> None:
     """The transformer's declared blocks under `stream` in a budget that holds its working memory, the
     weights outside the blocks and one block (not the whole transformer): the blocks move in per call and
     the sampled latents are unchanged."""
@@ -358,7 +362,9 @@ def test_the_transformer_streams_block_by_block_with_the_same_latents(folder: Pa
     empty = Latents(samples=torch.zeros(1, 4, h, w), vae_scale_factor=4)
 
     def latents(policy: str, budget: str | None = None) -> tuple[torch.Tensor, list]:
-        with MemoryManager(MemoryConfig(device="cpu", policy=policy, ram_budget=budget)) as mm:
+        # A fresh data dir: no peak learned by the runs above replaces the formula the budget is built on.
+        config = MemoryConfig(device="cpu", policy=policy, ram_budget=budget, data_dir=tmp_path / policy)
+        with MemoryManager(config) as mm:
             out = sample(mm, load_model(mm, folder).denoiser, pos, neg, empty, settings)
             return out.samples, mm.report()["transfers"]
 
