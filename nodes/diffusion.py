@@ -52,7 +52,8 @@ _SIZE_HELP = "pixels; 0: the connected model's native size"
     tags=("CheckpointLoaderSimple", "checkpoint"),
     title="Load Diffusion Model",
     category="diffusion/loaders",
-    description="A diffusers folder (SD1.x/2.x, SDXL, PixArt-Sigma, SD3, Flux, Z-Image, Wan) or a single-file SD1.x/SDXL "
+    description="A diffusers folder (SD1.x/2.x, SDXL, PixArt-Sigma, SD3, Flux, Z-Image, Qwen-Image, Wan) or a "
+    "single-file SD1.x/SDXL "
     "checkpoint, as lazy model handles.",
     outputs=[Output("denoiser", DENOISER), Output("text_encoder", TEXT_ENCODER), Output("vae", VAE)],
 )
@@ -61,7 +62,8 @@ class LoadDiffusionModel(Node):
         PATH,
         "builtin:shapes-sd",
         file_filter=_MODEL_FILTER,
-        help="builtin:NAME, demo:tiny-sd|tiny-sdxl|tiny-pixart|tiny-sd3|tiny-flux|tiny-zimage|tiny-wan, a diffusers "
+        help="builtin:NAME, demo:tiny-sd|tiny-sdxl|tiny-pixart|tiny-sd3|tiny-flux|tiny-zimage|tiny-qwenimage|"
+        "tiny-wan, a diffusers "
         "folder, or an SD1.x/SDXL single-file .safetensors",
         comfy="ckpt_name",
     )
@@ -157,6 +159,8 @@ class EmptyLatent(Node):
             channels, scale = vae.latent_channels, vae.scale_factor
         elif denoiser is not None:
             channels, scale = int(denoiser.config.get("in_channels", 4)), denoiser.vae_scale_factor
+            if denoiser.family.packs_latents:  # Flux, Qwen-Image: in_channels counts 2x2-packed channels
+                channels //= 4
         # 0 (the default) means the model's native size: 64 for the built-in model, 512 for SD1.x, 1024 SDXL.
         native, multiple = 512, scale
         why = "no model to size from: wire a denoiser or VAE, or set width/height"
@@ -189,7 +193,7 @@ class KSamplerFields(Node):
         CHOICE,
         "dpmpp_2m",
         choices=(*SCHEDULER_NAMES, *K_SCHEDULER_NAMES),
-        help="dpmpp_2m = DPM++ 2M; default = the model's own scheduler; Flux, SD3, Z-Image: euler or default; "
+        help="dpmpp_2m = DPM++ 2M; default = the model's own scheduler; Flux, SD3, Z-Image, Qwen-Image: euler or default; "
         "k_* = ComfyUI's KSampler samplers (same picture as ComfyUI for the same seed)",
     )
     sigma_schedule: str = param(
@@ -208,7 +212,9 @@ class KSamplerFields(Node):
         help="classifier-free guidance scale; no negative wired skips the negative prompt, and so "
         "does cfg <= 1 (k_* samplers: only cfg = 1, as ComfyUI). "
         "Flux: the distilled guidance value (the negative is not used); "
-        "Z-Image: the pipeline's guidance_scale, pos + cfg * (pos - neg), 0 = no guidance",
+        "Z-Image: the pipeline's guidance_scale, pos + cfg * (pos - neg), 0 = no guidance; "
+        "Qwen-Image: the pipeline's true_cfg_scale, neg + cfg * (pos - neg) rescaled to the positive's norm, "
+        "cfg <= 1 = no guidance",
         comfy="cfg",
     )
     seed: int = param(SEED, 42, min=0, max=SEED_MAX, comfy="seed")

@@ -36,6 +36,7 @@ DEMO_NAMES = (
     "tiny-sd3",
     "tiny-flux",
     "tiny-zimage",
+    "tiny-qwenimage",
     "tiny-wan",
     "tiny-wan22",
 )

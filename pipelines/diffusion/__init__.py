@@ -6,7 +6,7 @@ Never nodes/, app/ or Qt. This package file imports nothing: import the module y
 choices) costs no diffusers import.
 
 Modules, by concept:
-  families      what differs between SD1.x/2.x, SDXL, PixArt-Sigma, SD3, Flux and Z-Image (data, not branches): the
+  families      what differs between SD1.x/2.x, SDXL, PixArt-Sigma, SD3, Flux, Z-Image and Qwen-Image (data, not branches): the
                 one family registry, with the single-file checkpoint layouts as its variants
   family_detect which family a folder, file header or file name is (the registry's one detector)
   values        the values on wires: DenoiserRef, TextEncoderRef, VaeRef, Conditioning, Latents
@@ -21,11 +21,14 @@ Modules, by concept:
   flow_sampling the flow-matching loops (Flux, SD3)
   zimage_text   Z-Image's prompt encoding: Qwen3 through the folder tokenizer's chat template
   zimage_sampling  Z-Image's loop (its own CFG rule, list inputs, negated velocity)
+  qwenimage_text  Qwen-Image's prompt encoding: Qwen2.5-VL through the pipeline's prompt template
+  qwenimage_sampling  Qwen-Image's loop (true CFG with its norm rescale, packed latents, img_shapes)
+  qwenimage_working  the Qwen-Image transformer's working-memory facts
   wan_text / wan_sampling / video_vae  Wan: UMT5 (512 zero-padded tokens), the 5D loop with 2.2's two experts,
                 the video VAE decode; demo_wan builds tiny-wan / tiny-wan22
   vae           decode / encode between latents and IMAGE tensors
   previews      latent -> RGB preview images
   demo_models   tiny random-weight models built offline (demo:tiny-sd, tiny-sdxl, tiny-pixart, tiny-sd3,
-                tiny-flux, tiny-zimage from demo_zimage); imported only for a `demo:` path or
+                tiny-flux, tiny-zimage from demo_zimage, tiny-qwenimage from demo_qwenimage); imported only for a `demo:` path or
                 `app models make-demo`
 """

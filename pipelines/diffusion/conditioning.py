@@ -1,9 +1,10 @@
 """Prompt encoding per family: CLIP (SD1.x/2.x), two CLIPs with a pooled vector (SDXL), T5 (PixArt),
-two CLIPs + T5 (SD3), CLIP pooled + T5 (Flux), Qwen3 through a chat template (Z-Image, in `zimage_text`).
+two CLIPs + T5 (SD3), CLIP pooled + T5 (Flux), Qwen3 through a chat template (Z-Image, in `zimage_text`),
+Qwen2.5-VL through the pipeline's template (Qwen-Image, in `qwenimage_text`).
 
 Lives here: `encode_prompt`, `encode_clip`, `encode_clip_sdxl`, `encode_t5`, `encode_sd3`, `encode_flux`,
 `text_encoder_working_bytes`.
-May import: torch, memory, pipelines.diffusion.values/families/zimage_text/wan_text.
+May import: torch, memory, pipelines.diffusion.values/families/zimage_text/qwenimage_text/wan_text.
 
 Each function mirrors the `encode_prompt` of the matching diffusers pipeline for one prompt (the negative
 prompt is just another `TextEncode` node), so a plain prompt's embeddings are the pipeline's bit for bit.
@@ -22,13 +23,14 @@ from memory import MemoryManager, Working
 from pipelines.diffusion.clip_text import ClipOutput, Embeddings, chunk_count, encode_clip_chunks
 from pipelines.diffusion.lora import use_text_encoder
 from pipelines.diffusion.prompt_weights import WEIGHTINGS, strip_weights
+from pipelines.diffusion.qwenimage_text import encode_qwenimage
 from pipelines.diffusion.values import Conditioning, TextEncoderRef
 from pipelines.diffusion.wan_text import encode_wan
 from pipelines.diffusion.working import diffusion_working_bytes
 from pipelines.diffusion.zimage_text import encode_zimage
 
 # The prompt encoders a family may declare (`Family.prompt_encoder`); `encode_prompt` dispatches on them.
-PROMPT_ENCODERS = ("clip", "clip_sdxl", "t5", "sd3", "flux", "qwen_chat", "umt5")
+PROMPT_ENCODERS = ("clip", "clip_sdxl", "t5", "sd3", "flux", "qwen_chat", "qwenimage", "umt5")
 
 
 def text_encoder_working(tokens: int, hidden_size: int, dtype: torch.dtype) -> Working:
@@ -234,6 +236,8 @@ def encode_prompt(
     if encoder == "flux":
         tokens = max_tokens or ref.family.max_text_tokens or 512
         return encode_flux(mm, ref, text, max_tokens=tokens, embeddings=emb)
+    if encoder == "qwenimage":
+        return encode_qwenimage(mm, ref, text, max_tokens=max_tokens or ref.family.max_text_tokens or 512)
     if encoder == "qwen_chat":
         return encode_zimage(mm, ref, text, max_tokens=max_tokens or ref.family.max_text_tokens or 512)
     if encoder == "umt5":

@@ -50,6 +50,7 @@ from transformers import (
 )
 from transformers.convert_slow_tokenizer import bytes_to_unicode
 
+from pipelines.diffusion.demo_qwenimage import build_tiny_qwenimage
 from pipelines.diffusion.demo_wan import build_tiny_wan, build_tiny_wan22
 from pipelines.diffusion.demo_zimage import build_tiny_zimage
 from pipelines.paths import demo_models_dir
@@ -383,6 +384,7 @@ DEMO_MODELS: dict[str, Callable[[], DiffusionPipeline]] = {
     "tiny-sd3": build_tiny_sd3,
     "tiny-flux": build_tiny_flux,
     "tiny-zimage": build_tiny_zimage,
+    "tiny-qwenimage": build_tiny_qwenimage,
     "tiny-wan": build_tiny_wan,
     "tiny-wan22": build_tiny_wan22,
 }

@@ -2,7 +2,8 @@
 
 Lives here: `sample` (the one entry every Sampler calls: it checks the inputs, hands ComfyUI's k-diffusion
 samplers to `k_sampling` and flow-matching models to `flow_sampling`, and runs the DDPM-style loop for SD,
-SDXL and PixArt itself; Z-Image's loop is `zimage_sampling`, Wan's `wan_sampling`), `predicted_original`.
+SDXL and PixArt itself; Z-Image's loop is `zimage_sampling`, Qwen-Image's `qwenimage_sampling`, Wan's
+`wan_sampling`), `predicted_original`.
 May import: stdlib, torch, diffusers, memory, pipelines.steps, pipelines.diffusion.* (the shared pieces every loop uses are in
 `pipelines.diffusion.sampling`).
 
@@ -27,6 +28,7 @@ from pipelines.diffusion.controlnet import ActiveControls
 from pipelines.diffusion.flow_sampling import sample_flux, sample_sd3
 from pipelines.diffusion.k_sampling import sample_k
 from pipelines.diffusion.lora import use_denoiser
+from pipelines.diffusion.qwenimage_sampling import sample_qwenimage
 from pipelines.diffusion.sampling import (
     SamplerSettings,
     _predict_noise,
@@ -137,6 +139,8 @@ def sample(
         else:
             return sample_k(mm, denoiser, positive, negative, latents, settings, on_step=on_step)
     if denoiser.family.flow:
+        if denoiser.family.denoiser_call == "qwenimage":
+            return sample_qwenimage(mm, denoiser, positive, negative, latents, settings, on_step=on_step)
         if denoiser.family.denoiser_call == "zimage":
             return sample_zimage(mm, denoiser, positive, negative, latents, settings, on_step=on_step)
         if denoiser.family.denoiser_call == "sd3":

@@ -1,4 +1,4 @@
-"""Model families: what differs between SD1.x/2.x, SDXL, PixArt-Sigma, SD3, Flux and Z-Image, declared as data.
+"""Model families: what differs between SD1.x/2.x, SDXL, PixArt-Sigma, SD3, Flux, Z-Image and Qwen-Image, as data.
 
 Lives here: `Family`, `FAMILIES`, `CheckpointLayout`, `CHECKPOINT_LAYOUTS`, `ClassRef`,
 `family_for_pipeline_class`, `detect_single_file_family`, `resolve_dtype`, `DIFFUSION_IMPORTS`. May import:
@@ -100,11 +100,12 @@ class Family:
     prompt_encoder: str = "clip"
     # How the denoiser is called and which loop runs it: "unet" (the scheduler loop), "pixart" (that loop,
     # a per-sample timestep and a (noise, variance) output), "sd3" / "flux" / "zimage" (their flow-matching
-    # loops; `pipelines.diffusion.denoising.sample` dispatches on it).
+    # loops; "qwenimage" too; `pipelines.diffusion.denoising.sample` dispatches on it).
     denoiser_call: str = "unet"
     # SDXL's micro-conditioning: pooled text embeds and the size/crop `time_ids` go in beside the prompt.
     size_conditioning: bool = False
-    # The denoiser packs 2x2 latent pixels into one token itself (Flux), so its config says patch_size 1.
+    # The loop packs 2x2 latent pixels into one token (Flux, whose config says patch_size 1; Qwen-Image), so
+    # the config's in_channels counts packed channels (4x the latent's).
     packs_latents: bool = False
     # How a LoRA file's keys are read: "standard" (kohya or PEFT), "sd3", "flux" (lora_formats.read_lora).
     lora_layout: str = "standard"
@@ -294,6 +295,38 @@ ZIMAGE = Family(
     class_marker="ZImage",
 )
 
+# Qwen-Image: Qwen2.5-VL as the text encoder (the pipeline's own prompt template), a dual-stream MMDiT over
+# 2x2-packed latents with true CFG, and its own 3D VAE (16 channels, one frame). Diffusers folders only.
+QWENIMAGE = Family(
+    name="qwenimage",
+    title="Qwen-Image",
+    pipeline_classes=("QwenImagePipeline",),
+    denoiser_subfolder="transformer",
+    denoiser_ref=_diffusers("QwenImageTransformer2DModel"),
+    text_encoders=(
+        TextEncoderSlot(
+            "text_encoder",
+            "tokenizer",
+            _transformers("Qwen2_5_VLForConditionalGeneration"),
+            # The language model's layers run per prompt; the vision tower's blocks never do for text, and
+            # declaring them keeps them out of what stays resident.
+            ("model.language_model.layers", "model.visual.blocks"),
+        ),
+    ),
+    cuda_dtype_name="bfloat16",  # Qwen-Image is published in bf16
+    max_text_tokens=512,  # QwenImagePipeline's max_sequence_length default
+    latent_rgb_factors=(),  # 16 latent channels: previews show the first three
+    vae_ref=_diffusers("AutoencoderKLQwenImage"),
+    denoiser_blocks=("transformer_blocks",),
+    flow=True,
+    native_size=1024,  # the pipeline's default_sample_size 128 x 8 pixels per latent
+    size_multiple=16,  # the VAE's 8 x the pipeline's 2x2 packing (a folder's configs override it)
+    prompt_encoder="qwenimage",
+    denoiser_call="qwenimage",
+    packs_latents=True,  # the pipeline packs 2x2 latents: the config's in_channels counts packed channels
+    class_marker="QwenImagePipeline",  # not QwenImageEditPipeline / QwenImage21Pipeline (other pipelines)
+)
+
 # Wan 2.1 / 2.2 text-to-video: UMT5 text encoder (512 tokens, padded positions zeroed and kept), a 3D DiT over
 # (frames, h, w) latent patches with cross-attention to the text, the Wan VAE (16 channels, 4x in time, 8x in
 # space by default; its config says). Wan 2.2 A14B adds a low-noise expert (`transformer_2`) used below
@@ -321,12 +354,12 @@ WAN = Family(
     class_marker="Wan",
 )
 
-FAMILIES: dict[str, Family] = {f.name: f for f in (SD, SDXL, PIXART_SIGMA, SD3, FLUX, ZIMAGE, WAN)}
+FAMILIES: dict[str, Family] = {f.name: f for f in (SD, SDXL, PIXART_SIGMA, SD3, FLUX, ZIMAGE, QWENIMAGE, WAN)}
 # The order detection tries families in where one family's marker can occur in another's name: Flux before
 # SD3 before SDXL for file names; SDXL's "XL" before SD3's "3", and SD's bare "StableDiffusion" last, for
 # diffusers class names.
 NAME_HINT_ORDER: tuple[Family, ...] = (FLUX, SD3, SDXL)
-CLASS_MARKER_ORDER: tuple[Family, ...] = (ZIMAGE, WAN, SDXL, SD3, FLUX, PIXART_SIGMA, SD)
+CLASS_MARKER_ORDER: tuple[Family, ...] = (ZIMAGE, QWENIMAGE, WAN, SDXL, SD3, FLUX, PIXART_SIGMA, SD)
 
 
 @dataclass(frozen=True)
@@ -390,6 +423,10 @@ def detect_single_file_family(keys: Iterable[str]) -> str:
     if has_prefix("noise_refiner.") or has_prefix("model.diffusion_model.noise_refiner."):
         raise UnsupportedModelError(
             "this is a Z-Image checkpoint; single-file Z-Image is not supported yet (load its diffusers folder)"
+        )
+    if has_prefix("txt_norm.") or has_prefix("model.diffusion_model.txt_norm."):
+        raise UnsupportedModelError(
+            "this is a Qwen-Image checkpoint; single-file Qwen-Image is not supported yet (load its diffusers folder)"
         )
     if has_prefix("double_blocks.") or has_prefix("model.diffusion_model.double_blocks."):
         raise UnsupportedModelError("this is a Flux checkpoint; single-file Flux is not supported yet")

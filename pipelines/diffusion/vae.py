@@ -4,7 +4,8 @@ Lives here: `decode`, `encode`, `vae_working_bytes`. May import: torch, diffuser
 
 IMAGE values follow the ComfyUI convention: float32 (B, H, W, C) in [0, 1] on the CPU. Latents are scaled
 (what the denoiser sees): decode undoes the scaling exactly as the diffusers pipelines do before
-`vae.decode`, including SDXL-style `latents_mean`/`latents_std` and SD3/Flux-style `shift_factor`.
+`vae.decode`, including SDXL-style `latents_mean`/`latents_std`, SD3/Flux-style `shift_factor` and
+Qwen-Image's mean/std without a scaling factor (its 3D VAE sees a picture as one frame).
 Pixel pre/post-processing is diffusers' `VaeImageProcessor`.
 """
 
@@ -44,10 +45,19 @@ def _mean_std(ref: VaeRef, latents: torch.Tensor) -> tuple[torch.Tensor, torch.T
     return mean, std
 
 
+def _frames(ref: VaeRef) -> bool:
+    """A 3D (video-style) VAE that takes (B, C, frames, H, W): Qwen-Image's, whose config has
+    `temperal_downsample`."""
+    return "temperal_downsample" in ref.config
+
+
 # _unscale and _scale keep diffusers' exact operation order, so decode/encode stay bit-identical to it.
 def _unscale(ref: VaeRef, latents: torch.Tensor) -> torch.Tensor:
     scaling = ref.config.get("scaling_factor", 0.18215)
     stats = _mean_std(ref, latents)
+    if stats is not None and "scaling_factor" not in ref.config:  # Qwen-Image's VAE: no scaling factor
+        mean, std = stats
+        return latents / (1.0 / std) + mean
     if stats is not None:
         mean, std = stats
         return latents * std / scaling + mean
@@ -59,6 +69,9 @@ def _unscale(ref: VaeRef, latents: torch.Tensor) -> torch.Tensor:
 def _scale(ref: VaeRef, latents: torch.Tensor) -> torch.Tensor:
     scaling = ref.config.get("scaling_factor", 0.18215)
     stats = _mean_std(ref, latents)
+    if stats is not None and "scaling_factor" not in ref.config:  # Qwen-Image's VAE: no scaling factor
+        mean, std = stats
+        return (latents - mean) * (1.0 / std)
     if stats is not None:
         mean, std = stats
         return (latents - mean) * scaling / std
@@ -74,7 +87,10 @@ def decode(mm: MemoryManager, ref: VaeRef, latents: Latents) -> torch.Tensor:
     height, width = latents.pixel_size
     working = vae_working(ref, height, width, samples.shape[0], "vae_decode")
     with mm.use(ref.handle, working=working) as vae:
-        image = vae.decode(_unscale(ref, samples), return_dict=False)[0]
+        if _frames(ref):  # a picture is one frame: (B, C, 1, h, w) in, (B, 3, 1, H, W) out
+            image = vae.decode(_unscale(ref, samples).unsqueeze(2), return_dict=False)[0][:, :, 0]
+        else:
+            image = vae.decode(_unscale(ref, samples), return_dict=False)[0]
     processor = VaeImageProcessor(vae_scale_factor=ref.scale_factor)
     image = processor.postprocess(image, output_type="pt")  # (B, C, H, W) in [0, 1]
     return image.permute(0, 2, 3, 1).to(dtype=torch.float32, device="cpu")
@@ -90,5 +106,8 @@ def encode(mm: MemoryManager, ref: VaeRef, image: torch.Tensor) -> Latents:
     pixels = pixels.to(device=mm.device, dtype=ref.dtype)
     working = vae_working(ref, pixels.shape[-2], pixels.shape[-1], pixels.shape[0], "vae_encode")
     with mm.use(ref.handle, working=working) as vae:
-        latents = vae.encode(pixels).latent_dist.mode()
+        if _frames(ref):
+            latents = vae.encode(pixels.unsqueeze(2)).latent_dist.mode()[:, :, 0]
+        else:
+            latents = vae.encode(pixels).latent_dist.mode()
     return Latents(samples=_scale(ref, latents).cpu(), vae_scale_factor=ref.scale_factor, source="encoded")

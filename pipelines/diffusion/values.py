@@ -54,6 +54,8 @@ def vae_scale_factor(vae_config: dict[str, Any]) -> int:
     `assembly` gives a denoiser its factor with it, and `VaeRef.scale_factor` reads it."""
     if "scale_factor_spatial" in vae_config:  # the Wan VAE says it (its blocks are `dim_mult`)
         return int(vae_config["scale_factor_spatial"])
+    if "temperal_downsample" in vae_config:  # Qwen-Image's 3D VAE: one 2x downsampling per entry
+        return 2 ** len(vae_config["temperal_downsample"])
     return 2 ** (len(vae_config.get("block_out_channels", (0, 0, 0, 0))) - 1)
 
 
@@ -118,7 +120,7 @@ class VaeRef:
 
     @property
     def latent_channels(self) -> int:
-        return int(self.config.get("latent_channels", self.config.get("z_dim", 4)))  # Wan: z_dim
+        return int(self.config.get("latent_channels", self.config.get("z_dim", 4)))  # z_dim: Wan, Qwen-Image
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,167 @@
+"""The Qwen-Image denoising loop, written out like diffusers' `QwenImagePipeline.__call__`.
+
+Lives here: `sample_qwenimage`, `true_cfg`. May import: stdlib, numpy, torch, diffusers, memory,
+pipelines.steps, pipelines.diffusion.*.
+
+What differs from the other flow-matching loops (flow_sampling.py): the latents are packed into 2x2 patches
+like Flux's, but the transformer takes the image's patch grid as `img_shapes` instead of position ids and
+the prompt as one variable-length caption. Guidance is the pipeline's "true CFG": a separate call for the
+negative prompt (never a doubled batch), `neg + cfg * (pos - neg)` as SD's rule, then every token's
+prediction is rescaled to the norm of the positive one (`true_cfg`). `sampler.cfg` is the pipeline's
+`true_cfg_scale`: guidance runs when it is above 1 and a negative prompt is wired, as the pipeline's
+`do_true_cfg`. The latents stay in the model's dtype, as the pipeline keeps them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from diffusers import FlowMatchEulerDiscreteScheduler
+from diffusers.utils.torch_utils import randn_tensor
+
+from memory import MemoryManager
+from pipelines.diffusion.flow_sampling import (
+    calculate_shift,
+    check_flow_scheduler,
+    flow_denoised,
+    pack_latents,
+    start_partway,
+    unpack_latents,
+)
+from pipelines.diffusion.lora import use_denoiser
+from pipelines.diffusion.qwenimage_working import qwenimage_working
+from pipelines.diffusion.sampling import SamplerSettings, batched_conditioning
+from pipelines.diffusion.schedulers import make_scheduler
+from pipelines.diffusion.values import Conditioning, DenoiserRef, Latents
+from pipelines.steps import OnStep, Step
+
+
+def true_cfg(pos: torch.Tensor, neg: torch.Tensor, scale: float) -> torch.Tensor:
+    """The pipeline's combination: SD's rule, then each token rescaled to the positive prediction's norm
+    over its channels ("Qwen's true-CFG has its own norm"). (B, tokens, C) in and out."""
+    combined = neg + scale * (pos - neg)
+    cond_norm = torch.norm(pos, dim=-1, keepdim=True)
+    noise_norm = torch.norm(combined, dim=-1, keepdim=True)
+    return combined * (cond_norm / noise_norm)
+
+
+def _predict(
+    model: torch.nn.Module,
+    x: torch.Tensor,
+    timestep: torch.Tensor,
+    embeds: torch.Tensor,
+    img_shapes: list[list[tuple[int, int, int]]],
+) -> torch.Tensor:
+    """One transformer call on the packed latents (B, tokens, C x 4) for one prompt's embeddings."""
+    return model(
+        hidden_states=x,
+        timestep=timestep,
+        guidance=None,
+        encoder_hidden_states_mask=None,  # one unpadded prompt: every token is real
+        encoder_hidden_states=embeds,
+        img_shapes=img_shapes,
+        return_dict=False,
+    )[0]
+
+
+@torch.no_grad()
+def sample_qwenimage(
+    mm: MemoryManager,
+    denoiser: DenoiserRef,
+    positive: Conditioning,
+    negative: Conditioning | None,
+    latents: Latents,
+    settings: SamplerSettings,
+    *,
+    on_step: OnStep | None = None,
+) -> Latents:
+    # 1. Check inputs
+    check_flow_scheduler(denoiser, settings)
+    if denoiser.config.get("guidance_embeds", False):
+        raise ValueError(
+            f"{denoiser.family.title}: this transformer is guidance-distilled (guidance_embeds); "
+            "such Qwen-Image models are not supported yet"
+        )
+    device = mm.device
+    batch, _, h, w = latents.samples.shape
+    if h % 2 or w % 2:
+        raise ValueError(
+            f"{denoiser.family.title} packs 2x2 latent patches: the latent size must be even, "
+            f"got {h}x{w} (image sides must be multiples of {2 * latents.vae_scale_factor})"
+        )
+    channels = latents.samples.shape[1]
+    if channels * 4 != int(denoiser.config.get("in_channels", channels * 4)):
+        raise ValueError(
+            f"{denoiser.family.title} takes {int(denoiser.config['in_channels']) // 4}-channel latents, "
+            f"got {channels} (make the latent with this model's VAE)"
+        )
+    do_cfg = settings.cfg > 1.0 and negative is not None  # the pipeline's `do_true_cfg`
+    generator = torch.Generator("cpu").manual_seed(settings.seed)
+    dtype = denoiser.dtype
+
+    # 2. Prepare latent variables: noise as the pipeline draws it, (B, 1 frame, C, h, w), then packed
+    noise = randn_tensor(
+        (batch, 1, channels, h, w), generator=generator, device=torch.device(device), dtype=dtype
+    )
+    noise = noise.view(batch, channels, h, w)  # the frame axis is 1: the same values in the same order
+
+    # 3. Prepare timesteps: sigmas 1 -> 1/steps, shifted for the image's token count
+    # "default": the class the folder was saved with; "euler": flow-matching Euler on the folder's settings.
+    if settings.scheduler == "default":
+        scheduler = make_scheduler("default", denoiser.scheduler_config)
+    else:
+        scheduler = FlowMatchEulerDiscreteScheduler.from_config(denoiser.scheduler_config)
+    config = scheduler.config
+    mu = calculate_shift(
+        (h // 2) * (w // 2),
+        config.get("base_image_seq_len", 256),
+        config.get("max_image_seq_len", 4096),
+        config.get("base_shift", 0.5),
+        config.get("max_shift", 1.15),
+    )
+    scheduler.set_timesteps(sigmas=np.linspace(1.0, 1 / settings.steps, settings.steps), device=device, mu=mu)
+    timesteps = start_partway(scheduler, settings)
+    if len(timesteps) == 0:
+        return latents
+    if settings.denoise >= 1.0:
+        x = pack_latents(noise)
+    else:
+        init = latents.samples.to(device=device, dtype=dtype)
+        x = pack_latents(scheduler.scale_noise(init, timesteps[:1].repeat(batch), noise))
+
+    # 4. Prepare conditioning: one caption per call, the patch grid for the rotary positions
+    pos_embeds = batched_conditioning(positive, batch).embeds.to(device=device, dtype=dtype)
+    neg_embeds = None
+    if do_cfg and negative is not None:
+        neg_embeds = batched_conditioning(negative, batch).embeds.to(device=device, dtype=dtype)
+    img_shapes = [[(1, h // 2, w // 2)]] * batch
+
+    # 5. Denoising loop
+    text_tokens = max(e.shape[1] for e in (pos_embeds, neg_embeds) if e is not None)
+    working = qwenimage_working(denoiser, h, w, batch, text_tokens)
+    with use_denoiser(mm, denoiser, working=working) as model:
+        for i, t in enumerate(timesteps):
+            timestep = t.expand(batch).to(x.dtype) / 1000
+
+            noise_pred = _predict(model, x, timestep, pos_embeds, img_shapes)
+            if neg_embeds is not None:
+                neg_pred = _predict(model, x, timestep, neg_embeds, img_shapes)
+                noise_pred = true_cfg(noise_pred, neg_pred, settings.cfg)
+
+            before = x
+            x = scheduler.step(noise_pred, t, x, return_dict=False)[0]
+
+            if on_step is not None:
+                on_step(
+                    Step(
+                        step=i + 1,
+                        total=len(timesteps),
+                        timestep=float(t),
+                        latents=unpack_latents(x, h, w),
+                        denoised=unpack_latents(flow_denoised(scheduler, before, noise_pred), h, w),
+                    )
+                )
+
+    return Latents(
+        samples=unpack_latents(x, h, w).cpu(), vae_scale_factor=latents.vae_scale_factor, source="sampled"
+    )

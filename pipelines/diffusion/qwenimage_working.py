@@ -1,0 +1,44 @@
+"""Working memory of one Qwen-Image transformer call, declared as facts.
+
+Lives here: `qwenimage_activations`, `qwenimage_working_bytes`, `qwenimage_working`. May import: stdlib,
+torch, memory, pipelines.diffusion.values.
+
+Qwen-Image's transformer is a dual-stream MMDiT (60 blocks at full size): image and text tokens keep their
+own residual streams, norms and MLPs and meet only in joint attention. The peak is inside one block, while
+the image stream's MLP runs: its residual, modulated input, q/k/v, attention output and the 4x MLP
+projection with its GELU stay alive together (16 x hidden a token), beside the text stream's state, which is
+past its own attention by then (6 x hidden a token). Measured on the full-width transformer on the meta
+device (tests/test_family_qwenimage.py) from 512 to 1536 px and 50 to 512 caption tokens: 1.06-1.08x the
+live tensors. True CFG calls the transformer once per prompt, so guidance never doubles a call's batch.
+"""
+
+from __future__ import annotations
+
+from memory import Working
+from memory.estimates import Activations, activation_bytes
+from pipelines.diffusion.values import DenoiserRef
+
+
+def qwenimage_activations(hidden: int, image_tokens: int, text_tokens: int) -> list[Activations]:
+    return [
+        Activations(
+            "image stream: residual, q/k/v, attention out, 4x MLP and its GELU", 16, hidden, image_tokens
+        ),
+        Activations("text stream past its attention", 6, hidden, text_tokens),
+    ]
+
+
+def qwenimage_working_bytes(denoiser: DenoiserRef, h: int, w: int, batch: int, text_tokens: int) -> int:
+    """Bytes of one call on a (batch, C, h, w) latent (latent pixels) with `text_tokens` caption tokens."""
+    config = denoiser.config
+    hidden = int(config.get("num_attention_heads", 24)) * int(config.get("attention_head_dim", 128))
+    # The pipeline packs 2x2 latent patches into one token whatever the config says (`_pack_latents`).
+    terms = qwenimage_activations(hidden, (h // 2) * (w // 2), text_tokens)
+    large = activation_bytes(terms, batch=batch, dtype=denoiser.dtype)
+    return large + large // 64  # the small tensors beside them, as in `diffusion_working_bytes`
+
+
+def qwenimage_working(denoiser: DenoiserRef, h: int, w: int, batch: int, text_tokens: int) -> Working:
+    """The formula plus the shape it depends on (the manager replaces it by the measured peak)."""
+    formula = qwenimage_working_bytes(denoiser, h, w, batch, text_tokens)
+    return Working(formula, f"{batch}x{h}x{w}+{text_tokens}t")
