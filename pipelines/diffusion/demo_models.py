@@ -50,6 +50,7 @@ from transformers import (
 )
 from transformers.convert_slow_tokenizer import bytes_to_unicode
 
+from pipelines.diffusion.demo_flux2 import build_tiny_flux2_klein
 from pipelines.diffusion.demo_zimage import build_tiny_zimage
 from pipelines.paths import demo_models_dir
 
@@ -382,6 +383,7 @@ DEMO_MODELS: dict[str, Callable[[], DiffusionPipeline]] = {
     "tiny-sd3": build_tiny_sd3,
     "tiny-flux": build_tiny_flux,
     "tiny-zimage": build_tiny_zimage,
+    "tiny-flux2-klein": build_tiny_flux2_klein,
 }
 
 

@@ -1,4 +1,4 @@
-"""Model families: what differs between SD1.x/2.x, SDXL, PixArt-Sigma, SD3, Flux and Z-Image, declared as data.
+"""Model families: what differs between SD1.x/2.x, SDXL, PixArt-Sigma, SD3, Flux, Z-Image, FLUX.2, as data.
 
 Lives here: `Family`, `FAMILIES`, `CheckpointLayout`, `CHECKPOINT_LAYOUTS`, `ClassRef`,
 `family_for_pipeline_class`, `detect_single_file_family`, `resolve_dtype`, `DIFFUSION_IMPORTS`. May import:
@@ -294,12 +294,37 @@ ZIMAGE = Family(
     class_marker="ZImage",
 )
 
-FAMILIES: dict[str, Family] = {f.name: f for f in (SD, SDXL, PIXART_SIGMA, SD3, FLUX, ZIMAGE)}
+# FLUX.2 [klein]: one Qwen3 text encoder (three hidden layers stacked per token), Flux2's double- and
+# single-stream DiT over 2x2-packed latents, its own VAE (32 channels, batch-norm statistics instead of a
+# scaling factor). Diffusers folders only; the loop is `flux2_sampling`.
+FLUX2_KLEIN = Family(
+    name="flux2_klein",
+    title="FLUX.2 [klein]",
+    pipeline_classes=("Flux2KleinPipeline",),
+    denoiser_subfolder="transformer",
+    denoiser_ref=_diffusers("Flux2Transformer2DModel"),
+    text_encoders=(TextEncoderSlot("text_encoder", "tokenizer", _transformers("Qwen3Model"), ("layers",)),),
+    cuda_dtype_name="bfloat16",  # FLUX.2 [klein] is published in bf16
+    max_text_tokens=512,  # Flux2KleinPipeline's max_sequence_length default
+    latent_rgb_factors=(),  # 32 latent channels: previews show the first three
+    vae_ref=_diffusers("AutoencoderKLFlux2"),
+    denoiser_blocks=("transformer_blocks", "single_transformer_blocks"),
+    flow=True,
+    native_size=1024,
+    size_multiple=16,  # the VAE's 8 x the pipeline's 2x2 packing (a folder's configs override it)
+    joint_text_tokens=512,  # all 512 padded prompt tokens join the image tokens (no mask)
+    prompt_encoder="qwen_flux2",
+    denoiser_call="flux2",
+    packs_latents=True,
+    class_marker="Flux2Klein",
+)
+
+FAMILIES: dict[str, Family] = {f.name: f for f in (SD, SDXL, PIXART_SIGMA, SD3, FLUX, ZIMAGE, FLUX2_KLEIN)}
 # The order detection tries families in where one family's marker can occur in another's name: Flux before
 # SD3 before SDXL for file names; SDXL's "XL" before SD3's "3", and SD's bare "StableDiffusion" last, for
 # diffusers class names.
 NAME_HINT_ORDER: tuple[Family, ...] = (FLUX, SD3, SDXL)
-CLASS_MARKER_ORDER: tuple[Family, ...] = (ZIMAGE, SDXL, SD3, FLUX, PIXART_SIGMA, SD)
+CLASS_MARKER_ORDER: tuple[Family, ...] = (FLUX2_KLEIN, ZIMAGE, SDXL, SD3, FLUX, PIXART_SIGMA, SD)
 
 
 @dataclass(frozen=True)
