@@ -61,7 +61,7 @@ class LoadDiffusionModel(Node):
         PATH,
         "builtin:shapes-sd",
         file_filter=_MODEL_FILTER,
-        help="builtin:NAME, demo:tiny-sd|tiny-sdxl|tiny-pixart|tiny-sd3|tiny-flux|tiny-zimage, a diffusers "
+        help="builtin:NAME, demo:tiny-sd|tiny-sdxl|tiny-pixart|tiny-sd3|tiny-flux|tiny-zimage|tiny-flux2-klein, a diffusers "
         "folder, or an SD1.x/SDXL single-file .safetensors",
         comfy="ckpt_name",
     )
@@ -208,7 +208,8 @@ class KSamplerFields(Node):
         help="classifier-free guidance scale; no negative wired skips the negative prompt, and so "
         "does cfg <= 1 (k_* samplers: only cfg = 1, as ComfyUI). "
         "Flux: the distilled guidance value (the negative is not used); "
-        "Z-Image: the pipeline's guidance_scale, pos + cfg * (pos - neg), 0 = no guidance",
+        "Z-Image: the pipeline's guidance_scale, pos + cfg * (pos - neg), 0 = no guidance; "
+        "FLUX.2 [klein]: true CFG above 1 on base models, ignored by distilled ones (as the pipeline)",
         comfy="cfg",
     )
     seed: int = param(SEED, 42, min=0, max=SEED_MAX, comfy="seed")

@@ -29,7 +29,15 @@ DETAIL_ROLE = Qt.ItemDataRole.UserRole + 2  # the dimmed text right of the name:
 
 # The tiny random-weight models `demo:NAME` builds offline on first use (the keys of
 # pipelines.diffusion.demo_models.DEMO_MODELS, which imports torch: not at first paint).
-DEMO_NAMES = ("tiny-sd", "tiny-sdxl", "tiny-pixart", "tiny-sd3", "tiny-flux", "tiny-zimage")
+DEMO_NAMES = (
+    "tiny-sd",
+    "tiny-sdxl",
+    "tiny-pixart",
+    "tiny-sd3",
+    "tiny-flux",
+    "tiny-zimage",
+    "tiny-flux2-klein",
+)
 
 # Models shipped with Nodeloom, by loader type (`builtin:` names, see pipelines/paths.py).
 BUILTINS: dict[str, tuple[str, ...]] = {
