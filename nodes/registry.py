@@ -92,6 +92,9 @@ def default_registry(*, entry_point_packs: bool = True) -> NodeRegistry:
     from nodes.video import NODES as VIDEO_NODES  # frames + fps + sound, no model (issue 27)
 
     registry.register_all(VIDEO_NODES)
+    from nodes.flux2 import NODES as FLUX2_NODES  # FLUX.2 reference pictures (issue 26)
+
+    registry.register_all(FLUX2_NODES)
     if entry_point_packs:
         registry.load_entry_points()
     return registry

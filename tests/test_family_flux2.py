@@ -258,3 +258,82 @@ def test_the_text_encoder_streams_layer_by_layer_with_the_same_embeddings(folder
     streamed, transfers = embeds("stream", str(budget))
     assert transfers and transfers[0]["component"] == "text_encoder (streamed)"
     assert torch.equal(whole, streamed)
+
+
+def _reference_picture(path: Path) -> Path:
+    """A ramp of another size than the output (the pipeline takes references of at least 64 px a side)."""
+    ramp = np.linspace(0, 255, 80 * 64 * 3).reshape(80, 64, 3)
+    Image.fromarray(ramp.astype(np.uint8)).save(path)
+    return path
+
+
+def test_editing_with_a_reference_picture_matches_the_pipeline(folder: Path, tmp_path: Path) -> None:
+    """LoadImage -> VAE Encode -> Reference Latent on the positive prompt = `Flux2KleinPipeline(image=...)`:
+    the picture's tokens join the image's at time coordinate 10. On the tiny model a reference moves the
+    picture by about one uint8 level, so the latents are compared too, where it moves them 1000x the
+    tolerance."""
+    from dataclasses import replace
+
+    from diffusers import Flux2KleinPipeline
+
+    from memory import MemoryConfig, MemoryManager
+    from pipelines.diffusion.conditioning import encode_prompt
+    from pipelines.diffusion.denoising import sample
+    from pipelines.diffusion.flux2_latents import bn_denormalize
+    from pipelines.diffusion.loading import load_model
+    from pipelines.diffusion.sampling import SamplerSettings
+    from pipelines.diffusion.vae import encode
+    from pipelines.diffusion.values import Latents
+
+    picture = _reference_picture(tmp_path / "ref.png")
+    workflow = json.loads(TXT2IMG.read_text())
+    nodes = workflow["nodes"]
+    nodes["image"] = {"type": "LoadImage", "params": {"path": str(picture)}, "inputs": {}}
+    nodes["encode"] = {
+        "type": "VAEEncode",
+        "params": {},
+        "inputs": {"vae": ["load", "vae"], "image": ["image", "image"]},
+    }
+    nodes["ref"] = {
+        "type": "ReferenceLatent",
+        "params": {},
+        "inputs": {"conditioning": ["positive", "conditioning"], "latent": ["encode", "latent"]},
+    }
+    nodes["sampler"]["inputs"]["positive"] = ["ref", "conditioning"]
+    edit = tmp_path / "edit.json"
+    edit.write_text(json.dumps(workflow))
+    sets = [f"load.path={folder}", "sampler.scheduler=default", "sampler.steps=3", "sampler.cfg=4.0"]
+    sets += [f"latent.width={WIDTH}", f"latent.height={HEIGHT}", f"positive.text={PROMPT}", "negative.text="]
+    args = ["--run", str(edit), "--out", str(tmp_path / "out"), "--quiet", "--device", "cpu"]
+    assert main([*args, *(x for s in sets for x in ("--set", s))]) == 0
+    (png,) = sorted((tmp_path / "out").glob("*.png"))
+
+    pipe = Flux2KleinPipeline.from_pretrained(str(folder), dtype=torch.float32)
+    pipe.set_progress_bar_config(disable=True)
+    call = dict(prompt=PROMPT, height=HEIGHT, width=WIDTH, num_inference_steps=3, guidance_scale=4.0)
+    image = pipe(image=Image.open(picture), generator=torch.Generator("cpu").manual_seed(42), **call).images[
+        0
+    ]
+    diff = max_diff(np.asarray(Image.open(png).convert("RGB")), np.asarray(image.convert("RGB")))
+    print(f"flux2 klein edit parity: max uint8 difference {diff}")
+    assert diff <= 1  # as in the text-to-image parity
+
+    theirs_latents = pipe(
+        image=Image.open(picture),
+        generator=torch.Generator("cpu").manual_seed(42),
+        output_type="latent",
+        **call,
+    ).images
+    pixels = torch.from_numpy(np.asarray(Image.open(picture)).astype(np.float32) / 255)[None]
+    settings = SamplerSettings(seed=42, steps=3, cfg=4.0, scheduler="default")
+    with MemoryManager(MemoryConfig(device="cpu", policy="none")) as mm:
+        model = load_model(mm, folder)
+        positive = encode_prompt(mm, model.text_encoder, PROMPT)
+        negative = encode_prompt(mm, model.text_encoder, "")
+        empty = Latents(samples=torch.zeros(1, 8, HEIGHT // 4, WIDTH // 4), vae_scale_factor=4)
+        edited = replace(positive, references=(encode(mm, model.vae, pixels),))
+        with_ref = sample(mm, model.denoiser, edited, negative, empty, settings).samples
+        without = sample(mm, model.denoiser, positive, negative, empty, settings).samples
+    # Same CPU kernels in the same order; 1e-5 leaves room for a float32 rounding difference.
+    assert torch.allclose(bn_denormalize(pipe.vae, with_ref), theirs_latents, atol=1e-5)
+    assert (bn_denormalize(pipe.vae, without) - theirs_latents).abs().max() > 1e-2  # the reference mattered

@@ -27,7 +27,7 @@ from diffusers.utils.torch_utils import randn_tensor
 from memory import MemoryManager, Working
 from memory.estimates import element_size
 from pipelines.diffusion.flow_sampling import check_flow_scheduler, flow_denoised
-from pipelines.diffusion.flux2_latents import unpatchify
+from pipelines.diffusion.flux2_latents import patchify, unpatchify
 from pipelines.diffusion.lora import use_denoiser
 from pipelines.diffusion.previews import model_folder
 from pipelines.diffusion.sampling import SamplerSettings, batched_conditioning
@@ -153,26 +153,29 @@ def sample_flux2(
         embeds = batched_conditioning(cond, batch).embeds.to(device=device, dtype=dtype)
         return embeds, _ids(batch, 1, 1, 1, embeds.shape[1]).to(device)
 
+    refs, ref_ids = _references(positive, batch, device, x.shape[2], title)
     pos_embeds, pos_ids = text(positive)
     neg_embeds, neg_ids = text(negative) if do_cfg and negative is not None else (None, None)
 
     # 5. Denoising loop
     text_tokens = max(e.shape[1] for e in (pos_embeds, neg_embeds) if e is not None)
     working = Working(
-        flux2_working_bytes(denoiser.config, x.shape[1] + text_tokens, batch, dtype),
+        flux2_working_bytes(denoiser.config, x.shape[1] + refs.shape[1] + text_tokens, batch, dtype),
         f"{batch}x{h * latents.vae_scale_factor}x{w * latents.vae_scale_factor}+{text_tokens}t",
     )
     with use_denoiser(mm, denoiser, working=working) as model:
         for i, t in enumerate(timesteps):
             timestep = t.expand(batch).to(x.dtype)
-            model_input = x.to(dtype)
+            # Reference tokens follow the image's (both branches see them, as in the pipeline)
+            model_input = torch.cat([x, refs], dim=1).to(dtype)
+            model_ids = torch.cat([img_ids, ref_ids], dim=1)
             noise_pred = model(
                 hidden_states=model_input,
                 timestep=timestep / 1000,
                 guidance=None,
                 encoder_hidden_states=pos_embeds,
                 txt_ids=pos_ids,
-                img_ids=img_ids,
+                img_ids=model_ids,
                 return_dict=False,
             )[0][:, : x.size(1)]
             if do_cfg:
@@ -182,7 +185,7 @@ def sample_flux2(
                     guidance=None,
                     encoder_hidden_states=neg_embeds,
                     txt_ids=neg_ids,
-                    img_ids=img_ids,
+                    img_ids=model_ids,
                     return_dict=False,
                 )[0][:, : x.size(1)]
                 noise_pred = neg_pred + settings.cfg * (noise_pred - neg_pred)
@@ -204,6 +207,32 @@ def sample_flux2(
     return Latents(
         samples=_unpack(x, h, w).cpu(), vae_scale_factor=latents.vae_scale_factor, source="sampled"
     )
+
+
+def _references(
+    cond: Conditioning, batch: int, device: torch.device | str, channels: int, title: str
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The reference LATENTs as tokens (B, N, 4C) and their ids: picture i at time coordinate 10 + 10 i, its
+    own (h, w) grid, as `Flux2KleinPipeline.prepare_image_latents` / `_prepare_image_ids`."""
+    tokens, ids = [], []
+    for i, ref in enumerate(cond.references):
+        patches = patchify(ref.samples[:1].to(device=device, dtype=torch.float32))  # (1, 4C, h, w)
+        _, c4, h, w = patches.shape
+        if c4 != channels:
+            raise ValueError(
+                f"reference {i + 1}: {title} takes {channels // 4}-channel latents, got {c4 // 4}"
+            )
+        tokens.append(patches.reshape(1, c4, h * w).permute(0, 2, 1)[0])
+        coords = torch.cartesian_prod(
+            torch.tensor([10 + 10 * i]), torch.arange(h), torch.arange(w), torch.arange(1)
+        )
+        ids.append(coords)
+    if not tokens:
+        return torch.zeros(batch, 0, channels, device=device), torch.zeros(
+            batch, 0, 4, dtype=torch.long, device=device
+        )
+    packed = torch.cat(tokens, dim=0)[None].repeat(batch, 1, 1).to(device)
+    return packed, torch.cat(ids, dim=0)[None].repeat(batch, 1, 1).to(device)
 
 
 def _default_sigmas(steps: int) -> list[float]:
