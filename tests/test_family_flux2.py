@@ -21,7 +21,7 @@ from PIL import Image
 
 from app.main import main
 from pipelines.diffusion.demo_models import save_demo_model
-from pipelines.diffusion.families import FAMILIES
+from pipelines.diffusion.families import FAMILIES, UnsupportedModelError, detect_single_file_family
 from pipelines.diffusion.family_detect import detect_family, family_from_keys
 
 REPO = Path(__file__).resolve().parent.parent
@@ -144,6 +144,9 @@ def test_folder_and_headers_are_detected_as_flux2_klein(folder: Path) -> None:
     assert detect_family(folder / "transformer" / "diffusion_pytorch_model.safetensors") == "flux2_klein"
     # FLUX.1's diffusers keys share `single_transformer_blocks.`; they stay Flux.
     assert family_from_keys(["single_transformer_blocks.0.attn.to_q.weight"], {}) == "flux"
+    # Loaded as a single file it is refused by name (diffusers folders only, for now).
+    with pytest.raises(UnsupportedModelError, match="FLUX.2"):
+        detect_single_file_family(["double_stream_modulation_img.linear.weight"])
 
 
 def test_declared_blocks_let_stream_hold_the_full_size_transformer_in_a_small_budget() -> None:

@@ -389,6 +389,12 @@ def detect_single_file_family(keys: Iterable[str]) -> str:
         raise UnsupportedModelError(
             "this is a Z-Image checkpoint; single-file Z-Image is not supported yet (load its diffusers folder)"
         )
+    if has_prefix("double_stream_modulation_img.") or has_prefix(
+        "model.diffusion_model.double_stream_modulation_img."
+    ):
+        raise UnsupportedModelError(
+            "this is a FLUX.2 transformer; single-file FLUX.2 is not supported yet (load its diffusers folder)"
+        )
     if has_prefix("double_blocks.") or has_prefix("model.diffusion_model.double_blocks."):
         raise UnsupportedModelError("this is a Flux checkpoint; single-file Flux is not supported yet")
     if not has_prefix("model.diffusion_model."):

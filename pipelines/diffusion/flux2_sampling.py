@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import numpy as np
 import torch
 from diffusers import FlowMatchEulerDiscreteScheduler
 from diffusers.utils.torch_utils import randn_tensor
@@ -236,10 +237,8 @@ def _references(
 
 
 def _default_sigmas(steps: int) -> list[float]:
-    # Flux2KleinPipeline: np.linspace(1.0, 1 / steps, steps), as float64 then handed to the scheduler
-    import numpy as np
-
-    return np.linspace(1.0, 1 / steps, steps)  # type: ignore[return-value]
+    """Flux2KleinPipeline's `np.linspace(1.0, 1 / steps, steps)` (float64; the scheduler casts to float32)."""
+    return np.linspace(1.0, 1 / steps, steps).tolist()
 
 
 def _unpack(tokens: torch.Tensor, h: int, w: int) -> torch.Tensor:
