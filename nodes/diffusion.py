@@ -61,7 +61,7 @@ class LoadDiffusionModel(Node):
         PATH,
         "builtin:shapes-sd",
         file_filter=_MODEL_FILTER,
-        help="builtin:NAME, demo:tiny-sd|tiny-sdxl|tiny-pixart|tiny-sd3|tiny-flux|tiny-zimage|tiny-flux2-klein, a diffusers "
+        help="builtin:NAME, demo:tiny-sd|tiny-sdxl|tiny-pixart|tiny-sd3|tiny-flux|tiny-zimage|tiny-flux2-klein|tiny-flux2-dev, a diffusers "
         "folder, or an SD1.x/SDXL single-file .safetensors",
         comfy="ckpt_name",
     )
@@ -209,7 +209,8 @@ class KSamplerFields(Node):
         "does cfg <= 1 (k_* samplers: only cfg = 1, as ComfyUI). "
         "Flux: the distilled guidance value (the negative is not used); "
         "Z-Image: the pipeline's guidance_scale, pos + cfg * (pos - neg), 0 = no guidance; "
-        "FLUX.2 [klein]: true CFG above 1 on base models, ignored by distilled ones (as the pipeline)",
+        "FLUX.2 [klein]: true CFG above 1 on base models, ignored by distilled ones (as the pipeline); "
+        "FLUX.2 [dev]: the embedded guidance value (the negative is not used)",
         comfy="cfg",
     )
     seed: int = param(SEED, 42, min=0, max=SEED_MAX, comfy="seed")

@@ -46,6 +46,11 @@ def distilled(folder: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.fixture(scope="module")
+def dev(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return save_demo_model("tiny-flux2-dev", tmp_path_factory.mktemp("flux2dev") / "tiny-flux2-dev")
+
+
 def ours(
     folder: Path, out: Path, *, cfg: float, steps: int = 3, seed: int = 42, extra: tuple = ()
 ) -> np.ndarray:
@@ -69,9 +74,9 @@ def ours(
 
 
 def theirs(folder: Path, *, cfg: float, steps: int = 3, seed: int = 42) -> np.ndarray:
-    from diffusers import Flux2KleinPipeline
+    from diffusers import DiffusionPipeline
 
-    pipe = Flux2KleinPipeline.from_pretrained(str(folder), dtype=torch.float32)
+    pipe = DiffusionPipeline.from_pretrained(str(folder), dtype=torch.float32)  # the folder's own class
     pipe.set_progress_bar_config(disable=True)
     image = pipe(
         prompt=PROMPT,
@@ -107,6 +112,21 @@ def test_a_distilled_klein_ignores_cfg_as_the_pipeline_does(distilled: Path, tmp
     assert np.array_equal(guided, ours(distilled, tmp_path / "b", cfg=1.0, steps=4))
 
 
+# [dev]: cfg is the transformer's guidance embedding, one call a step (the negative is not used).
+@pytest.mark.parametrize("cfg", [4.0, 1.5])
+def test_cli_picture_matches_flux2_dev_pipeline(dev: Path, tmp_path: Path, cfg: float) -> None:
+    diff = max_diff(ours(dev, tmp_path, cfg=cfg), theirs(dev, cfg=cfg))
+    print(f"flux2 dev parity cfg {cfg}: max uint8 difference {diff}")
+    assert diff <= 1  # as above
+
+
+def test_dev_guidance_changes_the_picture_and_streams_the_same(dev: Path, tmp_path: Path) -> None:
+    base = ours(dev, tmp_path / "a", cfg=4.0)
+    assert not np.array_equal(base, ours(dev, tmp_path / "b", cfg=1.5))
+    streamed = ours(dev, tmp_path / "c", cfg=4.0, extra=("--offload", "stream", "--ram-budget", "2GiB"))
+    assert np.array_equal(base, streamed)
+
+
 def test_guidance_and_seed_change_the_picture(folder: Path, tmp_path: Path) -> None:
     base = ours(folder, tmp_path / "a", cfg=4.0)
     assert not np.array_equal(base, ours(folder, tmp_path / "b", cfg=1.0))
@@ -139,8 +159,9 @@ def test_what_the_pipeline_cannot_do_is_refused_in_one_line(
     assert "Traceback" not in err
 
 
-def test_folder_and_headers_are_detected_as_flux2_klein(folder: Path) -> None:
+def test_folder_and_headers_are_detected_as_flux2_klein(folder: Path, dev: Path) -> None:
     assert detect_family(folder) == "flux2_klein"
+    assert detect_family(dev) == "flux2_dev"
     assert detect_family(folder / "transformer" / "diffusion_pytorch_model.safetensors") == "flux2_klein"
     # FLUX.1's diffusers keys share `single_transformer_blocks.`; they stay Flux.
     assert family_from_keys(["single_transformer_blocks.0.attn.to_q.weight"], {}) == "flux"
@@ -149,28 +170,44 @@ def test_folder_and_headers_are_detected_as_flux2_klein(folder: Path) -> None:
         detect_single_file_family(["double_stream_modulation_img.linear.weight"])
 
 
-def test_declared_blocks_let_stream_hold_the_full_size_transformer_in_a_small_budget() -> None:
-    """FLUX.2 [klein] 4B's transformer (24 heads of 128, 5 double- and 20 single-stream blocks, Qwen3-4B's
-    3 x 2560 text features) on the meta device: streaming keeps the weights outside the declared blocks
-    plus a window of the largest block, so both must be a small part of the ~3.9B parameters."""
+@pytest.mark.parametrize(
+    ("family", "config", "count", "largest", "outside"),
+    [
+        # [klein] 4B: 24 heads of 128, 5 double- and 20 single-stream blocks, Qwen3-4B's 3 x 2560 features;
+        # a double-stream block is 6.3% of the ~3.9B parameters, the modulations and text projection 5%.
+        (
+            "flux2_klein",
+            dict(
+                num_layers=5,
+                num_single_layers=20,
+                num_attention_heads=24,
+                joint_attention_dim=7680,
+                guidance_embeds=False,
+            ),
+            25,
+            0.07,
+            0.06,
+        ),
+        # [dev]: the class defaults are its published config (8 + 48 blocks, ~32B parameters).
+        ("flux2_dev", {}, 56, 0.035, 0.03),
+    ],
+)
+def test_declared_blocks_let_stream_hold_the_full_size_transformer_in_a_small_budget(
+    family: str, config: dict, count: int, largest: float, outside: float
+) -> None:
+    """On the meta device: streaming keeps the weights outside the declared blocks plus a window of the
+    largest block, so both must be a small part of the model."""
     from diffusers import Flux2Transformer2DModel
 
     from memory.weights import block_names
 
     with torch.device("meta"):
-        model = Flux2Transformer2DModel(
-            num_layers=5,
-            num_single_layers=20,
-            num_attention_heads=24,
-            joint_attention_dim=7680,
-            guidance_embeds=False,
-        )
-    blocks = block_names(model, FAMILIES["flux2_klein"].denoiser_blocks)
+        model = Flux2Transformer2DModel(**config)
+    blocks = block_names(model, FAMILIES[family].denoiser_blocks)
     total = sum(p.numel() for p in model.parameters())
     sizes = [sum(p.numel() for p in model.get_submodule(b).parameters()) for b in blocks]
-    assert len(blocks) == 5 + 20
-    # A double-stream block is 6.3% of the model; the modulations and the text projection outside are 5%.
-    assert max(sizes) < 0.07 * total and total - sum(sizes) < 0.06 * total
+    assert len(blocks) == count
+    assert max(sizes) < largest * total and total - sum(sizes) < outside * total
 
 
 @pytest.mark.parametrize(

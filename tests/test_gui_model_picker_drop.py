@@ -61,7 +61,10 @@ def test_the_loader_field_lists_the_library_and_filters_as_you_type(
     assert completer is not None
     names = [c.name for c in completer.choices]
     # Checkpoints and the built-in model; not the LoRA, the VAE or the text file.
-    demos = [f"demo:tiny-{n}" for n in ("sd", "sdxl", "pixart", "sd3", "flux", "zimage", "flux2-klein")]
+    demos = [
+        f"demo:tiny-{n}"
+        for n in ("sd", "sdxl", "pixart", "sd3", "flux", "zimage", "flux2-klein", "flux2-dev")
+    ]
     assert names == [
         "builtin:shapes-sd",
         *demos,  # the shipped workflows use them

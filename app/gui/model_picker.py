@@ -37,6 +37,7 @@ DEMO_NAMES = (
     "tiny-flux",
     "tiny-zimage",
     "tiny-flux2-klein",
+    "tiny-flux2-dev",
 )
 
 # Models shipped with Nodeloom, by loader type (`builtin:` names, see pipelines/paths.py).

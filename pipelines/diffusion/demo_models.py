@@ -50,7 +50,7 @@ from transformers import (
 )
 from transformers.convert_slow_tokenizer import bytes_to_unicode
 
-from pipelines.diffusion.demo_flux2 import build_tiny_flux2_klein
+from pipelines.diffusion.demo_flux2 import build_tiny_flux2_dev, build_tiny_flux2_klein
 from pipelines.diffusion.demo_zimage import build_tiny_zimage
 from pipelines.paths import demo_models_dir
 
@@ -384,6 +384,7 @@ DEMO_MODELS: dict[str, Callable[[], DiffusionPipeline]] = {
     "tiny-flux": build_tiny_flux,
     "tiny-zimage": build_tiny_zimage,
     "tiny-flux2-klein": build_tiny_flux2_klein,
+    "tiny-flux2-dev": build_tiny_flux2_dev,
 }
 
 

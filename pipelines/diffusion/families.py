@@ -319,12 +319,45 @@ FLUX2_KLEIN = Family(
     class_marker="Flux2Klein",
 )
 
-FAMILIES: dict[str, Family] = {f.name: f for f in (SD, SDXL, PIXART_SIGMA, SD3, FLUX, ZIMAGE, FLUX2_KLEIN)}
+# FLUX.2 [dev]: Klein's transformer and VAE with a Mistral3 text encoder (system prompt, hidden layers
+# 10/20/30) and an embedded guidance value instead of CFG. Diffusers folders only.
+FLUX2_DEV = Family(
+    name="flux2_dev",
+    title="FLUX.2 [dev]",
+    pipeline_classes=("Flux2Pipeline",),
+    denoiser_subfolder="transformer",
+    denoiser_ref=_diffusers("Flux2Transformer2DModel"),
+    text_encoders=(
+        TextEncoderSlot(
+            "text_encoder",
+            "tokenizer",
+            _transformers("Mistral3ForConditionalGeneration"),
+            ("model.language_model.layers",),
+        ),
+    ),
+    cuda_dtype_name="bfloat16",
+    max_text_tokens=512,  # Flux2Pipeline's max_sequence_length default
+    latent_rgb_factors=(),
+    vae_ref=_diffusers("AutoencoderKLFlux2"),
+    denoiser_blocks=("transformer_blocks", "single_transformer_blocks"),
+    flow=True,
+    native_size=1024,
+    size_multiple=16,
+    joint_text_tokens=512,
+    prompt_encoder="mistral_flux2",
+    denoiser_call="flux2",
+    packs_latents=True,
+    class_marker="Flux2",
+)
+
+FAMILIES: dict[str, Family] = {
+    f.name: f for f in (SD, SDXL, PIXART_SIGMA, SD3, FLUX, ZIMAGE, FLUX2_KLEIN, FLUX2_DEV)
+}
 # The order detection tries families in where one family's marker can occur in another's name: Flux before
 # SD3 before SDXL for file names; SDXL's "XL" before SD3's "3", and SD's bare "StableDiffusion" last, for
 # diffusers class names.
 NAME_HINT_ORDER: tuple[Family, ...] = (FLUX, SD3, SDXL)
-CLASS_MARKER_ORDER: tuple[Family, ...] = (FLUX2_KLEIN, ZIMAGE, SDXL, SD3, FLUX, PIXART_SIGMA, SD)
+CLASS_MARKER_ORDER: tuple[Family, ...] = (FLUX2_KLEIN, FLUX2_DEV, ZIMAGE, SDXL, SD3, FLUX, PIXART_SIGMA, SD)
 
 
 @dataclass(frozen=True)

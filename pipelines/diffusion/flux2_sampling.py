@@ -121,7 +121,9 @@ def sample_flux2(
     if channels != latent_channels and latents.source != "empty":
         raise ValueError(f"{title} takes {latent_channels}-channel latents, got {channels} channels")
     distilled = is_distilled(denoiser)
-    do_cfg = settings.cfg > 1.0 and not distilled and negative is not None
+    # [dev] is guidance-distilled: cfg goes in as the transformer's guidance embedding, one call a step
+    embedded = bool(denoiser.config.get("guidance_embeds"))
+    do_cfg = settings.cfg > 1.0 and not (distilled or embedded) and negative is not None
     generator = torch.Generator("cpu").manual_seed(settings.seed)
     dtype = denoiser.dtype
 
@@ -164,6 +166,7 @@ def sample_flux2(
         flux2_working_bytes(denoiser.config, x.shape[1] + refs.shape[1] + text_tokens, batch, dtype),
         f"{batch}x{h * latents.vae_scale_factor}x{w * latents.vae_scale_factor}+{text_tokens}t",
     )
+    guidance = torch.full([batch], settings.cfg, device=device, dtype=torch.float32) if embedded else None
     with use_denoiser(mm, denoiser, working=working) as model:
         for i, t in enumerate(timesteps):
             timestep = t.expand(batch).to(x.dtype)
@@ -173,7 +176,7 @@ def sample_flux2(
             noise_pred = model(
                 hidden_states=model_input,
                 timestep=timestep / 1000,
-                guidance=None,
+                guidance=guidance,
                 encoder_hidden_states=pos_embeds,
                 txt_ids=pos_ids,
                 img_ids=model_ids,
