@@ -1,18 +1,20 @@
-"""The FLUX.2 [klein] denoising loop, written out like diffusers' `Flux2KleinPipeline.__call__`.
+"""The FLUX.2 denoising loop, written out like diffusers' `Flux2KleinPipeline.__call__` / `Flux2Pipeline`'s.
 
-Lives here: `sample_flux2`, `compute_empirical_mu`, `flux2_working_bytes`, `is_distilled`. May import: stdlib, torch, diffusers, memory, pipelines.steps, pipelines.diffusion.*.
+Lives here: `sample_flux2`, `compute_empirical_mu`, `flux2_working_bytes`, `is_distilled`. May import: stdlib,
+torch, numpy, diffusers, memory, pipelines.steps, pipelines.diffusion.*.
 
 A FLUX.2 LATENT is the VAE's own layout, (B, latent channels, H / scale, W / scale), already normalised:
 the VAE's batch-norm statistics live in its 2x2-patchified space (4 x latent channels), so normalising is
 patchify -> (x - mean) / std -> unpatchify (`flux2_latents`); `pipelines.diffusion.vae` undoes it before
-decoding. The loop itself runs
-where the pipeline does: noise drawn as (B, 4 x C, h / 2, w / 2) with the seed's CPU generator, packed to
-tokens, and a transformer call per guidance branch (the pipeline runs positive and negative as two calls, not
-one doubled batch). The schedule is the pipeline's: sigmas 1 -> 1/steps with `compute_empirical_mu` (image
-tokens and step count) as the dynamic shift. `cfg` is the pipeline's `guidance_scale`: true CFG
-`neg + g * (pos - neg)` when g > 1 and the folder is not step-distilled (`model_index.json` `is_distilled`);
-a distilled Klein ignores it, as the pipeline does. No image-to-image: diffusers has no FLUX.2 img2img
-(its `image=` is reference conditioning for editing).
+decoding. The loop itself runs where the pipeline does: noise drawn as (B, 4 x C, h / 2, w / 2) with the
+seed's CPU generator, packed to tokens, and a transformer call per guidance branch (the pipeline runs
+positive and negative as two calls, not one doubled batch). The schedule is the pipeline's: sigmas
+1 -> 1/steps with `compute_empirical_mu` (image tokens and step count) as the dynamic shift. `cfg` is the
+pipeline's `guidance_scale`: for [klein], true CFG `neg + g * (pos - neg)` when g > 1 and the folder is not
+step-distilled (`model_index.json` `is_distilled`; a distilled Klein ignores it, as the pipeline does); for
+[dev] (a transformer with `guidance_embeds`), the embedded guidance value, one call a step. Reference
+pictures (editing) join as extra tokens after the image's. No image-to-image: diffusers has no FLUX.2
+img2img (its `image=` is reference conditioning for editing).
 """
 
 from __future__ import annotations
