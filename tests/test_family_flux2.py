@@ -162,6 +162,7 @@ def test_what_the_pipeline_cannot_do_is_refused_in_one_line(
 def test_folder_and_headers_are_detected_as_flux2_klein(folder: Path, dev: Path) -> None:
     assert detect_family(folder) == "flux2_klein"
     assert detect_family(dev) == "flux2_dev"
+    assert detect_family(dev / "transformer" / "diffusion_pytorch_model.safetensors") == "flux2_dev"
     assert detect_family(folder / "transformer" / "diffusion_pytorch_model.safetensors") == "flux2_klein"
     # FLUX.1's diffusers keys share `single_transformer_blocks.`; they stay Flux.
     assert family_from_keys(["single_transformer_blocks.0.attn.to_q.weight"], {}) == "flux"

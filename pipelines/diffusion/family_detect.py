@@ -51,8 +51,8 @@ def family_from_keys(keys: list[str], shapes: dict[str, list[int]]) -> str | Non
 
     if has("noise_refiner.") and has("context_refiner."):  # Z-Image, diffusers or original key names
         return "zimage"
-    if has("double_stream_modulation_img."):  # FLUX.2 (diffusers key names)
-        return "flux2_klein"
+    if has("double_stream_modulation_img."):  # FLUX.2 (diffusers key names); [dev] embeds a guidance value
+        return "flux2_dev" if has("guidance_embedder.") else "flux2_klein"
     if has("double_blocks.") or has("single_transformer_blocks."):
         return "flux"
     if has("joint_blocks.") or (has("transformer_blocks.") and has("context_embedder")):
