@@ -52,8 +52,8 @@ _SIZE_HELP = "pixels; 0: the connected model's native size"
     tags=("CheckpointLoaderSimple", "checkpoint"),
     title="Load Diffusion Model",
     category="diffusion/loaders",
-    description="A diffusers folder (SD1.x/2.x, SDXL, PixArt-Sigma, SD3, Flux, Z-Image, Qwen-Image, Wan) or a "
-    "single-file SD1.x/SDXL "
+    description="A diffusers folder (SD1.x/2.x, SDXL, PixArt-Sigma, SD3, Flux, Z-Image, Qwen-Image, FLUX.2, Wan) "
+    "or a single-file SD1.x/SDXL "
     "checkpoint, as lazy model handles.",
     outputs=[Output("denoiser", DENOISER), Output("text_encoder", TEXT_ENCODER), Output("vae", VAE)],
 )
@@ -63,7 +63,7 @@ class LoadDiffusionModel(Node):
         "builtin:shapes-sd",
         file_filter=_MODEL_FILTER,
         help="builtin:NAME, demo:tiny-sd|tiny-sdxl|tiny-pixart|tiny-sd3|tiny-flux|tiny-zimage|tiny-qwenimage|"
-        "tiny-wan, a diffusers "
+        "tiny-flux2-klein|tiny-flux2-dev|tiny-wan, a diffusers "
         "folder, or an SD1.x/SDXL single-file .safetensors",
         comfy="ckpt_name",
     )
@@ -214,7 +214,9 @@ class KSamplerFields(Node):
         "Flux: the distilled guidance value (the negative is not used); "
         "Z-Image: the pipeline's guidance_scale, pos + cfg * (pos - neg), 0 = no guidance; "
         "Qwen-Image: the pipeline's true_cfg_scale, neg + cfg * (pos - neg) rescaled to the positive's norm, "
-        "cfg <= 1 = no guidance",
+        "cfg <= 1 = no guidance; "
+        "FLUX.2 [klein]: true CFG above 1 on base models, ignored by distilled ones (as the pipeline); "
+        "FLUX.2 [dev]: the embedded guidance value (the negative is not used)",
         comfy="cfg",
     )
     seed: int = param(SEED, 42, min=0, max=SEED_MAX, comfy="seed")

@@ -63,7 +63,19 @@ def test_the_loader_field_lists_the_library_and_filters_as_you_type(
     # Checkpoints and the built-in model; not the LoRA, the VAE or the text file.
     demos = [
         f"demo:tiny-{n}"
-        for n in ("sd", "sdxl", "pixart", "sd3", "flux", "zimage", "qwenimage", "wan", "wan22")
+        for n in (
+            "sd",
+            "sdxl",
+            "pixart",
+            "sd3",
+            "flux",
+            "zimage",
+            "qwenimage",
+            "flux2-klein",
+            "flux2-dev",
+            "wan",
+            "wan22",
+        )
     ]
     assert names == [
         "builtin:shapes-sd",

@@ -37,6 +37,8 @@ DEMO_NAMES = (
     "tiny-flux",
     "tiny-zimage",
     "tiny-qwenimage",
+    "tiny-flux2-klein",
+    "tiny-flux2-dev",
     "tiny-wan",
     "tiny-wan22",
 )

@@ -4,7 +4,8 @@ Qwen2.5-VL through the pipeline's template (Qwen-Image, in `qwenimage_text`).
 
 Lives here: `encode_prompt`, `encode_clip`, `encode_clip_sdxl`, `encode_t5`, `encode_sd3`, `encode_flux`,
 `text_encoder_working_bytes`.
-May import: torch, memory, pipelines.diffusion.values/families/zimage_text/qwenimage_text/wan_text.
+May import: torch, memory, pipelines.diffusion.values/families/zimage_text/qwenimage_text/wan_text/flux2_text/
+flux2_dev_text.
 
 Each function mirrors the `encode_prompt` of the matching diffusers pipeline for one prompt (the negative
 prompt is just another `TextEncode` node), so a plain prompt's embeddings are the pipeline's bit for bit.
@@ -21,6 +22,8 @@ import torch
 
 from memory import MemoryManager, Working
 from pipelines.diffusion.clip_text import ClipOutput, Embeddings, chunk_count, encode_clip_chunks
+from pipelines.diffusion.flux2_dev_text import encode_flux2_dev
+from pipelines.diffusion.flux2_text import encode_flux2_klein
 from pipelines.diffusion.lora import use_text_encoder
 from pipelines.diffusion.prompt_weights import WEIGHTINGS, strip_weights
 from pipelines.diffusion.qwenimage_text import encode_qwenimage
@@ -30,7 +33,18 @@ from pipelines.diffusion.working import diffusion_working_bytes
 from pipelines.diffusion.zimage_text import encode_zimage
 
 # The prompt encoders a family may declare (`Family.prompt_encoder`); `encode_prompt` dispatches on them.
-PROMPT_ENCODERS = ("clip", "clip_sdxl", "t5", "sd3", "flux", "qwen_chat", "qwenimage", "umt5")
+PROMPT_ENCODERS = (
+    "clip",
+    "clip_sdxl",
+    "t5",
+    "sd3",
+    "flux",
+    "qwen_chat",
+    "qwenimage",
+    "umt5",
+    "qwen_flux2",
+    "mistral_flux2",
+)
 
 
 def text_encoder_working(tokens: int, hidden_size: int, dtype: torch.dtype) -> Working:
@@ -238,6 +252,10 @@ def encode_prompt(
         return encode_flux(mm, ref, text, max_tokens=tokens, embeddings=emb)
     if encoder == "qwenimage":
         return encode_qwenimage(mm, ref, text, max_tokens=max_tokens or ref.family.max_text_tokens or 512)
+    if encoder == "mistral_flux2":
+        return encode_flux2_dev(mm, ref, text, max_tokens=max_tokens or ref.family.max_text_tokens or 512)
+    if encoder == "qwen_flux2":
+        return encode_flux2_klein(mm, ref, text, max_tokens=max_tokens or ref.family.max_text_tokens or 512)
     if encoder == "qwen_chat":
         return encode_zimage(mm, ref, text, max_tokens=max_tokens or ref.family.max_text_tokens or 512)
     if encoder == "umt5":

@@ -50,6 +50,7 @@ from transformers import (
 )
 from transformers.convert_slow_tokenizer import bytes_to_unicode
 
+from pipelines.diffusion.demo_flux2 import build_tiny_flux2_dev, build_tiny_flux2_klein
 from pipelines.diffusion.demo_qwenimage import build_tiny_qwenimage
 from pipelines.diffusion.demo_wan import build_tiny_wan, build_tiny_wan22
 from pipelines.diffusion.demo_zimage import build_tiny_zimage
@@ -385,6 +386,8 @@ DEMO_MODELS: dict[str, Callable[[], DiffusionPipeline]] = {
     "tiny-flux": build_tiny_flux,
     "tiny-zimage": build_tiny_zimage,
     "tiny-qwenimage": build_tiny_qwenimage,
+    "tiny-flux2-klein": build_tiny_flux2_klein,
+    "tiny-flux2-dev": build_tiny_flux2_dev,
     "tiny-wan": build_tiny_wan,
     "tiny-wan22": build_tiny_wan22,
 }

@@ -26,6 +26,7 @@ from diffusers.utils.torch_utils import randn_tensor
 from memory import MemoryManager
 from pipelines.diffusion.controlnet import ActiveControls
 from pipelines.diffusion.flow_sampling import sample_flux, sample_sd3
+from pipelines.diffusion.flux2_sampling import sample_flux2
 from pipelines.diffusion.k_sampling import sample_k
 from pipelines.diffusion.lora import use_denoiser
 from pipelines.diffusion.qwenimage_sampling import sample_qwenimage
@@ -141,6 +142,8 @@ def sample(
     if denoiser.family.flow:
         if denoiser.family.denoiser_call == "qwenimage":
             return sample_qwenimage(mm, denoiser, positive, negative, latents, settings, on_step=on_step)
+        if denoiser.family.denoiser_call == "flux2":
+            return sample_flux2(mm, denoiser, positive, negative, latents, settings, on_step=on_step)
         if denoiser.family.denoiser_call == "zimage":
             return sample_zimage(mm, denoiser, positive, negative, latents, settings, on_step=on_step)
         if denoiser.family.denoiser_call == "sd3":

@@ -1,4 +1,5 @@
-"""Model families: what differs between SD1.x/2.x, SDXL, PixArt-Sigma, SD3, Flux, Z-Image and Qwen-Image, as data.
+"""Model families: what differs between SD1.x/2.x, SDXL, PixArt-Sigma, SD3, Flux, Z-Image, Qwen-Image, FLUX.2
+and Wan, declared as data.
 
 Lives here: `Family`, `FAMILIES`, `CheckpointLayout`, `CHECKPOINT_LAYOUTS`, `ClassRef`,
 `family_for_pipeline_class`, `detect_single_file_family`, `resolve_dtype`, `DIFFUSION_IMPORTS`. May import:
@@ -354,12 +355,81 @@ WAN = Family(
     class_marker="Wan",
 )
 
-FAMILIES: dict[str, Family] = {f.name: f for f in (SD, SDXL, PIXART_SIGMA, SD3, FLUX, ZIMAGE, QWENIMAGE, WAN)}
+# FLUX.2 [klein]: one Qwen3 text encoder (three hidden layers stacked per token), Flux2's double- and
+# single-stream DiT over 2x2-packed latents, its own VAE (32 channels, batch-norm statistics instead of a
+# scaling factor). Diffusers folders only; the loop is `flux2_sampling`.
+FLUX2_KLEIN = Family(
+    name="flux2_klein",
+    title="FLUX.2 [klein]",
+    pipeline_classes=("Flux2KleinPipeline",),
+    denoiser_subfolder="transformer",
+    denoiser_ref=_diffusers("Flux2Transformer2DModel"),
+    text_encoders=(TextEncoderSlot("text_encoder", "tokenizer", _transformers("Qwen3Model"), ("layers",)),),
+    cuda_dtype_name="bfloat16",  # FLUX.2 [klein] is published in bf16
+    max_text_tokens=512,  # Flux2KleinPipeline's max_sequence_length default
+    latent_rgb_factors=(),  # 32 latent channels: previews show the first three
+    vae_ref=_diffusers("AutoencoderKLFlux2"),
+    denoiser_blocks=("transformer_blocks", "single_transformer_blocks"),
+    flow=True,
+    native_size=1024,
+    size_multiple=16,  # the VAE's 8 x the pipeline's 2x2 packing (a folder's configs override it)
+    joint_text_tokens=512,  # all 512 padded prompt tokens join the image tokens (no mask)
+    prompt_encoder="qwen_flux2",
+    denoiser_call="flux2",
+    packs_latents=True,
+    class_marker="Flux2Klein",
+)
+
+# FLUX.2 [dev]: Klein's transformer and VAE with a Mistral3 text encoder (system prompt, hidden layers
+# 10/20/30) and an embedded guidance value instead of CFG. Diffusers folders only.
+FLUX2_DEV = Family(
+    name="flux2_dev",
+    title="FLUX.2 [dev]",
+    pipeline_classes=("Flux2Pipeline",),
+    denoiser_subfolder="transformer",
+    denoiser_ref=_diffusers("Flux2Transformer2DModel"),
+    text_encoders=(
+        TextEncoderSlot(
+            "text_encoder",
+            "tokenizer",
+            _transformers("Mistral3ForConditionalGeneration"),
+            ("model.language_model.layers",),
+        ),
+    ),
+    cuda_dtype_name="bfloat16",
+    max_text_tokens=512,  # Flux2Pipeline's max_sequence_length default
+    latent_rgb_factors=(),
+    vae_ref=_diffusers("AutoencoderKLFlux2"),
+    denoiser_blocks=("transformer_blocks", "single_transformer_blocks"),
+    flow=True,
+    native_size=1024,
+    size_multiple=16,
+    joint_text_tokens=512,
+    prompt_encoder="mistral_flux2",
+    denoiser_call="flux2",
+    packs_latents=True,
+    class_marker="Flux2",
+)
+
+FAMILIES: dict[str, Family] = {
+    f.name: f for f in (SD, SDXL, PIXART_SIGMA, SD3, FLUX, ZIMAGE, QWENIMAGE, FLUX2_KLEIN, FLUX2_DEV, WAN)
+}
 # The order detection tries families in where one family's marker can occur in another's name: Flux before
 # SD3 before SDXL for file names; SDXL's "XL" before SD3's "3", and SD's bare "StableDiffusion" last, for
 # diffusers class names.
 NAME_HINT_ORDER: tuple[Family, ...] = (FLUX, SD3, SDXL)
-CLASS_MARKER_ORDER: tuple[Family, ...] = (ZIMAGE, QWENIMAGE, WAN, SDXL, SD3, FLUX, PIXART_SIGMA, SD)
+CLASS_MARKER_ORDER: tuple[Family, ...] = (
+    FLUX2_KLEIN,
+    FLUX2_DEV,
+    ZIMAGE,
+    QWENIMAGE,
+    WAN,
+    SDXL,
+    SD3,
+    FLUX,
+    PIXART_SIGMA,
+    SD,
+)
 
 
 @dataclass(frozen=True)
@@ -427,6 +497,12 @@ def detect_single_file_family(keys: Iterable[str]) -> str:
     if has_prefix("txt_norm.") or has_prefix("model.diffusion_model.txt_norm."):
         raise UnsupportedModelError(
             "this is a Qwen-Image checkpoint; single-file Qwen-Image is not supported yet (load its diffusers folder)"
+        )
+    if has_prefix("double_stream_modulation_img.") or has_prefix(
+        "model.diffusion_model.double_stream_modulation_img."
+    ):
+        raise UnsupportedModelError(
+            "this is a FLUX.2 transformer; single-file FLUX.2 is not supported yet (load its diffusers folder)"
         )
     if has_prefix("double_blocks.") or has_prefix("model.diffusion_model.double_blocks."):
         raise UnsupportedModelError("this is a Flux checkpoint; single-file Flux is not supported yet")

@@ -98,7 +98,7 @@ def _register_pretrained(
     def build() -> torch.nn.Module:
         if source is not None:
             config = model_class.load_config(str(root), subfolder=subfolder, local_files_only=True)
-            return empty_module(lambda: model_class.from_config(config))
+            return _empty_stored_buffers(empty_module(lambda: model_class.from_config(config)), files)
         return model_class.from_pretrained(
             str(root),
             subfolder=subfolder,
@@ -124,6 +124,19 @@ def _register_pretrained(
 
 # Attention names diffusers renamed in 0.14; `from_pretrained` converts folders that still use them.
 _DEPRECATED_ATTENTION = (".query.", ".key.", ".value.", ".proj_attn.")
+
+
+def _empty_stored_buffers(module: torch.nn.Module, files: tuple[Path, ...]) -> torch.nn.Module:
+    """Persistent buffers the files hold (a BatchNorm's running statistics: FLUX.2's VAE) go to the meta device
+    too, so the manager loads them from the files like the parameters; `empty_module` keeps buffers real
+    (non-persistent ones are made by the constructor), which would leave stored ones at their initial values."""
+    stored = {key for _, key, _, _ in header_entries(files)}
+    for prefix, sub in module.named_modules():
+        for attr, buf in list(sub._buffers.items()):
+            name = f"{prefix}.{attr}" if prefix else attr
+            if buf is not None and attr not in sub._non_persistent_buffers_set and name in stored:
+                sub._buffers[attr] = torch.empty_like(buf, device="meta")
+    return module
 
 
 def _lazy_loadable(model_class: type, files: tuple[Path, ...]) -> bool:

@@ -117,7 +117,7 @@ def decode_tiled(mm: MemoryManager, ref: VaeRef, latents: Latents, plan: TilePla
     with mm.use(ref.handle, working_bytes=plan.tile_bytes) as vae:
         old = _set_tiles(vae, ref, plan)
         try:
-            image = vae.tiled_decode(_unscale(ref, samples), return_dict=False)[0]
+            image = vae.tiled_decode(_unscale(ref, samples, vae), return_dict=False)[0]
         finally:
             for k, v in old.items():
                 setattr(vae, k, v)
@@ -134,8 +134,8 @@ def encode_tiled(mm: MemoryManager, ref: VaeRef, image: torch.Tensor, plan: Tile
     with mm.use(ref.handle, working_bytes=plan.tile_bytes) as vae:
         old = _set_tiles(vae, ref, plan)
         try:
-            latents = vae.tiled_encode(pixels).latent_dist.mode()
+            latents = _scale(ref, vae.tiled_encode(pixels).latent_dist.mode(), vae)
         finally:
             for k, v in old.items():
                 setattr(vae, k, v)
-    return Latents(samples=_scale(ref, latents).cpu(), vae_scale_factor=ref.scale_factor, source="encoded")
+    return Latents(samples=latents.cpu(), vae_scale_factor=ref.scale_factor, source="encoded")

@@ -1,11 +1,12 @@
 """VAE decode (latents -> IMAGE) and encode (IMAGE -> latents), through the memory manager.
 
-Lives here: `decode`, `encode`, `vae_working_bytes`. May import: torch, diffusers, memory, pipelines.diffusion.values.
+Lives here: `decode`, `encode`, `vae_working_bytes`. May import: torch, diffusers, memory, pipelines.diffusion.values / flux2_latents / working.
 
 IMAGE values follow the ComfyUI convention: float32 (B, H, W, C) in [0, 1] on the CPU. Latents are scaled
 (what the denoiser sees): decode undoes the scaling exactly as the diffusers pipelines do before
-`vae.decode`, including SDXL-style `latents_mean`/`latents_std`, SD3/Flux-style `shift_factor` and
-Qwen-Image's mean/std without a scaling factor (its 3D VAE sees a picture as one frame).
+`vae.decode`, including SDXL-style `latents_mean`/`latents_std`, SD3/Flux-style `shift_factor`,
+Qwen-Image's mean/std without a scaling factor (its 3D VAE sees a picture as one frame) and FLUX.2's
+batch-norm statistics (`flux2_latents`).
 Pixel pre/post-processing is diffusers' `VaeImageProcessor`.
 """
 
@@ -15,6 +16,7 @@ import torch
 from diffusers.image_processor import VaeImageProcessor
 
 from memory import MemoryManager, Working
+from pipelines.diffusion.flux2_latents import bn_denormalize, bn_normalize, is_batch_norm_vae
 from pipelines.diffusion.values import Latents, VaeRef
 from pipelines.diffusion.working import diffusion_working_bytes
 
@@ -52,7 +54,9 @@ def _frames(ref: VaeRef) -> bool:
 
 
 # _unscale and _scale keep diffusers' exact operation order, so decode/encode stay bit-identical to it.
-def _unscale(ref: VaeRef, latents: torch.Tensor) -> torch.Tensor:
+def _unscale(ref: VaeRef, latents: torch.Tensor, vae: torch.nn.Module) -> torch.Tensor:
+    if is_batch_norm_vae(ref.config):  # FLUX.2: the VAE's batch-norm statistics, not a scaling factor
+        return bn_denormalize(vae, latents)
     scaling = ref.config.get("scaling_factor", 0.18215)
     stats = _mean_std(ref, latents)
     if stats is not None and "scaling_factor" not in ref.config:  # Qwen-Image's VAE: no scaling factor
@@ -66,7 +70,9 @@ def _unscale(ref: VaeRef, latents: torch.Tensor) -> torch.Tensor:
     return latents / scaling
 
 
-def _scale(ref: VaeRef, latents: torch.Tensor) -> torch.Tensor:
+def _scale(ref: VaeRef, latents: torch.Tensor, vae: torch.nn.Module) -> torch.Tensor:
+    if is_batch_norm_vae(ref.config):
+        return bn_normalize(vae, latents)
     scaling = ref.config.get("scaling_factor", 0.18215)
     stats = _mean_std(ref, latents)
     if stats is not None and "scaling_factor" not in ref.config:  # Qwen-Image's VAE: no scaling factor
@@ -88,9 +94,9 @@ def decode(mm: MemoryManager, ref: VaeRef, latents: Latents) -> torch.Tensor:
     working = vae_working(ref, height, width, samples.shape[0], "vae_decode")
     with mm.use(ref.handle, working=working) as vae:
         if _frames(ref):  # a picture is one frame: (B, C, 1, h, w) in, (B, 3, 1, H, W) out
-            image = vae.decode(_unscale(ref, samples).unsqueeze(2), return_dict=False)[0][:, :, 0]
+            image = vae.decode(_unscale(ref, samples, vae).unsqueeze(2), return_dict=False)[0][:, :, 0]
         else:
-            image = vae.decode(_unscale(ref, samples), return_dict=False)[0]
+            image = vae.decode(_unscale(ref, samples, vae), return_dict=False)[0]
     processor = VaeImageProcessor(vae_scale_factor=ref.scale_factor)
     image = processor.postprocess(image, output_type="pt")  # (B, C, H, W) in [0, 1]
     return image.permute(0, 2, 3, 1).to(dtype=torch.float32, device="cpu")
@@ -110,4 +116,6 @@ def encode(mm: MemoryManager, ref: VaeRef, image: torch.Tensor) -> Latents:
             latents = vae.encode(pixels.unsqueeze(2)).latent_dist.mode()[:, :, 0]
         else:
             latents = vae.encode(pixels).latent_dist.mode()
-    return Latents(samples=_scale(ref, latents).cpu(), vae_scale_factor=ref.scale_factor, source="encoded")
+    return Latents(
+        samples=_scale(ref, latents, vae).cpu(), vae_scale_factor=ref.scale_factor, source="encoded"
+    )

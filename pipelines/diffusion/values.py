@@ -134,6 +134,8 @@ class Conditioning:
     text: str = ""
     # ControlNet hints (pipelines.diffusion.controlnet.ControlHint) applied with this prompt; they stack.
     controls: tuple[Any, ...] = ()
+    # Reference pictures' LATENTs for editing (FLUX.2: `Flux2KleinPipeline(image=...)`), in order.
+    references: tuple[Any, ...] = ()
 
 
 @dataclass(frozen=True)
