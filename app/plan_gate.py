@@ -3,7 +3,9 @@
 Lives here: `plan_before_run`. Imports `nodes.plan`, `memory`, rich. No Qt.
 
 Called by `app --run` after the memory manager is built and before the executor runs anything: the plan
-loads no weights (`nodes.plan`), so a refusal comes before the first load event. A plan that cannot be made
+loads no weights (`nodes.plan`), so a refusal comes before the first load event. A budget too small for a
+model's weights alone is left to the executor's own check (`memory.fit`, on the loader node, also before
+any load); the plan refuses what that check cannot see: weights plus working memory. A plan that cannot be made
 (a node pack that misbehaves outside a run) is a warning, and the run goes on under the policy asked for.
 """
 
@@ -42,6 +44,10 @@ def plan_before_run(
         return None, None
     report = plan.to_json()
     if not any(row["fits"] for row in plan.policies.values()):
+        if memory.budget_problem(list(memory.ledger.handles)) is not None:
+            # A model that can never fit at all: the executor refuses it on the node that chose it (before its
+            # first load too), which names that node in the run's record.
+            return None, report
         return (
             f"the plan fits under no memory policy at the {plan.device} budget {fmt_bytes(plan.budget)}: {plan.problem}; "
             f"least budget per policy: {plan.need_text()}; nothing was loaded",
