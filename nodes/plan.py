@@ -35,7 +35,9 @@ class NodePlan:
     node_id: str
     node_type: str
     resident: dict[str, int]  # component -> device bytes at the node's peak
-    working: list[dict[str, Any]]  # per use: component, bytes, source (learned | formula | ...), shape key
+    # Per use: component, bytes, source (learned | formula | fixed | none | unknown), shape key, model True;
+    # then what the node reserves outside a use (model False).
+    working: list[dict[str, Any]]
     device_peak: int
     host_peak: int
     loads: list[str]
@@ -148,12 +150,13 @@ def make_plan(
                         "bytes": u.working_bytes,
                         "source": u.source,
                         "shape": u.shape_key,
+                        "model": True,
                     }
                     for u in n.uses
                 ]
-                + [
-                    {"component": w, "bytes": n.reserved_bytes, "source": "formula", "shape": ""}
-                    for w in n.reserved_what[:1]
+                + [  # reserved outside a model use: a KV cache, a GGUF conversion
+                    {"component": what, "bytes": nbytes, "source": "formula", "shape": "", "model": False}
+                    for what, nbytes in n.reserved.items()
                 ],
                 s.device_peak,
                 _host_peak(memory, baseline, s.device_peak, s.host_copies_peak),

@@ -55,9 +55,12 @@ class NodeUses:
     node_id: str
     node_type: str
     uses: list[UseEstimate] = field(default_factory=list)
-    reserved_bytes: int = 0
-    reserved_what: list[str] = field(default_factory=list)
+    reserved: dict[str, int] = field(default_factory=dict)  # what -> bytes, reserved outside a use
     note: str = ""
+
+    @property
+    def reserved_bytes(self) -> int:
+        return sum(self.reserved.values())
 
 
 class _CapturingMemory:
@@ -221,8 +224,7 @@ def _run_captured(
         uses.uses = [UseEstimate(h.key, h.spec.name, 0, "unknown") for h in _wired_models(memory, kwargs)]
         return uses
     uses.uses = [_estimate(memory, node_type, h, w, fixed) for h, w, fixed in capture.uses]
-    uses.reserved_bytes = sum(capture.reserved.values())
-    uses.reserved_what = list(capture.reserved)
+    uses.reserved = dict(capture.reserved)
     seen = {u.key for u in uses.uses}
     for h in _wired_models(memory, kwargs):  # models on its wires it would use after the first
         if h.key not in seen and capture.uses:
