@@ -33,6 +33,7 @@ class PlannedUse:
 
     key: str
     working_bytes: int
+    formula_bytes: int | None = None  # when `working_bytes` is a learned peak: the formula it replaced
 
 
 @dataclass(frozen=True)
@@ -211,11 +212,19 @@ def simulate(
             observe(plan)
             for use in step.uses:
                 h = ledger.handles[use.key]
-                window = placer.place(h, use.working_bytes, policy)
+                working = use.working_bytes
+                try:
+                    window = placer.place(h, working, policy)
+                except BudgetExceeded:
+                    # The manager's rule (MemoryManager.use): a learned peak never refuses what the formula admits.
+                    if use.formula_bytes is None or use.formula_bytes >= working:
+                        raise
+                    working = use.formula_bytes
+                    window = placer.place(h, working, policy)
                 ledger.touch(h)
                 if h.stream is not None and any(not b.resident for b in h.stream.blocks):
                     plan.streamed.append(h.spec.name)
-                ledger.working["use"] = use.working_bytes + window
+                ledger.working["use"] = working + window
                 observe(plan)
                 ledger.working.pop("use", None)
                 if policy.unloads_after_use and use.key not in step.next_users:

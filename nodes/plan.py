@@ -80,7 +80,7 @@ def _steps(found: list[NodeUses]) -> list[PlanStep]:
         PlanStep(
             n.node_id,
             n.node_type,
-            tuple(PlannedUse(u.key, u.working_bytes) for u in n.uses),
+            tuple(PlannedUse(u.key, u.working_bytes, u.formula_bytes) for u in n.uses),
             n.reserved_bytes,
             users[i + 1] if i + 1 < len(found) else frozenset(),
         )
@@ -150,12 +150,20 @@ def make_plan(
                         "bytes": u.working_bytes,
                         "source": u.source,
                         "shape": u.shape_key,
+                        "formula": u.formula_bytes,
                         "model": True,
                     }
                     for u in n.uses
                 ]
                 + [  # reserved outside a model use: a KV cache, a GGUF conversion
-                    {"component": what, "bytes": nbytes, "source": "formula", "shape": "", "model": False}
+                    {
+                        "component": what,
+                        "bytes": nbytes,
+                        "source": "formula",
+                        "shape": "",
+                        "formula": None,
+                        "model": False,
+                    }
                     for what, nbytes in n.reserved.items()
                 ],
                 s.device_peak,

@@ -48,6 +48,7 @@ class UseEstimate:
     working_bytes: int
     source: str  # "learned" | "formula" | "fixed" | "none" (no working memory declared) | "unknown"
     shape_key: str = ""
+    formula_bytes: int | None = None  # the formula, beside a learned figure
 
 
 @dataclass
@@ -84,6 +85,8 @@ class _CapturingMemory:
 
     def reserve_working(self, nbytes: int, what: str) -> None:
         self.reserved[what] = nbytes
+        if nbytes > self._real.budget:  # can never fit: stop before the work it was for (a GGUF conversion)
+            raise _Captured
 
     def release_working(self, what: str) -> None:
         pass  # the plan keeps what was reserved: it is this node's working memory
@@ -99,7 +102,9 @@ def _estimate(
         return UseEstimate(handle.key, handle.spec.name, fixed, "fixed" if fixed else "none")
     learned = memory.learned.get(memory.device_kind, node_type, handle.spec.learned_key, working.shape_key)
     if learned is not None:
-        return UseEstimate(handle.key, handle.spec.name, learned, "learned", working.shape_key)
+        return UseEstimate(
+            handle.key, handle.spec.name, learned, "learned", working.shape_key, working.formula_bytes
+        )
     return UseEstimate(handle.key, handle.spec.name, working.formula_bytes, "formula", working.shape_key)
 
 
