@@ -75,7 +75,9 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=4, help="sampler steps (the peak does not grow with steps)")
     p.add_argument("--hz", type=float, default=40.0)
     args = p.parse_args()
-    print(f"{'workflow':<14} {'policy':<11} {'run':<8} {'predicted':>10} {'measured':>10} {'ratio':>6}  sampled  working")
+    print(
+        f"{'workflow':<14} {'policy':<11} {'run':<8} {'predicted':>10} {'measured':>10} {'ratio':>6}  sampled  working"
+    )
     for workflow in args.workflows:
         for policy in args.policies:
             with tempfile.TemporaryDirectory() as data_dir:

@@ -147,6 +147,21 @@ def test_a_learned_peak_replaces_the_formula_in_the_plan(registry, tmp_path: Pat
     assert {n.node_id: n.device_peak for n in after.nodes}["sampler"] == node_peak + 5 * MiB - use["bytes"]
 
 
+def test_run_refuses_what_no_policy_fits_before_any_load_and_writes_the_report(
+    tmp_path: Path, capsys
+) -> None:
+    # 4 MiB passes the header check (the streamed UNet's fixed part + its largest block) but not the plan,
+    # which adds the working memory beside it.
+    report = tmp_path / "report.json"
+    argv = ["--run", str(TXT2IMG), "--ram-budget", "4MiB", "--out", str(tmp_path), "--report", str(report)]
+    assert main([*argv, "--quiet", "--set", "sampler.steps=1"]) == 1
+    err = capsys.readouterr().err
+    assert "refused" in err and "least budget per policy" in err and "nothing was loaded" in err
+    data = json.loads(report.read_text())
+    assert data["ok"] is False and data["runs"] == [] and data["memory"]["loads"] == []
+    assert data["plan"]["fits"] is False and not list(tmp_path.glob("*.png"))
+
+
 @pytest.mark.slow
 def test_predicted_host_peak_is_near_a_measured_runs_peak_rss(tmp_path: Path) -> None:
     """In a fresh process, as a user runs it: the plan's host prediction against the run's own peak RSS.
