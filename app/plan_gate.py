@@ -36,11 +36,8 @@ def plan_before_run(
     try:
         plan = make_plan(wf, registry, memory, out_dir)
     except Exception as exc:  # the run itself will say what is wrong with a node; the plan only helps
-        log.warning("no memory plan for %s: %s", wf.source, exc)
-        err.print(
-            f"[yellow]warning[/]: no memory plan ({escape(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)})",
-            highlight=False,
-        )
+        # Logged, not printed: the run reports what is wrong with a node itself, in its own words.
+        log.info("no memory plan for %s: %s", wf.source, exc)
         return None, None
     report = plan.to_json()
     if not any(row["fits"] for row in plan.policies.values()):

@@ -9,7 +9,10 @@ Walking the graph in run order:
   `pipelines.diffusion.sampling.denoiser_working` with the latent's size, as the sampler computes it; its
   output is its input latent (same shape);
 - every other node runs for real with a capturing stand-in of the memory manager: loader nodes register their
-  models (headers and configs, no weights) with the real manager; a node that asks to `use` a model is
+  models (headers and configs, no weights) with the real manager; a loader that reserves working memory is
+  about to work on weights (a GGUF LLM's first conversion to float32): it is stopped there, the reservation
+  counts, and the nodes fed by it are not simulated (a second plan, after that first run, has them); a
+  node that asks to `use` a model is
   stopped right there and the use it asked for (the model, its `Working` formula and shape key, what it
   reserved before, such as a KV cache) is recorded. The stopped node's outputs are stand-ins by port type
   (a latent passed through, a blank image of the latent's size, an empty text), so the nodes after it still
@@ -71,6 +74,7 @@ class _CapturingMemory:
         self._real = real
         self.uses: list[tuple[ModelHandle, Working | None, int]] = []
         self.reserved: dict[str, int] = {}
+        self.loading = False  # set for a node fed by no model: a loader, when it hands models on
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._real, name)
@@ -85,7 +89,7 @@ class _CapturingMemory:
 
     def reserve_working(self, nbytes: int, what: str) -> None:
         self.reserved[what] = nbytes
-        if nbytes > self._real.budget:  # can never fit: stop before the work it was for (a GGUF conversion)
+        if self.loading:  # a loader's reservation is for real work on weights (a GGUF conversion): stop here
             raise _Captured
 
     def release_working(self, what: str) -> None:
@@ -209,6 +213,8 @@ def _run_captured(
     values: dict[str, dict[str, Any]],
 ) -> NodeUses:
     capture = _CapturingMemory(memory)
+    capture.loading = not _wired_models(memory, kwargs)
+    missing = sorted({p for p, v in kwargs.items() if v is UNKNOWN})
     ctx = NodeContext(
         node_id=nid,
         node_type=node_type,
@@ -223,9 +229,16 @@ def _run_captured(
         values[nid] = spec.run(ctx, **kwargs) or {}
     except _Captured:
         values[nid] = _stand_ins(spec, kwargs)
+        if capture.loading and not capture.uses:
+            uses.note = "stopped before " + ", ".join(capture.reserved) + " (done by the run, not the plan)"
     except Exception as exc:  # a node fed a stand-in may refuse it: its models still count as used
         values[nid] = _stand_ins(spec, kwargs)
-        uses.note = f"not simulated ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+        why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        uses.note = (
+            f"not simulated: its input(s) {', '.join(missing)} come from a node the plan could not run"
+            if missing
+            else f"not simulated ({type(exc).__name__}: {why})"
+        )
         uses.uses = [UseEstimate(h.key, h.spec.name, 0, "unknown") for h in _wired_models(memory, kwargs)]
         return uses
     uses.uses = [_estimate(memory, node_type, h, w, fixed) for h, w, fixed in capture.uses]

@@ -21,6 +21,7 @@ from memory.plan import PlannedUse, PlanStep, least_budget, simulate
 from memory.policy import policy_named
 from nodes.executor import Executor
 from nodes.plan import make_plan
+from tests.llm_fixtures import smollm_files  # noqa: F401 (a session fixture: the GGUF converted once)
 
 REPO = Path(__file__).resolve().parent.parent
 WORKFLOWS = REPO / "resources/workflows"
@@ -57,8 +58,10 @@ def test_simulate_none_keeps_everything_and_sequential_holds_one_model_at_a_time
 
 @pytest.mark.parametrize("name", ["txt2img", "llm", "llm_to_image", "txt2img_flux"])
 def test_plan_of_a_shipped_workflow_lists_every_node_in_run_order(
-    name: str, registry, tmp_path: Path
+    name: str, registry, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
+    if name.startswith("llm"):
+        request.getfixturevalue("smollm_files")  # converted: the plan then sees the LLM's uses
     wf = load_for_plan(WORKFLOWS / f"{name}.json", [], [], registry)
     config = MemoryConfig(
         device="cpu", policy="none", ram_budget="8GiB", data_dir=tmp_path
@@ -84,6 +87,21 @@ def test_plan_of_a_shipped_workflow_lists_every_node_in_run_order(
     assert seq["predicted_peak"]["device"] <= none["predicted_peak"]["device"]
     if name in ("txt2img", "llm_to_image"):  # the peak node runs with earlier models still resident
         assert seq["predicted_peak"]["device"] < none["predicted_peak"]["device"]
+
+
+def test_a_plan_never_converts_a_gguf_it_counts_the_conversion(
+    registry, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("NODELOOM_DATA_DIR", str(tmp_path))  # nothing converted yet: a first run
+    wf = load_for_plan(WORKFLOWS / "llm.json", [], [], registry)
+    with MemoryManager(MemoryConfig(device="cpu", policy="none", ram_budget="8GiB")) as mm:
+        plan = make_plan(wf, registry, mm)
+    loader = plan.nodes[0]
+    (reserved,) = loader.working
+    assert loader.node_id == "llm" and not reserved["model"] and "converting" in reserved["component"]
+    assert reserved["bytes"] > 100 * MiB and "done by the run" in loader.note  # SmolLM2 in float32
+    assert "not simulated" in plan.nodes[1].note
+    assert not [p for p in tmp_path.rglob("*.safetensors")]  # nothing was converted
 
 
 def test_app_plan_below_every_policys_need_exits_1_naming_the_need(capsys) -> None:
