@@ -276,8 +276,6 @@ def run_headless(args: Any, registry: NodeRegistry) -> int:
     for note in memory.ignored_settings():  # a setting that does nothing here must say so
         err.print(f"[yellow]warning[/]: {escape(note)}", highlight=False)
 
-    # The memory plan (no weights loaded): `--offload auto` takes its policy from it; nothing fits: refused.
-    refusal, plan_report = plan_before_run(wf, registry, memory, err, Path(args.out), args.quiet)
     executor = Executor(registry, memory, allow_pickle=args.allow_pickle)
     cancel = CancelToken()
 
@@ -295,7 +293,12 @@ def run_headless(args: Any, registry: NodeRegistry) -> int:
     out_dir = Path(args.out)
     aborted = False
     report_error: str | None = None
+    refusal: str | None = None
+    plan_report: dict[str, Any] | None = None
     try:
+        # The memory plan (no weights loaded): `--offload auto` takes its policy from it; nothing fits: refused.
+        # Under the Ctrl+C handler: a loader it runs may be in a long call.
+        refusal, plan_report = plan_before_run(wf, registry, memory, err, out_dir, args.quiet, cancel)
         with HeadlessPrinter(err, args.quiet) as printer:
             memory.telemetry.subscribe(printer.on_memory)
             for _ in range(max(1, args.repeat) if refusal is None else 0):

@@ -22,6 +22,7 @@ from rich.markup import escape
 from memory import MemoryManager
 from memory.errors import fmt_bytes
 from memory.policy import policy_named
+from nodes.context import Cancelled, CancelToken
 from nodes.plan import make_plan
 from nodes.registry import NodeRegistry
 from nodes.workflow import Workflow
@@ -30,11 +31,21 @@ log = logging.getLogger(__name__)
 
 
 def plan_before_run(
-    wf: Workflow, registry: NodeRegistry, memory: MemoryManager, err: Console, out_dir: Path, quiet: bool
+    wf: Workflow,
+    registry: NodeRegistry,
+    memory: MemoryManager,
+    err: Console,
+    out_dir: Path,
+    quiet: bool,
+    cancel: CancelToken | None = None,
 ) -> tuple[str | None, dict[str, Any] | None]:
-    """(why the run is refused or None, the plan as JSON for the report or None when none could be made)."""
+    """(why the run is refused or None, the plan as JSON for the report or None when none could be made).
+
+    Cancelled (Ctrl+C while a loader ran): no plan, and the run stops at once on the same token."""
     try:
-        plan = make_plan(wf, registry, memory, out_dir)
+        plan = make_plan(wf, registry, memory, out_dir, cancel)
+    except Cancelled:
+        return None, None
     except Exception as exc:  # the run itself will say what is wrong with a node; the plan only helps
         # Logged, not printed: the run reports what is wrong with a node itself, in its own words.
         log.info("no memory plan for %s: %s", wf.source, exc)

@@ -21,6 +21,7 @@ from memory.devices import read_host
 from memory.errors import fmt_bytes
 from memory.plan import PlannedUse, PlanStep, Simulation, least_budget, simulate
 from memory.policy import POLICIES, Policy, policy_named
+from nodes.context import CancelToken
 from nodes.executor import Executor
 from nodes.plan_walk import NodeUses, walk
 from nodes.registry import NodeRegistry
@@ -93,14 +94,18 @@ def _host_peak(memory: MemoryManager, baseline: int, device_peak: int, host_copi
 
 
 def make_plan(
-    wf: Workflow, registry: NodeRegistry, memory: MemoryManager, out_dir: Path | str = "outputs"
+    wf: Workflow,
+    registry: NodeRegistry,
+    memory: MemoryManager,
+    out_dir: Path | str = "outputs",
+    cancel: CancelToken | None = None,
 ) -> MemoryPlan:
     """The plan of one first run of `wf` (no cache) on `memory`'s device and budgets; nothing is loaded.
 
     The loader nodes run for real (they only register models) with `memory`, so the run that follows finds
-    the same handles."""
+    the same handles. `cancel`: the run's token (a loader in a long call stops on Ctrl+C: `Cancelled`)."""
     order = Executor(registry, memory).plan(wf)
-    found = walk(wf, registry, memory, order, Path(out_dir))
+    found = walk(wf, registry, memory, order, Path(out_dir), cancel or CancelToken())
     baseline = read_host().rss  # after the loader nodes: the libraries a run imports are in
     steps = _steps(found)
     keys = {u.key for s in steps for u in s.uses}

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from memory import MemoryManager, ModelHandle, Working
-from nodes.context import CancelToken, NodeContext
+from nodes.context import Cancelled, CancelToken, NodeContext
 from nodes.executor import model_keys
 from nodes.registry import NodeRegistry
 from nodes.spec import NodeSpec
@@ -176,12 +176,19 @@ def _plan_sampler(memory: MemoryManager, node_type: str, kwargs: dict[str, Any])
 
 
 def walk(
-    wf: Workflow, registry: NodeRegistry, memory: MemoryManager, order: list[str], out_dir: Path
+    wf: Workflow,
+    registry: NodeRegistry,
+    memory: MemoryManager,
+    order: list[str],
+    out_dir: Path,
+    cancel: CancelToken,
 ) -> list[NodeUses]:
     """Each node of `order` with the model uses it will make (see the module docstring)."""
     values: dict[str, dict[str, Any]] = {}
     found: list[NodeUses] = []
     for nid in order:
+        if cancel.cancelled:
+            raise Cancelled(f"cancelled while planning, before node {nid!r}")
         node = wf.nodes[nid]
         spec = registry[node.type]
         kwargs = dict(node.params)
@@ -199,7 +206,7 @@ def walk(
             found.append(uses)
             values[nid] = _stand_ins(spec, kwargs)
             continue
-        found.append(_run_captured(nid, node.type, spec, kwargs, memory, out_dir, values))
+        found.append(_run_captured(nid, node.type, spec, kwargs, memory, out_dir, values, cancel))
     return found
 
 
@@ -211,6 +218,7 @@ def _run_captured(
     memory: MemoryManager,
     out_dir: Path,
     values: dict[str, dict[str, Any]],
+    cancel: CancelToken,
 ) -> NodeUses:
     capture = _CapturingMemory(memory)
     capture.loading = not _wired_models(memory, kwargs)
@@ -222,11 +230,13 @@ def _run_captured(
         out_dir=out_dir,
         workflow_json={},
         emit=lambda event: None,
-        cancel=CancelToken(),
+        cancel=cancel,
     )
     uses = NodeUses(nid, node_type)
     try:
         values[nid] = spec.run(ctx, **kwargs) or {}
+    except Cancelled:
+        raise
     except _Captured:
         values[nid] = _stand_ins(spec, kwargs)
         if capture.loading and not capture.uses:
