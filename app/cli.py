@@ -20,6 +20,7 @@ from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedCo
 
 from app.comfy_commands import library_from, load_run_workflow
 from app.exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_OK  # noqa: F401 (re-exported)
+from app.plan_gate import plan_before_run
 from memory import LoadEvent, MemoryConfig, MemoryManager, TransferEvent, UnloadEvent
 from memory.patches import PatchEvent
 from nodes.context import Cancelled, CancelToken
@@ -292,10 +293,15 @@ def run_headless(args: Any, registry: NodeRegistry) -> int:
     out_dir = Path(args.out)
     aborted = False
     report_error: str | None = None
+    refusal: str | None = None
+    plan_report: dict[str, Any] | None = None
     try:
+        # The memory plan (no weights loaded): `--offload auto` takes its policy from it; nothing fits: refused.
+        # Under the Ctrl+C handler: a loader it runs may be in a long call.
+        refusal, plan_report = plan_before_run(wf, registry, memory, err, out_dir, args.quiet, cancel)
         with HeadlessPrinter(err, args.quiet) as printer:
             memory.telemetry.subscribe(printer.on_memory)
-            for _ in range(max(1, args.repeat)):
+            for _ in range(max(1, args.repeat) if refusal is None else 0):
                 result = executor.run(
                     wf, out_dir=out_dir, on_event=printer, cancel=cancel, workflow_json=source.to_dict()
                 )
@@ -308,6 +314,9 @@ def run_headless(args: Any, registry: NodeRegistry) -> int:
         signal.signal(signal.SIGINT, previous)
         report = build_report(wf, results, memory)
         report["skipped"] = list(plan.skipped)
+        report["plan"] = plan_report
+        if refusal is not None:
+            report["refused"] = refusal
         try:
             if args.report:
                 atomic_write_text(Path(args.report), json.dumps(report, indent=2, default=str) + "\n")
@@ -317,6 +326,9 @@ def run_headless(args: Any, registry: NodeRegistry) -> int:
             memory.close()
     if aborted or any(r.cancelled for r in results):
         return EXIT_INTERRUPTED
+    if refusal is not None:
+        err.print(f"[red]refused[/]: {escape(refusal)}", highlight=False, soft_wrap=True)
+        return EXIT_FAILED
     if report_error is not None:
         kept = sum(len(n.files) for r in results for n in r.nodes.values())
         err.print(

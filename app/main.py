@@ -11,6 +11,7 @@ Lives here: argument parsing and dispatch (`main`). Imports `app.cli`, `nodes`, 
     app nodes                        list the node types (including installed node packs)
     app import FILE [-o OUT.json]    a ComfyUI workflow (API/UI JSON or PNG) -> a Nodeloom workflow
     app check FILE                   validate without running (exit 0, or 2 with the problems)
+    app plan WORKFLOW [--json ...]   will it fit? the memory plan of a run, no weights loaded (app/plan_command)
     app serve [--host H --port P]    a ComfyUI-compatible HTTP + websocket server (app/server)
     app export-comfy WF OUT.json     a workflow of mapped nodes -> ComfyUI API format
 """
@@ -134,6 +135,10 @@ def main(argv: list[str] | None = None) -> int:
         return _models_command(argv[1:])
     if argv[:1] == ["nodes"]:
         return _nodes_command(argv[1:])
+    if argv[:1] == ["plan"]:
+        from app.plan_command import plan_command
+
+        return plan_command(argv[1:], default_registry())
     if argv[:1] == ["serve"]:
         from app.server.serve import serve_command
 

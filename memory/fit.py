@@ -1,6 +1,6 @@
 """Will a model ever fit? The least a component must hold on the device, from its file headers alone.
 
-Lives here: `least_resident_bytes`, `budget_problem`. May import: stdlib, memory.errors, memory.ledger,
+Lives here: `block_sizes`, `least_resident_bytes`, `budget_problem`. May import: stdlib, memory.errors, memory.ledger,
 memory.weights (headers only: nothing is built or read).
 
 A run whose budget is smaller than what its first model must hold would only find out when that model
@@ -23,19 +23,29 @@ from memory.ledger import ModelHandle
 from memory.weights import header_tensor_bytes
 
 
-def _streamed_bound(h: ModelHandle) -> int | None:
-    """Bytes outside the blocks + the largest block, from the headers (names there are the module's)."""
-    if not h.spec.files or h.spec.prefixes:
+def block_sizes(h: ModelHandle) -> tuple[int, list[int]] | None:
+    """(bytes outside the streamed blocks, bytes of each block in declaration order), from the headers, or
+    None when the headers can't tell (no files, or a single-file checkpoint whose names differ)."""
+    if not h.spec.files or h.spec.prefixes or not h.spec.blocks:
         return None
-    block_of = re.compile(rf"^((?:{'|'.join(re.escape(b) for b in h.spec.blocks)})\.\d+)\.")
+    block_of = re.compile(rf"^({'|'.join(re.escape(b) for b in h.spec.blocks)})\.(\d+)\.")
     fixed, blocks = 0, {}
     for key, size in header_tensor_bytes(h.spec.files, h.spec.cast_dtype):
         match = block_of.match(key)
         if match is None:
             fixed += size
         else:
-            blocks[match.group(1)] = blocks.get(match.group(1), 0) + size
-    return fixed + max(blocks.values(), default=0)
+            slot = (h.spec.blocks.index(match.group(1)), int(match.group(2)))
+            blocks[slot] = blocks.get(slot, 0) + size
+    return fixed, [blocks[slot] for slot in sorted(blocks)]
+
+
+def _streamed_bound(h: ModelHandle) -> int | None:
+    """Bytes outside the blocks + the largest block, from the headers (names there are the module's)."""
+    sizes = block_sizes(h)
+    if sizes is None:
+        return None
+    return sizes[0] + max(sizes[1], default=0)
 
 
 def least_resident_bytes(h: ModelHandle, can_stream: bool) -> int | None:

@@ -258,6 +258,16 @@ class Placer:
 
     # -- evicting ---------------------------------------------------------------------------------------
 
+    def keeps_host_copy(self, h: ModelHandle, to_disk: bool) -> bool:
+        """Whether evicting `h` keeps its weights in host RAM (an accelerator, and the RAM budget allows)."""
+        budget = self.ledger.host_budget
+        return (
+            self.accel
+            and not to_disk
+            and budget is not None
+            and self.ledger.host_used() - h.host_bytes - h.pinned_bytes + self.full_bytes(h) <= budget
+        )
+
     def evict(self, h: ModelHandle, *, to_disk: bool = False) -> None:
         """Take `h` off the device: to host RAM on an accelerator when the RAM budget allows, else to disk."""
         if h.module is None or h.is_locked:
@@ -268,13 +278,7 @@ class Placer:
         if h.stream is not None:
             remove_streaming(h.module)
             h.stream = None
-        budget = self.ledger.host_budget
-        keep = (
-            self.accel
-            and not to_disk
-            and budget is not None
-            and self.ledger.host_used() - h.host_bytes - h.pinned_bytes + self.full_bytes(h) <= budget
-        )
+        keep = self.keeps_host_copy(h, to_disk)
         if keep:
             offload_module(h.module)
         else:

@@ -1,0 +1,96 @@
+"""How close is the plan's host prediction to the RSS a system monitor shows? Shipped workflows, two policies.
+
+Lives here: the script. Imports stdlib, psutil. Runs `app --run` in subprocesses (CPU, one torch thread):
+per workflow and policy, once with an empty data dir (a first run: nothing learned, GGUF conversions not
+cached) and once more with the same dir (working memory learned by the first). The prediction is the plan
+the run makes of itself before its first load (`report["plan"]`, the same code as `app plan`, its baseline
+measured in that process); the measurement is the process's RSS sampled from outside with psutil at
+`--hz` (default 40), children included.
+
+    PYTHONPATH=$PWD python benchmarks/plan_accuracy.py [--workflows txt2img llm llm_to_image] [--steps 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+REPO = Path(__file__).resolve().parent.parent
+MiB = 2**20
+
+
+def _rss_tree(proc: psutil.Process) -> int:
+    total = 0
+    for p in [proc, *proc.children(recursive=True)]:
+        try:
+            total += p.memory_info().rss
+        except psutil.Error:
+            pass
+    return total
+
+
+def run_once(workflow: str, policy: str, data_dir: Path, steps: int, hz: float) -> dict[str, float]:
+    with tempfile.TemporaryDirectory() as out:
+        report = Path(out) / "report.json"
+        cmd = [sys.executable, "-m", "app.main", "--run", str(REPO / f"resources/workflows/{workflow}.json")]
+        cmd += ["--device", "cpu", "--offload", policy, "--threads", "1", "--quiet"]
+        cmd += ["--out", out, "--report", str(report)]
+        if workflow != "llm":
+            cmd += ["--set", f"sampler.steps={steps}"]
+        env = dict(os.environ, NODELOOM_DATA_DIR=str(data_dir))
+        started = time.perf_counter()
+        child = subprocess.Popen(cmd, cwd=REPO, env=env)
+        proc, peak, samples = psutil.Process(child.pid), 0, 0
+        while child.poll() is None:
+            peak = max(peak, _rss_tree(proc))
+            samples += 1
+            time.sleep(1.0 / hz)
+        seconds = time.perf_counter() - started
+        if child.returncode != 0:
+            raise SystemExit(f"{workflow} under {policy}: exit {child.returncode}")
+        data = json.loads(report.read_text())
+    plan = data["plan"]
+    sources = sorted({w["source"] for n in plan["nodes"] for w in n["working"] if w["model"]})
+    return {
+        "predicted": plan["predicted_peak"]["host"],
+        "measured": peak,
+        "baseline": plan["baseline_rss"],
+        "hz": samples / seconds,
+        "sources": "+".join(sources),
+    }
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--workflows", nargs="+", default=["txt2img", "llm", "llm_to_image"])
+    p.add_argument("--policies", nargs="+", default=["none", "sequential"])
+    p.add_argument("--steps", type=int, default=4, help="sampler steps (the peak does not grow with steps)")
+    p.add_argument("--hz", type=float, default=40.0)
+    args = p.parse_args()
+    print(
+        f"{'workflow':<14} {'policy':<11} {'run':<8} {'predicted':>10} {'measured':>10} {'ratio':>6}  sampled  working"
+    )
+    for workflow in args.workflows:
+        for policy in args.policies:
+            with tempfile.TemporaryDirectory() as data_dir:
+                for label in ("first", "learned"):
+                    r = run_once(workflow, policy, Path(data_dir), args.steps, args.hz)
+                    print(
+                        f"{workflow:<14} {policy:<11} {label:<8} {r['predicted'] / MiB:>8.0f}Mi "
+                        f"{r['measured'] / MiB:>8.0f}Mi {r['predicted'] / r['measured']:>6.2f}  "
+                        f"{r['hz']:>5.0f} Hz  {r['sources']}",
+                        flush=True,
+                    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
