@@ -93,7 +93,8 @@ def test_a_plan_never_converts_a_gguf_it_counts_the_conversion(
     registry, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("NODELOOM_DATA_DIR", str(tmp_path))  # nothing converted yet: a first run
-    wf = load_for_plan(WORKFLOWS / "llm.json", [], [], registry)
+    # The float32 conversion (keep_quantized=off): on a CPU `auto` repacks the GGUF to int4 instead.
+    wf = load_for_plan(WORKFLOWS / "llm.json", ["llm.keep_quantized=off"], [], registry)
     with MemoryManager(MemoryConfig(device="cpu", policy="none", ram_budget="8GiB")) as mm:
         plan = make_plan(wf, registry, mm)
     loader = plan.nodes[0]
