@@ -25,7 +25,8 @@ from pipelines.diffusion.values import Conditioning, TextEncoderRef
 from pipelines.diffusion.working import chat_encoder_activations
 from pipelines.diffusion.zimage_text import text_encoder_config
 
-# Copied from diffusers.pipelines.qwenimage.pipeline_qwenimage.QwenImagePipeline.__init__
+# The prompt template QwenImagePipeline.__init__ sets (diffusers.pipelines.qwenimage.pipeline_qwenimage),
+# quoted verbatim: a value, not a function, so no `Copied from` marker for the checker.
 PROMPT_TEMPLATE = (
     "<|im_start|>system\nDescribe the image by detailing the color, shape, size, texture, quantity, text, "
     "spatial relationships of the objects and background:<|im_end|>\n<|im_start|>user\n{}<|im_end|>\n"
