@@ -120,6 +120,7 @@ def test_cli_picture_matches_flux2_dev_pipeline(dev: Path, tmp_path: Path, cfg: 
     assert diff <= 1  # as above
 
 
+@pytest.mark.slow  # three [dev] runs (~2 s); the [dev] parity cases stay in the fast lane
 def test_dev_guidance_changes_the_picture_and_streams_the_same(dev: Path, tmp_path: Path) -> None:
     base = ours(dev, tmp_path / "a", cfg=4.0)
     assert not np.array_equal(base, ours(dev, tmp_path / "b", cfg=1.5))

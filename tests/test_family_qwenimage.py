@@ -308,7 +308,10 @@ def test_the_text_encoder_streams_layer_by_layer_with_the_same_embeddings(
     assert torch.equal(whole, streamed)
 
 
-@pytest.mark.parametrize(("layers", "tokens"), [(4, 64), (28, 64), (28, 34 + 512)])
+@pytest.mark.parametrize(
+    ("layers", "tokens"),
+    [(4, 64), (28, 64), pytest.param(28, 34 + 512, marks=pytest.mark.slow)],  # ~1.2 s
+)
 def test_working_memory_formula_covers_the_full_size_text_encoder(layers: int, tokens: int) -> None:
     """Qwen2.5-VL-7B's widths (28 layers is the published depth) over a short prompt and the longest the
     pipeline keeps (its 34 template tokens plus 512), on the meta device. The attention mask is left out and

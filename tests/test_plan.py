@@ -56,7 +56,10 @@ def test_simulate_none_keeps_everything_and_sequential_holds_one_model_at_a_time
     assert auto.fits and auto.steps[1].unloaded == ["a"]
 
 
-@pytest.mark.parametrize("name", ["txt2img", "llm", "llm_to_image", "txt2img_flux"])
+# llm repacks SmolLM2 to int4 in the fresh data dir first (~15 s): slow lane; llm_to_image covers the LLM here.
+@pytest.mark.parametrize(
+    "name", ["txt2img", pytest.param("llm", marks=pytest.mark.slow), "llm_to_image", "txt2img_flux"]
+)
 def test_plan_of_a_shipped_workflow_lists_every_node_in_run_order(
     name: str, registry, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
@@ -89,6 +92,7 @@ def test_plan_of_a_shipped_workflow_lists_every_node_in_run_order(
         assert seq["predicted_peak"]["device"] < none["predicted_peak"]["device"]
 
 
+@pytest.mark.slow  # loads SmolLM2's GGUF metadata (~4 s)
 def test_a_plan_never_converts_a_gguf_it_counts_the_conversion(
     registry, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
