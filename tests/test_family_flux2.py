@@ -104,6 +104,7 @@ def test_cli_picture_matches_flux2_klein_pipeline(folder: Path, tmp_path: Path, 
     assert diff <= 1
 
 
+@pytest.mark.slow  # the fast lane keeps this family's parity cases; this one runs in make test
 def test_a_distilled_klein_ignores_cfg_as_the_pipeline_does(distilled: Path, tmp_path: Path) -> None:
     guided = ours(distilled, tmp_path / "a", cfg=4.0, steps=4)
     diff = max_diff(guided, theirs(distilled, cfg=4.0, steps=4))
@@ -128,12 +129,14 @@ def test_dev_guidance_changes_the_picture_and_streams_the_same(dev: Path, tmp_pa
     assert np.array_equal(base, streamed)
 
 
+@pytest.mark.slow  # the fast lane keeps this family's parity cases; this one runs in make test
 def test_guidance_and_seed_change_the_picture(folder: Path, tmp_path: Path) -> None:
     base = ours(folder, tmp_path / "a", cfg=4.0)
     assert not np.array_equal(base, ours(folder, tmp_path / "b", cfg=1.0))
     assert not np.array_equal(base, ours(folder, tmp_path / "c", cfg=4.0, seed=7))
 
 
+@pytest.mark.slow  # the fast lane keeps this family's parity cases; this one runs in make test
 def test_stream_offload_gives_the_same_picture(folder: Path, tmp_path: Path) -> None:
     plain = ours(folder, tmp_path / "none", cfg=4.0, extra=("--offload", "none"))
     streamed = ours(
@@ -266,6 +269,7 @@ def test_working_memory_formula_covers_the_full_size_transformer(
     assert measured <= formula <= 1.15 * measured, f"{formula / measured:.3f}x of {measured / 2**20:.0f} MiB"
 
 
+@pytest.mark.slow  # the fast lane keeps this family's parity cases; this one runs in make test
 def test_the_text_encoder_streams_layer_by_layer_with_the_same_embeddings(
     folder: Path, tmp_path: Path
 ) -> None:
@@ -314,6 +318,7 @@ def _reference_picture(path: Path) -> Path:
     return path
 
 
+@pytest.mark.slow  # the fast lane keeps this family's parity cases; this one runs in make test
 def test_editing_with_a_reference_picture_matches_the_pipeline(folder: Path, tmp_path: Path) -> None:
     """LoadImage -> VAE Encode -> Reference Latent on the positive prompt = `Flux2KleinPipeline(image=...)`:
     the picture's tokens join the image's at time coordinate 10. On the tiny model a reference moves the

@@ -100,6 +100,7 @@ def test_cli_picture_matches_qwenimage_pipeline(folder: Path, tmp_path: Path, cf
     assert diff <= 1
 
 
+@pytest.mark.slow  # the fast lane keeps this family's parity cases; this one runs in make test
 def test_image_to_image_matches_the_img2img_pipeline(
     folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -149,12 +150,14 @@ def test_image_to_image_matches_the_img2img_pipeline(
     assert diff <= 1
 
 
+@pytest.mark.slow  # the fast lane keeps this family's parity cases; this one runs in make test
 def test_guidance_and_seed_change_the_picture(folder: Path, tmp_path: Path) -> None:
     base = ours(folder, tmp_path / "a", cfg=3.0)
     assert not np.array_equal(base, ours(folder, tmp_path / "b", cfg=1.0))
     assert not np.array_equal(base, ours(folder, tmp_path / "c", cfg=3.0, seed=7))
 
 
+@pytest.mark.slow  # the fast lane keeps this family's parity cases; this one runs in make test
 def test_stream_offload_gives_the_same_picture(folder: Path, tmp_path: Path) -> None:
     plain = ours(folder, tmp_path / "none", cfg=3.0, extra=("--offload", "none"))
     streamed = ours(
@@ -263,6 +266,7 @@ def test_working_memory_formula_covers_the_full_size_transformer(
     assert measured <= formula <= 1.15 * measured, f"{formula / measured:.3f}x of {measured / 2**20:.0f} MiB"
 
 
+@pytest.mark.slow  # the fast lane keeps this family's parity cases; this one runs in make test
 def test_the_text_encoder_streams_layer_by_layer_with_the_same_embeddings(
     folder: Path, tmp_path: Path
 ) -> None:
@@ -341,6 +345,7 @@ def test_working_memory_formula_covers_the_full_size_text_encoder(layers: int, t
     assert measured <= formula <= 1.15 * measured, f"{formula / measured:.3f}x of {measured / 2**20:.0f} MiB"
 
 
+@pytest.mark.slow  # the fast lane keeps this family's parity cases; this one runs in make test
 def test_the_transformer_streams_block_by_block_with_the_same_latents(folder: Path, tmp_path: Path) -> None:
     """The transformer's declared blocks under `stream` in a budget that holds its working memory, the
     weights outside the blocks and one block (not the whole transformer): the blocks move in per call and

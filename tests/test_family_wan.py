@@ -109,6 +109,7 @@ def test_cli_frames_match_wan_pipeline(folder: Path, tmp_path: Path, cfg: float)
     assert_same_video(frames_in(tmp_path), theirs(folder, cfg=cfg))
 
 
+@pytest.mark.slow  # the fast lane keeps this family's parity cases; this one runs in make test
 def test_the_euler_scheduler_matches_the_pipeline_with_flow_matching_euler(
     folder: Path, tmp_path: Path
 ) -> None:
@@ -230,6 +231,7 @@ def test_working_memory_formula_covers_the_full_size_transformer(
     assert measured <= formula <= 1.15 * measured, f"{formula / measured:.3f}x of {measured / 2**20:.0f} MiB"
 
 
+@pytest.mark.slow  # the fast lane keeps this family's parity cases; this one runs in make test
 def test_both_experts_stream_block_by_block_with_the_same_latents(folder22: Path, tmp_path: Path) -> None:
     """In a budget that holds one call's working memory, the weights outside `blocks` and a window of two
     blocks (but not a whole expert of three), `stream` moves each expert's blocks in per call, and the sampled latents are unchanged."""

@@ -87,6 +87,7 @@ def test_cli_picture_matches_zimage_pipeline(folder: Path, tmp_path: Path, cfg: 
     assert diff <= 1
 
 
+@pytest.mark.slow  # the fast lane keeps this family's parity cases; this one runs in make test
 def test_image_to_image_matches_the_img2img_pipeline(
     folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -136,12 +137,14 @@ def test_image_to_image_matches_the_img2img_pipeline(
     assert diff <= 1
 
 
+@pytest.mark.slow  # the fast lane keeps this family's parity cases; this one runs in make test
 def test_guidance_and_seed_change_the_picture(folder: Path, tmp_path: Path) -> None:
     base = ours(folder, tmp_path / "a", cfg=3.0)
     assert not np.array_equal(base, ours(folder, tmp_path / "b", cfg=0.0))
     assert not np.array_equal(base, ours(folder, tmp_path / "c", cfg=3.0, seed=7))
 
 
+@pytest.mark.slow  # the fast lane keeps this family's parity cases; this one runs in make test
 def test_stream_offload_gives_the_same_picture(folder: Path, tmp_path: Path) -> None:
     plain = ours(folder, tmp_path / "none", cfg=3.0, extra=("--offload", "none"))
     streamed = ours(
@@ -257,6 +260,7 @@ def test_working_memory_formula_covers_the_full_size_text_encoder(layers: int) -
     assert measured <= formula <= 1.15 * measured, f"{formula / measured:.3f}x of {measured / 2**20:.0f} MiB"
 
 
+@pytest.mark.slow  # the fast lane keeps this family's parity cases; this one runs in make test
 def test_the_text_encoder_streams_layer_by_layer_with_the_same_embeddings(folder: Path) -> None:
     """Z-Image's text encoder (4B parameters at full size) declares its layers: in a budget that holds its
     working memory, the weights outside the layers and one layer, `stream` moves the rest in per call and

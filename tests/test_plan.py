@@ -56,9 +56,13 @@ def test_simulate_none_keeps_everything_and_sequential_holds_one_model_at_a_time
     assert auto.fits and auto.steps[1].unloaded == ["a"]
 
 
-# llm repacks SmolLM2 to int4 in the fresh data dir first (~15 s): slow lane; llm_to_image covers the LLM here.
+# The LLM workflows repack SmolLM2 to int4 in the fresh data dir first (~15 s each): slow lane.
+_SLOW = pytest.mark.slow
+
+
 @pytest.mark.parametrize(
-    "name", ["txt2img", pytest.param("llm", marks=pytest.mark.slow), "llm_to_image", "txt2img_flux"]
+    "name",
+    ["txt2img", pytest.param("llm", marks=_SLOW), pytest.param("llm_to_image", marks=_SLOW), "txt2img_flux"],
 )
 def test_plan_of_a_shipped_workflow_lists_every_node_in_run_order(
     name: str, registry, tmp_path: Path, request: pytest.FixtureRequest
