@@ -64,6 +64,7 @@ window.close()
     light = {
         "pipelines.diffusion.families",
         "pipelines.diffusion.family_detect",  # the registry's detector: stdlib + families, read by the library
+        "pipelines.diffusion.family_types",  # the registry's dataclasses (stdlib only)
         "pipelines.diffusion.schedulers",
         "pipelines.diffusion.prompt_weights",
         "pipelines.diffusion.resize",
