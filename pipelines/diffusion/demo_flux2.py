@@ -29,7 +29,6 @@ from diffusers import (
     Flux2Pipeline,
     Flux2Transformer2DModel,
 )
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import (
     Mistral3Config,
     Mistral3ForConditionalGeneration,
@@ -38,7 +37,7 @@ from transformers import (
     Qwen3ForCausalLM,
 )
 
-from pipelines.diffusion.demo_zimage import tiny_qwen_tokenizer
+from pipelines.diffusion.demo_zimage import tiny_qwen_tokenizer, train_byte_bpe
 
 TINY_KLEIN_QWEN3 = dict(
     hidden_size=16,
@@ -159,19 +158,8 @@ _DEV_CORPUS = (
 
 
 def tiny_mistral_tokenizer() -> PreTrainedTokenizerFast:
-    bpe = Tokenizer(models.BPE())
-    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    bpe.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=400,
-        min_frequency=1,
-        special_tokens=list(_MISTRAL_SPECIAL),
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    bpe.train_from_iterator([_DEV_CORPUS] * 4, trainer=trainer)
     tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=bpe,
+        tokenizer_object=train_byte_bpe(_DEV_CORPUS, 400, _MISTRAL_SPECIAL),
         bos_token="<s>",
         eos_token="</s>",
         unk_token="<unk>",

@@ -1,7 +1,8 @@
 """The tiny Qwen-Image demo model (`demo:tiny-qwenimage`): random weights, fixed seeds, built offline.
 
 Lives here: `build_tiny_qwenimage`, `tiny_qwenimage_tokenizer`, `TINY_QWENIMAGE`, `TINY_QWENIMAGE_VAE`,
-`TINY_QWEN25_VL`. May import: stdlib, torch, tokenizers, transformers, diffusers.
+`TINY_QWEN25_VL`. May import: stdlib, torch, tokenizers, transformers, diffusers, pipelines.diffusion.demo_zimage
+(the tiny byte-level BPE and its Qwen2 tokenizer form).
 
 Shaped like diffusers' own Qwen-Image test components (tests/pipelines/qwenimage), with sizes chosen to catch
 hard-coded assumptions: a VAE with 4 latent channels and 2 downsamplings (4 pixels per latent, not 8), a
@@ -12,8 +13,6 @@ Qwen's tokenizer does (QwenImagePipeline drops exactly 34) and the prompt's toke
 
 from __future__ import annotations
 
-import json
-
 import torch
 from diffusers import (
     AutoencoderKLQwenImage,
@@ -21,8 +20,9 @@ from diffusers import (
     QwenImagePipeline,
     QwenImageTransformer2DModel,
 )
-from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration, Qwen2Tokenizer
+
+from pipelines.diffusion.demo_zimage import qwen2_tokenizer, train_byte_bpe
 
 # The pipeline's system prompt (whole-word tokens, as in Qwen's vocabulary) and words demo prompts use.
 _CORPUS = (
@@ -85,24 +85,7 @@ _QWENIMAGE_SCHEDULER = dict(
 
 def tiny_qwenimage_tokenizer() -> Qwen2Tokenizer:
     """A byte-level BPE over the demo corpus, as a Qwen2 tokenizer with Qwen2-VL's special tokens."""
-    bpe = Tokenizer(models.BPE())
-    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    trainer = trainers.BpeTrainer(
-        vocab_size=600,
-        min_frequency=1,
-        special_tokens=list(_SPECIAL),
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    bpe.train_from_iterator([_CORPUS] * 4, trainer=trainer)
-    model = json.loads(bpe.to_str())["model"]
-    merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in model["merges"]]
-    return Qwen2Tokenizer(
-        vocab=dict(model["vocab"]),
-        merges=merges,
-        extra_special_tokens=list(_SPECIAL[1:]),
-        model_max_length=2048,
-    )
+    return qwen2_tokenizer(train_byte_bpe(_CORPUS, 600, _SPECIAL), _SPECIAL, 2048)
 
 
 def build_tiny_qwenimage() -> QwenImagePipeline:

@@ -1,6 +1,7 @@
 """The tiny Z-Image demo model (`demo:tiny-zimage`): random weights, fixed seeds, built offline.
 
-Lives here: `build_tiny_zimage`, `tiny_qwen_tokenizer`, `TINY_ZIMAGE`, `TINY_ZIMAGE_VAE`, `TINY_QWEN3`,
+Lives here: `build_tiny_zimage`, `tiny_qwen_tokenizer`, `train_byte_bpe` and `qwen2_tokenizer` (shared by the
+Qwen-Image and FLUX.2 demos), `TINY_ZIMAGE`, `TINY_ZIMAGE_VAE`, `TINY_QWEN3`,
 `QWEN_CHAT_TEMPLATE`. May import: stdlib, torch, tokenizers, transformers, diffusers.
 
 Shaped like diffusers' own Z-Image test components, with sizes chosen to catch hard-coded assumptions: a
@@ -13,10 +14,11 @@ enable_thinking=True)`).
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
 import torch
 from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, ZImagePipeline, ZImageTransformer2DModel
-from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import Qwen2Tokenizer, Qwen3Config, Qwen3Model
 
 # Words a demo prompt is likely to use get whole-word tokens; every byte has a token too (no unknowns).
@@ -83,26 +85,38 @@ TINY_QWEN3 = dict(
 _ZIMAGE_SCHEDULER = dict(num_train_timesteps=1000, shift=3.0, use_dynamic_shifting=False)
 
 
-def tiny_qwen_tokenizer() -> Qwen2Tokenizer:
-    """A byte-level BPE over the demo corpus, as a Qwen2 tokenizer with the chat template set."""
+def train_byte_bpe(corpus: str, vocab_size: int, special: Sequence[str]) -> Tokenizer:
+    """A byte-level BPE trained offline on `corpus` (every byte in the alphabet, so nothing maps to unk): the
+    tiny LLM-style tokenizers of the newer families' demo models all start here."""
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=400,
+        vocab_size=vocab_size,
         min_frequency=1,
-        special_tokens=list(_SPECIAL),
+        special_tokens=list(special),
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    bpe.train_from_iterator([_CORPUS] * 4, trainer=trainer)
+    bpe.train_from_iterator([corpus] * 4, trainer=trainer)
+    return bpe
+
+
+def qwen2_tokenizer(bpe: Tokenizer, special: Sequence[str], model_max_length: int) -> Qwen2Tokenizer:
+    """`bpe`'s vocabulary and merges as a Qwen2 tokenizer; `special[0]` is its end-of-text token."""
     model = json.loads(bpe.to_str())["model"]
     merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in model["merges"]]
-    tokenizer = Qwen2Tokenizer(
+    return Qwen2Tokenizer(
         vocab=dict(model["vocab"]),
         merges=merges,
-        extra_special_tokens=list(_SPECIAL[1:]),
-        model_max_length=512,
+        extra_special_tokens=list(special[1:]),
+        model_max_length=model_max_length,
     )
+
+
+def tiny_qwen_tokenizer() -> Qwen2Tokenizer:
+    """A byte-level BPE over the demo corpus, as a Qwen2 tokenizer with the chat template set."""
+    tokenizer = qwen2_tokenizer(train_byte_bpe(_CORPUS, 400, _SPECIAL), _SPECIAL, 512)
     tokenizer.chat_template = QWEN_CHAT_TEMPLATE
     return tokenizer
 
