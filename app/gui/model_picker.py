@@ -41,6 +41,8 @@ DEMO_NAMES = (
     "tiny-flux2-dev",
     "tiny-wan",
     "tiny-wan22",
+    "tiny-wan-i2v",
+    "tiny-wan22-i2v",
 )
 
 # Models shipped with Nodeloom, by loader type (`builtin:` names, see pipelines/paths.py).

@@ -11,6 +11,9 @@ two calls (not one doubled batch), conditional first. Wan 2.2 A14B has two exper
 (`transformer_2`) the rest. Each is held through its own `mm.use(...)` for its steps only, so under
 `--offload sequential` the high-noise expert is unloaded before the low-noise one loads. The same `cfg` guides
 both (the pipeline's `guidance_scale_2` defaults to `guidance_scale`). Previews show the middle latent frame.
+Image-to-video (`WanImageToVideoPipeline`): the latent wire carries [mask, encoded start/last frames]
+(`pipelines.diffusion.wan_image`), concatenated after the noise in float32 then cast, as the pipeline does, and
+Wan 2.1 I2V's CLIP image states go to every call as `encoder_hidden_states_image`.
 """
 
 from __future__ import annotations
@@ -98,6 +101,50 @@ def _check(denoiser: DenoiserRef, latents: Latents, settings: SamplerSettings) -
     return settings
 
 
+def _image_inputs(
+    mm: MemoryManager, denoiser: DenoiserRef, latents: Latents, batch: int
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """(condition channels, CLIP image states) for an image-to-video transformer, (None, None) for text-to-video;
+    a latent that does not fit the transformer is refused naming the node to feed it from."""
+    from pipelines.diffusion.wan_image import encode_clip_images, i2v_extra_channels
+
+    title = denoiser.family.title
+    wanted = i2v_extra_channels(denoiser.config, latents.samples.shape[1])
+    given = 0 if latents.concat is None else latents.concat.shape[1]
+    if wanted != given:
+        if given == 0:
+            raise ValueError(
+                f"{title}: this is an image-to-video model ({wanted} extra input channels): feed the sampler's "
+                "latent from Wan Image To Video (a start image) or Wan First Last Frame To Video"
+            )
+        raise ValueError(
+            f"{title}: the latent carries {given} image-conditioning channels but this model takes {wanted} "
+            "(a text-to-video model takes none: feed it from Empty Video Latent)"
+        )
+    if latents.concat is None:
+        return None, None
+    condition = latents.concat.to(device=mm.device, dtype=torch.float32)
+    if condition.shape[0] != batch:
+        condition = condition.repeat(batch // condition.shape[0], 1, 1, 1, 1)
+    if denoiser.config.get("image_dim") is None:  # Wan 2.2 I2V: the frames alone condition it
+        return condition, None
+    if denoiser.image_encoder is None:
+        raise ValueError(
+            f"{title}: this transformer takes CLIP image states but the folder has no image_encoder"
+        )
+    if not latents.clip_images:
+        raise ValueError(
+            f"{title}: this model needs the start image itself: feed the latent from Wan Image To Video"
+        )
+    if len(latents.clip_images) > 1 and denoiser.config.get("pos_embed_seq_len") is None:
+        raise ValueError(
+            f"{title}: this image-to-video model takes one start image; a first and a last frame need a "
+            "first-last-frame model (Wan 2.1 FLF2V, or Wan 2.2 I2V)"
+        )
+    states = encode_clip_images(mm, denoiser.image_encoder, latents.clip_images)
+    return condition, states.repeat(batch, 1, 1).to(device=mm.device, dtype=denoiser.dtype)
+
+
 @torch.no_grad()
 def sample_wan(
     mm: MemoryManager,
@@ -137,7 +184,10 @@ def sample_wan(
     cond = batched_conditioning(positive, batch).embeds.to(device=device, dtype=dtype)
     uncond = batched_conditioning(negative, batch).embeds.to(device, dtype) if do_cfg and negative else None
 
-    # 5. Denoising loop, one expert at a time
+    # 5. Image-to-video: the start/last-frame channels beside the noise, and Wan 2.1's CLIP image states
+    condition, image_embeds = _image_inputs(mm, denoiser, latents, batch)
+
+    # 6. Denoising loop, one expert at a time
     working = wan_working(denoiser, tuple(latents.samples.shape))
     middle = latents.samples.shape[2] // 2
     stages = expert_stages(denoiser, timesteps, int(scheduler.config.num_train_timesteps))
@@ -145,12 +195,14 @@ def sample_wan(
         with use_denoiser(mm, expert, working=working) as model:
             for i in steps:
                 t = timesteps[i]
-                model_input = x.to(expert.dtype)
+                model_input = x if condition is None else torch.cat([x, condition], dim=1)
+                model_input = model_input.to(expert.dtype)
                 timestep = t.expand(batch)
                 velocity = model(
                     hidden_states=model_input,
                     timestep=timestep,
                     encoder_hidden_states=cond,
+                    encoder_hidden_states_image=image_embeds,
                     return_dict=False,
                 )[0]
                 if uncond is not None:
@@ -158,6 +210,7 @@ def sample_wan(
                         hidden_states=model_input,
                         timestep=timestep,
                         encoder_hidden_states=uncond,
+                        encoder_hidden_states_image=image_embeds,
                         return_dict=False,
                     )[0]
                     velocity = velocity_uncond + settings.cfg * (velocity - velocity_uncond)
