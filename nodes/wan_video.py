@@ -1,7 +1,8 @@
 """Wan image-to-video nodes: a start frame (or a first and a last frame) -> the conditioning a Wan I2V model
 denoises from.
 
-Lives here: the node types `WanImageToVideo`, `WanFirstLastFrameToVideo` and the `NODES` tuple of their specs.
+Lives here: the node types `WanImageToVideo`, `WanFirstLastFrameToVideo`, `Wan22ImageToVideoLatent` and the
+`NODES` tuple of their specs.
 Imports `nodes.declare`, `nodes.kinds`, `nodes.spec`, `nodes.types`, `nodes.context`; torch and
 pipelines.diffusion inside the run functions, so listing node types stays light.
 
@@ -9,7 +10,8 @@ Shaped like ComfyUI's nodes of the same names (positive, negative, vae, width, h
 positive, negative, latent). The prompts pass through unchanged; the start/last frames travel on the latent
 wire (`pipelines.diffusion.wan_image`), which is where the sampler reads them, and Wan 2.1 I2V's CLIP image
 states are made by the sampler with the model folder's own image encoder (ComfyUI wires a CLIP Vision Encode
-output instead: not needed here, the encoder is part of the diffusers folder).
+output instead: not needed here, the encoder is part of the diffusers folder). Wan 2.2 TI2V-5B takes its start
+image differently, as the first latent frame (`Wan22ImageToVideoLatent`, latent only, as ComfyUI's).
 """
 
 from __future__ import annotations
@@ -96,4 +98,48 @@ class WanFirstLastFrameToVideo(_WanVideoFields):
         return self._latent(ctx, self.start_image, self.end_image)
 
 
-NODES: tuple[NodeSpec, ...] = (WanImageToVideo.spec, WanFirstLastFrameToVideo.spec)
+@node_type(
+    "Wan22ImageToVideoLatent",
+    tags=("ti2v", "wan 2.2", "image to video", "video"),
+    title="Wan 2.2 Image To Video Latent",
+    category="diffusion/latent",
+    outputs=[Output("latent", LATENT)],
+    description="Wan 2.2 TI2V-5B's latent: empty (text to video), or with a start image as its first frame.",
+)
+class Wan22ImageToVideoLatent(Node):
+    vae: VaeRef = wire(VAE)
+    start_image: torch.Tensor | None = wire(
+        IMAGE, optional=True, help="the video's first frame (resized to width x height); none: text to video"
+    )
+    width: int = param(INT, 1280, min=32, max=8192, step=32, help="pixels", comfy="width")
+    height: int = param(INT, 704, min=32, max=8192, step=32, help="pixels", comfy="height")
+    length: int = param(
+        INT, 49, min=1, max=4096, help="frames: 1 + 4k for Wan (the VAE's time step)", comfy="length"
+    )
+    batch_size: int = param(INT, 1, min=1, max=64, help="videos per run", comfy="batch_size")
+
+    def run(self, ctx: NodeContext) -> dict[str, Any]:
+        from pipelines.diffusion.wan_image import wan22_image_latent
+
+        scale = self.vae.scale_factor
+        if self.width % scale or self.height % scale:
+            raise ValueError(
+                f"fields 'width', 'height': must be multiples of {scale} for this VAE, got {self.width}x{self.height}"
+            )
+        latent = wan22_image_latent(
+            ctx.memory,
+            self.vae,
+            self.start_image,
+            width=self.width,
+            height=self.height,
+            frames=self.length,
+            batch=self.batch_size,
+        )
+        return {"latent": latent}
+
+
+NODES: tuple[NodeSpec, ...] = (
+    WanImageToVideo.spec,
+    WanFirstLastFrameToVideo.spec,
+    Wan22ImageToVideoLatent.spec,
+)

@@ -77,6 +77,7 @@ def test_the_loader_field_lists_the_library_and_filters_as_you_type(
             "wan22",
             "wan-i2v",
             "wan22-i2v",
+            "wan22-ti2v",
         )
     ]
     assert names == [

@@ -43,6 +43,7 @@ DEMO_NAMES = (
     "tiny-wan22",
     "tiny-wan-i2v",
     "tiny-wan22-i2v",
+    "tiny-wan22-ti2v",
 )
 
 # Models shipped with Nodeloom, by loader type (`builtin:` names, see pipelines/paths.py).

@@ -127,7 +127,7 @@ def sample(
             "ControlNet and inpainting run with the diffusers schedulers (dpmpp_2m, euler, ...); "
             f"{settings.scheduler} does not support them yet"
         )
-    if denoiser.family.flow and latents.noise_mask is not None:
+    if denoiser.family.flow and latents.noise_mask is not None and denoiser.family.denoiser_call != "wan":
         raise ValueError(f"a latent noise mask (inpainting) is not supported for {family!r} models yet")
     if denoiser.family.flow and (positive.controls or (negative is not None and negative.controls)):
         raise ValueError(f"ControlNet is not supported for {family!r} models yet (SD 1.x and SDXL are)")

@@ -29,7 +29,6 @@ from pipelines.diffusion.assembly import (  # LoadedModel, read_json, vae_dtype:
 )
 from pipelines.diffusion.families import (
     Family,
-    UnsupportedModelError,
     denoiser_stream_blocks,
     family_for_pipeline_class,
     resolve_dtype,
@@ -210,8 +209,10 @@ def load_diffusers_folder(
         dtype=torch_dtype,
         vae_dtype=vdtype,
     )
-    if index.get("expand_timesteps"):  # Wan 2.2 TI2V-5B: a per-token timestep and a 48-channel VAE
-        raise UnsupportedModelError(f"{root}: Wan 2.2 TI2V (expand_timesteps) is not supported yet")
+    if index.get(
+        "expand_timesteps"
+    ):  # Wan 2.2 TI2V-5B: a timestep per video token (its 48-channel VAE is config)
+        loaded = replace(loaded, denoiser=replace(loaded.denoiser, expand_timesteps=True))
     if index.get("boundary_ratio") is not None and (root / "transformer_2" / "config.json").is_file():
         # Wan 2.2's low-noise expert: a second denoiser component, used below the boundary timestep
         low_noise = _register_pretrained(

@@ -94,6 +94,8 @@ class DenoiserRef:
     boundary_ratio: float | None = None
     # Wan 2.1 I2V's CLIP vision encoder (`pipelines.diffusion.wan_image.ImageEncoderRef`), when the folder has one.
     image_encoder: Any = None
+    # Wan 2.2 TI2V (model_index.json `expand_timesteps`): a timestep per video token; 0 on an image's frame.
+    expand_timesteps: bool = False
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """Wan image-to-video inputs: the start (and last) frame encoded as the transformer's extra input channels,
 and Wan 2.1 I2V's CLIP image embeddings.
 
-Lives here: `ImageEncoderRef`, `wan_image_latents`, `encode_clip_images`, `i2v_extra_channels`. May import:
+Lives here: `ImageEncoderRef`, `wan_image_latents`, `wan22_image_latent`, `encode_clip_images`,
+`i2v_extra_channels`. May import:
 stdlib, torch, PIL, transformers, memory, pipelines.diffusion.values / resize.
 
 Written out from diffusers' `WanImageToVideoPipeline.prepare_latents` and `encode_image`. The conditioning video
@@ -13,6 +14,7 @@ first latent frame stands for one picture frame, repeated to fill them). Both tr
 I2V (a transformer with `image_dim`) also cross-attends to the second-to-last hidden states of a CLIP vision
 encoder shipped in the folder; the pictures go along as `Latents.clip_images` and the sampler encodes them
 with the denoiser's `image_encoder`, from the uint8 picture as the pipeline's processor sees a PIL image.
+Wan 2.2 TI2V-5B instead takes the start image's latents as its first latent frame (`wan22_image_latent`).
 """
 
 from __future__ import annotations
@@ -110,6 +112,39 @@ def wan_image_latents(
         concat=torch.cat([mask, encoded], dim=1),
         clip_images=pictures,
     )
+
+
+@torch.no_grad()
+def wan22_image_latent(
+    mm: MemoryManager,
+    vae: VaeRef,
+    start: torch.Tensor | None,
+    *,
+    width: int,
+    height: int,
+    frames: int,
+    batch: int = 1,
+) -> Latents:
+    """Wan 2.2 TI2V's latent: zeros, or with a start image its latents as the first latent frame and a noise
+    mask that keeps them (0 there, 1 elsewhere), as `WanImageToVideoPipeline` with `expand_timesteps`."""
+    from pipelines.diffusion.video_vae import video_latent_shape
+
+    _, channels, latent_frames, h, w = video_latent_shape(vae.config, width, height, frames)
+    samples = torch.zeros(batch, channels, latent_frames, h, w)
+    if start is None:  # text-to-video: an empty latent
+        return Latents(samples=samples, vae_scale_factor=vae.scale_factor, source="empty")
+    first = _pixels(start, height, width).unsqueeze(2)  # (1, 3, 1, H, W): the image alone is encoded
+    with mm.use(vae.handle, working=_encode_working(vae, 1, height, width)) as model:
+        encoded = model.encode(first.to(device=mm.device, dtype=vae.dtype)).latent_dist.mode()
+    encoded = encoded.to(dtype=torch.float32)
+    mean = (
+        torch.tensor(vae.config["latents_mean"]).view(1, channels, 1, 1, 1).to(encoded.device, torch.float32)
+    )
+    inv_std = 1.0 / torch.tensor(vae.config["latents_std"]).view(1, channels, 1, 1, 1).to(encoded.device)
+    samples[:, :, :1] = ((encoded - mean) * inv_std).cpu()
+    keep = torch.ones(1, 1, latent_frames, h, w)
+    keep[:, :, 0] = 0
+    return Latents(samples=samples, vae_scale_factor=vae.scale_factor, source="encoded", noise_mask=keep)
 
 
 def i2v_extra_channels(config: dict[str, Any], latent_channels: int) -> int:

@@ -13,7 +13,9 @@ two calls (not one doubled batch), conditional first. Wan 2.2 A14B has two exper
 both (the pipeline's `guidance_scale_2` defaults to `guidance_scale`). Previews show the middle latent frame.
 Image-to-video (`WanImageToVideoPipeline`): the latent wire carries [mask, encoded start/last frames]
 (`pipelines.diffusion.wan_image`), concatenated after the noise in float32 then cast, as the pipeline does, and
-Wan 2.1 I2V's CLIP image states go to every call as `encoder_hidden_states_image`.
+Wan 2.1 I2V's CLIP image states go to every call as `encoder_hidden_states_image`. Wan 2.2 TI2V-5B
+(`expand_timesteps`) gives each video token its own timestep; for image-to-video the first latent frame is the
+image's latents with timestep 0 (the latent's noise mask says which), mixed in before every call and at the end.
 """
 
 from __future__ import annotations
@@ -145,6 +147,25 @@ def _image_inputs(
     return condition, states.repeat(batch, 1, 1).to(device=mm.device, dtype=denoiser.dtype)
 
 
+def _first_frame_inputs(
+    denoiser: DenoiserRef, latents: Latents
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """(keep mask, token mask) for Wan 2.2 TI2V, (None, None) otherwise. `keep` is the latent's noise mask
+    (1 = denoise, 0 = the image's first frame, from Wan 2.2 Image To Video Latent); the token mask is its
+    patch grid, (frames, h / 2, w / 2), which times t gives each token's timestep (all t for text-to-video)."""
+    if not denoiser.expand_timesteps:
+        if latents.noise_mask is not None:
+            raise ValueError(
+                f"{denoiser.family.title}: a latent noise mask (a given first frame) is for Wan 2.2 TI2V models only"
+            )
+        return None, None
+    _, _, frames, h, w = latents.samples.shape
+    keep = latents.noise_mask
+    mask = keep.float() if keep is not None else torch.ones(1, 1, frames, h, w)
+    _, ph, pw = _patch(denoiser)
+    return keep, mask[0][0][:, ::ph, ::pw]
+
+
 @torch.no_grad()
 def sample_wan(
     mm: MemoryManager,
@@ -187,7 +208,13 @@ def sample_wan(
     # 5. Image-to-video: the start/last-frame channels beside the noise, and Wan 2.1's CLIP image states
     condition, image_embeds = _image_inputs(mm, denoiser, latents, batch)
 
-    # 6. Denoising loop, one expert at a time
+    # 6. Wan 2.2 TI2V: a timestep per video token, 0 on a given first frame (kept as the image's latents)
+    keep, token_mask = _first_frame_inputs(denoiser, latents)
+    keep = keep.to(device=device, dtype=torch.float32) if keep is not None else None
+    token_mask = token_mask.to(device) if token_mask is not None else None
+    given = latents.samples.to(device=device, dtype=torch.float32) if keep is not None else None
+
+    # 7. Denoising loop, one expert at a time
     working = wan_working(denoiser, tuple(latents.samples.shape))
     middle = latents.samples.shape[2] // 2
     stages = expert_stages(denoiser, timesteps, int(scheduler.config.num_train_timesteps))
@@ -196,8 +223,13 @@ def sample_wan(
             for i in steps:
                 t = timesteps[i]
                 model_input = x if condition is None else torch.cat([x, condition], dim=1)
+                if keep is not None:
+                    model_input = (1 - keep) * given + keep * x
                 model_input = model_input.to(expert.dtype)
-                timestep = t.expand(batch)
+                if token_mask is None:
+                    timestep = t.expand(batch)
+                else:  # (batch, tokens), as the pipeline: the mask's patch grid times t
+                    timestep = (token_mask * t).flatten().unsqueeze(0).expand(batch, -1)
                 velocity = model(
                     hidden_states=model_input,
                     timestep=timestep,
@@ -232,4 +264,6 @@ def sample_wan(
                         )
                     )
 
+    if keep is not None:  # the first frame is the image's latents exactly, as the pipeline puts it back
+        x = (1 - keep) * given + keep * x
     return Latents(samples=x.cpu(), vae_scale_factor=latents.vae_scale_factor, source="sampled")
