@@ -10,6 +10,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from app.gui.history import HistoryEntry, append_history
+from app.history_file import video_poster, with_figures
 from nodes.workflow import WorkflowError
 
 if TYPE_CHECKING:
@@ -40,7 +41,9 @@ class HistoryOpsMixin:
             if p.kind == "seed" and isinstance(wf.nodes[nid].params.get(p.name), int)
         }
         graph = (job.source or wf).to_dict()  # as edited: bypassed/muted nodes come back on reopen
-        entry = HistoryEntry(time.time(), job.label, graph, seeds, files, texts, result.to_json())
+        report = with_figures(result.to_json())  # frames, videos/hour, images/min: nodes.run_figures
+        entry = HistoryEntry(time.time(), job.label, graph, seeds, files, texts, report)
+        entry.poster = video_poster(self.settings.output_dir, report)
         try:
             append_history(self.settings.output_dir, entry)
         except OSError as exc:
