@@ -1,7 +1,8 @@
 """Wan image-to-video end to end: `app --run img2video.json` gives WanImageToVideoPipeline's frames.
 
-The folders are the tiny `demo:tiny-wan-i2v` (Wan 2.1 I2V: a CLIP vision encoder beside the transformer) and
-`demo:tiny-wan22-i2v` (Wan 2.2 A14B I2V: two experts, no image encoder) fixtures, saved to plain folders and
+The folders are the tiny `demo:tiny-wan-i2v` (Wan 2.1 I2V: a CLIP vision encoder beside the transformer),
+`demo:tiny-wan-flf2v` (Wan 2.1 FLF2V: the same over two pictures) and `demo:tiny-wan22-i2v` (Wan 2.2 A14B I2V:
+two experts, no image encoder) fixtures, saved to plain folders and
 loaded by path. Our side is the CLI: the Wan Image To Video / First Last Frame node (VAE-encoded conditioning
 frames and mask), our loop and VAE Decode Video; theirs is `WanImageToVideoPipeline.from_pretrained` with the
 same picture, seed, steps, guidance, size, frames and prompts. All slow: each case builds and runs two tiny
@@ -38,6 +39,11 @@ def folder21(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def folder22(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return save_demo_model("tiny-wan22-i2v", tmp_path_factory.mktemp("wan22-i2v") / "tiny-wan22-i2v")
+
+
+@pytest.fixture(scope="module")
+def folder_flf(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return save_demo_model("tiny-wan-flf2v", tmp_path_factory.mktemp("wan-flf2v") / "tiny-wan-flf2v")
 
 
 @pytest.fixture(scope="module")
@@ -166,6 +172,15 @@ def test_first_last_frame_matches_the_pipelines_last_image(
     start_only = tmp_path / "start-only"
     assert run_cli(folder22, start_only, cfg=5.0) == 0
     assert not np.array_equal(ours, frames_in(start_only))  # the last frame took effect
+
+
+def test_wan21_flf2v_matches_the_pipeline_with_both_pictures_clip_states(
+    folder_flf: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, end_image: Path
+) -> None:
+    """Wan 2.1 FLF2V: the first and last pictures' CLIP states go in together (its `pos_embed_seq_len`)."""
+    out = tmp_path / "out"
+    assert run_cli(folder_flf, out, cfg=5.0, last=end_image) == 0
+    assert_same_video(frames_in(out), theirs(folder_flf, monkeypatch, cfg=5.0, last=end_image))
 
 
 def test_the_start_image_changes_the_video(folder21: Path, tmp_path: Path, end_image: Path) -> None:

@@ -44,6 +44,7 @@ DEMO_NAMES = (
     "tiny-wan-i2v",
     "tiny-wan22-i2v",
     "tiny-wan22-ti2v",
+    "tiny-wan-flf2v",
 )
 
 # Models shipped with Nodeloom, by loader type (`builtin:` names, see pipelines/paths.py).
