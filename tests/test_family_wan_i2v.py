@@ -228,3 +228,38 @@ def test_a_last_frame_for_a_one_image_clip_model_is_refused(
     assert run_cli(folder21, tmp_path / "out", cfg=5.0, last=end_image) == 1
     err = capsys.readouterr().err
     assert "first-last-frame model" in err and "Traceback" not in err
+
+
+def test_working_memory_formula_covers_the_full_size_i2v_transformer() -> None:
+    """Wan 2.1 I2V 14B (36 input channels, 257 CLIP tokens beside the 512 text ones) at 832x480x81 on the meta
+    device (tests/live_tensors.py; two blocks: the peak is within one): the text-to-video formula holds."""
+    from diffusers import WanTransformer3DModel
+
+    from pipelines.diffusion.families import FAMILIES
+    from pipelines.diffusion.values import DenoiserRef
+    from pipelines.diffusion.wan_sampling import wan_working
+    from tests.live_tensors import live_tensor_peak
+
+    meta = torch.device("meta")
+    with meta:
+        model = WanTransformer3DModel(
+            num_layers=2, num_attention_heads=40, ffn_dim=13824, text_dim=4096, in_channels=36, image_dim=1280
+        )
+    latents = torch.zeros(1, 36, 21, 60, 104, device=meta)
+    text, image = torch.zeros(1, 512, 4096, device=meta), torch.zeros(1, 257, 1280, device=meta)
+    measured = live_tensor_peak(
+        model,
+        lambda: model(
+            hidden_states=latents,
+            timestep=torch.zeros(1, device=meta),
+            encoder_hidden_states=text,
+            encoder_hidden_states_image=image,
+            return_dict=False,
+        ),
+    )
+    ref = DenoiserRef(None, FAMILIES["wan"], dict(model.config), {}, torch.float32)  # type: ignore[arg-type]
+    formula = wan_working(
+        ref, (1, 16, 21, 60, 104)
+    ).formula_bytes  # the noise's 16 channels: the sampler's shape
+    # Never below what is alive, at most 15% above (measured 1.03x).
+    assert measured <= formula <= 1.15 * measured, f"{formula / measured:.3f}x of {measured / 2**20:.0f} MiB"

@@ -151,3 +151,45 @@ def test_a_first_frame_latent_for_a_model_without_per_token_timesteps_is_refused
     assert main(args) == 1
     err = capsys.readouterr().err
     assert "Wan 2.2 TI2V" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(("width", "height", "frames"), [(1280, 704, 121), (832, 480, 49)])
+def test_working_memory_formula_covers_the_full_size_ti2v_transformer(
+    width: int, height: int, frames: int
+) -> None:
+    """TI2V-5B's widths (24 heads x 128, ffn 14336, 48 channels) at its 16x/4x VAE, with a timestep per token
+    (meta device, tests/live_tensors.py; two blocks: the peak is within one)."""
+    from diffusers import WanTransformer3DModel
+
+    from pipelines.diffusion.families import FAMILIES
+    from pipelines.diffusion.values import DenoiserRef
+    from pipelines.diffusion.wan_sampling import wan_working
+    from tests.live_tensors import live_tensor_peak
+
+    meta = torch.device("meta")
+    with meta:
+        model = WanTransformer3DModel(
+            num_layers=2,
+            num_attention_heads=24,
+            ffn_dim=14336,
+            text_dim=4096,
+            in_channels=48,
+            out_channels=48,
+        )
+    latents = torch.zeros(1, 48, (frames - 1) // 4 + 1, height // 16, width // 16, device=meta)
+    tokens = latents.shape[2] * (latents.shape[3] // 2) * (latents.shape[4] // 2)
+    text = torch.zeros(1, 512, 4096, device=meta)
+    measured = live_tensor_peak(
+        model,
+        lambda: model(
+            hidden_states=latents,
+            timestep=torch.zeros(1, tokens, device=meta),
+            encoder_hidden_states=text,
+            return_dict=False,
+        ),
+    )
+    ref = DenoiserRef(None, FAMILIES["wan"], dict(model.config), {}, torch.float32, expand_timesteps=True)  # type: ignore[arg-type]
+    formula = wan_working(ref, tuple(latents.shape)).formula_bytes
+    # Never below what is alive (a budget would be overrun), at most 15% above (measured 1.03-1.06x).
+    print(f"ti2v working {width}x{height}x{frames}: {formula / measured:.3f}x")
+    assert measured <= formula <= 1.15 * measured, f"{formula / measured:.3f}x of {measured / 2**20:.0f} MiB"

@@ -44,6 +44,10 @@ def _patch(denoiser: DenoiserRef) -> tuple[int, int, int]:
 # widths, 33 to 81 frames at 480p and 720p, a call keeps about (4 x hidden + 2 x ffn) values per video token
 # alive, plus a little that grows more slowly (time embedding, the 512 text tokens' keys and values).
 _PER_TOKEN_HIDDEN, _PER_TOKEN_FFN = 4, 2
+# Wan 2.2 TI2V (`expand_timesteps`): a timestep per token makes the time embedding per token too: its
+# (tokens, 6 x hidden) projection, and each block's six (tokens, hidden) shift/scale/gate tensors beside it.
+# Fitted the same way at TI2V-5B's width (1280x704x121 and 832x480x49).
+_PER_TOKEN_TIMESTEP = 13
 _MARGIN = 1.03
 _FIXED = 64 * 2**20
 
@@ -59,6 +63,8 @@ def wan_working(denoiser: DenoiserRef, latent_shape: tuple[int, ...]) -> Working
     ffn = int(config.get("ffn_dim", 13824))
     tokens = batch * (frames // pt) * (h // ph) * (w // pw)
     per_token = _PER_TOKEN_HIDDEN * hidden + _PER_TOKEN_FFN * ffn
+    if denoiser.expand_timesteps:
+        per_token += _PER_TOKEN_TIMESTEP * hidden
     nbytes = tokens * per_token * torch.finfo(denoiser.dtype).bits // 8
     formula = int(nbytes * _MARGIN) + _FIXED
     scale = denoiser.vae_scale_factor
