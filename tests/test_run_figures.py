@@ -135,3 +135,23 @@ def test_a_video_history_entry_shows_as_one_row_with_its_poster(qtbot, tmp_path:
     assert panel.list.count() == 1  # one row for the video, not one per frame
     item = panel.list.item(0)
     assert not item.icon().isNull() and "3 frames" in item.toolTip() and "videos/hour" in item.toolTip()
+
+
+@pytest.mark.slow  # runs the tiny Wan model in the editor
+def test_the_editor_logs_the_figures_and_keeps_a_poster_for_a_video_run(
+    qtbot, tmp_path: Path, registry
+) -> None:
+    from app.history_file import read_history
+    from tests.test_gui_run import make_window, wait_until
+
+    window = make_window(qtbot, tmp_path, registry)
+    assert window.open_path(TXT2VIDEO)
+    window.model.set_param("save", "format", "mp4")
+    window.run_workflow()
+    wait_until(lambda: window.last_result is not None and not window.runner.running, 240)
+    assert window.last_result.ok, window.last_result.error
+    assert "videos/hour" in window.output.log.toPlainText()  # the CLI's line, from the same figures
+    (entry,) = read_history(tmp_path / "outputs")
+    assert entry.report["figures"]["frames"] == 9 and entry.poster.endswith(".png")
+    assert Path(entry.poster).parent == tmp_path / "outputs" / POSTERS_DIR and Path(entry.poster).is_file()
+    assert window.history_panel.list.count() == 1 and not window.history_panel.list.item(0).icon().isNull()
