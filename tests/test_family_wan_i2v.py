@@ -80,11 +80,12 @@ def run_cli(
     start: Path = START,
     last: Path | None = None,
     extra: tuple[str, ...] = (),
+    scheduler: str = "default",
 ) -> int:
     values = {
         "load.path": str(folder),
         "image.path": str(start),
-        "sampler.scheduler": "default",
+        "sampler.scheduler": scheduler,
         "sampler.steps": steps,
         "sampler.cfg": cfg,
         "sampler.seed": 42,
@@ -181,6 +182,13 @@ def test_wan21_flf2v_matches_the_pipeline_with_both_pictures_clip_states(
     out = tmp_path / "out"
     assert run_cli(folder_flf, out, cfg=5.0, last=end_image) == 0
     assert_same_video(frames_in(out), theirs(folder_flf, monkeypatch, cfg=5.0, last=end_image))
+
+
+def test_k_euler_is_euler_for_image_to_video(folder22: Path, tmp_path: Path) -> None:
+    """ComfyUI graphs say k_euler: on Wan it is flow-matching Euler, start-frame channels and all."""
+    assert run_cli(folder22, tmp_path / "k", cfg=5.0, scheduler="k_euler") == 0
+    assert run_cli(folder22, tmp_path / "e", cfg=5.0, scheduler="euler") == 0
+    assert np.array_equal(frames_in(tmp_path / "k"), frames_in(tmp_path / "e"))
 
 
 def test_the_start_image_changes_the_video(folder21: Path, tmp_path: Path, end_image: Path) -> None:

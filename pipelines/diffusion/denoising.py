@@ -122,12 +122,15 @@ def sample(
         raise ValueError(f"denoise must be in (0, 1], got {settings.denoise}")
     extras = latents.noise_mask is not None or latents.concat is not None
     extras = extras or bool(positive.controls) or (negative is not None and bool(negative.controls))
-    if settings.scheduler.startswith(K_PREFIX) and extras:
+    wan = (
+        denoiser.family.denoiser_call == "wan"
+    )  # its image-to-video inputs work with k_euler (its own check)
+    if settings.scheduler.startswith(K_PREFIX) and extras and not wan:
         raise ValueError(
             "ControlNet and inpainting run with the diffusers schedulers (dpmpp_2m, euler, ...); "
             f"{settings.scheduler} does not support them yet"
         )
-    if denoiser.family.flow and latents.noise_mask is not None and denoiser.family.denoiser_call != "wan":
+    if denoiser.family.flow and latents.noise_mask is not None and not wan:
         raise ValueError(f"a latent noise mask (inpainting) is not supported for {family!r} models yet")
     if denoiser.family.flow and (positive.controls or (negative is not None and negative.controls)):
         raise ValueError(f"ControlNet is not supported for {family!r} models yet (SD 1.x and SDXL are)")
