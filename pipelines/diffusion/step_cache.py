@@ -4,7 +4,7 @@ Lives here: `STEP_CACHES` (the one list of names the Sampler's `cache` field, th
 `StepCache` (a method and its threshold), `cache_applies` (whether a denoiser has blocks a cache can hook),
 `step_cache` (a context manager that puts diffusers' hooks on the placed denoiser for one sampling run and
 takes them off again) and `CacheSession.branch` (names each denoiser call of a step, so the positive and the
-negative pass keep separate cached residuals), `cache_residual_bytes` (what the hooks hold between steps).
+negative pass keep separate cached residuals).
 May import: stdlib, torch, diffusers (both only inside functions).
 
 Why diffusers' hooks: they are the published implementations (First-Block Cache after ParaAttention,
@@ -58,17 +58,6 @@ def cache_applies(model: torch.nn.Module) -> bool:
     import torch
 
     return any(isinstance(getattr(model, name, None), torch.nn.ModuleList) for name in _BLOCK_LISTS)
-
-
-def cache_residual_bytes(
-    hidden_size: int, tokens: int, batch: int, element_size: int, cache: StepCache
-) -> int:
-    """Bytes the hooks keep between steps: first-block holds the first block's last residual and the tail's
-    (image and text streams) per branch; TaylorSeer holds the block output and one derivative."""
-    if not cache.on:
-        return 0
-    tensors = 3 if cache.method == "first-block" else 2
-    return tensors * hidden_size * tokens * batch * element_size
 
 
 @dataclass
