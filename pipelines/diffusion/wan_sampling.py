@@ -31,6 +31,7 @@ from pipelines.diffusion.flow_sampling import check_flow_scheduler
 from pipelines.diffusion.lora import use_denoiser
 from pipelines.diffusion.sampling import SamplerSettings, batched_conditioning
 from pipelines.diffusion.schedulers import K_PREFIX, make_scheduler
+from pipelines.diffusion.step_cache import step_cache
 from pipelines.diffusion.values import Conditioning, DenoiserRef, Latents
 from pipelines.steps import OnStep, Step
 
@@ -225,8 +226,13 @@ def sample_wan(
     middle = latents.samples.shape[2] // 2
     stages = expert_stages(denoiser, timesteps, int(scheduler.config.num_train_timesteps))
     for expert, steps in stages:
-        with use_denoiser(mm, expert, working=working) as model:
-            for i in steps:
+        # Each expert keeps its own cache: the hooks live on that expert for its stretch of the schedule.
+        with (
+            use_denoiser(mm, expert, working=working) as model,
+            step_cache(model, settings.step_cache, len(steps)) as cache,
+        ):
+            for n, i in enumerate(steps):
+                cache.step(n)
                 t = timesteps[i]
                 model_input = x if condition is None else torch.cat([x, condition], dim=1)
                 if keep is not None:
@@ -236,21 +242,23 @@ def sample_wan(
                     timestep = t.expand(batch)
                 else:  # (batch, tokens), as the pipeline: the mask's patch grid times t
                     timestep = (token_mask * t).flatten().unsqueeze(0).expand(batch, -1)
-                velocity = model(
-                    hidden_states=model_input,
-                    timestep=timestep,
-                    encoder_hidden_states=cond,
-                    encoder_hidden_states_image=image_embeds,
-                    return_dict=False,
-                )[0]
-                if uncond is not None:
-                    velocity_uncond = model(
+                with cache.branch("cond"):
+                    velocity = model(
                         hidden_states=model_input,
                         timestep=timestep,
-                        encoder_hidden_states=uncond,
+                        encoder_hidden_states=cond,
                         encoder_hidden_states_image=image_embeds,
                         return_dict=False,
                     )[0]
+                if uncond is not None:
+                    with cache.branch("uncond"):
+                        velocity_uncond = model(
+                            hidden_states=model_input,
+                            timestep=timestep,
+                            encoder_hidden_states=uncond,
+                            encoder_hidden_states_image=image_embeds,
+                            return_dict=False,
+                        )[0]
                     velocity = velocity_uncond + settings.cfg * (velocity - velocity_uncond)
 
                 before = x
