@@ -122,9 +122,8 @@ def sample(
         raise ValueError(f"denoise must be in (0, 1], got {settings.denoise}")
     extras = latents.noise_mask is not None or latents.concat is not None
     extras = extras or bool(positive.controls) or (negative is not None and bool(negative.controls))
-    wan = (
-        denoiser.family.denoiser_call == "wan"
-    )  # its image-to-video inputs work with k_euler (its own check)
+    # Wan's image-to-video inputs (concat, a first-frame noise mask) work with k_euler: its loop checks them.
+    wan = denoiser.family.denoiser_call == "wan"
     if settings.scheduler.startswith(K_PREFIX) and extras and not wan:
         raise ValueError(
             "ControlNet and inpainting run with the diffusers schedulers (dpmpp_2m, euler, ...); "
