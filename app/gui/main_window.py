@@ -38,6 +38,7 @@ from app.gui.minimap import Minimap
 from app.gui.model_picker import model_choices
 from app.gui.output_panel import OutputPanel
 from app.gui.palette import NodePalette
+from app.gui.plan_view import install as install_plan
 from app.gui.plots import PlotsPanel
 from app.gui.run_ops import RunOpsMixin
 from app.gui.run_queue import QueuedRun, QueuePanel
@@ -113,6 +114,7 @@ class MainWindow(
         self._build_docks()
         self._build_actions()
         self._build_status_bar()
+        self.plan_ui = install_plan(self)  # the live memory plan: node bars, status label, Plan dock
 
         self.scene.status_message.connect(self.status)
         self.scene.selectionChanged.connect(self._selection_changed)
@@ -312,6 +314,7 @@ class MainWindow(
             if self.runner.running:
                 self.status("Settings saved; they apply to the next run")
             elif self.start_memory_manager():
+                self.plan_ui.request()  # a budget or policy changed: plan again
                 self.plots.new_series()
                 self.status(
                     f"Settings saved: device {self.settings.memory.device}, "
@@ -329,6 +332,7 @@ class MainWindow(
         if not self.confirm_discard():
             event.ignore()
             return
+        self.plan_ui.controller.shutdown()
         if self.runner.running:
             self.runner.cancel()
             self.runner.wait(10)

@@ -243,6 +243,7 @@ class MenusMixin:
             self.history_dock,
         ):
             view.addAction(dock.toggleViewAction())
+        self.view_menu = view  # app/gui/plan_view.py adds the Plan dock and Live memory plan here
 
         run = bar.addMenu("&Run")
         self.run_action = self._action(

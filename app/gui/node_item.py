@@ -20,6 +20,7 @@ from PySide6.QtWidgets import QGraphicsItem, QGraphicsSceneMouseEvent, QStyleOpt
 
 from app.gui import theme
 from app.gui.node_thumbnail import THUMB_H, paint_thumbnail
+from app.gui.plan_view import paint_plan_bar, plan_tooltip
 from app.gui.port_item import PortItem
 from nodes.spec import NodeSpec, Param
 
@@ -63,6 +64,7 @@ class NodeItem(QGraphicsItem):
         self.spec: NodeSpec | None = model.spec(node_id)
         self.state = NodeRunState()
         self.thumbnail: QImage | None = None  # a Save/Preview node's last picture
+        self.plan: tuple[int, int] | None = None  # (predicted device peak, budget) from the memory plan
         self.inputs: dict[str, PortItem] = {}
         self.outputs: dict[str, PortItem] = {}
         self.width = WIDTH
@@ -186,6 +188,8 @@ class NodeItem(QGraphicsItem):
             lines.append("Result reused from the cache")
         elif self.state.status == "skipped":
             lines.append("Skipped in the last run: no output node needs it (as in ComfyUI)")
+        if self.plan is not None:
+            lines.append(plan_tooltip(*self.plan))
         self.setToolTip("<br>".join(lines))
 
     def badge(self) -> tuple[str, QColor]:
@@ -270,6 +274,7 @@ class NodeItem(QGraphicsItem):
             self._paint_rows(painter)
             if self.thumbnail is not None:
                 paint_thumbnail(painter, self._expanded_height - 4, self.width, self.thumbnail)
+            paint_plan_bar(painter, self)
         if self.mode() == "bypass":  # a purple veil: the node is passed through
             veil = QColor(theme.BYPASS)
             veil.setAlpha(85)

@@ -3,7 +3,7 @@
 Lives here: `take_screenshot`, `main`. Imports Qt, `app.gui.*`, `nodes.registry`.
 
     python -m app.gui.screenshot resources/screenshots/main_window.png [--workflow FILE] [--size 1600x1000]
-        [--show output|queue|history] [--policy NAME] [--ram-budget SIZE] [--grab window|plots|node]
+        [--show output|queue|history|plan] [--policy NAME] [--ram-budget SIZE] [--grab window|plots|node]
 
 `--policy`/`--ram-budget` run under that memory setting (a CPU run's budget); `--grab plots` saves only the
 Live plots dock (memory plot and timeline), `--grab node` only the selected node on the canvas.
@@ -104,6 +104,9 @@ def take_screenshot(
     ) and time.monotonic() < deadline:
         pump(0.05)
     pump(1.0)  # samples after the run, then the plots redraw
+    plan_deadline = time.monotonic() + 120
+    while window.plan_ui.controller.busy and time.monotonic() < plan_deadline:  # the live plan's node bars
+        pump(0.05)
     if select and select in window.scene.node_items:
         window.scene.clearSelection()
         window.scene.node_items[select].setSelected(True)
@@ -113,6 +116,8 @@ def take_screenshot(
     window.plots.redraw()
     if show == "history":
         window.outputs_dock.raise_()
+    if show == "plan":
+        window.plan_ui.dock.raise_()
     pump(0.3)
     out.parent.mkdir(parents=True, exist_ok=True)
     _grab(window, grab, select).save(str(out))
@@ -147,9 +152,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for the run")
     p.add_argument(
         "--show",
-        choices=("output", "queue", "history"),
+        choices=("output", "queue", "history", "plan"),
         default="output",
-        help="output: one run; queue: two more queued mid-run; history: three runs, the output history",
+        help="output: one run; queue: two more queued mid-run; history: three runs, the output history; "
+        "plan: one run, the Plan dock raised",
     )
     p.add_argument("--policy", default="auto", help="memory policy for the run (as Settings)")
     p.add_argument("--ram-budget", default=None, help="the run's budget on this CPU, e.g. 10MiB")

@@ -67,6 +67,17 @@ class AppSettings:
         self.q.setValue("allow_pickle", bool(value))
 
     @property
+    def live_plan(self) -> bool:
+        """Recompute the memory plan as the graph changes (View > Live memory plan); on unless turned off."""
+        value = self.q.value("plan/live", True)
+        if isinstance(value, str):
+            return value.strip().lower() in ("true", "1", "yes")
+        return bool(value)
+
+    def set_live_plan(self, value: bool) -> None:
+        self.q.setValue("plan/live", bool(value))
+
+    @property
     def output_dir(self) -> Path:
         return Path(self._str("output_dir", str(Path.cwd() / "outputs")))
 
