@@ -40,6 +40,7 @@ from app.gui.output_panel import OutputPanel
 from app.gui.palette import NodePalette
 from app.gui.plan_view import install as install_plan
 from app.gui.plots import PlotsPanel
+from app.gui.remote_run import install as install_remote
 from app.gui.run_ops import RunOpsMixin
 from app.gui.run_queue import QueuedRun, QueuePanel
 from app.gui.run_worker import RunController
@@ -115,6 +116,7 @@ class MainWindow(
         self._build_actions()
         self._build_status_bar()
         self.plan_ui = install_plan(self)  # the live memory plan: node bars, status label, Plan dock
+        self.remote = install_remote(self, self.file_menu)  # File > Connect to Server
 
         self.scene.status_message.connect(self.status)
         self.scene.selectionChanged.connect(self._selection_changed)
@@ -208,7 +210,9 @@ class MainWindow(
         self.progress.setVisible(False)
         self.memory_label = QLabel("")
         self.memory_label.setObjectName("hint")
+        self.server_label = QLabel("")  # "Server: http://..." while runs go to a server
         bar.addPermanentWidget(self.progress)
+        bar.addPermanentWidget(self.server_label)
         bar.addPermanentWidget(self.memory_label)
         self.status(
             "Tab or double-click the canvas to add a node · drag from a port to connect · Ctrl+Enter runs"

@@ -124,6 +124,7 @@ class MenusMixin:
         S = QKeySequence.StandardKey
         bar = self.menuBar()
         file_menu = bar.addMenu("&File")
+        self.file_menu = file_menu  # app/gui/remote_run.py adds Connect to Server here
         self.new_action = self._action("&New", self.new_file, S.New)
         self.open_action = self._action("&Open…", self.open_dialog, S.Open)
         self.save_action = self._action("&Save", self.save, S.Save)

@@ -48,6 +48,11 @@ class RunOpsMixin:
         if not wf.nodes:
             self.status("Nothing to run: add nodes first (Tab)")
             return False
+        if not problems and self.remote.connected:  # the server resolves model names in its own folders
+            if not self.remote.start(wf.to_dict(), self._run_label(wf)):
+                return False
+            self._apply_seed_controls(wf)
+            return True
         if not problems:
             # Names relative to a models-library root ("sd15.safetensors"), as `app --run` resolves them;
             # names an imported ComfyUI file gave stay inside the roots, even when none is set.
@@ -133,7 +138,10 @@ class RunOpsMixin:
                 return
 
     def cancel_run(self: MainWindow) -> None:
-        if self.runner.running:
+        if self.remote.run.running:
+            self.remote.run.cancel()
+            self.status("Cancelling the run on the server…")
+        elif self.runner.running:
             self.runner.cancel()
             self.status("Cancelling… (stops at the next step)")
 

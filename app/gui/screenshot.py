@@ -4,6 +4,7 @@ Lives here: `take_screenshot`, `main`. Imports Qt, `app.gui.*`, `nodes.registry`
 
     python -m app.gui.screenshot resources/screenshots/main_window.png [--workflow FILE] [--size 1600x1000]
         [--show output|queue|history|plan] [--policy NAME] [--ram-budget SIZE] [--grab window|plots|node]
+        [--server URL]
 
 `--policy`/`--ram-budget` run under that memory setting (a CPU run's budget); `--grab plots` saves only the
 Live plots dock (memory plot and timeline), `--grab node` only the selected node on the canvas.
@@ -34,6 +35,7 @@ def take_screenshot(
     show: str = "output",
     memory: tuple[str, str | None] = ("auto", None),
     grab: str = "window",
+    server: str | None = None,
 ) -> int:
     if not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
@@ -74,6 +76,14 @@ def take_screenshot(
     pump(0.2)
     window.view.fit()
     pump(1.0)  # a second of idle memory samples before the run
+    if server:  # File > Connect to Server first: the run goes there
+        window.remote.connect_to(server, os.environ.get("NODELOOM_SERVER_TOKEN") or None)
+        connect_deadline = time.monotonic() + 30
+        while not window.remote.connected and time.monotonic() < connect_deadline:
+            pump(0.05)
+        if not window.remote.connected:
+            print(f"could not connect to {server}", file=sys.stderr)
+            return 1
     if show in ("queue", "history"):  # seeds that step on after each run, so the runs differ
         for nid in window.model.node_ids():
             if "seed" in window.model.node(nid).params:
@@ -100,7 +110,7 @@ def take_screenshot(
         window.run_workflow()
     deadline = time.monotonic() + timeout
     while (
-        window.last_result is None or window.runner.running or window.queue.jobs
+        window.last_result is None or window.runner.running or window.queue.jobs or window.remote.run.running
     ) and time.monotonic() < deadline:
         pump(0.05)
     pump(1.0)  # samples after the run, then the plots redraw
@@ -121,7 +131,10 @@ def take_screenshot(
     pump(0.3)
     out.parent.mkdir(parents=True, exist_ok=True)
     _grab(window, grab, select).save(str(out))
-    ok = window.last_result is not None and getattr(window.last_result, "ok", False)
+    result = window.last_result
+    ok = result is not None and (
+        result.get("ok") if isinstance(result, dict) else getattr(result, "ok", False)
+    )
     print(f"{'ran' if ok else 'run did not finish cleanly'}; saved {out}")
     window._force_dirty = False
     window.undo_stack.setClean()
@@ -159,6 +172,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--policy", default="auto", help="memory policy for the run (as Settings)")
     p.add_argument("--ram-budget", default=None, help="the run's budget on this CPU, e.g. 10MiB")
+    p.add_argument(
+        "--server", default=None, help="run on this `app serve` (token from $NODELOOM_SERVER_TOKEN)"
+    )
     p.add_argument("--grab", choices=("window", "plots", "node"), default="window", help="what to save")
     args = p.parse_args(argv)
     width, height = (int(v) for v in args.size.lower().split("x"))
@@ -171,6 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         args.show,
         (args.policy, args.ram_budget),
         args.grab,
+        args.server,
     )
 
 
