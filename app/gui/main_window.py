@@ -32,6 +32,7 @@ from app.gui.file_ops import FileOpsMixin
 from app.gui.find_bar import FindBar
 from app.gui.history import HistoryPanel
 from app.gui.history_ops import HistoryOpsMixin
+from app.gui.import_report import install as install_import_marks
 from app.gui.inspector import Inspector
 from app.gui.menus import MenusMixin
 from app.gui.minimap import Minimap
@@ -117,6 +118,7 @@ class MainWindow(
         self._build_status_bar()
         self.plan_ui = install_plan(self)  # the live memory plan: node bars, status label, Plan dock
         self.remote = install_remote(self, self.file_menu)  # File > Connect to Server
+        self.import_marks = install_import_marks(self)  # File > Import's summary banner and node marks
 
         self.scene.status_message.connect(self.status)
         self.scene.selectionChanged.connect(self._selection_changed)

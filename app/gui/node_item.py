@@ -40,7 +40,7 @@ BADGE_BACKGROUND = QColor(16, 16, 20, 220)
 
 @dataclass
 class NodeRunState:
-    status: str = ""  # "" | queued | running | cached | done | error | cancelled | skipped
+    status: str = ""  # "" | queued | running | cached | done | error | cancelled | skipped | warning
     step: int = 0
     total: int = 0
     seconds: float = 0.0
@@ -182,6 +182,8 @@ class NodeItem(QGraphicsItem):
             lines.append(self.spec.description)
         if self.state.status == "error":
             lines.append(f"<span style='color:{theme.ERROR}'>Error: {self.state.message}</span>")
+        elif self.state.status == "warning":
+            lines.append(f"<span style='color:{theme.WARNING}'>Imported: {self.state.message}</span>")
         elif self.state.status == "done":
             lines.append(f"Ran in {self.state.seconds:.2f} s")
         elif self.state.status == "cached":
@@ -218,6 +220,8 @@ class NodeItem(QGraphicsItem):
             return "cancelled", QColor(theme.TEXT_DIM)
         if s.status == "skipped":
             return "skipped", QColor(theme.TEXT_DIM)
+        if s.status == "warning":  # an import note: what differs from ComfyUI (app/gui/import_report.py)
+            return "≈ differs", QColor(theme.WARNING)
         return "", QColor(theme.TEXT_DIM)
 
     # -- painting ---------------------------------------------------------------------------------

@@ -89,7 +89,7 @@ def plan_summary(plan: MemoryPlan) -> str:
 def bar_color(peak: int, budget: int) -> QColor:
     """Green well inside the budget, amber near it, red over it."""
     frac = peak / budget if budget > 0 else 1.0
-    return QColor(theme.DONE if frac <= 0.8 else "#e0a030" if frac <= 1.0 else theme.ERROR)
+    return QColor(theme.DONE if frac <= 0.8 else theme.WARNING if frac <= 1.0 else theme.ERROR)
 
 
 def paint_plan_bar(painter: QPainter, item: NodeItem) -> None:

@@ -4,7 +4,7 @@ Lives here: `take_screenshot`, `main`. Imports Qt, `app.gui.*`, `nodes.registry`
 
     python -m app.gui.screenshot resources/screenshots/main_window.png [--workflow FILE] [--size 1600x1000]
         [--show output|queue|history|plan] [--policy NAME] [--ram-budget SIZE] [--grab window|plots|node]
-        [--server URL]
+        [--server URL] [--import COMFY_FILE]
 
 `--policy`/`--ram-budget` run under that memory setting (a CPU run's budget); `--grab plots` saves only the
 Live plots dock (memory plot and timeline), `--grab node` only the selected node on the canvas.
@@ -36,6 +36,7 @@ def take_screenshot(
     memory: tuple[str, str | None] = ("auto", None),
     grab: str = "window",
     server: str | None = None,
+    imported: Path | None = None,
 ) -> int:
     if not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
@@ -70,6 +71,26 @@ def take_screenshot(
             time.sleep(0.01)
 
     pump(0.3)
+    if imported is not None:  # File > Import of another tool's file: the summary and marks, no run
+        from app.importing import import_file
+
+        if not window.import_path(imported, import_file):
+            print(f"could not import {imported}: {window.last_problems}", file=sys.stderr)
+            return 1
+        pump(0.3)
+        window.view.fit()
+        pump(0.5)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        window.grab().save(str(out))
+        marks = out.with_name(out.stem + "-marks" + out.suffix)  # the summary dismissed: the nodes' marks
+        window.import_marks.banner.dismiss_button.click()
+        pump(0.3)
+        window.grab().save(str(marks))
+        print(f"imported {imported}; saved {out} and {marks}")
+        window._force_dirty = False
+        window.undo_stack.setClean()
+        window.close()
+        return 0
     if not window.open_path(workflow, confirm=False):
         print(f"could not open {workflow}: {window.last_problems}", file=sys.stderr)
         return 1
@@ -175,6 +196,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--server", default=None, help="run on this `app serve` (token from $NODELOOM_SERVER_TOKEN)"
     )
+    p.add_argument(
+        "--import", dest="imported", type=Path, default=None, help="File > Import this file instead"
+    )
     p.add_argument("--grab", choices=("window", "plots", "node"), default="window", help="what to save")
     args = p.parse_args(argv)
     width, height = (int(v) for v in args.size.lower().split("x"))
@@ -188,6 +212,7 @@ def main(argv: list[str] | None = None) -> int:
         (args.policy, args.ram_budget),
         args.grab,
         args.server,
+        args.imported,
     )
 
 
