@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.gui.arrange import install as install_arrange
 from app.gui.autosave import INTERVAL_MS, Autosave
 from app.gui.drops import DropOpsMixin
 from app.gui.edit_ops import EditOpsMixin
@@ -90,6 +91,7 @@ class MainWindow(
         self.problem_dialog: QWidget | None = None
         self.last_result: object = None
         self._planned: list[str] = []
+        self.pending_previews: dict[str, object] = {}  # an output node's last picture until it finishes
         self.resize(1500, 950)
         self.setAcceptDrops(True)
 
@@ -119,6 +121,7 @@ class MainWindow(
         self.plan_ui = install_plan(self)  # the live memory plan: node bars, status label, Plan dock
         self.remote = install_remote(self, self.file_menu)  # File > Connect to Server
         self.import_marks = install_import_marks(self)  # File > Import's summary banner and node marks
+        self.arrange_action = install_arrange(self)  # Edit > Arrange
 
         self.scene.status_message.connect(self.status)
         self.scene.selectionChanged.connect(self._selection_changed)
@@ -316,7 +319,12 @@ class MainWindow(
             self.clear_stale_problem_marks()
 
     def open_settings(self) -> None:
-        if SettingsDialog(self.settings, self).exec():
+        from app.gui.models_settings import library_after_settings
+
+        saved = load_saved_roots()
+        fixed = [r for r in self.library.roots if r not in set(ModelsLibrary(saved).roots)]
+        if SettingsDialog(self.settings, self, fixed).exec():
+            self.library = library_after_settings(self.library, saved)  # the model picker lists the new roots
             if self.runner.running:
                 self.status("Settings saved; they apply to the next run")
             elif self.start_memory_manager():

@@ -153,6 +153,7 @@ class MenusMixin:
         file_menu.addAction(self._action("&Quit", self.close, S.Quit))
 
         edit = bar.addMenu("&Edit")
+        self.edit_menu = edit  # app/gui/arrange.py adds Arrange here
         self.undo_action = self.undo_stack.createUndoAction(self, "&Undo")
         self.undo_action.setShortcuts(QKeySequence.keyBindings(S.Undo))
         self.redo_action = self.undo_stack.createRedoAction(self, "&Redo")

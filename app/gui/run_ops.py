@@ -12,6 +12,7 @@ from PySide6.QtWidgets import QMessageBox
 
 from app.gui.node_item import NodeRunState
 from app.gui.node_thumbnail import thumbnail_image
+from app.gui.output_panel import is_picture_file
 from app.gui.run_queue import QueuedRun, next_seed, seed_controls
 from app.gui.run_worker import TimedEvent
 from nodes.events import (
@@ -203,6 +204,9 @@ class RunOpsMixin:
             self.status(f"{event.node_id} finished in {event.seconds:.2f} s")
             for path in event.files:
                 self.output.add_file(event.node_id, path)
+            preview = self.pending_previews.pop(event.node_id, None)
+            if preview is not None and not any(is_picture_file(f) for f in event.files):
+                self.output.add_preview_picture(event.node_id, preview)
             if self.inspector.node_id == event.node_id:
                 self.show_in_inspector(event.node_id)
             self.output.add_log(
@@ -232,6 +236,8 @@ class RunOpsMixin:
             if event.final and spec is not None and spec.is_output and event.node_id in self.scene.node_items:
                 # A Save or Preview node shows its last picture on the node, as ComfyUI does.
                 self.scene.node_items[event.node_id].set_thumbnail(thumbnail_image(event.image))
+                # And in the Output strip, unless the node saves it (its file goes there): see NodeFinished.
+                self.pending_previews[event.node_id] = event.image
         elif isinstance(event, NodeText):
             self.output.append_text(event.node_id, event.delta)
             # Once per run, so a user who turns to another tab while the text streams is left there.
