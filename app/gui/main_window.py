@@ -49,6 +49,7 @@ from app.gui.run_worker import RunController
 from app.gui.scene import GraphScene
 from app.gui.settings import AppSettings, SettingsDialog
 from app.gui.staples import StaplesMixin
+from app.gui.startup import Warmup
 from app.gui.view import GraphView
 from nodes.graph_model import GraphModel
 from nodes.latent_sizing import sizing_link
@@ -108,6 +109,8 @@ class MainWindow(
         self.output = OutputPanel()
         self.plots = PlotsPanel()
         self.runner = RunController(registry, self)
+        self.warmup = Warmup(self)  # torch and the memory manager's modules, off the GUI thread
+        self.warmup.memory_ready.connect(self._memory_imports_ready)
         self.queue = QueuePanel()
         self.history_panel = HistoryPanel()
         self.current_run: QueuedRun | None = None
@@ -298,7 +301,18 @@ class MainWindow(
         super().showEvent(event)  # type: ignore[arg-type]
         QTimer.singleShot(0, self._place_minimap)
         if self.runner.executor is None:
-            QTimer.singleShot(100, self.start_memory_manager)
+            self.warmup.start()  # then _memory_imports_ready builds the manager (app/gui/startup.py)
+
+    def remote_running(self) -> bool:
+        remote = getattr(self, "remote", None)  # installed after the plan view
+        return remote is not None and remote.run.running
+
+    def _memory_imports_ready(self, error: str) -> None:
+        if error:
+            self.status(f"Memory manager not started: {error}")
+            return
+        if self.runner.executor is None and self.start_memory_manager():
+            self._start_next_queued()  # a Run pressed while torch was loading
 
     def start_memory_manager(self) -> bool:
         """Build (or rebuild, after a settings change) the memory manager and executor."""

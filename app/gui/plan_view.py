@@ -126,6 +126,9 @@ class PlanController(QObject):
         it cannot be planned (the graph is not runnable yet)."""
         super().__init__(parent)
         self.snapshot, self.compute = snapshot, compute
+        # While it says True (a run in progress, torch still loading) the plan waits: it would only take CPU
+        # from the run, and the run's end asks for a plan anyway (learned peaks).
+        self.hold: Callable[[], bool] = lambda: False
         self.generation = 0  # bumped by each request: a plan of an older graph is dropped
         self.computed = 0  # plans computed (tests count them to check the debounce)
         self.last_thread = ""  # the thread the last plan ran on (tests check it is not the GUI's)
@@ -148,6 +151,9 @@ class PlanController(QObject):
         self.timer.start()
 
     def _start(self) -> None:
+        if self.hold():
+            self.timer.start()  # ask again after another debounce interval
+            return
         if self._thread is not None and self._thread.is_alive():
             self._pending = True  # one more when this one ends
             return
@@ -262,6 +268,9 @@ class PlanUi:
         self.controller = PlanController(self._snapshot, compute, window)
         self.controller.plan_ready.connect(self._show)
         self.controller.plan_failed.connect(self._no_plan)
+        self.controller.hold = lambda: (
+            window.runner.running or window.remote_running() or not window.warmup.ready
+        )
         self.last: MemoryPlan | None = None
         self.dock = QDockWidget("Plan", window)
         self.dock.setObjectName("plan")

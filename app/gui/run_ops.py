@@ -63,6 +63,13 @@ class RunOpsMixin:
             self.show_problems("Cannot run yet", problems, "Fix these before running:")
             return False
         label = self._run_label(wf)
+        if not self.warmup.imported:  # torch still loading behind the window: the run starts when it is in
+            self.warmup.start()
+            self.queue.add(QueuedRun(wf, label, source=source))
+            self.status(f"Starting up: {label} runs once torch is loaded")
+            self.output.add_log(f"Queued {label}: it starts once the libraries are loaded")
+            self._apply_seed_controls(wf)
+            return True
         if self.runner.running:
             self.queue.add(QueuedRun(wf, label, source=source))
             self.queue_dock.show()
