@@ -68,9 +68,15 @@ def launch_once(workflow: Path, timeout: float) -> dict[str, float]:
     home = Path(tempfile.mkdtemp(prefix="nodeloom-startup-"))
     app: subprocess.Popen[bytes] | None = None
     try:
-        deadline = time.monotonic() + 10
-        while not Path(f"/tmp/.X11-unix/X{number}").exists():
-            if time.monotonic() > deadline:
+        deadline = time.monotonic() + 20
+        # Ready when it answers (its socket file can outlive the previous launch's server for a moment).
+        while (
+            subprocess.run(
+                ["xdotool", "getdisplaygeometry"], env={**os.environ, "DISPLAY": display}, capture_output=True
+            ).returncode
+            != 0
+        ):
+            if time.monotonic() > deadline or xvfb.poll() is not None:
                 raise RuntimeError("Xvfb did not start")
             time.sleep(0.05)
         env = {
