@@ -311,8 +311,9 @@ class MainWindow(
         if error:
             self.status(f"Memory manager not started: {error}")
             return
-        if self.runner.executor is None and self.start_memory_manager():
-            self._start_next_queued()  # a Run pressed while torch was loading
+        if self.runner.executor is None and not self.start_memory_manager():
+            return
+        self._start_next_queued()  # a Run pressed while torch was loading
 
     def start_memory_manager(self) -> bool:
         """Build (or rebuild, after a settings change) the memory manager and executor."""
