@@ -84,6 +84,7 @@ def test_the_plan_line_names_the_peak_the_budget_and_the_policy() -> None:
     )
 
 
+@pytest.mark.slow  # waits out the 0.6 s debounce: ~1.6 s here
 def test_edits_are_debounced_planned_off_the_gui_thread_and_shown(qtbot, tmp_path: Path, registry) -> None:
     window = make_window(qtbot, tmp_path, registry, live_plan=True)
     calls: list[str] = []

@@ -37,6 +37,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow  # ~0.8 s here: a window and a connection attempt
 def test_an_unreachable_server_is_named_with_what_to_start(qtbot, tmp_path: Path, registry) -> None:
     window = make_window(qtbot, tmp_path, registry)
     url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
