@@ -12,7 +12,8 @@ launches fill the page cache and are not counted (the targets are for a warm cac
 Run <= 6 s after launch, on a quiet 2-core machine). Each launch gets a fresh settings folder, output folder
 and Xvfb display; the user data dir (demo models, learned peaks) is shared, as on a user's machine.
 
-Needs Xvfb and xdotool (`apt-get install xvfb xdotool`). Imports only the standard library: the app runs in
+Needs Xvfb and xdotool (`apt-get install xvfb xdotool`) and the X libraries Qt's xcb plugin loads (the app names
+any missing one at launch). Imports only the standard library: the app runs in
 a child process, so nothing here is imported into it.
 """
 
