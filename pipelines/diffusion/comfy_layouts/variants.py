@@ -91,12 +91,15 @@ def fits(
     wanted: Mapping[str, tuple[int, ...]],
     *,
     optional: tuple[str, ...] = (),
+    extras: tuple[str, ...] = ("lm_head.",),
 ) -> bool:
-    """Whether the file (diffusers names) has every wanted tensor at its shape (names under `optional` may be
-    missing; file names the module lacks, like an LLM's `lm_head`, are ignored by the loader)."""
+    """Whether the file (diffusers names) has every wanted tensor at its shape and nothing else (names under
+    `optional` may be missing; names under `extras`, like an LLM's `lm_head`, may be left over)."""
     from pipelines.quant.meta_load import match_names
 
     names = match_names(file_shapes.keys(), wanted.keys())
+    if any(k not in names and not k.startswith(extras) for k in file_shapes):
+        return False  # e.g. more layers than this config has
     by_module = {m: f for f, m in names.items()}
     for name, shape in wanted.items():
         key = by_module.get(name)

@@ -72,7 +72,10 @@ def _contiguous(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 def text_encoder_to_comfy(state: dict[str, torch.Tensor], class_name: str) -> dict[str, torch.Tensor]:
     """A transformers text encoder's state in the names of ComfyUI's text encoder files."""
     out: dict[str, torch.Tensor] = {}
+    embed = next((t for n, t in state.items() if n.endswith("embed_tokens.weight")), None)
     for name, t in state.items():
+        if name == "lm_head.weight" and embed is not None and t.data_ptr() == embed.data_ptr():
+            continue  # tied to the embedding (tiny models): the loader ties it again
         if class_name == "UMT5EncoderModel":
             if name != "encoder.embed_tokens.weight":  # tied to shared.weight: stored once
                 out[name] = t
