@@ -179,3 +179,17 @@ def test_shipped_tiny_config_folders_are_the_demo_models_configs(tmp_path: Path)
         assert shipped == sorted(p.relative_to(fresh) for p in fresh.rglob("*") if p.is_file()), variant.name
         for rel in shipped:  # a rebuild of the demo gives the shipped files: refresh them with writer.py
             assert (variant.folder / rel).read_bytes() == (fresh / rel).read_bytes(), f"{variant.name}/{rel}"
+
+
+def test_the_models_library_detects_comfyui_transformer_files_by_their_names() -> None:
+    from pipelines.diffusion.family_detect import family_from_keys
+
+    flux2 = ["double_stream_modulation_img.lin.weight", "double_blocks.0.img_attn.qkv.weight"]
+    assert family_from_keys(flux2, {}) == "flux2_klein"
+    assert family_from_keys([*flux2, "guidance_in.in_layer.weight"], {}) == "flux2_dev"
+    assert family_from_keys(["head.modulation", "blocks.0.self_attn.q.weight"], {}) == "wan"
+    assert (
+        family_from_keys(["cap_embedder.1.weight", "noise_refiner.0.x", "context_refiner.0.x"], {})
+        == "zimage"
+    )
+    assert family_from_keys(["txt_norm.weight", "transformer_blocks.0.img_mod.1.weight"], {}) == "qwenimage"
