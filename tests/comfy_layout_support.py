@@ -78,13 +78,13 @@ def split_graph(
     return graph
 
 
-def run_graph(graph: dict | Path, out: Path, sets: dict) -> list[np.ndarray]:
+def run_graph(graph: dict | Path, out: Path, sets: dict, extra: tuple[str, ...] = ()) -> list[np.ndarray]:
     """Run a workflow with the CLI; the saved pictures (PNG frames for videos), in name order."""
     path = graph
     if isinstance(graph, dict):
         path = out.parent / f"{out.name}.json"
         path.write_text(json.dumps(graph), encoding="utf-8")
-    args = ["--run", str(path), "--out", str(out), "--quiet", "--device", "cpu"]
+    args = ["--run", str(path), "--out", str(out), "--quiet", "--device", "cpu", *extra]
     for key, value in sets.items():
         args += ["--set", f"{key}={value}"]
     assert main(args) == 0

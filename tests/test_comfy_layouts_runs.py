@@ -126,3 +126,44 @@ def test_gguf_file_stays_quantized_and_gives_a_close_picture(
     b = run_graph(workflow, tmp_path / "folder", {**sets, "load.path": str(folder)})
     # Q8_0 keeps 8 bits per value with a scale per 32: seen 1-2 of 255 on these models.
     assert _max_diff(a, b) <= 6
+
+
+def test_stream_offload_reads_the_comfyui_files_block_by_block_with_the_same_picture(
+    fixture: tuple[str, Path, Path], tmp_path: Path
+) -> None:
+    family, _, models = fixture
+    if family not in ("zimage", "wan"):
+        pytest.skip("streaming: checked on one image and the video family")
+    workflow, sets = _workflow(family)
+    graph = split_graph(workflow, models, family)
+    plain = run_graph(graph, tmp_path / "none", sets, ("--offload", "none"))
+    streamed = run_graph(graph, tmp_path / "stream", sets, ("--offload", "stream", "--ram-budget", "2GiB"))
+    assert _max_diff(plain, streamed) == 0  # the same tensors, only read at other times
+
+
+def test_a_size_without_a_shipped_config_is_refused_naming_the_file_and_config_dir(
+    fixture: tuple[str, Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    family, _, models = fixture
+    if family != "zimage":
+        pytest.skip("one family is enough for the message")
+    import json
+
+    from app.main import main
+
+    path = models / "diffusion_models" / COMFY_FILES[family].transformer
+    with safe_open(str(path), framework="pt") as f:  # one main layer fewer than any shipped Z-Image config
+        state = {k: f.get_tensor(k) for k in f.keys() if not k.startswith("layers.1.")}
+    odd = tmp_path / "z_image_odd.safetensors"
+    save_file(state, str(odd))
+    workflow = tmp_path / "odd.json"
+    workflow.write_text(
+        json.dumps(split_graph(TXT2IMG, models, family, transformer=str(odd))), encoding="utf-8"
+    )
+    capsys.readouterr()
+    code = main(["--run", str(workflow), "--out", str(tmp_path / "out"), "--quiet", "--device", "cpu"])
+    err = capsys.readouterr().err
+    # Read when the node runs: a loader's refusal is "run failed" (exit 1), one line naming the node and field.
+    assert code == 1
+    assert "node 'unet' (LoadDenoiser) failed: field 'path'" in err
+    assert "z_image_odd.safetensors" in err and "config_dir" in err and "Traceback" not in err
