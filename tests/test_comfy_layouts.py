@@ -193,3 +193,52 @@ def test_the_models_library_detects_comfyui_transformer_files_by_their_names() -
         == "zimage"
     )
     assert family_from_keys(["txt_norm.weight", "transformer_blocks.0.img_mod.1.weight"], {}) == "qwenimage"
+
+
+@pytest.mark.slow  # builds full-size models on the meta device (~10 s)
+@pytest.mark.parametrize(
+    ("family", "folder"),
+    [
+        ("zimage", "zimage-turbo"),
+        ("qwenimage", "qwen-image"),
+        ("wan", "wan2.1-t2v-1.3b"),
+        ("wan", "wan2.1-t2v-14b"),
+    ],
+)
+def test_a_released_size_in_comfyui_names_picks_its_shipped_config(family: str, folder: str) -> None:
+    from accelerate import init_empty_weights
+
+    from pipelines.diffusion.assembly import read_json
+    from pipelines.diffusion.comfy_layouts.keys import (
+        LAYOUTS,
+        transformer_from_diffusers,
+        transformer_to_diffusers,
+    )
+    from pipelines.diffusion.comfy_layouts.variants import (
+        folder_of,
+        module_shapes,
+        pick_variant,
+        variants_for,
+    )
+    from pipelines.diffusion.families import FAMILIES
+    from pipelines.quant.split import module_factory
+
+    fam = FAMILIES[family]
+    [variant] = [v for v in variants_for([family]) if v.name == folder]
+    config = read_json(variant.folder / "transformer" / "config.json")
+    with init_empty_weights():
+        model = fam.denoiser_class.from_config(config)
+    comfy = transformer_from_diffusers(LAYOUTS[family], model.state_dict())  # what the released file holds
+    shapes = {k: tuple(v.shape) for k, v in transformer_to_diffusers(LAYOUTS[family], comfy).items()}
+
+    def wanted(v: object) -> dict:
+        c = read_json(folder_of(v) / "transformer" / "config.json")
+        return module_shapes(lambda: fam.denoiser_class.from_config(c))
+
+    assert (
+        pick_variant(variants_for([family]), shapes, wanted, what="transformer", file_name="x").name == folder
+    )
+    # The folder's text encoder and VAE configs build too (no tokenizer is shipped for released sizes).
+    slot = fam.text_encoders[0]
+    assert module_shapes(module_factory(slot.model_class, variant.folder / slot.subfolder))
+    assert module_shapes(lambda: fam.vae_class.from_config(read_json(variant.folder / "vae" / "config.json")))

@@ -129,6 +129,8 @@ def load_comfy_text_encoder(
     candidates = variants_for(families, config_dir)
     fitting = []
     for v in candidates:
+        if any(f.family == v.family for f in fitting):
+            continue  # one size per family fits (the fit is exact): the next family may fit too
         renamed = {_text_encoder_names(k, class_of(v).__name__): r for k, r in raw.items()}
         if fits(converted_shapes(renamed), wanted(v), optional=_MAY_MISS):
             fitting.append(v)

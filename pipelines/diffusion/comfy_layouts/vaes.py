@@ -109,10 +109,14 @@ def _vae_module(v: Variant) -> tuple[dict[str, Any], Family]:
 
 
 def _fitting_vae(
-    path: Path, convert_layout: str, families: tuple[str, ...], config_dir: Path | None
+    path: Path,
+    convert_layout: str,
+    families: tuple[str, ...],
+    config_dir: Path | None,
+    only: Variant | None = None,
 ) -> tuple[Variant, KeyMap] | None:
-    """The first candidate config whose VAE the file fits, with the file's key map for it."""
-    for v in variants_for(families, config_dir):
+    """The first candidate config (or `only`) whose VAE the file fits, with the file's key map for it."""
+    for v in [only] if only is not None else variants_for(families, config_dir):
         config, fam = _vae_module(v)
         want = module_shapes(lambda c=config, f=fam: f.vae_class.from_config(c))
         try:
@@ -132,7 +136,8 @@ COMFY_FAMILIES = ("zimage", "qwenimage", "flux2_klein", "flux2_dev", "wan")
 
 def claims_vae(path: Path, family: str, config_dir: Path | None = None) -> bool:
     """Whether `load_comfy_vae` is the loader for this VAE file: a Wan / FLUX.2 layout, a 2026 family chosen,
-    or (on auto) an LDM-layout VAE whose shapes fit a shipped Z-Image config (Flux's own VAE stays Flux's)."""
+    or (on auto) an LDM-layout VAE whose shapes fit a shipped Z-Image config other than FLUX.1's own VAE (a
+    FLUX.1 `ae.safetensors` stays with the Flux loader, whose config it is)."""
     if path.suffix.lower() != ".safetensors":
         return False
     keys = file_keys(path)
@@ -140,8 +145,12 @@ def claims_vae(path: Path, family: str, config_dir: Path | None = None) -> bool:
         return True
     if family != "auto" or config_dir is not None:
         return False
-    try:
-        load_fit = _fitting_vae(path, "ldm", VAE_FAMILIES["ldm"], None)
-    except (KeyError, IndexError, ValueError):
-        return False
-    return load_fit is not None
+    flux_vae = config_of(Variant("flux", "flux", "FLUX.1"), "vae")
+    own = [v for v in variants_for(VAE_FAMILIES["ldm"]) if config_of(v, "vae") != flux_vae]
+    for v in own:
+        try:
+            if _fitting_vae(path, "ldm", (v.family,), None, only=v) is not None:
+                return True
+        except (KeyError, IndexError, ValueError):
+            continue
+    return False

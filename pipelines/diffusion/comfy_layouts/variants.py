@@ -12,7 +12,7 @@ one can be shipped), as SD1.x's are. ComfyUI itself does the same from a list of
 meta device (no memory) and compares every tensor name and shape with the file's, converted to diffusers
 names; the first folder that fits wins. The tiny folders are the demo models' own configs and tokenizers
 (`demo:tiny-zimage` and the others, written by `writer.write_config_folder`), so tiny fixtures in ComfyUI's
-layout load as real files do.
+layout load as real files do. The released sizes' folders (`released`) carry configs only, no tokenizer.
 """
 
 from __future__ import annotations
@@ -38,13 +38,18 @@ class Variant:
         return RESOURCES_DIR / "configs" / self.name
 
 
-# Tried in this order; within a family the released sizes come before the tiny demo ones.
+# Tried in this order. A fit is exact (every name and shape), so at most one size of a family fits and the
+# order only decides speed: the tiny folders build in milliseconds, a released size on meta in seconds.
 VARIANTS: tuple[Variant, ...] = (
     Variant("zimage-tiny", "zimage", "Z-Image (tiny demo)"),
     Variant("qwenimage-tiny", "qwenimage", "Qwen-Image (tiny demo)"),
     Variant("flux2-klein-tiny", "flux2_klein", "FLUX.2 [klein] (tiny demo)"),
     Variant("flux2-dev-tiny", "flux2_dev", "FLUX.2 [dev] (tiny demo)"),
     Variant("wan-tiny", "wan", "Wan 2.1 (tiny demo)"),
+    Variant("zimage-turbo", "zimage", "Z-Image-Turbo (6B)"),
+    Variant("qwen-image", "qwenimage", "Qwen-Image (20B)"),
+    Variant("wan2.1-t2v-1.3b", "wan", "Wan 2.1 T2V 1.3B"),
+    Variant("wan2.1-t2v-14b", "wan", "Wan 2.1 T2V 14B / a Wan 2.2 A14B expert"),
 )
 
 # The demo model each tiny folder is made from (`writer.write_config_folder`).
