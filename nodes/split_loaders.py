@@ -54,7 +54,8 @@ _SAFETENSORS = "Weights (*.safetensors)"
     title="Load UNet / DiT File",
     category="diffusion/loaders",
     description="A transformer-only or UNet-only file (.safetensors in diffusers or the release's layout, "
-    "fp8 or not, or .gguf kept quantized).",
+    "fp8 or not, or .gguf kept quantized); ComfyUI's diffusion_models files of Z-Image, Qwen-Image, FLUX.2 "
+    "and Wan too (bf16, fp8 scaled, GGUF).",
     outputs=[Output("denoiser", DENOISER)],
 )
 class LoadDenoiser(Node):
@@ -88,7 +89,9 @@ class LoadDenoiser(Node):
     tags=("CLIPLoader", "DualCLIPLoader", "TripleCLIPLoader"),
     title="Load Text Encoder Files",
     category="diffusion/loaders",
-    description="One to three text encoder files (CLIP-L, CLIP-G, T5-XXL) for sd1, sdxl, sd3 or flux.",
+    description="One to three text encoder files (CLIP-L, CLIP-G, T5-XXL) for sd1, sdxl, sd3 or flux; or one "
+    "of ComfyUI's text_encoders files: Qwen3 (Z-Image, FLUX.2 klein), Qwen2.5-VL (Qwen-Image), Mistral (FLUX.2 "
+    "dev), UMT5 (Wan).",
     outputs=[Output("text_encoder", TEXT_ENCODER)],
 )
 class LoadTextEncoder(Node):
@@ -128,7 +131,8 @@ class LoadTextEncoder(Node):
     tags=("VAELoader",),
     title="Load VAE File",
     category="diffusion/loaders",
-    description="A separate VAE .safetensors (ae.safetensors, vae-ft-mse-840000-ema-pruned, a diffusers file).",
+    description="A separate VAE .safetensors (ae.safetensors, vae-ft-mse-840000-ema-pruned, a diffusers file, "
+    "ComfyUI's wan_2.1_vae, qwen_image_vae, flux2-vae).",
     outputs=[Output("vae", VAE)],
 )
 class LoadVAE(Node):

@@ -192,7 +192,7 @@ def test_unet_weight_dtype_and_clip_types_map_to_our_choices(registry, tmp_path:
             "class_type": "DualCLIPLoader",
             "inputs": {"clip_name1": "l", "clip_name2": "g", "type": "sdxl"},
         },
-        "6": {"class_type": "CLIPLoader", "inputs": {"clip_name": "x.safetensors", "type": "wan"}},
+        "6": {"class_type": "CLIPLoader", "inputs": {"clip_name": "x.safetensors", "type": "hunyuan_video"}},
     }
     path = tmp_path / "loaders.json"
     path.write_text(json.dumps(prompt))
@@ -202,7 +202,7 @@ def test_unet_weight_dtype_and_clip_types_map_to_our_choices(registry, tmp_path:
     assert [nodes[n]["params"]["family"] for n in "456"] == ["sd", "sdxl", "auto"]
     notes = "\n".join(_notes(result))
     assert "node 3 (UNETLoader): weight_dtype 'fp8_e4m3fn_fast' loads as dtype 'fp8_e4m3fn'" in notes
-    assert "node 6 (CLIPLoader): type 'wan' is not a family Nodeloom runs" in notes
+    assert "node 6 (CLIPLoader): type 'hunyuan_video' is not a family Nodeloom runs" in notes
     assert result.unsupported == []
 
 

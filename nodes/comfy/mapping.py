@@ -33,6 +33,10 @@ COMFY_TEXT_ENCODER_TYPES: dict[str, str] = {
     "sd3": "sd3",
     "flux": "flux",
     "pixart": "pixart_sigma",
+    "lumina2": "zimage",  # ComfyUI runs Z-Image as a Lumina 2 variant
+    "qwen_image": "qwenimage",
+    "wan": "wan",
+    "flux2": "flux2_klein",  # FLUX.2 either way: a Mistral file loads as [dev] (comfy_layouts.loaders)
 }
 # ComfyUI's UNETLoader weight_dtype -> our dtype choice (the rest load in the automatic dtype).
 _WEIGHT_DTYPES = {"fp8_e4m3fn": "fp8_e4m3fn", "fp8_e4m3fn_fast": "fp8_e4m3fn", "fp8_e5m2": "fp8_e5m2"}

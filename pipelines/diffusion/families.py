@@ -185,6 +185,7 @@ ZIMAGE = Family(
     prompt_encoder="qwen_chat",
     denoiser_call="zimage",
     class_marker="ZImage",
+    name_markers=("z_image", "z-image", "zimage"),
 )
 
 # Qwen-Image: Qwen2.5-VL as the text encoder (the pipeline's own prompt template), a dual-stream MMDiT over
@@ -217,6 +218,7 @@ QWENIMAGE = Family(
     denoiser_call="qwenimage",
     packs_latents=True,  # the pipeline packs 2x2 latents: the config's in_channels counts packed channels
     class_marker="QwenImagePipeline",  # not QwenImageEditPipeline / QwenImage21Pipeline (other pipelines)
+    name_markers=("qwen_image", "qwen-image"),
 )
 
 # Wan 2.1 / 2.2 text-to-video: UMT5 text encoder (512 tokens, padded positions zeroed and kept), a 3D DiT over
@@ -244,6 +246,7 @@ WAN = Family(
     prompt_encoder="umt5",
     denoiser_call="wan",
     class_marker="Wan",
+    name_markers=("wan2", "wan_2"),
 )
 
 # FLUX.2 [klein]: one Qwen3 text encoder (three hidden layers stacked per token), Flux2's double- and
@@ -269,6 +272,7 @@ FLUX2_KLEIN = Family(
     denoiser_call="flux2",
     packs_latents=True,
     class_marker="Flux2Klein",
+    name_markers=("klein",),
 )
 
 # FLUX.2 [dev]: Klein's transformer and VAE with a Mistral3 text encoder (system prompt, hidden layers
@@ -300,15 +304,16 @@ FLUX2_DEV = Family(
     denoiser_call="flux2",
     packs_latents=True,
     class_marker="Flux2",
+    name_markers=("flux2", "flux-2", "flux.2"),
 )
 
 FAMILIES: dict[str, Family] = {
     f.name: f for f in (SD, SDXL, PIXART_SIGMA, SD3, FLUX, ZIMAGE, QWENIMAGE, FLUX2_KLEIN, FLUX2_DEV, WAN)
 }
-# The order detection tries families in where one family's marker can occur in another's name: Flux before
-# SD3 before SDXL for file names; SDXL's "XL" before SD3's "3", and SD's bare "StableDiffusion" last, for
+# The order detection tries families in where one family's marker can occur in another's name: FLUX.2 [klein]
+# before FLUX.2 [dev] before Flux before SD3 before SDXL for file names (ComfyUI's `flux-2-klein-4b` has all three); SDXL's "XL" before SD3's "3", and SD's bare "StableDiffusion" last, for
 # diffusers class names.
-NAME_HINT_ORDER: tuple[Family, ...] = (FLUX, SD3, SDXL)
+NAME_HINT_ORDER: tuple[Family, ...] = (FLUX2_KLEIN, FLUX2_DEV, FLUX, SD3, SDXL, ZIMAGE, QWENIMAGE, WAN)
 CLASS_MARKER_ORDER: tuple[Family, ...] = (
     FLUX2_KLEIN,
     FLUX2_DEV,

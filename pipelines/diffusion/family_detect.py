@@ -51,10 +51,12 @@ def family_from_keys(keys: list[str], shapes: dict[str, list[int]]) -> str | Non
 
     if has("noise_refiner.") and has("context_refiner."):  # Z-Image, diffusers or original key names
         return "zimage"
-    if has("double_stream_modulation_img."):  # FLUX.2 (diffusers key names); [dev] embeds a guidance value
-        return "flux2_dev" if has("guidance_embedder.") else "flux2_klein"
+    if has("double_stream_modulation_img."):  # FLUX.2, diffusers or ComfyUI names; [dev] embeds a guidance
+        return "flux2_dev" if has("guidance_embedder.") or has("guidance_in.") else "flux2_klein"
     if has("txt_norm.") and has(".img_mod.") and not has("double_blocks."):  # Qwen-Image (not Flux's img_mod)
         return "qwenimage"
+    if has("head.modulation") or (has("condition_embedder.") and has("scale_shift_table")):  # Wan
+        return "wan"
     if has("double_blocks.") or has("single_transformer_blocks."):
         return "flux"
     if has("joint_blocks.") or (has("transformer_blocks.") and has("context_embedder")):

@@ -115,6 +115,12 @@ def load_denoiser_file(
         raise UnsupportedModelError(f"{path.name}: a denoiser file must be .safetensors or .gguf")
     is_gguf = suffix == ".gguf"
     shapes = gguf_shapes(path) if is_gguf else SafetensorsTensors((path,)).shapes()
+    from pipelines.diffusion.comfy_layouts import loaders as comfy
+
+    if comfy.denoiser_layout(list(shapes)) is not None:  # Z-Image, Qwen-Image, FLUX.2, Wan (ComfyUI's files)
+        return comfy.load_comfy_denoiser(
+            mm, path, family=family, dtype=dtype, config_dir=config_dir, scheduler_config=scheduler_config
+        )
     found = detect_denoiser(shapes)
     fam = _family(family, found.family, "denoiser")
     folder = _config_dir(fam.name, config_dir)
@@ -180,6 +186,14 @@ def load_text_encoder_files(
     allow_pickle: bool = False,
 ) -> tuple[TextEncoderRef, str]:
     """One to three text encoder files (CLIP-L, CLIP-G, T5-XXL in transformers' layout) for one family."""
+    from pipelines.diffusion.comfy_layouts import text_encoders as comfy_te
+
+    if len(paths) == 1 and paths[0].suffix.lower() == ".safetensors":  # Qwen3 / Qwen2.5-VL / Mistral / UMT5
+        check_weights_format(paths[0], allow_pickle=allow_pickle)
+        if comfy_te.text_encoder_kind(list(SafetensorsTensors((paths[0],)).shapes())) is not None:
+            return comfy_te.load_comfy_text_encoder(
+                mm, paths[0], family=family, dtype=dtype, config_dir=config_dir
+            )
     found = []
     for path in paths:
         check_weights_format(path, allow_pickle=allow_pickle)
@@ -245,6 +259,10 @@ def load_vae_file(
 ) -> tuple[VaeRef, str]:
     """A VAE file: diffusers layout or the original one (`ae.safetensors`, `vae-ft-mse-840000`, ...)."""
     check_weights_format(path, allow_pickle=allow_pickle)
+    from pipelines.diffusion.comfy_layouts import vaes as comfy_vae
+
+    if comfy_vae.claims_vae(path, family, config_dir):  # Wan / Qwen-Image / FLUX.2 / Z-Image VAEs
+        return comfy_vae.load_comfy_vae(mm, path, family=family, dtype=dtype, config_dir=config_dir)
     found = detect_vae(SafetensorsTensors((path,)).shapes())
     fam = _family(family, found.family, "VAE")
     folder = _config_dir(fam.name, config_dir)

@@ -1,0 +1,12 @@
+"""ComfyUI's file layout for the 2026 families: `models/diffusion_models/`, `models/text_encoders/`, `models/vae/`.
+
+Lives here (submodules): `keys` (ComfyUI <-> diffusers tensor names per family), `scaled_fp8` (ComfyUI's fp8
+"scaled" weights), `variants` (the shipped config folders and which one a file's shapes fit), `common` (shared
+helpers), the loaders the split loader nodes call (`loaders` for transformers, `text_encoders`, `vaes`), and
+`writer` (the inverse: a diffusers folder written out as ComfyUI's files, for tests and demos). May import:
+stdlib, torch, safetensors, diffusers, transformers, memory, pipelines.paths, pipelines.diffusion,
+pipelines.quant.
+
+Families: Z-Image, Qwen-Image, FLUX.2 [klein] / [dev] and Wan 2.1 / 2.2 (one expert per file). The family
+and its size come from the tensors: names say the family, shapes pick the config folder.
+"""

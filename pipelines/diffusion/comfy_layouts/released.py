@@ -1,0 +1,185 @@
+"""The config folders of the released models, written from the published sizes (configs only, no tokenizers).
+
+Lives here: `RELEASED`, `write_released_folders`; run as `python -m pipelines.diffusion.comfy_layouts.released`
+to rewrite them under resources/configs/. May import: stdlib, json, diffusers, transformers,
+pipelines.paths.
+
+The sizes are the published ones (the models' own config.json files, and ComfyUI's comfy/model_detection.py
+for Z-Image: dim 3840, 30 heads, rotary axes 32/48/48 up to 1536/512/512, theta 256): where a diffusers class's
+defaults are the released model they are used as they are. The tokenizers are not shipped (Qwen's and UMT5's
+vocabularies are not ours to ship); with these folders a prompt needs `config_dir` pointing at a folder with a
+`tokenizer/` (the loader says so). Shapes pick between these and the tiny demo folders (`variants`).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from pipelines.paths import RESOURCES_DIR
+
+_FLOW_SCHEDULER = {"_class_name": "FlowMatchEulerDiscreteScheduler", "num_train_timesteps": 1000}
+QWEN3_4B = {  # Qwen/Qwen3-4B (Z-Image-Turbo's text_encoder)
+    "architectures": ["Qwen3Model"],
+    "model_type": "qwen3",
+    "hidden_size": 2560,
+    "intermediate_size": 9728,
+    "num_hidden_layers": 36,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "vocab_size": 151936,
+    "max_position_embeddings": 40960,
+    "rms_norm_eps": 1e-6,
+    "rope_theta": 1000000,
+    "tie_word_embeddings": True,
+}
+QWEN25_VL_7B = {  # Qwen/Qwen2.5-VL-7B-Instruct (Qwen-Image's text_encoder)
+    "architectures": ["Qwen2_5_VLForConditionalGeneration"],
+    "model_type": "qwen2_5_vl",
+    "text_config": {
+        "model_type": "qwen2_5_vl_text",
+        "hidden_size": 3584,
+        "intermediate_size": 18944,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 28,
+        "num_key_value_heads": 4,
+        "vocab_size": 152064,
+        "max_position_embeddings": 128000,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 1000000.0,
+        "rope_scaling": {"type": "mrope", "rope_type": "default", "mrope_section": [16, 24, 24]},
+    },
+    "vision_config": {
+        "depth": 32,
+        "hidden_size": 1280,
+        "intermediate_size": 3420,
+        "num_heads": 16,
+        "out_hidden_size": 3584,
+        "patch_size": 14,
+        "spatial_merge_size": 2,
+        "temporal_patch_size": 2,
+        "window_size": 112,
+        "fullatt_block_indexes": [7, 15, 23, 31],
+        "tokens_per_second": 2,
+    },
+    "vocab_size": 152064,
+    "image_token_id": 151655,
+    "video_token_id": 151656,
+    "vision_start_token_id": 151652,
+    "vision_end_token_id": 151653,
+}
+UMT5_XXL = {  # google/umt5-xxl's encoder (Wan's text_encoder)
+    "architectures": ["UMT5EncoderModel"],
+    "model_type": "umt5",
+    "d_model": 4096,
+    "d_ff": 10240,
+    "d_kv": 64,
+    "num_layers": 24,
+    "num_heads": 64,
+    "vocab_size": 256384,
+    "feed_forward_proj": "gated-gelu",
+    "relative_attention_num_buckets": 32,
+    "relative_attention_max_distance": 128,
+    "layer_norm_epsilon": 1e-6,
+    "tie_word_embeddings": False,
+}
+
+
+def _wan(heads: int, ffn: int, layers: int, shift: float) -> dict[str, Any]:
+    return {
+        "model_index.json": {"_class_name": "WanPipeline"},
+        "transformer": {"num_attention_heads": heads, "ffn_dim": ffn, "num_layers": layers},
+        "text_encoder": UMT5_XXL,
+        "vae": {},
+        "scheduler": {
+            "_class_name": "UniPCMultistepScheduler",
+            "prediction_type": "flow_prediction",
+            "use_flow_sigmas": True,
+            "num_train_timesteps": 1000,
+            "flow_shift": shift,
+        },
+    }
+
+
+# folder -> subfolder -> config (a diffusers class's keyword arguments over its defaults, or a transformers
+# config.json); `vae: {}` is the class's defaults (the released VAE).
+RELEASED: dict[str, dict[str, Any]] = {
+    "zimage-turbo": {
+        "model_index.json": {"_class_name": "ZImagePipeline"},
+        "transformer": {"axes_lens": [1536, 512, 512]},  # ComfyUI's (and the release's) rotary lengths
+        "text_encoder": QWEN3_4B,
+        "vae": "flux",  # the FLUX.1 VAE, shipped in resources/configs/flux/vae
+        "scheduler": {**_FLOW_SCHEDULER, "shift": 3.0, "use_dynamic_shifting": False},
+    },
+    "qwen-image": {
+        "model_index.json": {"_class_name": "QwenImagePipeline"},
+        "transformer": {},
+        "text_encoder": QWEN25_VL_7B,
+        "vae": {},
+        "scheduler": {
+            **_FLOW_SCHEDULER,
+            "shift": 1.0,
+            "use_dynamic_shifting": True,
+            "base_shift": 0.5,
+            "max_shift": 0.9,
+            "base_image_seq_len": 256,
+            "max_image_seq_len": 8192,
+            "time_shift_type": "exponential",
+            "shift_terminal": 0.02,
+        },
+    },
+    "wan2.1-t2v-1.3b": _wan(12, 8960, 30, 3.0),
+    "wan2.1-t2v-14b": _wan(40, 13824, 40, 5.0),
+}
+_CLASSES = {  # the diffusers class of each subfolder, per pipeline
+    "ZImagePipeline": {"transformer": "ZImageTransformer2DModel", "vae": "AutoencoderKL"},
+    "QwenImagePipeline": {"transformer": "QwenImageTransformer2DModel", "vae": "AutoencoderKLQwenImage"},
+    "WanPipeline": {"transformer": "WanTransformer3DModel", "vae": "AutoencoderKLWan"},
+}
+
+
+def _diffusers_config(class_name: str, overrides: dict[str, Any]) -> dict[str, Any]:
+    """The class's `__init__` defaults with `overrides`: the config.json its `from_config` reads."""
+    import inspect
+
+    import diffusers
+
+    params = inspect.signature(getattr(diffusers, class_name).__init__).parameters
+    defaults = {
+        k: v.default for k, v in params.items() if k != "self" and v.default is not inspect.Parameter.empty
+    }
+    defaults = {k: list(v) if isinstance(v, tuple) else v for k, v in defaults.items()}
+    return {"_class_name": class_name, **defaults, **overrides}
+
+
+def write_released_folders(root: Path | None = None) -> list[Path]:
+    root = root or RESOURCES_DIR / "configs"
+    written = []
+    for name, parts in RELEASED.items():
+        out = root / name
+        index = parts["model_index.json"]
+        classes = _CLASSES[index["_class_name"]]
+        files: dict[str, dict[str, Any]] = {"model_index.json": index}
+        for sub in ("transformer", "vae"):
+            if parts[sub] == "flux":
+                files[f"{sub}/config.json"] = json.loads(
+                    (RESOURCES_DIR / "configs" / "flux" / sub / "config.json").read_text(encoding="utf-8")
+                )
+            else:
+                files[f"{sub}/config.json"] = _diffusers_config(classes[sub], parts[sub])
+        files["text_encoder/config.json"] = parts["text_encoder"]
+        files["scheduler/scheduler_config.json"] = parts["scheduler"]
+        for rel, data in files.items():
+            path = out / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        written.append(out)
+    return written
+
+
+if __name__ == "__main__":
+    for path in write_released_folders():
+        print(path, file=sys.stderr)

@@ -1,0 +1,93 @@
+"""Test support for ComfyUI-layout files: tiny fixtures written as ComfyUI's files, and the split-loader graph.
+
+Lives here: `comfy_fixture`, `split_graph`, `run_graph`. May import: stdlib, numpy, PIL, app.main,
+pipelines.diffusion.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+from app.main import main
+from pipelines.diffusion.comfy_layouts.writer import COMFY_FILES, write_comfy_files
+from pipelines.diffusion.demo_models import save_demo_model
+
+REPO = Path(__file__).resolve().parent.parent
+DEMOS = {
+    "zimage": "tiny-zimage",
+    "qwenimage": "tiny-qwenimage",
+    "flux2_klein": "tiny-flux2-klein",
+    "flux2_dev": "tiny-flux2-dev",
+    "wan": "tiny-wan",
+}
+
+
+def comfy_fixture(family: str, tmp: Path) -> tuple[Path, Path]:
+    """(the demo's diffusers folder, a ComfyUI root whose models/ holds the same weights as ComfyUI's files)."""
+    folder = save_demo_model(DEMOS[family], tmp / DEMOS[family])
+    return folder, write_comfy_files(folder, family, tmp / "ComfyUI")
+
+
+def split_graph(
+    workflow: Path,
+    models: Path,
+    family: str,
+    *,
+    transformer: str | None = None,
+    loader_params: dict | None = None,
+) -> dict:
+    """`workflow` (one LoadDiffusionModel node "load") with that node replaced by the three split loaders
+    (ComfyUI's UNETLoader / CLIPLoader / VAELoader) reading `models/diffusion_models|text_encoders|vae`."""
+    graph = json.loads(workflow.read_text(encoding="utf-8"))
+    names = COMFY_FILES[family]
+    nodes = graph["nodes"]
+    del nodes["load"]
+    params = loader_params or {}
+    nodes["unet"] = {
+        "type": "LoadDenoiser",
+        "params": {
+            "path": str(models / "diffusion_models" / (transformer or names.transformer)),
+            **params.get("unet", {}),
+        },
+        "inputs": {},
+    }
+    nodes["clip"] = {
+        "type": "LoadTextEncoder",
+        "params": {"path": str(models / "text_encoders" / names.text_encoder), **params.get("clip", {})},
+        "inputs": {},
+    }
+    nodes["vae"] = {
+        "type": "LoadVAE",
+        "params": {"path": str(models / "vae" / names.vae), **params.get("vae", {})},
+        "inputs": {},
+    }
+    ports = {"denoiser": "unet", "text_encoder": "clip", "vae": "vae"}
+    for node in nodes.values():
+        for name, link in node.get("inputs", {}).items():
+            if isinstance(link, list) and link[0] == "load":
+                node["inputs"][name] = [ports[link[1]], link[1]]
+    ui = graph.get("ui", {}).get("nodes", {})
+    if "load" in ui:
+        pos = ui.pop("load")
+        ui.update({k: copy.deepcopy(pos) for k in ("unet", "clip", "vae")})
+    return graph
+
+
+def run_graph(graph: dict | Path, out: Path, sets: dict, extra: tuple[str, ...] = ()) -> list[np.ndarray]:
+    """Run a workflow with the CLI; the saved pictures (PNG frames for videos), in name order."""
+    path = graph
+    if isinstance(graph, dict):
+        path = out.parent / f"{out.name}.json"
+        path.write_text(json.dumps(graph), encoding="utf-8")
+    args = ["--run", str(path), "--out", str(out), "--quiet", "--device", "cpu", *extra]
+    for key, value in sets.items():
+        args += ["--set", f"{key}={value}"]
+    assert main(args) == 0
+    pngs = sorted(out.rglob("*.png"))
+    assert pngs, f"no pictures in {out}"
+    return [np.asarray(Image.open(p).convert("RGB")) for p in pngs]
