@@ -41,6 +41,8 @@ DEMO_NAMES = (
     "tiny-flux2-dev",
     "tiny-wan",
     "tiny-wan22",
+    "tiny-qwenimage-edit",
+    "tiny-qwenimage-edit-2511",
 )
 
 # Models shipped with Nodeloom, by loader type (`builtin:` names, see pipelines/paths.py).

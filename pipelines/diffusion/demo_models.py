@@ -52,6 +52,7 @@ from transformers.convert_slow_tokenizer import bytes_to_unicode
 
 from pipelines.diffusion.demo_flux2 import build_tiny_flux2_dev, build_tiny_flux2_klein
 from pipelines.diffusion.demo_qwenimage import build_tiny_qwenimage
+from pipelines.diffusion.demo_qwenimage_edit import build_tiny_qwenimage_edit, build_tiny_qwenimage_edit_2511
 from pipelines.diffusion.demo_wan import build_tiny_wan, build_tiny_wan22
 from pipelines.diffusion.demo_zimage import build_tiny_zimage
 from pipelines.paths import demo_models_dir
@@ -390,6 +391,8 @@ DEMO_MODELS: dict[str, Callable[[], DiffusionPipeline]] = {
     "tiny-flux2-dev": build_tiny_flux2_dev,
     "tiny-wan": build_tiny_wan,
     "tiny-wan22": build_tiny_wan22,
+    "tiny-qwenimage-edit": build_tiny_qwenimage_edit,
+    "tiny-qwenimage-edit-2511": build_tiny_qwenimage_edit_2511,
 }
 
 

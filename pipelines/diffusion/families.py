@@ -219,6 +219,32 @@ QWENIMAGE = Family(
     class_marker="QwenImagePipeline",  # not QwenImageEditPipeline / QwenImage21Pipeline (other pipelines)
 )
 
+# Qwen-Image-Edit (the first release, 2509 and 2511 "Plus"): Qwen-Image's transformer, VAE and Qwen2.5-VL, plus
+# a `processor/` (Qwen2-VL's image processor): the prompt encoding sees the input pictures, and their VAE
+# latents join the image tokens (`pipelines.diffusion.qwenimage_edit_text`). 2511 is a transformer config
+# (`zero_cond_t`). A plain Text Encode on it is Qwen-Image's (as ComfyUI's CLIPTextEncode). Diffusers folders only.
+QWENIMAGE_EDIT = Family(
+    name="qwenimage_edit",
+    title="Qwen-Image-Edit",
+    pipeline_classes=("QwenImageEditPipeline", "QwenImageEditPlusPipeline"),
+    denoiser_subfolder="transformer",
+    denoiser_ref=_diffusers("QwenImageTransformer2DModel"),
+    text_encoders=QWENIMAGE.text_encoders,
+    cuda_dtype_name="bfloat16",
+    max_text_tokens=512,
+    latent_rgb_factors=(),
+    vae_ref=_diffusers("AutoencoderKLQwenImage"),
+    denoiser_blocks=("transformer_blocks",),
+    flow=True,
+    native_size=1024,
+    size_multiple=16,
+    prompt_encoder="qwenimage",
+    denoiser_call="qwenimage",
+    packs_latents=True,
+    # Also names QwenImageEditInpaintPipeline folders, which loading then refuses (not in pipeline_classes).
+    class_marker="QwenImageEdit",
+)
+
 # Wan 2.1 / 2.2 text-to-video: UMT5 text encoder (512 tokens, padded positions zeroed and kept), a 3D DiT over
 # (frames, h, w) latent patches with cross-attention to the text, the Wan VAE (16 channels, 4x in time, 8x in
 # space by default; its config says). Wan 2.2 A14B adds a low-noise expert (`transformer_2`) used below
@@ -305,6 +331,7 @@ FLUX2_DEV = Family(
 FAMILIES: dict[str, Family] = {
     f.name: f for f in (SD, SDXL, PIXART_SIGMA, SD3, FLUX, ZIMAGE, QWENIMAGE, FLUX2_KLEIN, FLUX2_DEV, WAN)
 }
+FAMILIES[QWENIMAGE_EDIT.name] = QWENIMAGE_EDIT
 # The order detection tries families in where one family's marker can occur in another's name: Flux before
 # SD3 before SDXL for file names; SDXL's "XL" before SD3's "3", and SD's bare "StableDiffusion" last, for
 # diffusers class names.
@@ -314,6 +341,7 @@ CLASS_MARKER_ORDER: tuple[Family, ...] = (
     FLUX2_DEV,
     ZIMAGE,
     QWENIMAGE,
+    QWENIMAGE_EDIT,
     WAN,
     SDXL,
     SD3,

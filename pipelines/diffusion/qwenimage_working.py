@@ -28,17 +28,23 @@ def qwenimage_activations(hidden: int, image_tokens: int, text_tokens: int) -> l
     ]
 
 
-def qwenimage_working_bytes(denoiser: DenoiserRef, h: int, w: int, batch: int, text_tokens: int) -> int:
-    """Bytes of one call on a (batch, C, h, w) latent (latent pixels) with `text_tokens` caption tokens."""
+def qwenimage_working_bytes(
+    denoiser: DenoiserRef, h: int, w: int, batch: int, text_tokens: int, reference_tokens: int = 0
+) -> int:
+    """Bytes of one call on a (batch, C, h, w) latent (latent pixels) with `text_tokens` caption tokens and
+    `reference_tokens` of edit pictures' packed latents, which join the image stream (Qwen-Image-Edit)."""
     config = denoiser.config
     hidden = int(config.get("num_attention_heads", 24)) * int(config.get("attention_head_dim", 128))
     # The pipeline packs 2x2 latent patches into one token whatever the config says (`_pack_latents`).
-    terms = qwenimage_activations(hidden, (h // 2) * (w // 2), text_tokens)
+    terms = qwenimage_activations(hidden, (h // 2) * (w // 2) + reference_tokens, text_tokens)
     large = activation_bytes(terms, batch=batch, dtype=denoiser.dtype)
     return large + large // 64  # the small tensors beside them, as in `diffusion_working_bytes`
 
 
-def qwenimage_working(denoiser: DenoiserRef, h: int, w: int, batch: int, text_tokens: int) -> Working:
+def qwenimage_working(
+    denoiser: DenoiserRef, h: int, w: int, batch: int, text_tokens: int, reference_tokens: int = 0
+) -> Working:
     """The formula plus the shape it depends on (the manager replaces it by the measured peak)."""
-    formula = qwenimage_working_bytes(denoiser, h, w, batch, text_tokens)
-    return Working(formula, f"{batch}x{h}x{w}+{text_tokens}t")
+    formula = qwenimage_working_bytes(denoiser, h, w, batch, text_tokens, reference_tokens)
+    shape = f"{batch}x{h}x{w}+{text_tokens}t" + (f"+{reference_tokens}r" if reference_tokens else "")
+    return Working(formula, shape)
