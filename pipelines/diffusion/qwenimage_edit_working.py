@@ -39,7 +39,8 @@ def vision_activations(vision: dict[str, Any], patches: int) -> list[Activations
 
 def vision_working_bytes(vision: dict[str, Any], patches: int, dtype: torch.dtype) -> int:
     """The vision tower's peak over `patches` 14 px patches (all pictures of one prompt together)."""
-    return activation_bytes(vision_activations(vision, patches), batch=1, dtype=dtype)
+    large = activation_bytes(vision_activations(vision, patches), batch=1, dtype=dtype)
+    return large + large // 64  # the small tensors beside them (window indices, cu_seqlens), as elsewhere
 
 
 def edit_text_working_bytes(config: dict[str, Any], tokens: int, patches: int, dtype: torch.dtype) -> int:
