@@ -406,3 +406,76 @@ def test_working_memory_formula_covers_the_full_size_vision_tower(grids: list[tu
     formula = vision_working_bytes(config.vision_config.to_dict(), patches, torch.float32)
     print(f"qwenimage edit vision working {grids}: {formula / measured:.3f}x")
     assert measured <= formula <= 1.15 * measured, f"{formula / measured:.3f}x of {measured / 2**20:.0f} MiB"
+
+
+def test_the_tiny_tokenizer_splits_the_edit_system_turn_as_qwen_does() -> None:
+    """The edit pipelines drop the first 64 tokens (Qwen's tokenizer's count for their system turn): the
+    tiny tokenizer must agree, or the parity above would compare embeddings cut mid-instruction."""
+    from pipelines.diffusion.demo_qwenimage_edit import tiny_qwenimage_edit_tokenizer
+    from pipelines.diffusion.qwenimage_edit_text import EDIT_TEMPLATE_START, PLUS_TEMPLATE
+
+    tokenizer = tiny_qwenimage_edit_tokenizer()
+    tokens = tokenizer.convert_ids_to_tokens(tokenizer(PLUS_TEMPLATE.format(PROMPT)).input_ids)
+    assert tokens[EDIT_TEMPLATE_START - 3 : EDIT_TEMPLATE_START] == ["<|im_start|>", "user", "Ċ"]
+
+
+@pytest.mark.slow  # loads the tiny text encoder twice
+def test_the_text_encoder_streams_its_vision_and_language_blocks_with_the_same_embeddings(
+    folder: Path, tmp_path: Path
+) -> None:
+    """In a budget that holds the edit prompt's working memory, the weights outside the declared blocks and
+    one block (not the whole encoder), `stream` moves the vision tower's and the language model's blocks in
+    per call, and the picture prompt's embeddings and references are unchanged."""
+    import json
+
+    from safetensors import safe_open
+    from transformers import AutoTokenizer
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+    from memory import MemoryConfig, MemoryManager
+    from nodes.png import pil_to_tensor
+    from pipelines.diffusion.loading import load_model
+    from pipelines.diffusion.qwenimage_edit_text import edit_inputs, encode_qwenimage_edit
+    from pipelines.diffusion.qwenimage_edit_working import edit_text_working_bytes
+
+    image = pil_to_tensor(Image.open(picture(tmp_path / "in.png")))
+
+    def encode(policy: str, budget: str | None = None) -> tuple[Any, list]:
+        # A fresh data dir: no peak learned by the runs above replaces the formula the budget is built on.
+        config = MemoryConfig(device="cpu", policy=policy, ram_budget=budget, data_dir=tmp_path / policy)
+        with MemoryManager(config) as mm:
+            model = load_model(mm, folder)
+            cond = encode_qwenimage_edit(
+                mm,
+                model.text_encoder,
+                PROMPT,
+                [image],
+                vae=None,
+                plus=True,
+                vae_area=VAE_AREA,
+                vl_area=VL_AREA,
+            )
+            return cond, mm.report()["transfers"]
+
+    whole, _ = encode("none")
+    weights = folder / "text_encoder" / "model.safetensors"
+    with safe_open(str(weights), framework="pt") as f:
+        nbytes = {k: 4 * int(np.prod(f.get_slice(k).get_shape())) for k in f.keys()}  # float32
+    in_block = [f"{kind}.{i}." for kind in ("layers", "blocks") for i in range(2)]
+    block = max(sum(n for k, n in nbytes.items() if part in k) for part in in_block)
+    fixed = sum(n for k, n in nbytes.items() if not any(part in k for part in in_block))
+    # The formula the encoder reserves for this prompt (what the manager budgets with).
+    image_processor = Qwen2VLImageProcessorPil.from_pretrained(str(folder / "processor"))
+    tokenizer = AutoTokenizer.from_pretrained(str(folder / "processor"))
+    inputs = edit_inputs(
+        image_processor, tokenizer, PROMPT, [image], plus=True, vae_area=VAE_AREA, vl_area=VL_AREA, multiple=8
+    )
+    config = json.loads((folder / "text_encoder" / "config.json").read_text())
+    working = edit_text_working_bytes(
+        config, inputs.input_ids.shape[1], inputs.pixel_values.shape[0], torch.float32
+    )
+    budget = working + fixed + block + 2048  # 2 KiB for the small tensors the ledger counts beside weights
+    assert budget < working + sum(nbytes.values())  # the whole encoder would not fit beside its working
+    streamed, transfers = encode("stream", str(budget))
+    assert transfers and transfers[0]["component"] == "text_encoder (streamed)"
+    assert torch.equal(whole.embeds, streamed.embeds)
