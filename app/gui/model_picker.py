@@ -43,6 +43,8 @@ DEMO_NAMES = (
     "tiny-wan22",
     "tiny-qwenimage-edit",
     "tiny-qwenimage-edit-2511",
+    "tiny-krea2",
+    "tiny-krea2-turbo",
 )
 
 # Models shipped with Nodeloom, by loader type (`builtin:` names, see pipelines/paths.py).

@@ -245,6 +245,39 @@ QWENIMAGE_EDIT = Family(
     class_marker="QwenImageEdit",
 )
 
+# Krea 2 (and Turbo, `is_distilled` in model_index.json): Qwen3-VL tapped at twelve layers (stacked per token,
+# a fixed-length prompt block with its mask), a single-stream MMDiT with its own text-fusion blocks over 2x2-
+# packed latents, Qwen-Image's VAE. Diffusers folders only; the loop is `krea2_sampling`.
+KREA2 = Family(
+    name="krea2",
+    title="Krea 2",
+    pipeline_classes=("Krea2Pipeline",),
+    denoiser_subfolder="transformer",
+    denoiser_ref=_diffusers("Krea2Transformer2DModel"),
+    text_encoders=(
+        TextEncoderSlot(
+            "text_encoder",
+            "tokenizer",
+            _transformers("Qwen3VLModel"),
+            # The language model's layers run per prompt; the vision tower's blocks never do for text.
+            ("language_model.layers", "visual.blocks"),
+        ),
+    ),
+    cuda_dtype_name="bfloat16",
+    max_text_tokens=512,  # Krea2Pipeline's max_sequence_length default (the prompt block's length)
+    latent_rgb_factors=(),
+    vae_ref=_diffusers("AutoencoderKLQwenImage"),
+    denoiser_blocks=("text_fusion.layerwise_blocks", "text_fusion.refiner_blocks", "transformer_blocks"),
+    flow=True,
+    native_size=1024,
+    size_multiple=16,  # the VAE's 8 x the 2x2 packing (a folder's configs override it)
+    joint_text_tokens=512,
+    prompt_encoder="krea2",
+    denoiser_call="krea2",
+    packs_latents=True,
+    class_marker="Krea2",
+)
+
 # Wan 2.1 / 2.2 text-to-video: UMT5 text encoder (512 tokens, padded positions zeroed and kept), a 3D DiT over
 # (frames, h, w) latent patches with cross-attention to the text, the Wan VAE (16 channels, 4x in time, 8x in
 # space by default; its config says). Wan 2.2 A14B adds a low-noise expert (`transformer_2`) used below
@@ -332,6 +365,7 @@ FAMILIES: dict[str, Family] = {
     f.name: f for f in (SD, SDXL, PIXART_SIGMA, SD3, FLUX, ZIMAGE, QWENIMAGE, FLUX2_KLEIN, FLUX2_DEV, WAN)
 }
 FAMILIES[QWENIMAGE_EDIT.name] = QWENIMAGE_EDIT
+FAMILIES[KREA2.name] = KREA2
 # The order detection tries families in where one family's marker can occur in another's name: Flux before
 # SD3 before SDXL for file names; SDXL's "XL" before SD3's "3", and SD's bare "StableDiffusion" last, for
 # diffusers class names.
@@ -342,6 +376,7 @@ CLASS_MARKER_ORDER: tuple[Family, ...] = (
     ZIMAGE,
     QWENIMAGE,
     QWENIMAGE_EDIT,
+    KREA2,
     WAN,
     SDXL,
     SD3,
