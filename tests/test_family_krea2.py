@@ -87,3 +87,96 @@ def test_cli_picture_matches_krea2_pipeline(
     diff = np.abs(a.astype(int) - b.astype(int)).max()
     print(f"krea2 {which} parity cfg {cfg}: max uint8 difference {diff}")
     assert diff <= 1
+
+
+@pytest.mark.slow  # two runs of the tiny model
+def test_stream_offload_gives_the_same_picture(folder: Path, tmp_path: Path) -> None:
+    plain = ours(folder, tmp_path / "none", cfg=3.0, extra=("--offload", "none"))
+    streamed = ours(
+        folder, tmp_path / "stream", cfg=3.0, extra=("--offload", "stream", "--ram-budget", "2GiB")
+    )
+    assert np.array_equal(plain, streamed)
+
+
+@pytest.mark.slow  # two runs of the tiny model
+def test_guidance_and_seed_change_the_picture(folder: Path, tmp_path: Path) -> None:
+    base = ours(folder, tmp_path / "a", cfg=3.0)
+    assert not np.array_equal(base, ours(folder, tmp_path / "b", cfg=0.0))
+    assert not np.array_equal(base, ours(folder, tmp_path / "c", cfg=3.0, seed=7))
+
+
+@pytest.mark.slow  # builds the tiny model
+def test_folder_and_header_are_detected_as_krea2(folder: Path) -> None:
+    from pipelines.diffusion.family_detect import detect_family
+
+    assert detect_family(folder) == "krea2"
+    assert detect_family(folder / "transformer" / "diffusion_pytorch_model.safetensors") == "krea2"
+
+
+def test_declared_blocks_let_stream_hold_the_full_size_transformer_in_a_small_budget() -> None:
+    """Krea 2's transformer at its published size (the class defaults: 28 blocks of 6144, about 13B) on the
+    meta device: outside the declared blocks (text-fusion and transformer blocks) little is left, and no
+    block is a large share, so `stream` can hold it in a small budget."""
+    from diffusers import Krea2Transformer2DModel
+
+    from memory.weights import block_names
+    from pipelines.diffusion.families import FAMILIES
+
+    with torch.device("meta"):
+        model = Krea2Transformer2DModel()
+    blocks = block_names(model, FAMILIES["krea2"].denoiser_blocks)
+    total = sum(p.numel() for p in model.parameters())
+    sizes = [sum(p.numel() for p in model.get_submodule(b).parameters()) for b in blocks]
+    assert len(blocks) == 2 + 2 + 28
+    assert max(sizes) < 0.05 * total and total - sum(sizes) < 0.05 * total
+
+
+@pytest.mark.slow  # 0.2-0.6 s a case on the meta device
+@pytest.mark.parametrize(
+    ("height", "width", "text_tokens", "batch"),
+    # Large pictures peak in the blocks, small ones (or long prompts) in the text fusion over 12 taps.
+    [
+        (1024, 1024, 512, 1),
+        (1024, 1024, 128, 1),
+        (512, 512, 512, 1),
+        (1536, 1024, 512, 1),
+        (512, 512, 128, 2),
+    ],
+)
+def test_working_memory_formula_covers_the_full_size_transformer(
+    height: int, width: int, text_tokens: int, batch: int
+) -> None:
+    """The sampler's reservation against what Krea 2's full-width transformer keeps alive (meta device,
+    tests/live_tensors.py; two blocks and the text fusion: the peak is within one block). CFG calls it once
+    per prompt, so a call's batch is the picture batch."""
+    from diffusers import Krea2Transformer2DModel
+
+    from pipelines.diffusion.families import FAMILIES
+    from pipelines.diffusion.krea2_sampling import krea2_working_bytes, position_ids
+    from pipelines.diffusion.values import DenoiserRef
+    from tests.live_tensors import live_tensor_peak
+
+    meta = torch.device("meta")
+    with meta:
+        model = Krea2Transformer2DModel(num_layers=2)
+    h, w = height // 8, width // 8  # latent pixels (the VAE's 8)
+    x = torch.zeros(batch, (h // 2) * (w // 2), 64, device=meta)
+    embeds = torch.zeros(batch, text_tokens, 12, 2560, device=meta)
+    ids = position_ids(text_tokens, h // 2, w // 2, meta)
+    mask = torch.ones(batch, text_tokens, dtype=torch.bool, device=meta)
+    measured = live_tensor_peak(
+        model,
+        lambda: model(
+            hidden_states=x,
+            encoder_hidden_states=embeds,
+            timestep=torch.zeros(batch, device=meta),
+            position_ids=ids,
+            encoder_attention_mask=mask,
+            return_dict=False,
+        ),
+    )
+    ref = DenoiserRef(None, FAMILIES["krea2"], dict(model.config), {}, torch.float32)  # type: ignore[arg-type]
+    formula = krea2_working_bytes(ref, h, w, batch, text_tokens)
+    print(f"krea2 working {height}x{width} text {text_tokens} batch {batch}: {formula / measured:.3f}x")
+    # Never below what is alive (a budget would be overrun), at most 15% above (streaming keeps fewer blocks).
+    assert measured <= formula <= 1.15 * measured, f"{formula / measured:.3f}x of {measured / 2**20:.0f} MiB"
