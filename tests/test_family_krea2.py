@@ -180,3 +180,37 @@ def test_working_memory_formula_covers_the_full_size_transformer(
     print(f"krea2 working {height}x{width} text {text_tokens} batch {batch}: {formula / measured:.3f}x")
     # Never below what is alive (a budget would be overrun), at most 15% above (streaming keeps fewer blocks).
     assert measured <= formula <= 1.15 * measured, f"{formula / measured:.3f}x of {measured / 2**20:.0f} MiB"
+
+
+@pytest.mark.slow  # ~1 s a case on the meta device
+@pytest.mark.parametrize("layers", [12, 36])
+def test_working_memory_formula_covers_the_full_size_text_encoder(layers: int) -> None:
+    """Qwen3-VL-4B's widths (36 layers is the published depth; 12 for a shallower check) over the pipeline's
+    prompt block (34 + 512 - 5 + 5 tokens), every hidden state kept and twelve taps stacked, on the meta
+    device. The mask is left out and the positions are given (transformers' mask code reads tensor values,
+    which meta tensors have none of); a causal-only call keeps the same activations alive."""
+    from transformers import Qwen3VLConfig, Qwen3VLModel
+
+    from pipelines.diffusion.krea2_text import DEFAULT_LAYERS, krea2_text_working_bytes
+    from tests.live_tensors import live_tensor_peak
+
+    text = dict(hidden_size=2560, intermediate_size=9728, num_hidden_layers=layers, num_attention_heads=32)
+    text |= dict(num_key_value_heads=8, head_dim=128, vocab_size=151936)
+    vision = dict(depth=1, hidden_size=1024, intermediate_size=4096, num_heads=16, out_hidden_size=2560)
+    config = Qwen3VLConfig(text_config=text, vision_config=vision, attn_implementation="sdpa")
+    meta = torch.device("meta")
+    with meta:
+        model = Qwen3VLModel(config)
+    tokens = 34 + 512
+    taps = [i for i in DEFAULT_LAYERS if i <= layers]
+    ids = torch.zeros(1, tokens, dtype=torch.long, device=meta)
+    positions = torch.arange(tokens, device=meta).view(1, 1, -1).expand(3, 1, -1)
+
+    def call() -> torch.Tensor:
+        states = model(input_ids=ids, position_ids=positions, output_hidden_states=True).hidden_states
+        return torch.stack([states[i] for i in taps], dim=2)[:, 34:]
+
+    measured = live_tensor_peak(model, call)
+    formula = krea2_text_working_bytes(config.to_dict(), tokens, len(taps), torch.float32)
+    print(f"krea2 text encoder working, {layers} layers: {formula / measured:.3f}x")
+    assert measured <= formula <= 1.15 * measured, f"{formula / measured:.3f}x of {measured / 2**20:.0f} MiB"

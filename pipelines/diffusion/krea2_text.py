@@ -25,7 +25,7 @@ from memory.estimates import Activations, activation_bytes
 from pipelines.diffusion.lora import use_text_encoder
 from pipelines.diffusion.prompt_weights import strip_weights
 from pipelines.diffusion.values import Conditioning, TextEncoderRef
-from pipelines.diffusion.working import chat_encoder_working_bytes
+from pipelines.diffusion.working import chat_encoder_activations
 from pipelines.diffusion.zimage_text import text_encoder_config
 
 # Krea2Pipeline.__init__'s template, quoted verbatim: values, not functions, so no `Copied from` marker.
@@ -50,13 +50,20 @@ def select_layers(ref: TextEncoderRef) -> tuple[int, ...]:
 
 
 def krea2_text_working_bytes(config: dict[str, Any], tokens: int, layers: int, dtype: torch.dtype) -> int:
-    """Qwen3-VL's language model over `tokens` (`chat_encoder_working_bytes` of its `text_config`: every
-    layer's hidden state is kept for `output_hidden_states`), plus the stack of `layers` taps built at the
-    end. Qwen3VLModel has no LM head, so no logits."""
+    """Qwen3-VL's language model over `tokens` (the facts of `chat_encoder_activations`, its `text_config`):
+    every layer's hidden state and the KV cache grow through the call, and on top of them either one layer's
+    SwiGLU (inside the layers) or, at the end, the stack of `layers` taps, whichever is larger (Qwen3VLModel
+    has no LM head, so no logits). Measured on Qwen3-VL-4B's widths at 12 and 36 layers
+    (tests/test_family_krea2.py)."""
     text = dict(config.get("text_config") or config)
-    hidden = int(text.get("hidden_size", 2560))
-    stack = activation_bytes([Activations("stacked taps", layers, hidden, tokens)], batch=1, dtype=dtype)
-    return chat_encoder_working_bytes(text, tokens, dtype) + stack
+    terms = chat_encoder_activations(text, tokens)
+    growing = [t for t in terms if t.what in ("hidden states of every layer", "KV cache")]
+    assert len(growing) == 2, [t.what for t in terms]  # the names `chat_encoder_activations` gives
+    layer = [t for t in terms if t not in growing]
+    stack = [Activations("stacked taps", layers, int(text.get("hidden_size", 2560)), tokens)]
+    large = activation_bytes(growing, batch=1, dtype=dtype)
+    large += max(activation_bytes(layer, batch=1, dtype=dtype), activation_bytes(stack, batch=1, dtype=dtype))
+    return large + large // 64  # the small tensors beside them, as in `chat_encoder_working_bytes`
 
 
 @torch.no_grad()
