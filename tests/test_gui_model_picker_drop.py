@@ -75,6 +75,10 @@ def test_the_loader_field_lists_the_library_and_filters_as_you_type(
             "flux2-dev",
             "wan",
             "wan22",
+            "qwenimage-edit",
+            "qwenimage-edit-2511",
+            "krea2",
+            "krea2-turbo",
         )
     ]
     assert names == [
