@@ -214,3 +214,92 @@ def test_working_memory_formula_covers_the_full_size_text_encoder(layers: int) -
     formula = krea2_text_working_bytes(config.to_dict(), tokens, len(taps), torch.float32)
     print(f"krea2 text encoder working, {layers} layers: {formula / measured:.3f}x")
     assert measured <= formula <= 1.15 * measured, f"{formula / measured:.3f}x of {measured / 2**20:.0f} MiB"
+
+
+def test_a_krea2_single_file_is_refused_with_a_message() -> None:
+    from pipelines.diffusion.families import UnsupportedModelError, detect_single_file_family
+
+    with pytest.raises(UnsupportedModelError, match="Krea 2"):
+        detect_single_file_family(["text_fusion.projector.weight", "transformer_blocks.0.attn.to_q.weight"])
+
+
+@pytest.mark.slow  # loads a model
+def test_image_to_image_is_refused(folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["--run", str(REPO / "resources/workflows/img2img.json"), "--out", str(tmp_path), "--quiet"]
+    args += [
+        "--set",
+        f"load.path={folder}",
+        "--set",
+        "sampler.scheduler=default",
+        "--set",
+        "sampler.denoise=0.5",
+    ]
+    assert main(args) == 1  # a run failure with one clear line, not a traceback
+    err = capsys.readouterr().err
+    assert "image-to-image" in err and "Traceback" not in err
+
+
+def test_the_text_encoder_declares_its_layers_at_full_size() -> None:
+    """Qwen3-VL-4B (published widths, on the meta device): the declared language and vision blocks cover all
+    but the embedding table, so `stream` can hold the 4B encoder in a small budget."""
+    from transformers import Qwen3VLConfig, Qwen3VLModel
+
+    from memory.weights import block_names
+    from pipelines.diffusion.families import FAMILIES
+
+    text = dict(hidden_size=2560, intermediate_size=9728, num_hidden_layers=36, num_attention_heads=32)
+    text |= dict(num_key_value_heads=8, head_dim=128, vocab_size=151936)
+    vision = dict(depth=24, hidden_size=1024, intermediate_size=4096, num_heads=16, out_hidden_size=2560)
+    with torch.device("meta"):
+        encoder = Qwen3VLModel(Qwen3VLConfig(text_config=text, vision_config=vision))
+    blocks = block_names(encoder, FAMILIES["krea2"].text_encoders[0].blocks)
+    total = sum(p.numel() for p in encoder.parameters())
+    sizes = [sum(p.numel() for p in encoder.get_submodule(b).parameters()) for b in blocks]
+    assert len(blocks) == 36 + 24
+    # Outside the blocks: the 151936 x 2560 embedding table (about 9%) and the vision tower's small parts.
+    assert max(sizes) < 0.04 * total and total - sum(sizes) < 0.12 * total
+
+
+@pytest.mark.slow  # loads the tiny model three times
+def test_the_transformer_streams_block_by_block_with_the_same_latents(folder: Path, tmp_path: Path) -> None:
+    """In a budget that holds the working memory, the weights outside the declared blocks and one block (not
+    the whole transformer), `stream` moves the blocks in per call and the sampled latents are unchanged."""
+    from safetensors import safe_open
+
+    from memory import MemoryConfig, MemoryManager
+    from pipelines.diffusion.conditioning import encode_prompt
+    from pipelines.diffusion.denoising import sample
+    from pipelines.diffusion.krea2_sampling import krea2_working_bytes
+    from pipelines.diffusion.loading import load_model
+    from pipelines.diffusion.sampling import SamplerSettings
+    from pipelines.diffusion.values import Latents
+
+    settings = SamplerSettings(scheduler="default", steps=2, cfg=3.0, seed=1)
+    h, w = HEIGHT // 4, WIDTH // 4  # the tiny VAE's 4 pixels per latent
+    with MemoryManager(MemoryConfig(device="cpu", policy="none")) as mm:
+        model = load_model(mm, folder)
+        pos = encode_prompt(mm, model.text_encoder, PROMPT)
+        neg = encode_prompt(mm, model.text_encoder, NEGATIVE)
+    empty = Latents(samples=torch.zeros(1, 4, h, w), vae_scale_factor=4)
+
+    def latents(policy: str, budget: str | None = None) -> tuple[torch.Tensor, list]:
+        # A fresh data dir: no peak learned by the runs above replaces the formula the budget is built on.
+        config = MemoryConfig(device="cpu", policy=policy, ram_budget=budget, data_dir=tmp_path / policy)
+        with MemoryManager(config) as mm:
+            out = sample(mm, load_model(mm, folder).denoiser, pos, neg, empty, settings)
+            return out.samples, mm.report()["transfers"]
+
+    weights = folder / "transformer" / "diffusion_pytorch_model.safetensors"
+    with safe_open(str(weights), framework="pt") as f:
+        nbytes = {k: 4 * int(np.prod(f.get_slice(k).get_shape())) for k in f.keys()}  # float32
+    parts = ("transformer_blocks.", "layerwise_blocks.", "refiner_blocks.")
+    block = max(sum(n for k, n in nbytes.items() if f"{p}{i}." in k) for p in parts for i in range(2))
+    fixed = sum(n for k, n in nbytes.items() if not any(p in k for p in parts))
+    working = krea2_working_bytes(model.denoiser, h, w, 1, pos.embeds.shape[1])
+    budget = working + fixed + block + 2048  # 2 KiB for the small tensors the ledger counts beside weights
+    assert budget < working + sum(nbytes.values())  # the whole transformer would not fit beside its working
+
+    whole, _ = latents("none")
+    streamed, transfers = latents("stream", str(budget))
+    assert any(t["component"] == "transformer (streamed)" for t in transfers)
+    assert torch.equal(whole, streamed)

@@ -452,6 +452,10 @@ def detect_single_file_family(keys: Iterable[str]) -> str:
         raise UnsupportedModelError(
             "this is a Qwen-Image checkpoint; single-file Qwen-Image is not supported yet (load its diffusers folder)"
         )
+    if has_prefix("text_fusion.") or has_prefix("model.diffusion_model.text_fusion."):
+        raise UnsupportedModelError(
+            "this is a Krea 2 transformer; single-file Krea 2 is not supported yet (load its diffusers folder)"
+        )
     if has_prefix("double_stream_modulation_img.") or has_prefix(
         "model.diffusion_model.double_stream_modulation_img."
     ):
