@@ -55,6 +55,8 @@ from pipelines.diffusion.demo_krea2 import build_tiny_krea2, build_tiny_krea2_tu
 from pipelines.diffusion.demo_qwenimage import build_tiny_qwenimage
 from pipelines.diffusion.demo_qwenimage_edit import build_tiny_qwenimage_edit, build_tiny_qwenimage_edit_2511
 from pipelines.diffusion.demo_wan import build_tiny_wan, build_tiny_wan22
+from pipelines.diffusion.demo_wan_i2v import build_tiny_wan22_i2v, build_tiny_wan_flf2v, build_tiny_wan_i2v
+from pipelines.diffusion.demo_wan_ti2v import build_tiny_wan22_ti2v
 from pipelines.diffusion.demo_zimage import build_tiny_zimage
 from pipelines.paths import demo_models_dir
 
@@ -392,6 +394,10 @@ DEMO_MODELS: dict[str, Callable[[], DiffusionPipeline]] = {
     "tiny-flux2-dev": build_tiny_flux2_dev,
     "tiny-wan": build_tiny_wan,
     "tiny-wan22": build_tiny_wan22,
+    "tiny-wan-i2v": build_tiny_wan_i2v,
+    "tiny-wan22-i2v": build_tiny_wan22_i2v,
+    "tiny-wan-flf2v": build_tiny_wan_flf2v,
+    "tiny-wan22-ti2v": build_tiny_wan22_ti2v,
     "tiny-qwenimage-edit": build_tiny_qwenimage_edit,
     "tiny-qwenimage-edit-2511": build_tiny_qwenimage_edit_2511,
     "tiny-krea2": build_tiny_krea2,

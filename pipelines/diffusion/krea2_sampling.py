@@ -34,6 +34,7 @@ from pipelines.diffusion.flux2_sampling import is_distilled
 from pipelines.diffusion.lora import use_denoiser
 from pipelines.diffusion.sampling import SamplerSettings, batched_conditioning
 from pipelines.diffusion.schedulers import make_scheduler
+from pipelines.diffusion.step_cache import step_cache
 from pipelines.diffusion.values import Conditioning, DenoiserRef, Latents
 from pipelines.steps import OnStep, Step
 
@@ -173,12 +174,18 @@ def sample_krea2(
     working = Working(
         krea2_working_bytes(denoiser, h, w, batch, text_tokens), f"{batch}x{h}x{w}+{text_tokens}t"
     )
-    with use_denoiser(mm, denoiser, working=working) as model:
+    with (
+        use_denoiser(mm, denoiser, working=working) as model,
+        step_cache(model, settings.step_cache, len(timesteps)) as cache,
+    ):
         for i, t in enumerate(timesteps):
+            cache.step(i)
             timestep = (t / config.num_train_timesteps).expand(batch).to(x.dtype)
-            noise_pred = predict(model, pos, timestep)
+            with cache.branch("cond"):
+                noise_pred = predict(model, pos, timestep)
             if neg is not None:
-                neg_pred = predict(model, neg, timestep)
+                with cache.branch("uncond"):
+                    neg_pred = predict(model, neg, timestep)
                 noise_pred = noise_pred + settings.cfg * (noise_pred - neg_pred)
 
             before = x

@@ -36,6 +36,7 @@ from pipelines.diffusion.lora import use_denoiser
 from pipelines.diffusion.qwenimage_working import qwenimage_working
 from pipelines.diffusion.sampling import SamplerSettings, batched_conditioning
 from pipelines.diffusion.schedulers import make_scheduler
+from pipelines.diffusion.step_cache import step_cache
 from pipelines.diffusion.values import Conditioning, DenoiserRef, Latents
 from pipelines.steps import OnStep, Step
 
@@ -174,13 +175,19 @@ def sample_qwenimage(
     text_tokens = max(e.shape[1] for e in (pos_embeds, neg_embeds) if e is not None)
     reference_tokens = max(0 if r is None else r.shape[1] for r in (pos_refs, neg_refs))
     working = qwenimage_working(denoiser, h, w, batch, text_tokens, reference_tokens)
-    with use_denoiser(mm, denoiser, working=working) as model:
+    with (
+        use_denoiser(mm, denoiser, working=working) as model,
+        step_cache(model, settings.step_cache, len(timesteps)) as cache,
+    ):
         for i, t in enumerate(timesteps):
+            cache.step(i)
             timestep = t.expand(batch).to(x.dtype) / 1000
 
-            noise_pred = _predict(model, x, timestep, pos_embeds, pos_shapes, pos_refs)
+            with cache.branch("cond"):
+                noise_pred = _predict(model, x, timestep, pos_embeds, pos_shapes, pos_refs)
             if neg_embeds is not None:
-                neg_pred = _predict(model, x, timestep, neg_embeds, neg_shapes, neg_refs)
+                with cache.branch("uncond"):
+                    neg_pred = _predict(model, x, timestep, neg_embeds, neg_shapes, neg_refs)
                 noise_pred = true_cfg(noise_pred, neg_pred, settings.cfg)
 
             before = x
