@@ -101,6 +101,9 @@ def default_registry(*, entry_point_packs: bool = True) -> NodeRegistry:
     from nodes.flux2 import NODES as FLUX2_NODES  # FLUX.2 reference pictures (issue 26)
 
     registry.register_all(FLUX2_NODES)
+    from nodes.qwenimage_edit import NODES as QWENIMAGE_EDIT_NODES  # Qwen-Image-Edit prompts (issue 26)
+
+    registry.register_all(QWENIMAGE_EDIT_NODES)
     if entry_point_packs:
         registry.load_entry_points()
     return registry

@@ -180,9 +180,10 @@ def test_sizes_the_packing_cannot_cut_are_refused(
 def test_folder_and_headers_are_detected_as_qwenimage(folder: Path) -> None:
     assert detect_family(folder) == "qwenimage"
     assert detect_family(folder / "transformer" / "diffusion_pytorch_model.safetensors") == "qwenimage"
-    # The other Qwen-Image pipelines are different models (Qwen3-VL, other transformers): not this family.
+    # The other Qwen-Image pipelines are different models (Qwen3-VL, other transformers): not this family;
+    # Qwen-Image-Edit is its own family (tests/test_family_qwenimage_edit.py).
     assert family_from_class_name("QwenImage21Pipeline") is None
-    assert family_from_class_name("QwenImageEditPipeline") is None
+    assert family_from_class_name("QwenImageEditPipeline") == "qwenimage_edit"
     original = [
         "model.diffusion_model.txt_norm.weight",
         "model.diffusion_model.transformer_blocks.0.img_mod.1.weight",

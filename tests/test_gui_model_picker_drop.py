@@ -79,6 +79,10 @@ def test_the_loader_field_lists_the_library_and_filters_as_you_type(
             "wan22-i2v",
             "wan22-ti2v",
             "wan-flf2v",
+            "qwenimage-edit",
+            "qwenimage-edit-2511",
+            "krea2",
+            "krea2-turbo",
         )
     ]
     assert names == [

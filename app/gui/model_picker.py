@@ -45,6 +45,10 @@ DEMO_NAMES = (
     "tiny-wan22-i2v",
     "tiny-wan22-ti2v",
     "tiny-wan-flf2v",
+    "tiny-qwenimage-edit",
+    "tiny-qwenimage-edit-2511",
+    "tiny-krea2",
+    "tiny-krea2-turbo",
 )
 
 # Models shipped with Nodeloom, by loader type (`builtin:` names, see pipelines/paths.py).

@@ -24,6 +24,7 @@ from memory import MemoryManager, Working
 from pipelines.diffusion.clip_text import ClipOutput, Embeddings, chunk_count, encode_clip_chunks
 from pipelines.diffusion.flux2_dev_text import encode_flux2_dev
 from pipelines.diffusion.flux2_text import encode_flux2_klein
+from pipelines.diffusion.krea2_text import encode_krea2
 from pipelines.diffusion.lora import use_text_encoder
 from pipelines.diffusion.prompt_weights import WEIGHTINGS, strip_weights
 from pipelines.diffusion.qwenimage_text import encode_qwenimage
@@ -44,6 +45,7 @@ PROMPT_ENCODERS = (
     "umt5",
     "qwen_flux2",
     "mistral_flux2",
+    "krea2",
 )
 
 
@@ -256,6 +258,8 @@ def encode_prompt(
         return encode_flux2_dev(mm, ref, text, max_tokens=max_tokens or ref.family.max_text_tokens or 512)
     if encoder == "qwen_flux2":
         return encode_flux2_klein(mm, ref, text, max_tokens=max_tokens or ref.family.max_text_tokens or 512)
+    if encoder == "krea2":
+        return encode_krea2(mm, ref, text, max_tokens=max_tokens or ref.family.max_text_tokens or 512)
     if encoder == "qwen_chat":
         return encode_zimage(mm, ref, text, max_tokens=max_tokens or ref.family.max_text_tokens or 512)
     if encoder == "umt5":

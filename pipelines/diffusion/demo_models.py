@@ -51,7 +51,9 @@ from transformers import (
 from transformers.convert_slow_tokenizer import bytes_to_unicode
 
 from pipelines.diffusion.demo_flux2 import build_tiny_flux2_dev, build_tiny_flux2_klein
+from pipelines.diffusion.demo_krea2 import build_tiny_krea2, build_tiny_krea2_turbo
 from pipelines.diffusion.demo_qwenimage import build_tiny_qwenimage
+from pipelines.diffusion.demo_qwenimage_edit import build_tiny_qwenimage_edit, build_tiny_qwenimage_edit_2511
 from pipelines.diffusion.demo_wan import build_tiny_wan, build_tiny_wan22
 from pipelines.diffusion.demo_wan_i2v import build_tiny_wan22_i2v, build_tiny_wan_flf2v, build_tiny_wan_i2v
 from pipelines.diffusion.demo_wan_ti2v import build_tiny_wan22_ti2v
@@ -396,6 +398,10 @@ DEMO_MODELS: dict[str, Callable[[], DiffusionPipeline]] = {
     "tiny-wan22-i2v": build_tiny_wan22_i2v,
     "tiny-wan-flf2v": build_tiny_wan_flf2v,
     "tiny-wan22-ti2v": build_tiny_wan22_ti2v,
+    "tiny-qwenimage-edit": build_tiny_qwenimage_edit,
+    "tiny-qwenimage-edit-2511": build_tiny_qwenimage_edit_2511,
+    "tiny-krea2": build_tiny_krea2,
+    "tiny-krea2-turbo": build_tiny_krea2_turbo,
 }
 
 

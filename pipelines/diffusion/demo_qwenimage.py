@@ -1,6 +1,6 @@
 """The tiny Qwen-Image demo model (`demo:tiny-qwenimage`): random weights, fixed seeds, built offline.
 
-Lives here: `build_tiny_qwenimage`, `tiny_qwenimage_tokenizer`, `TINY_QWENIMAGE`, `TINY_QWENIMAGE_VAE`,
+Lives here: `build_tiny_qwenimage`, `tiny_qwenimage_tokenizer`, `tiny_qwen25_vl`, `TINY_QWENIMAGE`, `TINY_QWENIMAGE_VAE`,
 `TINY_QWEN25_VL`. May import: stdlib, torch, tokenizers, transformers, diffusers, pipelines.diffusion.demo_zimage
 (the tiny byte-level BPE and its Qwen2 tokenizer form).
 
@@ -88,12 +88,8 @@ def tiny_qwenimage_tokenizer() -> Qwen2Tokenizer:
     return qwen2_tokenizer(train_byte_bpe(_CORPUS, 600, _SPECIAL), _SPECIAL, 2048)
 
 
-def build_tiny_qwenimage() -> QwenImagePipeline:
-    torch.manual_seed(0)
-    transformer = QwenImageTransformer2DModel(**TINY_QWENIMAGE)
-    torch.manual_seed(0)
-    vae = AutoencoderKLQwenImage(**TINY_QWENIMAGE_VAE)
-    tokenizer = tiny_qwenimage_tokenizer()
+def tiny_qwen25_vl(tokenizer: Qwen2Tokenizer) -> Qwen2_5_VLForConditionalGeneration:
+    """The tiny Qwen2.5-VL (text and vision tower) for `tokenizer`'s vocabulary and special tokens, seed 0."""
     ids = {t: tokenizer.convert_tokens_to_ids(t) for t in _SPECIAL}
     config = Qwen2_5_VLConfig(
         text_config={
@@ -111,11 +107,19 @@ def build_tiny_qwenimage() -> QwenImagePipeline:
         image_token_id=ids["<|image_pad|>"],
     )
     torch.manual_seed(0)
-    text_encoder = Qwen2_5_VLForConditionalGeneration(config).eval()
+    return Qwen2_5_VLForConditionalGeneration(config).eval()
+
+
+def build_tiny_qwenimage() -> QwenImagePipeline:
+    torch.manual_seed(0)
+    transformer = QwenImageTransformer2DModel(**TINY_QWENIMAGE)
+    torch.manual_seed(0)
+    vae = AutoencoderKLQwenImage(**TINY_QWENIMAGE_VAE)
+    tokenizer = tiny_qwenimage_tokenizer()
     return QwenImagePipeline(
         scheduler=FlowMatchEulerDiscreteScheduler(**_QWENIMAGE_SCHEDULER),
         vae=vae,
-        text_encoder=text_encoder,
+        text_encoder=tiny_qwen25_vl(tokenizer),
         tokenizer=tokenizer,
         transformer=transformer,
     )

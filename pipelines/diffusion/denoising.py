@@ -28,6 +28,7 @@ from pipelines.diffusion.controlnet import ActiveControls
 from pipelines.diffusion.flow_sampling import sample_flux, sample_sd3
 from pipelines.diffusion.flux2_sampling import sample_flux2
 from pipelines.diffusion.k_sampling import sample_k
+from pipelines.diffusion.krea2_sampling import sample_krea2
 from pipelines.diffusion.lora import use_denoiser
 from pipelines.diffusion.qwenimage_sampling import sample_qwenimage
 from pipelines.diffusion.sampling import (
@@ -154,6 +155,8 @@ def sample(
     if denoiser.family.flow:
         if denoiser.family.denoiser_call == "qwenimage":
             return sample_qwenimage(mm, denoiser, positive, negative, latents, settings, on_step=on_step)
+        if denoiser.family.denoiser_call == "krea2":
+            return sample_krea2(mm, denoiser, positive, negative, latents, settings, on_step=on_step)
         if denoiser.family.denoiser_call == "flux2":
             return sample_flux2(mm, denoiser, positive, negative, latents, settings, on_step=on_step)
         if denoiser.family.denoiser_call == "zimage":

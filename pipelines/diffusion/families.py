@@ -221,6 +221,65 @@ QWENIMAGE = Family(
     name_markers=("qwen_image", "qwen-image"),
 )
 
+# Qwen-Image-Edit (the first release, 2509 and 2511 "Plus"): Qwen-Image's transformer, VAE and Qwen2.5-VL, plus
+# a `processor/` (Qwen2-VL's image processor): the prompt encoding sees the input pictures, and their VAE
+# latents join the image tokens (`pipelines.diffusion.qwenimage_edit_text`). 2511 is a transformer config
+# (`zero_cond_t`). A plain Text Encode on it is Qwen-Image's (as ComfyUI's CLIPTextEncode). Diffusers folders only.
+QWENIMAGE_EDIT = Family(
+    name="qwenimage_edit",
+    title="Qwen-Image-Edit",
+    pipeline_classes=("QwenImageEditPipeline", "QwenImageEditPlusPipeline"),
+    denoiser_subfolder="transformer",
+    denoiser_ref=_diffusers("QwenImageTransformer2DModel"),
+    text_encoders=QWENIMAGE.text_encoders,
+    cuda_dtype_name="bfloat16",
+    max_text_tokens=512,
+    latent_rgb_factors=(),
+    vae_ref=_diffusers("AutoencoderKLQwenImage"),
+    denoiser_blocks=("transformer_blocks",),
+    flow=True,
+    native_size=1024,
+    size_multiple=16,
+    prompt_encoder="qwenimage",
+    denoiser_call="qwenimage",
+    packs_latents=True,
+    # Also names QwenImageEditInpaintPipeline folders, which loading then refuses (not in pipeline_classes).
+    class_marker="QwenImageEdit",
+)
+
+# Krea 2 (and Turbo, `is_distilled` in model_index.json): Qwen3-VL tapped at twelve layers (stacked per token,
+# a fixed-length prompt block with its mask), a single-stream MMDiT with its own text-fusion blocks over 2x2-
+# packed latents, Qwen-Image's VAE. Diffusers folders only; the loop is `krea2_sampling`.
+KREA2 = Family(
+    name="krea2",
+    title="Krea 2",
+    pipeline_classes=("Krea2Pipeline",),
+    denoiser_subfolder="transformer",
+    denoiser_ref=_diffusers("Krea2Transformer2DModel"),
+    text_encoders=(
+        TextEncoderSlot(
+            "text_encoder",
+            "tokenizer",
+            _transformers("Qwen3VLModel"),
+            # The language model's layers run per prompt; the vision tower's blocks never do for text.
+            ("language_model.layers", "visual.blocks"),
+        ),
+    ),
+    cuda_dtype_name="bfloat16",
+    max_text_tokens=512,  # Krea2Pipeline's max_sequence_length default (the prompt block's length)
+    latent_rgb_factors=(),
+    vae_ref=_diffusers("AutoencoderKLQwenImage"),
+    denoiser_blocks=("text_fusion.layerwise_blocks", "text_fusion.refiner_blocks", "transformer_blocks"),
+    flow=True,
+    native_size=1024,
+    size_multiple=16,  # the VAE's 8 x the 2x2 packing (a folder's configs override it)
+    joint_text_tokens=512,
+    prompt_encoder="krea2",
+    denoiser_call="krea2",
+    packs_latents=True,
+    class_marker="Krea2",
+)
+
 # Wan 2.1 / 2.2 text-to-video: UMT5 text encoder (512 tokens, padded positions zeroed and kept), a 3D DiT over
 # (frames, h, w) latent patches with cross-attention to the text, the Wan VAE (16 channels, 4x in time, 8x in
 # space by default; its config says). Wan 2.2 A14B adds a low-noise expert (`transformer_2`) used below
@@ -310,6 +369,8 @@ FLUX2_DEV = Family(
 FAMILIES: dict[str, Family] = {
     f.name: f for f in (SD, SDXL, PIXART_SIGMA, SD3, FLUX, ZIMAGE, QWENIMAGE, FLUX2_KLEIN, FLUX2_DEV, WAN)
 }
+FAMILIES[QWENIMAGE_EDIT.name] = QWENIMAGE_EDIT
+FAMILIES[KREA2.name] = KREA2
 # The order detection tries families in where one family's marker can occur in another's name: FLUX.2 [klein]
 # before FLUX.2 [dev] before Flux before SD3 before SDXL for file names (ComfyUI's `flux-2-klein-4b` has all three); SDXL's "XL" before SD3's "3", and SD's bare "StableDiffusion" last, for
 # diffusers class names.
@@ -319,6 +380,8 @@ CLASS_MARKER_ORDER: tuple[Family, ...] = (
     FLUX2_DEV,
     ZIMAGE,
     QWENIMAGE,
+    QWENIMAGE_EDIT,
+    KREA2,
     WAN,
     SDXL,
     SD3,
@@ -393,6 +456,10 @@ def detect_single_file_family(keys: Iterable[str]) -> str:
     if has_prefix("txt_norm.") or has_prefix("model.diffusion_model.txt_norm."):
         raise UnsupportedModelError(
             "this is a Qwen-Image checkpoint; single-file Qwen-Image is not supported yet (load its diffusers folder)"
+        )
+    if has_prefix("text_fusion.") or has_prefix("model.diffusion_model.text_fusion."):
+        raise UnsupportedModelError(
+            "this is a Krea 2 transformer; single-file Krea 2 is not supported yet (load its diffusers folder)"
         )
     if has_prefix("double_stream_modulation_img.") or has_prefix(
         "model.diffusion_model.double_stream_modulation_img."

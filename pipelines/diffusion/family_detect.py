@@ -51,6 +51,8 @@ def family_from_keys(keys: list[str], shapes: dict[str, list[int]]) -> str | Non
 
     if has("noise_refiner.") and has("context_refiner."):  # Z-Image, diffusers or original key names
         return "zimage"
+    if has("text_fusion.layerwise_blocks.") and has("time_mod_proj."):  # Krea 2 (diffusers key names)
+        return "krea2"
     if has("double_stream_modulation_img."):  # FLUX.2, diffusers or ComfyUI names; [dev] embeds a guidance
         return "flux2_dev" if has("guidance_embedder.") or has("guidance_in.") else "flux2_klein"
     if has("txt_norm.") and has(".img_mod.") and not has("double_blocks."):  # Qwen-Image (not Flux's img_mod)

@@ -1,6 +1,6 @@
 """The Qwen-Image denoising loop, written out like diffusers' `QwenImagePipeline.__call__`.
 
-Lives here: `sample_qwenimage`, `true_cfg`. May import: stdlib, numpy, torch, diffusers, memory,
+Lives here: `sample_qwenimage`, `true_cfg`, `pack_references`. May import: stdlib, numpy, torch, diffusers, memory,
 pipelines.steps, pipelines.diffusion.*.
 
 What differs from the other flow-matching loops (flow_sampling.py): the latents are packed into 2x2 patches
@@ -10,6 +10,10 @@ negative prompt (never a doubled batch), `neg + cfg * (pos - neg)` as SD's rule,
 prediction is rescaled to the norm of the positive one (`true_cfg`). `sampler.cfg` is the pipeline's
 `true_cfg_scale`: guidance runs when it is above 1 and a negative prompt is wired, as the pipeline's
 `do_true_cfg`. The latents stay in the model's dtype, as the pipeline keeps them.
+
+Editing (Qwen-Image-Edit): a prompt's `references` (the edit pictures' latents) are packed the same way and
+appended to the image tokens of that prompt's call, each with its own patch grid in `img_shapes`; only the
+image's own tokens of the prediction are kept, as `QwenImageEditPlusPipeline` does.
 """
 
 from __future__ import annotations
@@ -46,23 +50,44 @@ def true_cfg(pos: torch.Tensor, neg: torch.Tensor, scale: float) -> torch.Tensor
     return combined * (cond_norm / noise_norm)
 
 
+def pack_references(
+    cond: Conditioning, batch: int, channels: int, title: str
+) -> tuple[torch.Tensor | None, list[tuple[int, int, int]]]:
+    """A prompt's reference latents packed and joined, (B, tokens, C x 4), and each one's patch grid."""
+    packed, grids = [], []
+    for i, ref in enumerate(cond.references):
+        samples = ref.samples
+        _, c, rh, rw = samples.shape
+        if c != channels or rh % 2 or rw % 2:
+            raise ValueError(
+                f"{title}: reference picture {i + 1} has a {c}-channel {rh}x{rw} latent; it needs "
+                f"{channels} channels and an even size (encode it with this model's VAE)"
+            )
+        packed.append(pack_latents(samples.expand(batch, -1, -1, -1)))
+        grids.append((1, rh // 2, rw // 2))
+    return (torch.cat(packed, dim=1) if packed else None), grids
+
+
 def _predict(
     model: torch.nn.Module,
     x: torch.Tensor,
     timestep: torch.Tensor,
     embeds: torch.Tensor,
     img_shapes: list[list[tuple[int, int, int]]],
+    references: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """One transformer call on the packed latents (B, tokens, C x 4) for one prompt's embeddings."""
+    """One transformer call on the packed latents (B, tokens, C x 4) for one prompt's embeddings; the
+    prompt's packed reference latents, if any, ride after the image's tokens and are cut off the output."""
+    hidden = x if references is None else torch.cat([x, references], dim=1)
     return model(
-        hidden_states=x,
+        hidden_states=hidden,
         timestep=timestep,
         guidance=None,
         encoder_hidden_states_mask=None,  # one unpadded prompt: every token is real
         encoder_hidden_states=embeds,
         img_shapes=img_shapes,
         return_dict=False,
-    )[0]
+    )[0][:, : x.shape[1]]
 
 
 @torch.no_grad()
@@ -136,10 +161,20 @@ def sample_qwenimage(
     if do_cfg and negative is not None:
         neg_embeds = batched_conditioning(negative, batch).embeds.to(device=device, dtype=dtype)
     img_shapes = [[(1, h // 2, w // 2)]] * batch
+    title = denoiser.family.title
+    pos_refs, pos_grids = pack_references(positive, batch, channels, title)
+    pos_refs = None if pos_refs is None else pos_refs.to(device=device, dtype=dtype)
+    pos_shapes = [[(1, h // 2, w // 2), *pos_grids]] * batch
+    neg_refs, neg_shapes = None, img_shapes
+    if neg_embeds is not None and negative is not None:
+        neg_refs, neg_grids = pack_references(negative, batch, channels, title)
+        neg_refs = None if neg_refs is None else neg_refs.to(device=device, dtype=dtype)
+        neg_shapes = [[(1, h // 2, w // 2), *neg_grids]] * batch
 
     # 5. Denoising loop
     text_tokens = max(e.shape[1] for e in (pos_embeds, neg_embeds) if e is not None)
-    working = qwenimage_working(denoiser, h, w, batch, text_tokens)
+    reference_tokens = max(0 if r is None else r.shape[1] for r in (pos_refs, neg_refs))
+    working = qwenimage_working(denoiser, h, w, batch, text_tokens, reference_tokens)
     with (
         use_denoiser(mm, denoiser, working=working) as model,
         step_cache(model, settings.step_cache, len(timesteps)) as cache,
@@ -149,10 +184,10 @@ def sample_qwenimage(
             timestep = t.expand(batch).to(x.dtype) / 1000
 
             with cache.branch("cond"):
-                noise_pred = _predict(model, x, timestep, pos_embeds, img_shapes)
+                noise_pred = _predict(model, x, timestep, pos_embeds, pos_shapes, pos_refs)
             if neg_embeds is not None:
                 with cache.branch("uncond"):
-                    neg_pred = _predict(model, x, timestep, neg_embeds, img_shapes)
+                    neg_pred = _predict(model, x, timestep, neg_embeds, neg_shapes, neg_refs)
                 noise_pred = true_cfg(noise_pred, neg_pred, settings.cfg)
 
             before = x

@@ -1,0 +1,207 @@
+"""The Krea 2 denoising loop, written out like diffusers' `Krea2Pipeline.__call__`, and its working memory.
+
+Lives here: `sample_krea2`, `krea2_working_bytes`, `krea2_activations`, `text_fusion_activations`,
+`position_ids`, `KREA2_DISTILLED_MU`. May import: stdlib,
+numpy, torch, diffusers, memory, pipelines.steps, pipelines.diffusion.*.
+
+What differs from the other flow-matching loops: the latents are packed into 2x2 patches (as Flux's), the
+text and image tokens share one single-stream transformer whose rotary positions put the text at the
+origin and each image token at its (0, h, w) grid cell, and the prompt is a fixed-length block with its mask.
+Guidance is `pos + cfg * (pos - neg)` (the pipeline's rule: it guides whenever cfg > 0, with "" as the
+negative when none is given; ours is the wired negative's text), one call per prompt. The Turbo folder
+(`is_distilled` in model_index.json) uses a fixed shift (mu 1.15); the base one computes it from the image's
+token count. `sampler.cfg` is the pipeline's `guidance_scale`; 0 is no guidance.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from diffusers import FlowMatchEulerDiscreteScheduler
+from diffusers.utils.torch_utils import randn_tensor
+
+from memory import MemoryManager, Working
+from memory.estimates import Activations, activation_bytes
+from pipelines.diffusion.flow_sampling import (
+    calculate_shift,
+    check_flow_scheduler,
+    flow_denoised,
+    pack_latents,
+    start_partway,
+    unpack_latents,
+)
+from pipelines.diffusion.flux2_sampling import is_distilled
+from pipelines.diffusion.lora import use_denoiser
+from pipelines.diffusion.sampling import SamplerSettings, batched_conditioning
+from pipelines.diffusion.schedulers import make_scheduler
+from pipelines.diffusion.step_cache import step_cache
+from pipelines.diffusion.values import Conditioning, DenoiserRef, Latents
+from pipelines.steps import OnStep, Step
+
+KREA2_DISTILLED_MU = 1.15  # the pipeline's fixed timestep shift for the distilled (Turbo) checkpoint
+
+
+def position_ids(text_tokens: int, grid_h: int, grid_w: int, device: torch.device | str) -> torch.Tensor:
+    """`Krea2Pipeline.prepare_position_ids`: (text + image tokens, 3); text rows zero, image rows (0, h, w)."""
+    text_ids = torch.zeros(text_tokens, 3, device=device)
+    image_ids = torch.zeros(grid_h, grid_w, 3, device=device)
+    image_ids[..., 1] = torch.arange(grid_h, device=device)[:, None]
+    image_ids[..., 2] = torch.arange(grid_w, device=device)[None, :]
+    return torch.cat([text_ids, image_ids.reshape(grid_h * grid_w, 3)], dim=0)
+
+
+def krea2_activations(config: dict, image_tokens: int, text_tokens: int) -> list[Activations]:
+    """The blocks' peak: inside a single-stream block, over text and image tokens together, the residual,
+    modulated input, q, attention out, the grouped k/v and the SwiGLU MLP (gate, up, product) are alive,
+    beside the text stream as it entered the blocks (fused and projected: 2 x hidden a text token)."""
+    head_dim = int(config.get("attention_head_dim", 128))
+    hidden = int(config.get("num_attention_heads", 48)) * head_dim
+    kv = int(config.get("num_key_value_heads", 12)) * head_dim
+    tokens = image_tokens + text_tokens
+    return [
+        Activations("residual, modulated input, q, attention out", 4, hidden, tokens),
+        Activations("grouped k and v", 2, kv, tokens),
+        Activations("SwiGLU: gate, up, product", 3, int(config.get("intermediate_size", 16384)), tokens),
+        Activations("the text stream entering the blocks", 2, hidden, text_tokens),
+    ]
+
+
+def text_fusion_activations(config: dict, text_tokens: int) -> list[Activations]:
+    """The text fusion's peak, before the blocks: its layer-wise blocks run over every tap of every text
+    token (text tokens x taps positions of the encoder's width) with the same block shape."""
+    positions = text_tokens * int(config.get("num_text_layers", 12))
+    width = int(config.get("text_hidden_dim", 2560))
+    return [
+        Activations("fusion: residual, q/k/v, attention out", 4, width, positions),
+        Activations(
+            "fusion SwiGLU: gate, up, product", 3, int(config.get("text_intermediate_size", 6912)), positions
+        ),
+    ]
+
+
+def krea2_working_bytes(denoiser: DenoiserRef, h: int, w: int, batch: int, text_tokens: int) -> int:
+    """Bytes of one call on a (batch, C, h, w) latent (latent pixels) with a `text_tokens` prompt block: the
+    larger of the text fusion's peak and the blocks' (one after the other). Measured on the full-width
+    transformer on the meta device (tests/test_family_krea2.py): 1.01-1.04x."""
+    config = denoiser.config
+    blocks = activation_bytes(
+        krea2_activations(config, (h // 2) * (w // 2), text_tokens), batch=batch, dtype=denoiser.dtype
+    )
+    fusion = activation_bytes(text_fusion_activations(config, text_tokens), batch=batch, dtype=denoiser.dtype)
+    large = max(blocks, fusion)
+    return large + large // 64  # the small tensors beside them, as in `diffusion_working_bytes`
+
+
+@torch.no_grad()
+def sample_krea2(
+    mm: MemoryManager,
+    denoiser: DenoiserRef,
+    positive: Conditioning,
+    negative: Conditioning | None,
+    latents: Latents,
+    settings: SamplerSettings,
+    *,
+    on_step: OnStep | None = None,
+) -> Latents:
+    # 1. Check inputs
+    check_flow_scheduler(denoiser, settings)
+    title = denoiser.family.title
+    device = mm.device
+    batch, channels, h, w = latents.samples.shape
+    if h % 2 or w % 2:
+        raise ValueError(
+            f"{title} packs 2x2 latent patches: the latent size must be even, got {h}x{w} "
+            f"(image sides must be multiples of {2 * latents.vae_scale_factor})"
+        )
+    if channels * 4 != int(denoiser.config.get("in_channels", channels * 4)):
+        raise ValueError(
+            f"{title} takes {int(denoiser.config['in_channels']) // 4}-channel latents, got {channels} "
+            "(make the latent with this model's VAE)"
+        )
+    if settings.denoise < 1.0:
+        raise ValueError(f"{title}: image-to-image (denoise below 1) is not supported (diffusers has none)")
+    do_cfg = settings.cfg > 0 and negative is not None  # the pipeline's `guidance_scale > 0`
+    generator = torch.Generator("cpu").manual_seed(settings.seed)
+    dtype = denoiser.dtype
+
+    # 2. Prepare latent variables: noise as the pipeline draws it, (B, C, h, w), then packed
+    noise = randn_tensor(
+        (batch, channels, h, w), generator=generator, device=torch.device(device), dtype=dtype
+    )
+    x = pack_latents(noise)
+
+    # 3. Prepare timesteps: sigmas 1 -> 1/steps; a fixed shift for Turbo, else from the token count
+    if settings.scheduler == "default":
+        scheduler = make_scheduler("default", denoiser.scheduler_config)
+    else:
+        scheduler = FlowMatchEulerDiscreteScheduler.from_config(denoiser.scheduler_config)
+    config = scheduler.config
+    if is_distilled(denoiser):
+        mu = KREA2_DISTILLED_MU
+    else:
+        mu = calculate_shift(
+            x.shape[1],
+            config.get("base_image_seq_len", 256),
+            config.get("max_image_seq_len", 6400),
+            config.get("base_shift", 0.5),
+            config.get("max_shift", 1.15),
+        )
+    scheduler.set_timesteps(sigmas=np.linspace(1.0, 1 / settings.steps, settings.steps), device=device, mu=mu)
+    timesteps = start_partway(scheduler, settings)
+
+    # 4. Prepare conditioning: the prompt block with its mask, the rotary positions
+    pos = batched_conditioning(positive, batch)
+    neg = batched_conditioning(negative, batch) if do_cfg and negative is not None else None
+    if neg is not None and neg.embeds.shape[1] != pos.embeds.shape[1]:
+        raise ValueError(
+            f"{title}: the two prompts' blocks differ in length ({pos.embeds.shape[1]} vs {neg.embeds.shape[1]})"
+        )
+    text_tokens = pos.embeds.shape[1]
+    ids = position_ids(text_tokens, h // 2, w // 2, device)
+
+    def predict(model: torch.nn.Module, cond: Conditioning, timestep: torch.Tensor) -> torch.Tensor:
+        mask = cond.attention_mask
+        return model(
+            hidden_states=x,
+            encoder_hidden_states=cond.embeds.to(device=device, dtype=dtype),
+            timestep=timestep,
+            position_ids=ids,
+            encoder_attention_mask=None if mask is None else mask.to(device),
+            return_dict=False,
+        )[0]
+
+    # 5. Denoising loop
+    working = Working(
+        krea2_working_bytes(denoiser, h, w, batch, text_tokens), f"{batch}x{h}x{w}+{text_tokens}t"
+    )
+    with (
+        use_denoiser(mm, denoiser, working=working) as model,
+        step_cache(model, settings.step_cache, len(timesteps)) as cache,
+    ):
+        for i, t in enumerate(timesteps):
+            cache.step(i)
+            timestep = (t / config.num_train_timesteps).expand(batch).to(x.dtype)
+            with cache.branch("cond"):
+                noise_pred = predict(model, pos, timestep)
+            if neg is not None:
+                with cache.branch("uncond"):
+                    neg_pred = predict(model, neg, timestep)
+                noise_pred = noise_pred + settings.cfg * (noise_pred - neg_pred)
+
+            before = x
+            x = scheduler.step(noise_pred, t, x, return_dict=False)[0]
+
+            if on_step is not None:
+                on_step(
+                    Step(
+                        step=i + 1,
+                        total=len(timesteps),
+                        timestep=float(t),
+                        latents=unpack_latents(x, h, w),
+                        denoised=unpack_latents(flow_denoised(scheduler, before, noise_pred), h, w),
+                    )
+                )
+
+    return Latents(
+        samples=unpack_latents(x, h, w).cpu(), vae_scale_factor=latents.vae_scale_factor, source="sampled"
+    )
