@@ -161,3 +161,46 @@ def test_smollm_batch_of_8_gives_the_single_runs_texts(tmp_path) -> None:
     # a batch with sequences joining mid-way measured 6 of 8, both divergences at margins of 0.125 and 0.25.
     assert same >= 7, [llm.tokenizer.decode(s.tokens) for s in seqs]
     assert all(m <= 0.25 for m in margins), margins  # every divergence is a near-tie
+
+
+def _node_workflow(path, generate_params: dict) -> dict:
+    from nodes.workflow import FORMAT, VERSION
+
+    params = {"chat": False, "max_new_tokens": 10, "stop": "", **generate_params}
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "nodes": {
+            "llm": {"type": "LoadLLM", "params": {"path": str(path), "keep_quantized": "on"}, "inputs": {}},
+            "gen": {"type": "LLMGenerate", "params": params, "inputs": {"llm": ["llm", "llm"]}},
+        },
+    }
+
+
+def test_the_llm_node_answers_a_list_of_prompts_as_each_alone(tmp_path) -> None:
+    from gguf import GGMLQuantizationType
+
+    from memory import MemoryConfig, MemoryManager
+    from nodes.executor import Executor
+    from nodes.registry import default_registry
+    from nodes.workflow import workflow_from_dict
+    from tests.llm_fixtures import write_tiny_gguf
+
+    path = tmp_path / "tiny.gguf"
+    write_tiny_gguf(tiny_llama(), path, GGMLQuantizationType.Q8_0)
+    questions = ["hello there", "the cat", "a", "or else the other"]
+    registry = default_registry()
+    with MemoryManager(MemoryConfig(device="cpu", data_dir=tmp_path / "m")) as memory:
+        executor = Executor(registry, memory)
+
+        def run(params: dict) -> object:
+            wf = workflow_from_dict(_node_workflow(path, params), registry)
+            result = executor.run(wf, out_dir=tmp_path / "o")
+            assert result.ok, result.error
+            return result
+
+        batch = run({"prompts": "\n".join(questions)})
+        alone = [run({"prompt": q}).outputs["gen"]["text"] for q in questions]
+    assert batch.outputs["gen"]["text"] == "\n\n".join(alone)
+    metrics = batch.nodes["gen"].metrics
+    assert metrics["prompts"] == 4 and metrics["tokens"] > 4 and metrics["decode_tokens_per_s"] > 0
