@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from app.history_file import read_history
 from app.server.options import ServeOptions
 from memory import MemoryConfig
 from pipelines.models_library import ModelsLibrary
@@ -134,6 +135,8 @@ def test_concurrent_chats_are_decoded_together_and_answer_as_alone(tmp_path: Pat
     ]
     # Batched greedy equals single greedy but for a bfloat16 near-tie (tests/test_llm_batch.py); all 4 here.
     assert sum(same) >= 3, [r["choices"][0]["message"]["content"] for r in (*together, *alone)]
+    texts = {e.texts.get("generate") for e in read_history(tmp_path / "out")}  # the editor's history panel
+    assert {r["choices"][0]["message"]["content"] for r in together} <= texts
     for r in together:
         assert r["usage"]["prompt_tokens"] > 0 and 0 < r["usage"]["completion_tokens"] <= 24
         assert r["timings"]["ttft_s"] > 0 and r["timings"]["tokens_per_s"] > 0

@@ -2,7 +2,7 @@
 
 Lives here: `ChatSpec`, `chat_spec`, `ChatEngine`. Imports `nodes.llm` (LLMGenerate builds the request, so a
 chat answers exactly as the graph's node does), `pipelines.llm.{runtime,batch_runtime}`, `pipelines.paths`,
-`app.server.{jobs,comfy_shapes,openai_chat}`.
+`app.history_file`, `app.server.{jobs,comfy_shapes,openai_chat}`.
 
 When the run thread takes a chat from the queue it opens a `BatchSession` on that chat's model (opened once and
 kept, like the executor's cached LoadLLM; the memory manager decides what stays resident) and, before every
@@ -15,10 +15,13 @@ when none is left. The memory manager is used only from this thread, as for grap
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from app.history_file import HistoryEntry, append_history
 from app.server.comfy_shapes import history_entry
 from app.server.jobs import Job, JobQueue
 from app.server.openai_chat import GENERATE, LOAD
@@ -63,8 +66,9 @@ def chat_spec(wf: Workflow, registry: Any) -> ChatSpec:
 
 
 class ChatEngine:
-    def __init__(self, memory: MemoryManager, queue: JobQueue, allow_pickle: bool) -> None:
+    def __init__(self, memory: MemoryManager, queue: JobQueue, allow_pickle: bool, out_dir: Path) -> None:
         self.memory, self.queue, self.allow_pickle = memory, queue, allow_pickle
+        self.out_dir = out_dir
         self._models: dict[tuple[str, str], LLMModel] = {}
         self._open: dict[
             str, int
@@ -154,6 +158,7 @@ class ChatEngine:
         self._forget(job)
         status = "interrupted" if job.cancel.cancelled else "success"
         self.queue.finish(job, history_entry(job.row(), {}, status, [], {}))
+        self._record(job, text, metrics)
         if job.on_done is not None:
             job.on_done(
                 {
@@ -167,6 +172,19 @@ class ChatEngine:
                     "memory": None,
                 }
             )
+
+    def _record(self, job: Job, text: str, metrics: dict[str, float]) -> None:
+        """The editor's history file, as a graph run's answer is recorded (its panel lists served chats)."""
+        started = time.time() - metrics.get("ttft_s", 0.0)
+        report = {"nodes": {GENERATE: {"status": "ok", "metrics": metrics}}}
+        entry = HistoryEntry(
+            started, f"chat completion (served, {job.prompt_id[9:17]})", job.workflow.to_dict()
+        )
+        entry.texts, entry.report = {GENERATE: text}, report
+        try:
+            append_history(self.out_dir, entry)
+        except OSError as exc:
+            log.warning("could not write the output history: %s", exc)
 
     def _forget(self, job: Job) -> None:
         self._open.pop(job.prompt_id, None)

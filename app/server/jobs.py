@@ -113,6 +113,11 @@ class JobQueue:
             self.joined = [j for j in self.joined if j is not job]
         self._changed()
 
+    def running_jobs(self) -> list[Job]:
+        """The job the run thread took and the chats that joined its batch."""
+        with self._lock:
+            return [j for j in (self.running, *self.joined) if j is not None]
+
     def pending(self) -> list[Job]:
         with self._lock:
             return [job for _, _, job in sorted(self._heap)]

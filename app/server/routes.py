@@ -180,10 +180,9 @@ async def post_run(request: web.Request) -> web.Response:
 
 async def get_queue(request: web.Request) -> web.Response:
     queue = _state(request).queue
-    running = queue.running
     return _json(
         {
-            "queue_running": [running.row()] if running is not None else [],
+            "queue_running": [job.row() for job in queue.running_jobs()],  # a chat batch is several
             "queue_pending": [job.row() for job in queue.pending()],
         }
     )

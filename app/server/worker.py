@@ -68,7 +68,7 @@ class RunWorker:
         self.memory = MemoryManager(options.memory)
         self.memory.start_sampler()  # per-request peaks come from its samples
         self.executor = Executor(registry, self.memory, allow_pickle=options.allow_pickle)
-        self.chats = ChatEngine(self.memory, queue, options.allow_pickle)
+        self.chats = ChatEngine(self.memory, queue, options.allow_pickle, options.out_dir)
         self._thread = threading.Thread(target=self._loop, name="nodeloom-serve-run", daemon=True)
 
     def start(self) -> None:
