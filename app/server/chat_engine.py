@@ -96,8 +96,8 @@ class ChatEngine:
         try:
             llm = self._llm(spec)
             _, context = BatchSession(self.memory, llm, slots=1, max_tokens=1).prepare(spec.request)
-        except (ValueError, OSError) as exc:
-            self._fail(first, str(exc))
+        except (ValueError, OSError) as exc:  # a prompt over the model's context, a file that will not open
+            self._fail(first, str(exc), refused=True)
             return
         tokens = max(context, CHAT_TOKENS)
         if llm.context_length:
@@ -145,7 +145,7 @@ class ChatEngine:
                 cancelled=lambda: job.cancel.cancelled,
             )
         except ValueError as exc:
-            self._fail(job, str(exc))
+            self._fail(job, str(exc), refused=True)
             return
         if entry is None:  # cannot happen for a job `_joins` accepted; said plainly if it does
             self._fail(job, "the chat does not fit the running batch's context")
@@ -190,8 +190,17 @@ class ChatEngine:
         self._open.pop(job.prompt_id, None)
         self._jobs.pop(job.prompt_id, None)
 
-    def _fail(self, job: Job, message: str) -> None:
+    def _fail(self, job: Job, message: str, refused: bool = False) -> None:
+        """Answer `job` with `message`; `refused`: the request itself is at fault (OpenAI's 400, not 500)."""
         self._forget(job)
         self.queue.finish(job, history_entry(job.row(), {}, "error", [], {}))
         if job.on_done is not None:
-            job.on_done({"ok": False, "prompt_id": job.prompt_id, "status": "error", "error": message})
+            job.on_done(
+                {
+                    "ok": False,
+                    "prompt_id": job.prompt_id,
+                    "status": "error",
+                    "error": message,
+                    "refused": refused,
+                }
+            )

@@ -87,6 +87,8 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         result = await done
         if not result.get("ok"):
             message = result.get("error") or "the run failed"
+            if result.get("refused"):  # e.g. a prompt longer than the model's context
+                return web.json_response(openai_error(message), status=400)
             return web.json_response(openai_error(message, None, "server_error"), status=500)
         return web.json_response(
             completion(cid, settings, result["texts"].get(GENERATE, ""), _metrics(result))
