@@ -1,7 +1,9 @@
-"""OpenAI's `POST /v1/chat/completions`, answered by the LLM graph (LoadLLM -> LLMGenerate) run on the
-server's queue, so the model stays loaded between requests like any other.
+"""OpenAI's `POST /v1/chat/completions` as an LLM graph (LoadLLM -> LLMGenerate): the request becomes that
+graph (checked like any workflow), and the run thread's chat batch (`chat_engine`) decodes it with the
+request the node would build, so the answer is the graph's.
 
-Lives here: `ChatRefused`, `chat_workflow`, `completion`, `chunk`, `openai_error`. Imports `nodes.workflow`
+Lives here: `ChatRefused`, `chat_workflow`, `completion`, `chunk`, `finish_chunk`, `usage`, `timings`,
+`openai_error`. Imports `nodes.workflow`
 (FORMAT, VERSION), `pipelines.models_library`; the LLM itself only through the node types (never
 `pipelines.llm` directly).
 
