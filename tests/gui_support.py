@@ -12,9 +12,14 @@ from app.gui.settings import AppSettings
 from memory.config import MemoryConfig
 
 
-def make_window(qtbot, tmp_path: Path, registry, *, for_runs: bool = False) -> MainWindow:  # noqa: ANN001
-    """A window whose settings and autosave live under `tmp_path`; `for_runs` adds an output folder and CPU."""
+def make_window(  # noqa: ANN001
+    qtbot, tmp_path: Path, registry, *, for_runs: bool = False, live_plan: bool = False
+) -> MainWindow:
+    """A window whose settings and autosave live under `tmp_path`; `for_runs` adds an output folder and CPU.
+    The live memory plan is off unless `live_plan` (it runs the loader nodes on a thread after each edit,
+    which tests about other things do not need on a 2-core machine)."""
     settings = AppSettings(QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat))
+    settings.set_live_plan(live_plan)
     if for_runs:
         settings.set_output_dir(tmp_path / "outputs")
         settings.set_memory(MemoryConfig(device="cpu", policy="auto"))

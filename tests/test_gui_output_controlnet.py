@@ -23,7 +23,8 @@ def test_the_controlnet_example_ends_on_its_saved_picture(qtbot, tmp_path: Path,
     wait_until(lambda: window.last_result is not None and not window.runner.running, 240)
     assert window.last_result.ok, window.last_result.error
     assert window.output.caption.text().startswith("save: controlnet")
-    assert window.output.files.count() == 1
+    # The saved picture and the Preview Image's edge map (issue 29: previews go in the strip too).
+    assert window.output.files.count() == 2
     # Run again unchanged: everything is cached, no new history entry, and the result is still the picture.
     window.last_result = None
     assert window.run_workflow()

@@ -260,6 +260,7 @@ class FileOpsMixin:
         self._force_dirty = True
         self.update_title()
         self.status(f"Imported {path}")
+        self.import_marks.after_import(path)  # the summary banner and the marks (app/gui/import_report.py)
         return True
 
     def fill_recent_menu(self: MainWindow) -> None:

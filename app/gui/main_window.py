@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.gui.arrange import install as install_arrange
 from app.gui.autosave import INTERVAL_MS, Autosave
 from app.gui.drops import DropOpsMixin
 from app.gui.edit_ops import EditOpsMixin
@@ -32,19 +33,23 @@ from app.gui.file_ops import FileOpsMixin
 from app.gui.find_bar import FindBar
 from app.gui.history import HistoryPanel
 from app.gui.history_ops import HistoryOpsMixin
+from app.gui.import_report import install as install_import_marks
 from app.gui.inspector import Inspector
 from app.gui.menus import MenusMixin
 from app.gui.minimap import Minimap
 from app.gui.model_picker import model_choices
 from app.gui.output_panel import OutputPanel
 from app.gui.palette import NodePalette
+from app.gui.plan_view import install as install_plan
 from app.gui.plots import PlotsPanel
+from app.gui.remote_run import install as install_remote
 from app.gui.run_ops import RunOpsMixin
 from app.gui.run_queue import QueuedRun, QueuePanel
 from app.gui.run_worker import RunController
 from app.gui.scene import GraphScene
 from app.gui.settings import AppSettings, SettingsDialog
 from app.gui.staples import StaplesMixin
+from app.gui.startup import Warmup
 from app.gui.view import GraphView
 from nodes.graph_model import GraphModel
 from nodes.latent_sizing import sizing_link
@@ -87,6 +92,7 @@ class MainWindow(
         self.problem_dialog: QWidget | None = None
         self.last_result: object = None
         self._planned: list[str] = []
+        self.pending_previews: dict[str, object] = {}  # an output node's last picture until it finishes
         self.resize(1500, 950)
         self.setAcceptDrops(True)
 
@@ -103,6 +109,8 @@ class MainWindow(
         self.output = OutputPanel()
         self.plots = PlotsPanel()
         self.runner = RunController(registry, self)
+        self.warmup = Warmup(self)  # torch and the memory manager's modules, off the GUI thread
+        self.warmup.memory_ready.connect(self._memory_imports_ready)
         self.queue = QueuePanel()
         self.history_panel = HistoryPanel()
         self.current_run: QueuedRun | None = None
@@ -113,6 +121,10 @@ class MainWindow(
         self._build_docks()
         self._build_actions()
         self._build_status_bar()
+        self.plan_ui = install_plan(self)  # the live memory plan: node bars, status label, Plan dock
+        self.remote = install_remote(self, self.file_menu)  # File > Connect to Server
+        self.import_marks = install_import_marks(self)  # File > Import's summary banner and node marks
+        self.arrange_action = install_arrange(self)  # Edit > Arrange
 
         self.scene.status_message.connect(self.status)
         self.scene.selectionChanged.connect(self._selection_changed)
@@ -206,7 +218,9 @@ class MainWindow(
         self.progress.setVisible(False)
         self.memory_label = QLabel("")
         self.memory_label.setObjectName("hint")
+        self.server_label = QLabel("")  # "Server: http://..." while runs go to a server
         bar.addPermanentWidget(self.progress)
+        bar.addPermanentWidget(self.server_label)
         bar.addPermanentWidget(self.memory_label)
         self.status(
             "Tab or double-click the canvas to add a node · drag from a port to connect · Ctrl+Enter runs"
@@ -287,7 +301,19 @@ class MainWindow(
         super().showEvent(event)  # type: ignore[arg-type]
         QTimer.singleShot(0, self._place_minimap)
         if self.runner.executor is None:
-            QTimer.singleShot(100, self.start_memory_manager)
+            self.warmup.start()  # then _memory_imports_ready builds the manager (app/gui/startup.py)
+
+    def remote_running(self) -> bool:
+        remote = getattr(self, "remote", None)  # installed after the plan view
+        return remote is not None and remote.run.running
+
+    def _memory_imports_ready(self, error: str) -> None:
+        if error:
+            self.status(f"Memory manager not started: {error}")
+            return
+        if self.runner.executor is None and not self.start_memory_manager():
+            return
+        self._start_next_queued()  # a Run pressed while torch was loading
 
     def start_memory_manager(self) -> bool:
         """Build (or rebuild, after a settings change) the memory manager and executor."""
@@ -308,10 +334,16 @@ class MainWindow(
             self.clear_stale_problem_marks()
 
     def open_settings(self) -> None:
-        if SettingsDialog(self.settings, self).exec():
+        from app.gui.models_settings import library_after_settings
+
+        saved = load_saved_roots()
+        fixed = [r for r in self.library.roots if r not in set(ModelsLibrary(saved).roots)]
+        if SettingsDialog(self.settings, self, fixed).exec():
+            self.library = library_after_settings(self.library, saved)  # the model picker lists the new roots
             if self.runner.running:
                 self.status("Settings saved; they apply to the next run")
             elif self.start_memory_manager():
+                self.plan_ui.request()  # a budget or policy changed: plan again
                 self.plots.new_series()
                 self.status(
                     f"Settings saved: device {self.settings.memory.device}, "
@@ -329,6 +361,7 @@ class MainWindow(
         if not self.confirm_discard():
             event.ignore()
             return
+        self.plan_ui.controller.shutdown()
         if self.runner.running:
             self.runner.cancel()
             self.runner.wait(10)

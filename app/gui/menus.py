@@ -124,6 +124,7 @@ class MenusMixin:
         S = QKeySequence.StandardKey
         bar = self.menuBar()
         file_menu = bar.addMenu("&File")
+        self.file_menu = file_menu  # app/gui/remote_run.py adds Connect to Server here
         self.new_action = self._action("&New", self.new_file, S.New)
         self.open_action = self._action("&Open…", self.open_dialog, S.Open)
         self.save_action = self._action("&Save", self.save, S.Save)
@@ -152,6 +153,7 @@ class MenusMixin:
         file_menu.addAction(self._action("&Quit", self.close, S.Quit))
 
         edit = bar.addMenu("&Edit")
+        self.edit_menu = edit  # app/gui/arrange.py adds Arrange here
         self.undo_action = self.undo_stack.createUndoAction(self, "&Undo")
         self.undo_action.setShortcuts(QKeySequence.keyBindings(S.Undo))
         self.redo_action = self.undo_stack.createRedoAction(self, "&Redo")
@@ -243,6 +245,7 @@ class MenusMixin:
             self.history_dock,
         ):
             view.addAction(dock.toggleViewAction())
+        self.view_menu = view  # app/gui/plan_view.py adds the Plan dock and Live memory plan here
 
         run = bar.addMenu("&Run")
         self.run_action = self._action(

@@ -41,6 +41,10 @@ DEMO_NAMES = (
     "tiny-flux2-dev",
     "tiny-wan",
     "tiny-wan22",
+    "tiny-wan-i2v",
+    "tiny-wan22-i2v",
+    "tiny-wan22-ti2v",
+    "tiny-wan-flf2v",
 )
 
 # Models shipped with Nodeloom, by loader type (`builtin:` names, see pipelines/paths.py).
@@ -56,7 +60,7 @@ class ModelChoice:
     name: str  # what the list shows and the search matches: the name relative to its models folder
     value: str  # what goes into the field: a full path or builtin:NAME
     where: str  # the folder it was found in (tooltip)
-    detail: str = ""  # shown dimmed beside the name: the library folder ("checkpoints"), "built in", "demo"
+    detail: str = ""  # shown dimmed beside the name: kind folder and family ("checkpoints · sd"), "built in"
 
 
 def _suffixes(file_filter: str) -> tuple[str, ...]:
@@ -97,8 +101,19 @@ def model_choices(library: ModelsLibrary, node_type: str, param: Param) -> list[
         if fits and path not in seen:
             seen.add(path)
             folder = path.parents[name.count("/")]  # the library's kind folder ("checkpoints", "loras")
-            out.append(ModelChoice(name, str(path), str(path.parent), folder.name))
+            out.append(ModelChoice(name, str(path), str(path.parent), _detail(folder.name, path)))
     return out
+
+
+def _detail(kind: str, path: Path) -> str:
+    """The kind folder and the family the file's header names: "checkpoints · sdxl" (by family and kind)."""
+    from pipelines.models_library import detect_family
+
+    try:
+        family = detect_family(path)
+    except (OSError, ValueError):  # an unreadable or damaged header: listed by its folder only
+        family = None
+    return f"{kind} · {family}" if family else kind
 
 
 DETAIL_GAP = 24  # pixels between a name and its dimmed folder

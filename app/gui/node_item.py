@@ -20,6 +20,7 @@ from PySide6.QtWidgets import QGraphicsItem, QGraphicsSceneMouseEvent, QStyleOpt
 
 from app.gui import theme
 from app.gui.node_thumbnail import THUMB_H, paint_thumbnail
+from app.gui.plan_view import paint_plan_bar, plan_tooltip
 from app.gui.port_item import PortItem
 from nodes.spec import NodeSpec, Param
 
@@ -39,7 +40,7 @@ BADGE_BACKGROUND = QColor(16, 16, 20, 220)
 
 @dataclass
 class NodeRunState:
-    status: str = ""  # "" | queued | running | cached | done | error | cancelled | skipped
+    status: str = ""  # "" | queued | running | cached | done | error | cancelled | skipped | warning
     step: int = 0
     total: int = 0
     seconds: float = 0.0
@@ -63,6 +64,7 @@ class NodeItem(QGraphicsItem):
         self.spec: NodeSpec | None = model.spec(node_id)
         self.state = NodeRunState()
         self.thumbnail: QImage | None = None  # a Save/Preview node's last picture
+        self.plan: tuple[int, int] | None = None  # (predicted device peak, budget) from the memory plan
         self.inputs: dict[str, PortItem] = {}
         self.outputs: dict[str, PortItem] = {}
         self.width = WIDTH
@@ -180,12 +182,16 @@ class NodeItem(QGraphicsItem):
             lines.append(self.spec.description)
         if self.state.status == "error":
             lines.append(f"<span style='color:{theme.ERROR}'>Error: {self.state.message}</span>")
+        elif self.state.status == "warning":
+            lines.append(f"<span style='color:{theme.WARNING}'>Imported: {self.state.message}</span>")
         elif self.state.status == "done":
             lines.append(f"Ran in {self.state.seconds:.2f} s")
         elif self.state.status == "cached":
             lines.append("Result reused from the cache")
         elif self.state.status == "skipped":
             lines.append("Skipped in the last run: no output node needs it (as in ComfyUI)")
+        if self.plan is not None:
+            lines.append(plan_tooltip(*self.plan))
         self.setToolTip("<br>".join(lines))
 
     def badge(self) -> tuple[str, QColor]:
@@ -214,6 +220,8 @@ class NodeItem(QGraphicsItem):
             return "cancelled", QColor(theme.TEXT_DIM)
         if s.status == "skipped":
             return "skipped", QColor(theme.TEXT_DIM)
+        if s.status == "warning":  # an import note: what differs from ComfyUI (app/gui/import_report.py)
+            return "≈ differs", QColor(theme.WARNING)
         return "", QColor(theme.TEXT_DIM)
 
     # -- painting ---------------------------------------------------------------------------------
@@ -270,6 +278,7 @@ class NodeItem(QGraphicsItem):
             self._paint_rows(painter)
             if self.thumbnail is not None:
                 paint_thumbnail(painter, self._expanded_height - 4, self.width, self.thumbnail)
+            paint_plan_bar(painter, self)
         if self.mode() == "bypass":  # a purple veil: the node is passed through
             veil = QColor(theme.BYPASS)
             veil.setAlpha(85)

@@ -35,6 +35,7 @@ from app.gui.video_player import VideoPlayer, is_video_file
 
 PLACEHOLDER = "Images appear here while a run draws them."
 PICTURE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp")
+PREVIEW_ROLE = Qt.ItemDataRole.UserRole + 1  # a strip item's QImage when it is a Preview Image's picture
 
 
 def pil_to_qimage(image: Any) -> QImage:
@@ -89,6 +90,10 @@ class ImageView(QLabel):
 def _shown(file: Path) -> bool:
     """A saved file the dock shows: a picture or a video."""
     return file.suffix.lower() in PICTURE_SUFFIXES or is_video_file(file)
+
+
+def is_picture_file(path: str | Path) -> bool:
+    return Path(path).suffix.lower() in PICTURE_SUFFIXES
 
 
 class OutputPanel(QTabWidget):
@@ -214,6 +219,17 @@ class OutputPanel(QTabWidget):
         self._show_saved(node_id, file)
         self.setCurrentIndex(0)
 
+    def add_preview_picture(self, node_id: str, image: Any) -> None:
+        """A Preview Image node's picture (never written to a file) in the strip beside the saved ones; it
+        does not replace the saved result in the big view."""
+        qimage = pil_to_qimage(image)
+        item = QListWidgetItem(QIcon(QPixmap.fromImage(qimage)), "")
+        item.setToolTip(f"{node_id}: preview {qimage.width()}×{qimage.height()} (not saved)\nclick to view")
+        item.setData(PREVIEW_ROLE, qimage)
+        item.setData(Qt.ItemDataRole.UserRole, f"{node_id}: preview")
+        self.files.insertItem(0, item)
+        self.files.setVisible(True)
+
     def append_text(self, node_id: str, delta: str) -> None:
         if self._text_node != node_id:
             if self.text.toPlainText():
@@ -235,6 +251,12 @@ class OutputPanel(QTabWidget):
 
     def _show_file(self, item: QListWidgetItem) -> None:
         path = item.data(Qt.ItemDataRole.UserRole)
+        preview = item.data(PREVIEW_ROLE)
+        if isinstance(preview, QImage):  # a Preview Image picture: kept in memory, not in a file
+            self._hide_player()
+            self.view.set_image(preview)
+            self.caption.setText(f"{path} {preview.width()}×{preview.height()}")
+            return
         if is_video_file(Path(path)):
             self._show_video(Path(path), Path(path).name)
             return
@@ -256,6 +278,8 @@ class OutputPanel(QTabWidget):
         self.player.setVisible(False)
 
     def _open_folder_of(self, item: QListWidgetItem) -> None:
+        if isinstance(item.data(PREVIEW_ROLE), QImage):
+            return  # no file, no folder
         self._open_folder(Path(item.data(Qt.ItemDataRole.UserRole)).parent)
 
     def _open_folder(self, folder: Path | None) -> None:

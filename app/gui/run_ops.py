@@ -12,6 +12,7 @@ from PySide6.QtWidgets import QMessageBox
 
 from app.gui.node_item import NodeRunState
 from app.gui.node_thumbnail import thumbnail_image
+from app.gui.output_panel import is_picture_file
 from app.gui.run_queue import QueuedRun, next_seed, seed_controls
 from app.gui.run_worker import TimedEvent
 from nodes.events import (
@@ -48,6 +49,11 @@ class RunOpsMixin:
         if not wf.nodes:
             self.status("Nothing to run: add nodes first (Tab)")
             return False
+        if not problems and self.remote.connected:  # the server resolves model names in its own folders
+            if not self.remote.start(wf.to_dict(), self._run_label(wf)):
+                return False
+            self._apply_seed_controls(wf)
+            return True
         if not problems:
             # Names relative to a models-library root ("sd15.safetensors"), as `app --run` resolves them;
             # names an imported ComfyUI file gave stay inside the roots, even when none is set.
@@ -57,6 +63,13 @@ class RunOpsMixin:
             self.show_problems("Cannot run yet", problems, "Fix these before running:")
             return False
         label = self._run_label(wf)
+        if not self.warmup.imported:  # torch still loading behind the window: the run starts when it is in
+            self.warmup.start()
+            self.queue.add(QueuedRun(wf, label, source=source))
+            self.status(f"Starting up: {label} runs once torch is loaded")
+            self.output.add_log(f"Queued {label}: it starts once the libraries are loaded")
+            self._apply_seed_controls(wf)
+            return True
         if self.runner.running:
             self.queue.add(QueuedRun(wf, label, source=source))
             self.queue_dock.show()
@@ -133,7 +146,10 @@ class RunOpsMixin:
                 return
 
     def cancel_run(self: MainWindow) -> None:
-        if self.runner.running:
+        if self.remote.run.running:
+            self.remote.run.cancel()
+            self.status("Cancelling the run on the server…")
+        elif self.runner.running:
             self.runner.cancel()
             self.status("Cancelling… (stops at the next step)")
 
@@ -195,6 +211,9 @@ class RunOpsMixin:
             self.status(f"{event.node_id} finished in {event.seconds:.2f} s")
             for path in event.files:
                 self.output.add_file(event.node_id, path)
+            preview = self.pending_previews.pop(event.node_id, None)
+            if preview is not None and not any(is_picture_file(f) for f in event.files):
+                self.output.add_preview_picture(event.node_id, preview)
             if self.inspector.node_id == event.node_id:
                 self.show_in_inspector(event.node_id)
             self.output.add_log(
@@ -224,6 +243,8 @@ class RunOpsMixin:
             if event.final and spec is not None and spec.is_output and event.node_id in self.scene.node_items:
                 # A Save or Preview node shows its last picture on the node, as ComfyUI does.
                 self.scene.node_items[event.node_id].set_thumbnail(thumbnail_image(event.image))
+                # And in the Output strip, unless the node saves it (its file goes there): see NodeFinished.
+                self.pending_previews[event.node_id] = event.image
         elif isinstance(event, NodeText):
             self.output.append_text(event.node_id, event.delta)
             # Once per run, so a user who turns to another tab while the text streams is left there.

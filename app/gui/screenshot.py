@@ -3,7 +3,8 @@
 Lives here: `take_screenshot`, `main`. Imports Qt, `app.gui.*`, `nodes.registry`.
 
     python -m app.gui.screenshot resources/screenshots/main_window.png [--workflow FILE] [--size 1600x1000]
-        [--show output|queue|history] [--policy NAME] [--ram-budget SIZE] [--grab window|plots|node]
+        [--show output|queue|history|plan] [--policy NAME] [--ram-budget SIZE] [--grab window|plots|node]
+        [--server URL] [--import COMFY_FILE]
 
 `--policy`/`--ram-budget` run under that memory setting (a CPU run's budget); `--grab plots` saves only the
 Live plots dock (memory plot and timeline), `--grab node` only the selected node on the canvas.
@@ -34,6 +35,8 @@ def take_screenshot(
     show: str = "output",
     memory: tuple[str, str | None] = ("auto", None),
     grab: str = "window",
+    server: str | None = None,
+    imported: Path | None = None,
 ) -> int:
     if not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
@@ -68,12 +71,40 @@ def take_screenshot(
             time.sleep(0.01)
 
     pump(0.3)
+    if imported is not None:  # File > Import of another tool's file: the summary and marks, no run
+        from app.importing import import_file
+
+        if not window.import_path(imported, import_file):
+            print(f"could not import {imported}: {window.last_problems}", file=sys.stderr)
+            return 1
+        pump(0.3)
+        window.view.fit()
+        pump(0.5)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        window.grab().save(str(out))
+        marks = out.with_name(out.stem + "-marks" + out.suffix)  # the summary dismissed: the nodes' marks
+        window.import_marks.banner.dismiss_button.click()
+        pump(0.3)
+        window.grab().save(str(marks))
+        print(f"imported {imported}; saved {out} and {marks}")
+        window._force_dirty = False
+        window.undo_stack.setClean()
+        window.close()
+        return 0
     if not window.open_path(workflow, confirm=False):
         print(f"could not open {workflow}: {window.last_problems}", file=sys.stderr)
         return 1
     pump(0.2)
     window.view.fit()
     pump(1.0)  # a second of idle memory samples before the run
+    if server:  # File > Connect to Server first: the run goes there
+        window.remote.connect_to(server, os.environ.get("NODELOOM_SERVER_TOKEN") or None)
+        connect_deadline = time.monotonic() + 30
+        while not window.remote.connected and time.monotonic() < connect_deadline:
+            pump(0.05)
+        if not window.remote.connected:
+            print(f"could not connect to {server}", file=sys.stderr)
+            return 1
     if show in ("queue", "history"):  # seeds that step on after each run, so the runs differ
         for nid in window.model.node_ids():
             if "seed" in window.model.node(nid).params:
@@ -100,10 +131,13 @@ def take_screenshot(
         window.run_workflow()
     deadline = time.monotonic() + timeout
     while (
-        window.last_result is None or window.runner.running or window.queue.jobs
+        window.last_result is None or window.runner.running or window.queue.jobs or window.remote.run.running
     ) and time.monotonic() < deadline:
         pump(0.05)
     pump(1.0)  # samples after the run, then the plots redraw
+    plan_deadline = time.monotonic() + 120
+    while window.plan_ui.controller.busy and time.monotonic() < plan_deadline:  # the live plan's node bars
+        pump(0.05)
     if select and select in window.scene.node_items:
         window.scene.clearSelection()
         window.scene.node_items[select].setSelected(True)
@@ -113,10 +147,15 @@ def take_screenshot(
     window.plots.redraw()
     if show == "history":
         window.outputs_dock.raise_()
+    if show == "plan":
+        window.plan_ui.dock.raise_()
     pump(0.3)
     out.parent.mkdir(parents=True, exist_ok=True)
     _grab(window, grab, select).save(str(out))
-    ok = window.last_result is not None and getattr(window.last_result, "ok", False)
+    result = window.last_result
+    ok = result is not None and (
+        result.get("ok") if isinstance(result, dict) else getattr(result, "ok", False)
+    )
     print(f"{'ran' if ok else 'run did not finish cleanly'}; saved {out}")
     window._force_dirty = False
     window.undo_stack.setClean()
@@ -147,12 +186,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for the run")
     p.add_argument(
         "--show",
-        choices=("output", "queue", "history"),
+        choices=("output", "queue", "history", "plan"),
         default="output",
-        help="output: one run; queue: two more queued mid-run; history: three runs, the output history",
+        help="output: one run; queue: two more queued mid-run; history: three runs, the output history; "
+        "plan: one run, the Plan dock raised",
     )
     p.add_argument("--policy", default="auto", help="memory policy for the run (as Settings)")
     p.add_argument("--ram-budget", default=None, help="the run's budget on this CPU, e.g. 10MiB")
+    p.add_argument(
+        "--server", default=None, help="run on this `app serve` (token from $NODELOOM_SERVER_TOKEN)"
+    )
+    p.add_argument(
+        "--import", dest="imported", type=Path, default=None, help="File > Import this file instead"
+    )
     p.add_argument("--grab", choices=("window", "plots", "node"), default="window", help="what to save")
     args = p.parse_args(argv)
     width, height = (int(v) for v in args.size.lower().split("x"))
@@ -165,6 +211,8 @@ def main(argv: list[str] | None = None) -> int:
         args.show,
         (args.policy, args.ram_budget),
         args.grab,
+        args.server,
+        args.imported,
     )
 
 

@@ -2,11 +2,12 @@
 in QSettings, and the Settings dialog.
 
 Lives here: `AppSettings`, `SettingsDialog`. Imports Qt, `memory.config` (the one `MemoryConfig`, which the
-settings store field by field under the same names).
+settings store field by field under the same names), `app.gui.models_settings` (the models folders row).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from PySide6.QtCore import QSettings
@@ -67,6 +68,17 @@ class AppSettings:
         self.q.setValue("allow_pickle", bool(value))
 
     @property
+    def live_plan(self) -> bool:
+        """Recompute the memory plan as the graph changes (View > Live memory plan); on unless turned off."""
+        value = self.q.value("plan/live", True)
+        if isinstance(value, str):
+            return value.strip().lower() in ("true", "1", "yes")
+        return bool(value)
+
+    def set_live_plan(self, value: bool) -> None:
+        self.q.setValue("plan/live", bool(value))
+
+    @property
     def output_dir(self) -> Path:
         return Path(self._str("output_dir", str(Path.cwd() / "outputs")))
 
@@ -102,7 +114,12 @@ def _device_choices() -> list[str]:
 
 
 class SettingsDialog(QDialog):
-    def __init__(self, settings: AppSettings, parent: QWidget | None = None) -> None:
+    def __init__(
+        self, settings: AppSettings, parent: QWidget | None = None, fixed_roots: Sequence[Path] = ()
+    ) -> None:
+        """`fixed_roots`: models folders from --models-dir or the environment (shown, not removable)."""
+        from app.gui.models_settings import ModelsFolders
+
         super().__init__(parent)
         self.setWindowTitle("Settings")
         self.settings = settings
@@ -148,6 +165,8 @@ class SettingsDialog(QDialog):
         form.addRow(self.budget_note)
         form.addRow("Output folder", out_row)
         form.addRow("Model files", self.allow_pickle)
+        self.models = ModelsFolders(list(fixed_roots))  # the saved roots `app models add-root` edits too
+        form.addRow("Models folders", self.models)
         note = QLabel(
             "Changing the device or budgets restarts the memory manager (the result cache is cleared)."
         )
@@ -199,4 +218,5 @@ class SettingsDialog(QDialog):
         )
         self.settings.set_output_dir(Path(self.out.text().strip() or "outputs"))
         self.settings.set_allow_pickle(self.allow_pickle.isChecked())
+        self.models.save()
         super().accept()

@@ -27,17 +27,19 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.batch.execute import SweepPlan, execute_sweep
-from app.batch.report import summary_lines
-from app.batch.worker import JobResult, WorkerConfig
 from app.gui.output_panel import ImageView
-from app.gui.sweep_dialog import SweepChoice, SweepDialog
 from nodes.context import CancelToken
 from nodes.sweep import SweepJob
 from nodes.workflow import validate
 
 if TYPE_CHECKING:
+    from app.batch.execute import SweepPlan
+    from app.batch.worker import JobResult, WorkerConfig
     from app.gui.main_window import MainWindow
+    from app.gui.sweep_dialog import SweepChoice
+
+# app.batch (and with it torch, through the worker) is imported when a sweep is opened, not with the window:
+# the window opens before torch is imported (issue 29's start-up).
 
 MARK = {"ok": "✓", "failed": "✗", "cancelled": "–", "skipped": "–"}
 
@@ -61,6 +63,8 @@ class SweepController(QObject):
         cancel = self.cancel_token
 
         def work() -> None:
+            from app.batch.execute import execute_sweep
+
             cluster = None
             try:
                 if choice.cluster is not None:
@@ -142,6 +146,8 @@ class SweepPanel(QWidget):
         self.progress.setValue(self.progress.value() + 1)
 
     def end(self, report: dict[str, Any]) -> None:
+        from app.batch.report import summary_lines
+
         self.cancel_button.setEnabled(False)
         self.status.setText("\n".join(summary_lines(report)[:2]))
         png = report.get("contact_sheet", {}).get("png")
@@ -171,6 +177,8 @@ class SweepUi:
         self.last_report: dict[str, Any] | None = None
 
     def open_dialog(self) -> None:
+        from app.gui.sweep_dialog import SweepDialog
+
         wf = self.window.model.to_workflow()
         problems = validate(wf, self.window.registry)
         if problems:
@@ -181,6 +189,8 @@ class SweepUi:
             self.start(choice)
 
     def start(self, choice: SweepChoice) -> bool:
+        from app.batch.worker import WorkerConfig
+
         if self.controller.running:
             self.window.status("A sweep is already running")
             return False
@@ -205,6 +215,8 @@ class SweepUi:
         return True
 
     def _finished(self, report: dict[str, Any]) -> None:
+        from app.batch.report import summary_lines
+
         self.last_report = report
         self.panel.end(report)
         for line in summary_lines(report):

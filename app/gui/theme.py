@@ -123,3 +123,6 @@ def apply_theme(app: QApplication) -> None:
     font = QFont(app.font())
     font.setPointSizeF(10)
     app.setFont(font)
+
+
+WARNING = "#e0a030"  # an imported node that differs from ComfyUI's (app/gui/import_report.py)
