@@ -96,6 +96,12 @@ class LLMGenerate(Node):
     system_prompt: str = param(
         TEXT, "", help="Chat mode: the system message; empty uses the model's default."
     )
+    prompts: str = param(
+        TEXT,
+        "",
+        help="Several prompts, one per line, instead of `prompt`: decoded together in one batch (up to 8 "
+        "at a time, each as it would be alone); `text` is their answers in order, separated by blank lines.",
+    )
     chat: bool = param(BOOL, True, help="Wrap the prompt in the model's chat template.")
     sampling: str = param(
         CHOICE,
@@ -140,23 +146,37 @@ class LLMGenerate(Node):
         help="dynamic grows per token; static allocates the whole context up front.",
     )
 
-    def run(self, ctx: NodeContext) -> dict[str, Any]:
+    def request(self, prompt: str | None = None) -> Any:
+        """The `GenerationRequest` these fields make (for `prompt`, default the node's own); the server's
+        chats build theirs here too, so a chat answers exactly as this node does."""
         from pipelines.llm.chat import parse_stop_strings
-        from pipelines.llm.runtime import GenerationRequest, generate_text
+        from pipelines.llm.runtime import GenerationRequest
         from pipelines.llm.sampling import SamplingParams
 
-        llm = self.llm
-        if not self.prompt.strip():
-            raise ValueError("field 'prompt': the prompt is empty")
-        check_llm_prompt(self.prompt + self.system_prompt, llm.context_length, llm.name)
         sampling = (
             SamplingParams(repetition_penalty=self.repetition_penalty)
             if self.sampling == "greedy"
             else settings_from(SamplingParams, self, temperature=max(self.temperature, 1e-5))
         )
-        request = settings_from(
-            GenerationRequest, self, sampling=sampling, stop_strings=parse_stop_strings(self.stop)
+        prompt = self.prompt if prompt is None else prompt
+        return settings_from(
+            GenerationRequest,
+            self,
+            prompt=prompt,
+            sampling=sampling,
+            stop_strings=parse_stop_strings(self.stop),
         )
+
+    def run(self, ctx: NodeContext) -> dict[str, Any]:
+        from pipelines.llm.runtime import generate_text
+
+        llm = self.llm
+        if self.prompts.strip():
+            return self._run_batch(ctx)
+        if not self.prompt.strip():
+            raise ValueError("field 'prompt': the prompt is empty")
+        check_llm_prompt(self.prompt + self.system_prompt, llm.context_length, llm.name)
+        request = self.request()
         out = generate_text(
             ctx.memory,
             llm,
@@ -171,6 +191,43 @@ class LLMGenerate(Node):
             f"then {out.result.decode_tokens_per_s:.1f} tokens/s"
         )
         return {"text": out.text.strip()}
+
+    def _run_batch(self, ctx: NodeContext) -> dict[str, Any]:
+        import time
+
+        from pipelines.llm.batch_runtime import generate_texts
+
+        llm = self.llm
+        prompts = [line.strip() for line in self.prompts.splitlines() if line.strip()]
+        for prompt in prompts:
+            check_llm_prompt(prompt + self.system_prompt, llm.context_length, llm.name)
+        finished: list[int] = []
+
+        def on_done(index: int, out: Any) -> None:
+            finished.append(index)
+            ctx.progress(len(finished), len(prompts), kind="answer")
+
+        started = time.perf_counter()
+        outs = generate_texts(ctx.memory, llm, [self.request(p) for p in prompts], on_done=on_done)
+        wall = time.perf_counter() - started
+        texts = [out.text.strip() for out in outs]
+        for text in texts:
+            ctx.text(text + "\n\n")
+        tokens = sum(len(out.result.tokens) for out in outs)
+        metrics = {
+            "ttft_s": min(out.result.ttft_s for out in outs),
+            "decode_tokens_per_s": tokens / wall if wall > 0 else 0.0,
+            "kv_bytes": float(sum(out.kv_reserved_bytes for out in outs)),
+            "tokens": float(tokens),
+            "prompt_tokens": float(sum(out.result.prompt_tokens for out in outs)),
+            "prompts": float(len(prompts)),
+        }
+        for name, value in metrics.items():
+            ctx.metric(name, value)
+        ctx.log(
+            f"{len(prompts)} prompts, {tokens} tokens in {wall:.2f} s ({metrics['decode_tokens_per_s']:.1f} tokens/s)"
+        )
+        return {"text": "\n\n".join(texts)}
 
 
 NODES: tuple[NodeSpec, ...] = (LoadLLM.spec, LLMGenerate.spec)

@@ -74,7 +74,7 @@ def test_streaming_sends_the_text_as_deltas(server) -> None:
     request = {**REQUEST, "messages": [{"role": "user", "content": "stream this"}]}
     status, body = _post(server, {**request, "stream": True})  # first: generated live, token by token
     assert status == 200
-    status, plain = _post(server, request)  # then the same request, answered from the cache
+    status, plain = _post(server, request)  # then the same request, not streamed (greedy: the same text)
     events = [line.removeprefix("data: ") for line in body.decode().split("\n\n") if line]
     assert events[-1] == "[DONE]"
     chunks = [json.loads(e) for e in events[:-1]]

@@ -19,6 +19,8 @@ from PIL import Image, UnidentifiedImageError
 from nodes.files import atomic_write_bytes
 from pipelines.models_library import NameEscapeError, confined_relative
 
+_MAX_NAME_BYTES = 255  # one file or folder name, as Linux, macOS and Windows file systems allow
+
 
 class FileRefused(Exception):
     """A request's file name or content that is refused; `status` is the HTTP status to answer with."""
@@ -41,6 +43,11 @@ def _inside(folder: Path, subfolder: str, filename: str) -> Path:
         raise FileRefused(
             400, f"filename {filename!r}: a plain file name is expected (use subfolder for folders)"
         )
+    if "\x00" in filename or "\x00" in subfolder:
+        raise FileRefused(400, "a file name may not hold a NUL character")
+    parts = [*subfolder.replace("\\", "/").split("/"), filename]
+    if any(len(part.encode()) > _MAX_NAME_BYTES for part in parts):  # the OS would refuse it (ENAMETOOLONG)
+        raise FileRefused(400, f"a file or folder name is over {_MAX_NAME_BYTES} bytes")
     where = f"the {folder.name} folder"
     try:
         relative = confined_relative(f"{subfolder}/{filename}" if subfolder else filename, where)
@@ -48,7 +55,11 @@ def _inside(folder: Path, subfolder: str, filename: str) -> Path:
         raise FileRefused(403, str(exc)) from None
     path = folder / relative
     real_folder = folder.resolve()
-    if not path.resolve().is_relative_to(real_folder):
+    try:
+        real = path.resolve()
+    except OSError as exc:  # a link loop, a path the OS will not take
+        raise FileRefused(400, f"{relative.as_posix()!r}: {exc.strerror or exc}") from None
+    if not real.is_relative_to(real_folder):
         raise FileRefused(403, f"{relative.as_posix()!r} is a link out of {where}")
     return path
 

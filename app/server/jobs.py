@@ -43,6 +43,9 @@ class Job:
     cancel: CancelToken = field(default_factory=CancelToken)
     on_done: Callable[[dict[str, Any]], None] | None = None
     on_event: Callable[[Any], None] | None = None  # every executor event too, on the run thread (streaming)
+    chat: Any = (
+        None  # an OpenAI chat (`chat_engine.ChatSpec`): run in the batched decode loop, not the executor
+    )
 
     def row(self) -> list[Any]:
         """ComfyUI's queue row: `[number, prompt_id, prompt, extra_data, outputs_to_execute]`."""
@@ -57,6 +60,7 @@ class JobQueue:
         self._order = itertools.count()  # FIFO among equal numbers
         self._counter = 0  # ComfyUI's `self.number`
         self.running: Job | None = None
+        self.joined: list[Job] = []  # chats taken into the running chat batch (`take_joining`)
         self.history: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self._max_history = max_history
         self._closed = False
@@ -87,6 +91,17 @@ class JobQueue:
         self._changed()
         return job
 
+    def take_joining(self, accepts: Callable[[Job], bool]) -> Job | None:
+        """The front pending job if `accepts(job)` (a chat that can join the running batch), else None: only
+        the front, so a chat never jumps ahead of a graph queued before it."""
+        with self._lock:
+            if self._closed or not self._heap or not accepts(self._heap[0][2]):
+                return None
+            _, _, job = heapq.heappop(self._heap)
+            self.joined.append(job)
+        self._changed()
+        return job
+
     def finish(self, job: Job, entry: dict[str, Any]) -> None:
         """`job` ended: its ComfyUI history entry is kept (oldest dropped past the limit)."""
         with self._lock:
@@ -95,7 +110,13 @@ class JobQueue:
                 self.history.popitem(last=False)
             if self.running is job:
                 self.running = None
+            self.joined = [j for j in self.joined if j is not job]
         self._changed()
+
+    def running_jobs(self) -> list[Job]:
+        """The job the run thread took and the chats that joined its batch."""
+        with self._lock:
+            return [j for j in (self.running, *self.joined) if j is not None]
 
     def pending(self) -> list[Job]:
         with self._lock:
@@ -108,13 +129,14 @@ class JobQueue:
     def remaining(self) -> int:
         """ComfyUI's `queue_remaining`: pending plus the one running."""
         with self._lock:
-            return len(self._heap) + (self.running is not None)
+            return len(self._heap) + (self.running is not None) + len(self.joined)
 
     def known(self, prompt_id: str) -> bool:
         with self._lock:
             return (
                 prompt_id in self.history
                 or (self.running is not None and self.running.prompt_id == prompt_id)
+                or any(job.prompt_id == prompt_id for job in self.joined)
                 or any(job.prompt_id == prompt_id for _, _, job in self._heap)
             )
 
@@ -168,9 +190,9 @@ class JobQueue:
             dropped = [job for _, _, job in self._heap]
             self._heap = []
             self._lock.notify_all()
-            running = self.running
-        if running is not None:
-            running.cancel.cancel()
+            running = [j for j in (self.running, *self.joined) if j is not None]
+        for job in running:
+            job.cancel.cancel()
         for job in dropped:
             if job.on_done is not None:
                 job.on_done({"ok": False, "error": "the server is shutting down"})

@@ -1,7 +1,9 @@
-"""OpenAI's `POST /v1/chat/completions`, answered by the LLM graph (LoadLLM -> LLMGenerate) run on the
-server's queue, so the model stays loaded between requests like any other.
+"""OpenAI's `POST /v1/chat/completions` as an LLM graph (LoadLLM -> LLMGenerate): the request becomes that
+graph (checked like any workflow), and the run thread's chat batch (`chat_engine`) decodes it with the
+request the node would build, so the answer is the graph's.
 
-Lives here: `ChatRefused`, `chat_workflow`, `completion`, `chunk`, `openai_error`. Imports `nodes.workflow`
+Lives here: `ChatRefused`, `chat_workflow`, `completion`, `chunk`, `finish_chunk`, `usage`, `timings`,
+`openai_error`. Imports `nodes.workflow`
 (FORMAT, VERSION), `pipelines.models_library`; the LLM itself only through the node types (never
 `pipelines.llm` directly).
 
@@ -145,9 +147,29 @@ def _finish_reason(tokens: float | None, max_tokens: int) -> str:
     return "length" if tokens is not None and tokens >= max_tokens else "stop"
 
 
+def usage(metrics: dict[str, float]) -> dict[str, int]:
+    prompt_tokens, tokens = int(metrics.get("prompt_tokens", 0)), int(metrics.get("tokens") or 0)
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": tokens,
+        "total_tokens": prompt_tokens + tokens,
+    }
+
+
+def timings(metrics: dict[str, float]) -> dict[str, float]:
+    """Not in OpenAI's schema (its clients keep unknown fields): time to first token, prompt and decode
+    speed, and how many chats were decoded together with this one."""
+    return {
+        "ttft_s": round(metrics.get("ttft_s", 0.0), 4),
+        "prompt_tokens_per_s": round(metrics.get("prefill_tokens_per_s", 0.0), 2),
+        "tokens_per_s": round(metrics.get("decode_tokens_per_s", 0.0), 2),
+        "batch_size": int(metrics.get("batch_size", 1)),
+    }
+
+
 def completion(cid: str, settings: dict[str, Any], text: str, metrics: dict[str, float]) -> dict[str, Any]:
-    """The non-streamed answer, OpenAI's `chat.completion` object."""
-    prompt_tokens, tokens = int(metrics.get("prompt_tokens", 0)), metrics.get("tokens")
+    """The non-streamed answer, OpenAI's `chat.completion` object (plus `timings`)."""
+    tokens = metrics.get("tokens")
     return {
         "id": cid,
         "object": "chat.completion",
@@ -160,11 +182,8 @@ def completion(cid: str, settings: dict[str, Any], text: str, metrics: dict[str,
                 "finish_reason": _finish_reason(tokens, settings["max_tokens"]),
             }
         ],
-        "usage": {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": int(tokens or 0),
-            "total_tokens": prompt_tokens + int(tokens or 0),
-        },
+        "usage": usage(metrics),
+        "timings": timings(metrics),
     }
 
 
@@ -182,4 +201,7 @@ def chunk(
 
 
 def finish_chunk(cid: str, settings: dict[str, Any], metrics: dict[str, float]) -> dict[str, Any]:
-    return chunk(cid, settings, {}, _finish_reason(metrics.get("tokens"), settings["max_tokens"]))
+    """The last chunk: the finish reason, and the usage and timings (OpenAI sends usage on a chunk when
+    asked with `stream_options.include_usage`; here always, its clients read it when present)."""
+    last = chunk(cid, settings, {}, _finish_reason(metrics.get("tokens"), settings["max_tokens"]))
+    return {**last, "usage": usage(metrics), "timings": timings(metrics)}

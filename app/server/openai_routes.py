@@ -1,6 +1,9 @@
 """The OpenAI-compatible route: `POST /v1/chat/completions`, plain or streamed (server-sent events).
 
-Lives here: `OPENAI_ROUTES`. Imports aiohttp, `nodes.events` (NodeText), `app.server.*`. Errors here take
+Lives here: `OPENAI_ROUTES`. Imports aiohttp, `nodes.events` (NodeText), `app.server.*`.
+
+A chat is a queued job carrying its `ChatSpec`: the run thread decodes it in the chat batch (`chat_engine`),
+together with the other chats running then; its text streams back as `NodeText` events, as a graph's would. Errors here take
 OpenAI's shape (`{"error": {message, type, param, code}}`), which its client libraries read.
 """
 
@@ -13,6 +16,7 @@ from typing import Any
 
 from aiohttp import web
 
+from app.server.chat_engine import chat_spec
 from app.server.jobs import Job
 from app.server.openai_chat import (
     GENERATE,
@@ -52,6 +56,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     except RequestRefused as exc:
         return web.json_response(openai_error(str(exc)), status=400)
     job = Job(state.queue.next_number(False), cid, body, {}, [], wf, native=True)
+    job.chat = chat_spec(wf, state.registry)  # decoded in the run thread's chat batch (chat_engine)
     done: asyncio.Future[dict[str, Any]] = loop.create_future()
     deltas: asyncio.Queue[str | None] = asyncio.Queue()
     stream = body.get("stream") is True
@@ -82,6 +87,8 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         result = await done
         if not result.get("ok"):
             message = result.get("error") or "the run failed"
+            if result.get("refused"):  # e.g. a prompt longer than the model's context
+                return web.json_response(openai_error(message), status=400)
             return web.json_response(openai_error(message, None, "server_error"), status=500)
         return web.json_response(
             completion(cid, settings, result["texts"].get(GENERATE, ""), _metrics(result))
@@ -102,7 +109,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
             await send(chunk(cid, settings, {"content": delta}))
         result = done.result()
         cached = result.get("texts", {}).get(GENERATE)
-        if result.get("ok") and not streamed and cached:  # the same request again: the cache answered
+        if result.get("ok") and not streamed and cached:  # nothing streamed (an answer with no deltas)
             await send(chunk(cid, settings, {"content": cached}))
         if result.get("ok"):
             await send(finish_chunk(cid, settings, _metrics(result)))

@@ -19,6 +19,7 @@ import uuid
 from typing import Any
 
 from aiohttp import WSMsgType, web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from app.server.comfy_shapes import error_body, node_info, object_info, problems_body
 from app.server.files import FileRefused, folder_for, save_upload, view_path
@@ -179,10 +180,9 @@ async def post_run(request: web.Request) -> web.Response:
 
 async def get_queue(request: web.Request) -> web.Response:
     queue = _state(request).queue
-    running = queue.running
     return _json(
         {
-            "queue_running": [running.row()] if running is not None else [],
+            "queue_running": [job.row() for job in queue.running_jobs()],  # a chat batch is several
             "queue_pending": [job.row() for job in queue.pending()],
         }
     )
@@ -281,7 +281,16 @@ async def upload_image(request: web.Request) -> web.Response:
     state = _state(request)
     if not request.content_type.startswith("multipart/"):
         raise BadRequest("expected a multipart form with an 'image' file", "invalid_request")
-    post = await request.post()
+    try:
+        post = await request.post()
+    except (
+        ValueError,
+        HttpProcessingError,
+    ) as exc:  # a part without a name, a bad part header, a broken boundary
+        reason = exc.message if isinstance(exc, HttpProcessingError) else str(exc)
+        raise BadRequest(
+            f"the multipart form: {str(reason).splitlines()[0][:200]}", "invalid_request"
+        ) from None
     image = post.get("image")
     if not isinstance(image, web.FileField) or not image.filename:
         raise BadRequest("expected a multipart form with an 'image' file", "invalid_request")

@@ -1,7 +1,7 @@
 """The one run thread: takes jobs from the queue and runs them with the server's one executor and memory
 manager, so models stay resident across requests under the memory policy.
 
-Lives here: `RunWorker`, `memory_summary`. Imports `memory`, `nodes.executor`, `app.history_file`,
+Lives here: `RunWorker`, `memory_summary`. Imports `memory`, `nodes.executor`, `app.history_file`, `app.server.chat_engine` (chats),
 `app.server.*`.
 
 Around each run it sends ComfyUI's `execution_start`, `execution_cached`, then (from `messages`) the node
@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from app.history_file import HistoryEntry, append_history, seeds_of, video_poster, with_figures
+from app.server.chat_engine import ChatEngine
 from app.server.comfy_shapes import history_entry, now_ms
 from app.server.jobs import Job, JobQueue
 from app.server.messages import RunMessages
@@ -67,6 +68,7 @@ class RunWorker:
         self.memory = MemoryManager(options.memory)
         self.memory.start_sampler()  # per-request peaks come from its samples
         self.executor = Executor(registry, self.memory, allow_pickle=options.allow_pickle)
+        self.chats = ChatEngine(self.memory, queue, options.allow_pickle, options.out_dir)
         self._thread = threading.Thread(target=self._loop, name="nodeloom-serve-run", daemon=True)
 
     def start(self) -> None:
@@ -83,7 +85,10 @@ class RunWorker:
     def _loop(self) -> None:
         while (job := self.queue.take()) is not None:
             try:
-                self._run(job)
+                if job.chat is not None:
+                    self.chats.run(job)
+                else:
+                    self._run(job)
             except Exception:  # a bug here must not end the thread: the server would queue forever
                 log.exception("run %s: unexpected error", job.prompt_id)
                 self.queue.finish(job, history_entry(job.row(), {}, "error", [], {}))
