@@ -46,6 +46,12 @@ class EmptyVideoLatent(Node):
         from pipelines.diffusion.values import Latents
         from pipelines.diffusion.video_vae import video_latent_shape
 
+        if self.vae.family.name == "ltx2":
+            from pipelines.diffusion.ltx2_nodes import empty_ltx2_latent
+
+            return {
+                "latent": empty_ltx2_latent(self.vae, self.denoiser, self.width, self.height, self.frames)
+            }
         config = self.vae.config
         scale = self.vae.scale_factor
         multiple = scale
@@ -67,7 +73,8 @@ class EmptyVideoLatent(Node):
     title="VAE Decode Video",
     category="diffusion/latent",
     outputs=[Output("video", VIDEO)],
-    description="Video latents -> a VIDEO (frames at a frame rate, no sound), decoded by a video VAE (Wan).",
+    description="Video latents -> a VIDEO (frames at a frame rate; LTX-2: with its sound track), decoded by a "
+    "video VAE (Wan, LTX-2).",
 )
 class VAEDecodeVideo(Node):
     vae: VaeRef = wire(VAE)
@@ -78,9 +85,14 @@ class VAEDecodeVideo(Node):
         from pipelines.diffusion.video_vae import decode_video
         from pipelines.video.value import Video
 
-        frames = decode_video(ctx.memory, self.vae, self.latent)
-        ctx.metric("video_frames", float(frames.shape[0]))
-        return {"video": Video(frames, float(self.fps))}
+        if self.vae.family.name == "ltx2":  # frames and the sound track
+            from pipelines.diffusion.ltx2_nodes import decode_ltx2
+
+            video = decode_ltx2(ctx.memory, self.vae, self.latent, float(self.fps))
+        else:
+            video = Video(decode_video(ctx.memory, self.vae, self.latent), float(self.fps))
+        ctx.metric("video_frames", float(video.count))
+        return {"video": video}
 
 
 NODES: tuple[NodeSpec, ...] = (EmptyVideoLatent.spec, VAEDecodeVideo.spec)

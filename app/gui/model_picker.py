@@ -41,6 +41,7 @@ DEMO_NAMES = (
     "tiny-flux2-dev",
     "tiny-wan",
     "tiny-wan22",
+    "tiny-ltx2",
 )
 
 # Models shipped with Nodeloom, by loader type (`builtin:` names, see pipelines/paths.py).

@@ -230,6 +230,11 @@ def load_diffusers_folder(
         )
         denoiser = replace(loaded.denoiser, low_noise=second, boundary_ratio=float(index["boundary_ratio"]))
         loaded = replace(loaded, denoiser=denoiser)
+    if family.name == "ltx2":  # the sound track's decoder travels with the video VAE
+        from pipelines.diffusion.ltx2_vae import register_audio_decoder
+
+        audio = register_audio_decoder(mm, root, torch_dtype, _register_pretrained, allow_pickle=allow_pickle)
+        loaded = replace(loaded, vae=replace(loaded.vae, audio=audio))
     return loaded
 
 

@@ -1,0 +1,155 @@
+"""LTX-2's latents in and out: the video VAE (5D latents <-> frames) and the audio VAE + vocoder (latent
+spectrogram -> waveform), through the memory manager.
+
+Lives here: `register_audio_decoder`, `ltx2_latent_shapes`, `decode_ltx2_video`, `decode_ltx2_audio`,
+`audio_latent_frames`, `ltx2_vae_working`, `AUDIO_LATENT_DOWNSAMPLE`. May import: stdlib, torch, diffusers, memory,
+pipelines.diffusion.values / assembly.
+
+Mirrors the end of `LTX2Pipeline.__call__`: the video latents (1, C, F, h, w) are as the transformer sees
+them (normalised by the VAE's `latents_mean` / `latents_std` buffers and `scaling_factor`), so decode undoes
+that in the pipeline's order and post-processes with diffusers' `VideoProcessor`; a VAE with
+`timestep_conditioning` decodes at the pipeline's default `decode_timestep` 0 (its noise scale is then 0:
+the latents are used as they are). The audio latents travel as (1, C, L, mel bins), normalised per packed
+feature; decode packs them, denormalises, unpacks to (1, C, L, mel bins), decodes a mel spectrogram and the
+vocoder makes the waveform at its `output_sampling_rate`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from memory import MemoryManager, ModelHandle, Working
+from pipelines.diffusion.assembly import read_json
+from pipelines.diffusion.values import AudioDecoderRef, Latents, VaeRef, ltx2_vae_ratios
+
+# `AutoencoderKLLTX2Audio`'s LATENT_DOWNSAMPLE_FACTOR: 4x in time and in mel bins (not in its config).
+AUDIO_LATENT_DOWNSAMPLE = 4
+
+
+def _vocoder_class(root: Path) -> type:
+    """The vocoder class model_index.json names (`LTX2Vocoder`, or `LTX2VocoderWithBWE` for LTX-2.3)."""
+    library, name = read_json(root / "model_index.json").get("vocoder", ("ltx2", "LTX2Vocoder"))
+    module = "diffusers.pipelines.ltx2" if library == "ltx2" else str(library)
+    return getattr(importlib.import_module(module), str(name))
+
+
+def register_audio_decoder(
+    mm: MemoryManager,
+    root: Path,
+    dtype: torch.dtype,
+    register: Callable[..., ModelHandle],
+    *,
+    allow_pickle: bool,
+) -> AudioDecoderRef:
+    """The folder's `audio_vae` and `vocoder` as two lazy `vae` components (`register`: the folder loader's
+    own `_register_pretrained`)."""
+    from diffusers import AutoencoderKLLTX2Audio
+
+    vae = register(
+        mm, root, "audio_vae", AutoencoderKLLTX2Audio, kind="vae", dtype=dtype, allow_pickle=allow_pickle
+    )
+    vocoder = register(
+        mm, root, "vocoder", _vocoder_class(root), kind="vae", dtype=dtype, allow_pickle=allow_pickle
+    )
+    return AudioDecoderRef(
+        vae=vae,
+        vae_config=read_json(root / "audio_vae" / "config.json"),
+        vocoder=vocoder,
+        vocoder_config=read_json(root / "vocoder" / "config.json"),
+        dtype=dtype,
+    )
+
+
+def audio_latent_frames(audio: AudioDecoderRef, frames: int, fps: float) -> int:
+    """The pipeline's `audio_num_frames`: the video's duration in audio latents (sample rate / hop / 4)."""
+    per_second = audio.vae_config.get("sample_rate", 16000) / audio.vae_config.get("mel_hop_length", 160)
+    return round(frames / fps * per_second / float(AUDIO_LATENT_DOWNSAMPLE))
+
+
+def ltx2_latent_shapes(
+    vae: VaeRef, width: int, height: int, frames: int, fps: float
+) -> tuple[tuple[int, int, int, int, int], tuple[int, int, int, int] | None]:
+    """((1, C, latent frames, h, w), (1, C, audio latent frames, mel bins) or None without an audio
+    decoder), or ValueError naming the field that does not fit the VAE."""
+    spatial, temporal = ltx2_vae_ratios(vae.config)
+    if (frames - 1) % temporal:
+        raise ValueError(
+            f"field 'frames': this VAE makes 1 + {temporal}k frames (1, {1 + temporal}, {1 + 2 * temporal}, ...), "
+            f"got {frames}"
+        )
+    channels = int(vae.config.get("latent_channels", 128))
+    video = (1, channels, (frames - 1) // temporal + 1, height // spatial, width // spatial)
+    if vae.audio is None:
+        return video, None
+    config = vae.audio.vae_config
+    mel = int(config.get("mel_bins", 64)) // AUDIO_LATENT_DOWNSAMPLE
+    audio = (1, int(config.get("latent_channels", 8)), audio_latent_frames(vae.audio, frames, fps), mel)
+    return video, audio
+
+
+# The generic decoder estimate: about this many values alive per output pixel at the full-resolution stage
+# (the last up block's channels, a few copies), plus the (3, frames, H, W) output. Not measured at full size.
+_PER_PIXEL_PER_CHANNEL = 6
+
+
+def ltx2_vae_working(ref: VaeRef, latents: Latents) -> Working:
+    _, _, frames, h, w = latents.samples.shape
+    spatial, temporal = ltx2_vae_ratios(ref.config)
+    height, width = h * spatial, w * spatial
+    out_frames = (frames - 1) * temporal + 1
+    channels = int(min(ref.config.get("decoder_block_out_channels", (256,))))
+    elements = (_PER_PIXEL_PER_CHANNEL * channels + 3) * out_frames * height * width
+    return Working(elements * torch.finfo(ref.dtype).bits // 8, f"1x{frames}x{height}x{width}")
+
+
+def _buffers(vae: torch.nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    mean = vae.latents_mean.view(1, -1, 1, 1, 1).to(x.device, x.dtype)
+    std = vae.latents_std.view(1, -1, 1, 1, 1).to(x.device, x.dtype)
+    return mean, std
+
+
+@torch.no_grad()
+def decode_ltx2_video(mm: MemoryManager, ref: VaeRef, latents: Latents) -> torch.Tensor:
+    """Video latents -> frames (T, H, W, 3) float32 in [0, 1], CPU."""
+    from diffusers.video_processor import VideoProcessor
+
+    samples = latents.samples
+    if samples.ndim != 5 or samples.shape[0] != 1:
+        raise ValueError(f"input 'latent': one video latent (1, C, frames, h, w), got {tuple(samples.shape)}")
+    scaling = float(ref.config.get("scaling_factor", 1.0))
+    with mm.use(ref.handle, working=ltx2_vae_working(ref, latents)) as vae:
+        x = samples.to(device=mm.device, dtype=ref.dtype)
+        mean, std = _buffers(vae, x)
+        x = x * std / scaling + mean  # the pipeline's _denormalize_latents
+        timestep = None
+        if ref.config.get("timestep_conditioning"):  # decode_timestep 0, decode_noise_scale 0: x unchanged
+            timestep = torch.zeros(1, device=x.device, dtype=x.dtype)
+        video = vae.decode(x, timestep, return_dict=False)[0]  # (1, 3, T, H, W) in [-1, 1]
+    processor = VideoProcessor(vae_scale_factor=ref.scale_factor)
+    frames = processor.postprocess_video(video, output_type="pt")[0]  # (T, 3, H, W) in [0, 1]
+    return frames.permute(0, 2, 3, 1).to(dtype=torch.float32, device="cpu")
+
+
+@torch.no_grad()
+def decode_ltx2_audio(
+    mm: MemoryManager, ref: AudioDecoderRef, audio: torch.Tensor
+) -> tuple[torch.Tensor, int]:
+    """Audio latents (1, C, L, mel) -> (waveform (channels, samples) float32 CPU, sample rate)."""
+    mel_bins = audio.shape[3]
+    with mm.use(ref.vae) as audio_vae:
+        x = (
+            audio.to(device=mm.device, dtype=torch.float32).transpose(1, 2).flatten(2, 3)
+        )  # packed (1, L, C x mel)
+        mean = audio_vae.latents_mean.to(x.device, x.dtype)
+        std = audio_vae.latents_std.to(x.device, x.dtype)
+        x = x * std + mean  # the pipeline's _denormalize_audio_latents, on the packed latents
+        x = x.unflatten(2, (-1, mel_bins)).transpose(1, 2)  # (1, C, L, mel): _unpack_audio_latents
+        mel = audio_vae.decode(x.to(ref.dtype), return_dict=False)[0]
+    with mm.use(ref.vocoder) as vocoder:
+        wave = vocoder(mel.to(mm.device))  # (1, channels, samples)
+    rate = int(ref.vocoder_config.get("output_sampling_rate", 24000))
+    return wave[0].to(dtype=torch.float32, device="cpu"), rate
