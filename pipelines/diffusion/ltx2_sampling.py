@@ -115,10 +115,11 @@ def unpack_audio(a: torch.Tensor, mel_bins: int) -> torch.Tensor:
     return a.unflatten(2, (-1, mel_bins)).transpose(1, 2)
 
 
-# Fitted on the meta device (tests/test_family_ltx2.py): at LTX-2 19B's widths a call keeps about this many
-# values alive per video token (x hidden) and per audio token (x audio hidden), plus the text tokens' keys
-# and values; the CFG call is a doubled batch, so everything counts twice.
-_PER_VIDEO_TOKEN, _PER_AUDIO_TOKEN, _PER_TEXT_TOKEN = 12, 12, 6
+# Fitted on the meta device (tests/test_family_ltx2.py, tests/live_tensors.py): at LTX-2 19B's widths
+# (4096 video, 2048 audio), 49 to 121 frames at 768x512 and 1280x704, a call keeps about 18.5 values per video
+# token x hidden alive, 11 per audio token x audio hidden and 2.3 per text token x both widths (the
+# projected captions' keys and values); the CFG call is a doubled batch, so everything counts twice.
+_PER_VIDEO_TOKEN, _PER_AUDIO_TOKEN, _PER_TEXT_TOKEN = 19, 12, 3
 _FIXED = 64 * 2**20
 
 
