@@ -98,6 +98,9 @@ def default_registry(*, entry_point_packs: bool = True) -> NodeRegistry:
     from nodes.flux2 import NODES as FLUX2_NODES  # FLUX.2 reference pictures (issue 26)
 
     registry.register_all(FLUX2_NODES)
+    from nodes.ltx2 import NODES as LTX2_NODES  # LTXV Image to Video (issue 27)
+
+    registry.register_all(LTX2_NODES)
     if entry_point_packs:
         registry.load_entry_points()
     return registry

@@ -270,3 +270,67 @@ def test_working_memory_formula_covers_the_full_size_transformer(
     # Never below what is alive (a budget would be overrun), at most 15% above (streaming keeps fewer blocks).
     print(f"ltx2 working {width}x{height}x{frames}: {formula / measured:.3f}x")
     assert measured <= formula <= 1.15 * measured, f"{formula / measured:.3f}x of {measured / 2**20:.0f} MiB"
+
+
+IMG2VIDEO = REPO / "resources/workflows/img2video_ltx2.json"
+
+
+def i2v_pipeline_frames(folder: Path, picture: Path, *, crf: int | None) -> np.ndarray:
+    from diffusers import LTX2ImageToVideoPipeline
+
+    pipe = LTX2ImageToVideoPipeline.from_pretrained(str(folder), dtype=torch.float32)
+    pipe.set_progress_bar_config(disable=True)
+    out = pipe(
+        image=Image.open(picture).convert("RGB"),
+        image_crf=crf,  # None: the pipeline's default for Gemma 3 folders (33)
+        prompt=PROMPT,
+        negative_prompt=NEGATIVE,
+        height=HEIGHT,
+        width=WIDTH,
+        num_frames=FRAMES,
+        frame_rate=FPS,
+        num_inference_steps=4,
+        guidance_scale=3.0,
+        generator=torch.Generator("cpu").manual_seed(42),
+        output_type="np",
+    )
+    return (out.frames[0] * 255).round().astype(np.uint8)
+
+
+# crf 33: the picture re-compressed with H.264 first, as the pipeline does by default; 0: as it is. The
+# 64x64 picture is resized to 64x32 on both sides (bilinear, the pipeline's VideoProcessor).
+@pytest.mark.parametrize("crf", [33, 0])
+def test_image_to_video_matches_the_i2v_pipeline(folder: Path, tmp_path: Path, crf: int) -> None:
+    from pipelines.paths import builtin_image_path
+
+    spec = json.loads(IMG2VIDEO.read_text())["nodes"]
+    assert spec["load"]["params"]["path"] == "demo:tiny-ltx2"
+    picture = builtin_image_path(spec["image"]["params"]["path"])
+    args = ["--run", str(IMG2VIDEO), "--out", str(tmp_path), "--quiet", "--device", "cpu"]
+    sets = {
+        "load.path": folder,
+        "positive.text": PROMPT,
+        "negative.text": NEGATIVE,
+        "latent.width": WIDTH,
+        "latent.height": HEIGHT,
+        "latent.frames": FRAMES,
+        "latent.crf": crf,
+        "save.format": "png",
+    }
+    assert main([*args, *(x for k, v in sets.items() for x in ("--set", f"{k}={v}"))]) == 0
+    ours = frames_in(tmp_path)
+    assert_same_video(ours, i2v_pipeline_frames(folder, picture, crf=crf if crf else 0))
+    assert run_cli(folder, tmp_path / "t2v") == 0
+    assert not np.array_equal(ours, frames_in(tmp_path / "t2v"))  # the picture took effect
+
+
+def test_the_shipped_image_to_video_workflow_runs_with_sound(tmp_path: Path) -> None:
+    import av
+
+    assert main(["--run", str(IMG2VIDEO), "--out", str(tmp_path), "--quiet"]) == 0
+    (path,) = tmp_path.iterdir()
+    with av.open(str(path)) as container:
+        assert len(container.streams.audio) == 1
+        video = container.streams.video[0]
+        frames = sum(1 for _ in container.decode(video))
+    assert frames == json.loads(IMG2VIDEO.read_text())["nodes"]["latent"]["params"]["frames"]

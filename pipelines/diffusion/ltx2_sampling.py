@@ -15,6 +15,8 @@ stream, the same sigmas). `cfg` is the pipeline's `guidance_scale`; every other 
 default (`LTX2Guidance`), so the audio stream is always guided (its CFG is 7) and a negative prompt is always
 needed. The schedule is the pipeline's: sigmas 1 -> 1/steps, the dynamic shift `mu` from the video token
 count. The frame rate the latent was made for (`Latents.fps`) conditions the video positions.
+Image-to-video (`Latents.keep_mask`, from LTXV Image to Video) is `LTX2ImageToVideoPipeline`'s: the first
+latent frame starts as the encoded picture, its tokens see timestep 0, and the Euler step skips it.
 """
 
 from __future__ import annotations
@@ -149,6 +151,10 @@ def _check(
         check_flow_scheduler(denoiser, settings)
     if settings.denoise < 1.0:
         raise ValueError(f"{title}: denoise below 1 (video-to-video) is not supported yet")
+    if latents.keep_mask is not None and (
+        latents.keep_mask[:, :, 1:].any() or not latents.keep_mask[:, :, 0].all()
+    ):
+        raise ValueError(f"{title}: only the first frame can be conditioned (LTX-2 Image to Video)")
     if latents.samples.ndim != 5 or latents.audio is None:
         raise ValueError(
             f"{title} denoises a video latent with its sound track: feed the sampler from an Empty Video Latent "
@@ -192,6 +198,11 @@ def sample_ltx2(
     x = randn_tensor(
         tuple(latents.samples.shape), generator=generator, device=torch.device(device), dtype=torch.float32
     )
+    keep = None  # image-to-video: the packed conditioning mask (1, F x h x w), 1 on the first frame's tokens
+    if latents.keep_mask is not None:  # the pipeline's interpolation: the encoded frame kept, noise elsewhere
+        mask = latents.keep_mask.to(device=device, dtype=torch.float32)
+        x = latents.samples.to(device=device, dtype=torch.float32) * mask + x * (1 - mask)
+        keep = pack_video(mask, p, pt).squeeze(-1)
     x = pack_video(x, p, pt)  # (1, F x h x w, C)
     a = randn_tensor(
         tuple(latents.audio.shape), generator=generator, device=torch.device(device), dtype=torch.float32
@@ -239,12 +250,15 @@ def sample_ltx2(
         )
 
         def call(xv, xa, t, vt, at, mask, vc, ac, *, isolate=False, stg=None):
+            # image-to-video: a per-token video timestep, 0 on the kept frame (the audio's stays per sample)
+            video_t = t if keep is None else t.unsqueeze(-1) * (1 - keep.repeat(t.shape[0], 1))
             v, va = model(
                 hidden_states=xv.to(dtype),
                 audio_hidden_states=xa.to(dtype),
                 encoder_hidden_states=vt,
                 audio_encoder_hidden_states=at,
-                timestep=t,
+                timestep=video_t,
+                audio_timestep=None if keep is None else t,
                 sigma=t,
                 encoder_attention_mask=mask,
                 audio_encoder_attention_mask=mask,
@@ -310,7 +324,13 @@ def sample_ltx2(
             # back to velocities (the pipeline's convert_x0_to_velocity) for the Euler steps
             v_g = (x - x0_g) / scheduler.sigmas[i]
             va_g = (a - a0_g) / audio_scheduler.sigmas[i]
-            x = scheduler.step(v_g, t, x, return_dict=False)[0]
+            if keep is None:
+                x = scheduler.step(v_g, t, x, return_dict=False)[0]
+            else:  # the pipeline steps every frame but the first, which stays the encoded picture
+                xs = unpack_video(x, frames, height, width, p, pt)
+                vs = unpack_video(v_g, frames, height, width, p, pt)
+                rest = scheduler.step(vs[:, :, 1:], t, xs[:, :, 1:], return_dict=False)[0]
+                x = pack_video(torch.cat([xs[:, :, :1], rest], dim=2), p, pt)
             a = audio_scheduler.step(va_g, t, a, return_dict=False)[0]
 
             if on_step is not None:

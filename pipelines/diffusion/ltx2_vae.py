@@ -2,7 +2,7 @@
 spectrogram -> waveform), through the memory manager.
 
 Lives here: `register_audio_decoder`, `ltx2_latent_shapes`, `decode_ltx2_video`, `decode_ltx2_audio`,
-`audio_latent_frames`, `ltx2_vae_working`, `AUDIO_LATENT_DOWNSAMPLE`. May import: stdlib, torch, diffusers, memory,
+`audio_latent_frames`, `encode_ltx2_image`, `ltx2_vae_working`, `AUDIO_LATENT_DOWNSAMPLE`. May import: stdlib, torch, diffusers, memory,
 pipelines.diffusion.values / assembly.
 
 Mirrors the end of `LTX2Pipeline.__call__`: the video latents (1, C, F, h, w) are as the transformer sees
@@ -153,3 +153,18 @@ def decode_ltx2_audio(
         wave = vocoder(mel.to(mm.device))  # (1, channels, samples)
     rate = int(ref.vocoder_config.get("output_sampling_rate", 24000))
     return wave[0].to(dtype=torch.float32, device="cpu"), rate
+
+
+@torch.no_grad()
+def encode_ltx2_image(mm: MemoryManager, ref: VaeRef, image: torch.Tensor) -> torch.Tensor:
+    """A (1, 3, H, W) picture in [-1, 1] -> its one-frame latent (1, C, 1, h, w), normalised as
+    `LTX2ImageToVideoPipeline.prepare_latents` does it: the distribution's mode, then the VAE's mean and
+    std with a scaling factor of 1 (the pipeline leaves the config's out here, unlike in decode)."""
+    _, _, height, width = image.shape
+    spatial, _ = ltx2_vae_ratios(ref.config)
+    latents = Latents(torch.zeros(1, 1, 1, height // spatial, width // spatial), spatial)
+    with mm.use(ref.handle, working=ltx2_vae_working(ref, latents)) as vae:
+        x = image.to(device=mm.device, dtype=ref.dtype).unsqueeze(2)  # (1, 3, 1, H, W)
+        z = vae.encode(x).latent_dist.mode().to(torch.float32)
+        mean, std = _buffers(vae, z)
+        return ((z - mean) * 1.0 / std).cpu()

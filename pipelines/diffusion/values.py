@@ -182,7 +182,8 @@ class Latents:
     # sees them once packed, and the frame rate both were sized for (it also conditions the positions).
     audio: torch.Tensor | None = None
     fps: float | None = None
-    # LTX-2 image-to-video: (B, 1, latent frames, h, w), 1 = denoise, 0 = keep the samples (the first frame).
+    # LTX-2 image-to-video: (B, 1, latent frames, h, w), the pipeline's conditioning mask: 1 = keep the samples
+    # (the encoded first frame), 0 = denoise from noise.
     keep_mask: torch.Tensor | None = None
 
     @property
