@@ -334,3 +334,18 @@ def test_the_shipped_image_to_video_workflow_runs_with_sound(tmp_path: Path) -> 
         video = container.streams.video[0]
         frames = sum(1 for _ in container.decode(video))
     assert frames == json.loads(IMG2VIDEO.read_text())["nodes"]["latent"]["params"]["frames"]
+
+
+def test_transformer_weights_are_recognised_and_single_files_refused(folder: Path) -> None:
+    from safetensors import safe_open
+
+    from pipelines.diffusion.families import UnsupportedModelError, detect_single_file_family
+    from pipelines.diffusion.family_detect import family_from_keys
+
+    with safe_open(str(folder / "transformer" / "diffusion_pytorch_model.safetensors"), framework="pt") as f:
+        keys = list(f.keys())
+    assert family_from_keys(keys, {}) == "ltx2"
+    # The key diffusers' own single-file loader recognises an original LTX-2 checkpoint by.
+    original = ["model.diffusion_model.av_ca_a2v_gate_adaln_single.emb.timestep_embedder.linear_1.weight"]
+    with pytest.raises(UnsupportedModelError, match="LTX-2"):
+        detect_single_file_family(original)

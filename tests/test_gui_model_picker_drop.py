@@ -75,6 +75,7 @@ def test_the_loader_field_lists_the_library_and_filters_as_you_type(
             "flux2-dev",
             "wan",
             "wan22",
+            "ltx2",
         )
     ]
     assert names == [

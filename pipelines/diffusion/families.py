@@ -432,6 +432,12 @@ def detect_single_file_family(keys: Iterable[str]) -> str:
         raise UnsupportedModelError(
             "this is a FLUX.2 transformer; single-file FLUX.2 is not supported yet (load its diffusers folder)"
         )
+    if has_prefix("model.diffusion_model.av_ca_a2v_gate_adaln_single.") or has_prefix(
+        "av_ca_a2v_gate_adaln_single."
+    ):
+        raise UnsupportedModelError(
+            "this is an LTX-2 checkpoint; single-file LTX-2 is not supported yet (load its diffusers folder)"
+        )
     if has_prefix("double_blocks.") or has_prefix("model.diffusion_model.double_blocks."):
         raise UnsupportedModelError("this is a Flux checkpoint; single-file Flux is not supported yet")
     if not has_prefix("model.diffusion_model."):
