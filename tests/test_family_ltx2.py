@@ -349,3 +349,41 @@ def test_transformer_weights_are_recognised_and_single_files_refused(folder: Pat
     original = ["model.diffusion_model.av_ca_a2v_gate_adaln_single.emb.timestep_embedder.linear_1.weight"]
     with pytest.raises(UnsupportedModelError, match="LTX-2"):
         detect_single_file_family(original)
+
+
+@pytest.mark.parametrize("layers", [2, 48])
+def test_working_memory_formula_covers_the_full_size_text_encoder(layers: int) -> None:
+    """Gemma 3 12B's text widths (48 layers is LTX-2's encoder) over the pipeline's 1024 padded tokens, on the
+    meta device, as `encode_ltx2` calls it (every hidden state, logits at the last position only) and stacks
+    the states. A one-layer vision tower stands in for SigLIP: it never runs for text. The attention mask is
+    left out: transformers' mask code reads its values, which meta tensors have none of."""
+    from transformers import Gemma3Config, Gemma3ForConditionalGeneration
+
+    from pipelines.diffusion.ltx2_text import gemma_stack_working_bytes
+    from tests.live_tensors import live_tensor_peak
+
+    text = dict(
+        vocab_size=262208,
+        hidden_size=3840,
+        intermediate_size=15360,
+        num_hidden_layers=layers,
+        num_attention_heads=16,
+        num_key_value_heads=8,
+        head_dim=256,
+        sliding_window=1024,
+    )
+    vision = dict(hidden_size=64, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2)
+    config = Gemma3Config(text_config=text, vision_config={**vision, "image_size": 28, "patch_size": 14})
+    meta = torch.device("meta")
+    with meta:
+        model = Gemma3ForConditionalGeneration(config)
+    ids = torch.zeros(1, 1024, dtype=torch.long, device=meta)
+
+    def encode() -> torch.Tensor:
+        states = model(input_ids=ids, output_hidden_states=True, logits_to_keep=1).hidden_states
+        return torch.stack(states, dim=-1).flatten(2, 3)
+
+    measured = live_tensor_peak(model, encode)
+    formula = gemma_stack_working_bytes(config.to_dict(), 1024, torch.float32)
+    print(f"ltx2 text encoder working, {layers} layers: {formula / measured:.3f}x")
+    assert measured <= formula <= 1.15 * measured, f"{formula / measured:.3f}x of {measured / 2**20:.0f} MiB"
