@@ -387,3 +387,40 @@ def test_working_memory_formula_covers_the_full_size_text_encoder(layers: int) -
     formula = gemma_stack_working_bytes(config.to_dict(), 1024, torch.float32)
     print(f"ltx2 text encoder working, {layers} layers: {formula / measured:.3f}x")
     assert measured <= formula <= 1.15 * measured, f"{formula / measured:.3f}x of {measured / 2**20:.0f} MiB"
+
+
+# LTX-2.0's video VAE as diffusers' conversion script configures it (scripts/convert_ltx2_to_diffusers.py).
+LTX20_VAE = dict(
+    decoder_block_out_channels=(256, 512, 1024),
+    layers_per_block=(4, 6, 6, 2, 2),
+    decoder_layers_per_block=(5, 5, 5, 5),
+    decoder_spatio_temporal_scaling=(True, True, True),
+    decoder_inject_noise=(False, False, False, False),
+    upsample_type=("spatiotemporal", "spatiotemporal", "spatiotemporal"),
+    upsample_residual=(True, True, True),
+    upsample_factor=(2, 2, 2),
+    decoder_causal=False,
+    spatial_compression_ratio=32,
+    temporal_compression_ratio=8,
+)
+
+
+@pytest.mark.parametrize(("width", "height", "frames"), [(768, 512, 121), (768, 512, 49), (1280, 704, 121)])
+def test_working_memory_formula_covers_the_full_size_video_vae(width: int, height: int, frames: int) -> None:
+    from diffusers import AutoencoderKLLTX2Video
+
+    from pipelines.diffusion.families import FAMILIES
+    from pipelines.diffusion.ltx2_vae import ltx2_vae_working
+    from pipelines.diffusion.values import Latents, VaeRef
+    from tests.live_tensors import live_tensor_peak
+
+    meta = torch.device("meta")
+    with meta:
+        vae = AutoencoderKLLTX2Video(**LTX20_VAE)
+    latents = torch.zeros(1, 128, (frames - 1) // 8 + 1, height // 32, width // 32, device=meta)
+    measured = live_tensor_peak(vae, lambda: vae.decode(latents, None, return_dict=False))
+    ref = VaeRef(None, FAMILIES["ltx2"], dict(vae.config), torch.float32)  # type: ignore[arg-type]
+    assert ref.scale_factor == 32
+    formula = ltx2_vae_working(ref, Latents(latents, 32)).formula_bytes
+    print(f"ltx2 vae working {width}x{height}x{frames}: {formula / measured:.3f}x")
+    assert measured <= formula <= 1.15 * measured, f"{formula / measured:.3f}x of {measured / 2**20:.0f} MiB"

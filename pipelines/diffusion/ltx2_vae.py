@@ -91,18 +91,24 @@ def ltx2_latent_shapes(
     return video, audio
 
 
-# The generic decoder estimate: about this many values alive per output pixel at the full-resolution stage
-# (the last up block's channels, a few copies), plus the (3, frames, H, W) output. Not measured at full size.
-_PER_PIXEL_PER_CHANNEL = 6
+# Fitted on the meta device (tests/test_family_ltx2.py): LTX-2's decoder runs all frames at once; its peak is
+# about 2.7 values per output pixel (frames x H x W) for every channel of its widest-resolution stage
+# (`decoder_block_out_channels[0]`) per patch pixel (`patch_size`^2), plus the (3, frames, H, W) output:
+# 1.09-1.10x of the live tensors for LTX-2.0's VAE at 768x512 and 1280x704, 49-121 frames; LTX-2.3's
+# decoder keeps less (1.28x).
+_PER_PIXEL_PER_CHANNEL = 2.75
 
 
 def ltx2_vae_working(ref: VaeRef, latents: Latents) -> Working:
+    """The decode's (or a one-frame encode's) live activations, from the output size."""
     _, _, frames, h, w = latents.samples.shape
     spatial, temporal = ltx2_vae_ratios(ref.config)
     height, width = h * spatial, w * spatial
     out_frames = (frames - 1) * temporal + 1
-    channels = int(min(ref.config.get("decoder_block_out_channels", (256,))))
-    elements = (_PER_PIXEL_PER_CHANNEL * channels + 3) * out_frames * height * width
+    channels = int(ref.config.get("decoder_block_out_channels", (256,))[0])
+    patch = int(ref.config.get("patch_size", 4))
+    per_pixel = _PER_PIXEL_PER_CHANNEL * channels / patch**2 + 3
+    elements = int(per_pixel * out_frames * height * width)
     return Working(elements * torch.finfo(ref.dtype).bits // 8, f"1x{frames}x{height}x{width}")
 
 
