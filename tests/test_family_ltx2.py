@@ -424,3 +424,49 @@ def test_working_memory_formula_covers_the_full_size_video_vae(width: int, heigh
     formula = ltx2_vae_working(ref, Latents(latents, 32)).formula_bytes
     print(f"ltx2 vae working {width}x{height}x{frames}: {formula / measured:.3f}x")
     assert measured <= formula <= 1.15 * measured, f"{formula / measured:.3f}x of {measured / 2**20:.0f} MiB"
+
+
+def test_the_frame_rate_sizes_the_sound_and_conditions_the_video(folder: Path, tmp_path: Path) -> None:
+    """Empty LTXV Latent Video at 12 fps: half the audio latents of 24 fps for the same frames, and the
+    pipeline's frames at `frame_rate=12` (the rate also conditions the transformer's positions)."""
+    from diffusers import LTX2Pipeline
+
+    data = json.loads(TXT2VIDEO.read_text())
+    latent = {"vae": ["load", "vae"], "denoiser": ["load", "denoiser"]}
+    data["nodes"]["latent"] = {"type": "EmptyLTXVLatentVideo", "params": {"fps": 12.0}, "inputs": latent}
+    workflow = tmp_path / "ltxv.json"
+    workflow.write_text(json.dumps(data))
+    args = ["--run", str(workflow), "--out", str(tmp_path / "out"), "--quiet", "--device", "cpu"]
+    sets = {
+        "load.path": folder,
+        "positive.text": PROMPT,
+        "negative.text": NEGATIVE,
+        "latent.width": WIDTH,
+        "latent.height": HEIGHT,
+        "latent.frames": FRAMES,
+        "sampler.cfg": 3.0,
+        "decode.fps": 12.0,
+        "save.format": "png",
+    }
+    assert main([*args, *(x for k, v in sets.items() for x in ("--set", f"{k}={v}"))]) == 0
+
+    pipe = LTX2Pipeline.from_pretrained(str(folder), dtype=torch.float32)
+    pipe.set_progress_bar_config(disable=True)
+    kwargs = dict(negative_prompt=NEGATIVE, height=HEIGHT, width=WIDTH, num_frames=FRAMES, guidance_scale=3.0)
+    out = pipe(
+        PROMPT,
+        frame_rate=12.0,
+        num_inference_steps=4,
+        generator=torch.Generator("cpu").manual_seed(42),
+        output_type="np",
+        **kwargs,
+    )
+    assert_same_video(frames_in(tmp_path / "out"), (out.frames[0] * 255).round().astype(np.uint8))
+
+    from pipelines.diffusion.loading import load_model
+    from pipelines.diffusion.ltx2_nodes import empty_ltx2_latent
+
+    with MemoryManager(MemoryConfig(device="cpu", policy="none", data_dir=tmp_path / "mm")) as mm:
+        vae = load_model(mm, str(folder)).vae
+        slow, fast = (empty_ltx2_latent(vae, None, WIDTH, HEIGHT, 97, fps).audio for fps in (12.0, 24.0))
+    assert slow.shape[2] == 2 * fast.shape[2]  # 97 frames at 12 fps last twice as long
