@@ -291,9 +291,9 @@ def sample_ltx2(
             v_uncond, v = v.chunk(2)
             va_uncond, va = va.chunk(2)
             x0 = to_x0(x, v, i, scheduler)
-            video_delta = (settings.cfg - 1) * (x0 - to_x0(x, v_uncond, i, scheduler))
+            video_cfg = (settings.cfg - 1) * (x0 - to_x0(x, v_uncond, i, scheduler))
             a0 = to_x0(a, va, i, audio_scheduler)
-            audio_delta = (guidance.audio_guidance_scale - 1) * (a0 - to_x0(a, va_uncond, i, audio_scheduler))
+            audio_cfg = (guidance.audio_guidance_scale - 1) * (a0 - to_x0(a, va_uncond, i, audio_scheduler))
             single = (
                 t.expand(2).chunk(2)[0],
                 pos_video_text,
@@ -302,21 +302,20 @@ def sample_ltx2(
                 video_coords,
                 audio_coords,
             )
+            video_stg = audio_stg = video_modality = audio_modality = 0
             if do_stg:  # self-attention skipped in the STG blocks
                 v_stg, va_stg = call(x, a, *single, stg=stg_blocks)
-                video_delta = video_delta + guidance.stg_scale * (x0 - to_x0(x, v_stg, i, scheduler))
-                audio_delta = audio_delta + guidance.audio_stg_scale * (
-                    a0 - to_x0(a, va_stg, i, audio_scheduler)
-                )
+                video_stg = guidance.stg_scale * (x0 - to_x0(x, v_stg, i, scheduler))
+                audio_stg = guidance.audio_stg_scale * (a0 - to_x0(a, va_stg, i, audio_scheduler))
             if do_modality:  # no audio<->video cross-attention
                 v_iso, va_iso = call(x, a, *single, isolate=True)
-                video_delta = video_delta + (guidance.modality_scale - 1) * (
-                    x0 - to_x0(x, v_iso, i, scheduler)
-                )
-                audio_delta = audio_delta + (guidance.audio_modality_scale - 1) * (
+                video_modality = (guidance.modality_scale - 1) * (x0 - to_x0(x, v_iso, i, scheduler))
+                audio_modality = (guidance.audio_modality_scale - 1) * (
                     a0 - to_x0(a, va_iso, i, audio_scheduler)
                 )
-            x0_g, a0_g = x0 + video_delta, a0 + audio_delta
+            # summed left to right, as the pipeline does (float addition is not associative)
+            x0_g = x0 + video_cfg + video_stg + video_modality
+            a0_g = a0 + audio_cfg + audio_stg + audio_modality
             if guidance.guidance_rescale > 0:
                 x0_g = rescale_noise_cfg(x0_g, x0, guidance_rescale=guidance.guidance_rescale)
             if guidance.audio_guidance_rescale > 0:
