@@ -117,7 +117,7 @@ def unpack_audio(a: torch.Tensor, mel_bins: int) -> torch.Tensor:
     return a.unflatten(2, (-1, mel_bins)).transpose(1, 2)
 
 
-# Fitted on the meta device (tests/test_family_ltx2.py, tests/live_tensors.py): at LTX-2 19B's widths
+# Fitted on the meta device (tests/test_family_ltx2_working.py, tests/live_tensors.py): at LTX-2 19B's widths
 # (4096 video, 2048 audio), 49 to 121 frames at 768x512 and 1280x704, a call keeps about 18.5 values per video
 # token x hidden alive, 11 per audio token x audio hidden and 2.3 per text token x both widths (the
 # projected captions' keys and values); the CFG call is a doubled batch, so everything counts twice.

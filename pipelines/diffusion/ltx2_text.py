@@ -28,7 +28,7 @@ from pipelines.diffusion.zimage_text import text_encoder_config
 def gemma_stack_working_bytes(config: dict, tokens: int, dtype: torch.dtype) -> int:
     """One prompt's live activations: the chat-LLM formula (every layer's hidden state, the KV cache, one
     layer's MLP), measured within 1.3% of Gemma 3 12B's live tensors at 2 to 48 layers and 1024 tokens
-    (tests/test_family_ltx2.py). It holds because the logits are asked for at the last position only: the
+    (tests/test_family_ltx2_working.py). It holds because the logits are asked for at the last position only: the
     pipeline's call makes (1024, 262k) of them, 1 GiB in float32 that nothing reads."""
     return chat_encoder_working_bytes(config.get("text_config", config), tokens, dtype)
 

@@ -91,7 +91,7 @@ def ltx2_latent_shapes(
     return video, audio
 
 
-# Fitted on the meta device (tests/test_family_ltx2.py): LTX-2's decoder runs all frames at once; its peak is
+# Fitted on the meta device (tests/test_family_ltx2_working.py): LTX-2's decoder runs all frames at once; its peak is
 # about 2.7 values per output pixel (frames x H x W) for every channel of its widest-resolution stage
 # (`decoder_block_out_channels[0]`) per patch pixel (`patch_size`^2), plus the (3, frames, H, W) output:
 # 1.09-1.10x of the live tensors for LTX-2.0's VAE at 768x512 and 1280x704, 49-121 frames; LTX-2.3's
