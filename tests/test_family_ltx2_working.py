@@ -142,3 +142,38 @@ def test_working_memory_formula_covers_the_full_size_video_vae(width: int, heigh
     formula = ltx2_vae_working(ref, Latents(latents, 32)).formula_bytes
     print(f"ltx2 vae working {width}x{height}x{frames}: {formula / measured:.3f}x")
     assert measured <= formula <= 1.15 * measured, f"{formula / measured:.3f}x of {measured / 2**20:.0f} MiB"
+
+
+@pytest.mark.parametrize("audio_frames", [51, 126, 252])  # 2, 5 and 10 s of sound (25 latent frames a second)
+def test_working_memory_formulas_cover_the_full_size_audio_decoder(audio_frames: int) -> None:
+    """LTX-2.0's audio VAE and vocoder as diffusers' conversion script configures them."""
+    from diffusers import AutoencoderKLLTX2Audio
+    from diffusers.pipelines.ltx2.vocoder import LTX2Vocoder
+
+    from pipelines.diffusion.ltx2_vae import audio_decoder_working
+    from pipelines.diffusion.values import AudioDecoderRef
+    from tests.live_tensors import live_tensor_peak
+
+    audio = dict(base_channels=128, ch_mult=(1, 2, 4), num_res_blocks=2, latent_channels=8, mel_bins=64)
+    audio |= dict(output_channels=2, in_channels=2, resolution=256, attn_resolutions=None, norm_type="pixel")
+    audio |= dict(causality_axis="height", mid_block_add_attention=False, is_causal=True, double_z=True)
+    vocoder = dict(in_channels=128, hidden_channels=1024, out_channels=2, output_sampling_rate=24000)
+    vocoder |= dict(upsample_kernel_sizes=[16, 15, 8, 4, 4], upsample_factors=[6, 5, 2, 2, 2])
+    vocoder |= dict(resnet_kernel_sizes=[3, 7, 11], resnet_dilations=[[1, 3, 5], [1, 3, 5], [1, 3, 5]])
+    vocoder |= dict(act_fn="leaky_relu", antialias=False, final_act_fn="tanh", final_bias=True)
+    meta = torch.device("meta")
+    with meta:
+        audio_vae, voc = AutoencoderKLLTX2Audio(**audio), LTX2Vocoder(**vocoder)
+    z = torch.zeros(1, 8, audio_frames, 16, device=meta)
+    vae_measured = live_tensor_peak(audio_vae, lambda: audio_vae.decode(z, return_dict=False))
+    mel = audio_vae.decode(z, return_dict=False)[0]
+    voc_measured = live_tensor_peak(voc, lambda: voc(mel))
+    ref = AudioDecoderRef(None, dict(audio_vae.config), None, dict(voc.config), torch.float32)  # type: ignore[arg-type]
+    vae_working, voc_working = audio_decoder_working(ref, audio_frames)
+    for name, formula, measured in (
+        ("audio vae", vae_working, vae_measured),
+        ("vocoder", voc_working, voc_measured),
+    ):
+        ratio = formula.formula_bytes / measured
+        print(f"ltx2 {name} working, {audio_frames} audio frames: {ratio:.3f}x")
+        assert 1 <= ratio <= 1.15, f"{name}: {ratio:.3f}x of {measured / 2**20:.0f} MiB"

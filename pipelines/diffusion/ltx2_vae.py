@@ -2,7 +2,8 @@
 spectrogram -> waveform), through the memory manager.
 
 Lives here: `register_audio_decoder`, `ltx2_latent_shapes`, `decode_ltx2_video`, `decode_ltx2_audio`,
-`audio_latent_frames`, `encode_ltx2_image`, `ltx2_vae_working`, `AUDIO_LATENT_DOWNSAMPLE`. May import: stdlib, torch, diffusers, memory,
+`audio_latent_frames`, `encode_ltx2_image`, `ltx2_vae_working`,
+`audio_decoder_working`, `AUDIO_LATENT_DOWNSAMPLE`. May import: stdlib, torch, diffusers, memory,
 pipelines.diffusion.values / assembly.
 
 Mirrors the end of `LTX2Pipeline.__call__`: the video latents (1, C, F, h, w) are as the transformer sees
@@ -17,6 +18,7 @@ vocoder makes the waveform at its `output_sampling_rate`.
 from __future__ import annotations
 
 import importlib
+import math
 from collections.abc import Callable
 from pathlib import Path
 
@@ -140,13 +142,39 @@ def decode_ltx2_video(mm: MemoryManager, ref: VaeRef, latents: Latents) -> torch
     return frames.permute(0, 2, 3, 1).to(dtype=torch.float32, device="cpu")
 
 
+# Fitted on the meta device (tests/test_family_ltx2_working.py) at LTX-2.0's audio VAE and vocoder, 2 to 10 s
+# of sound: the audio VAE keeps about 7.1 values per mel frame x mel bin x base channel, the vocoder about
+# 0.313 per output sample x hidden channel (its first, widest stage is the longest-lived). Mel frames are 4 per
+# audio latent frame; output samples are the mel frames x the vocoder's upsampling factors.
+_AUDIO_VAE_PER_VALUE = 7.2
+_VOCODER_PER_SAMPLE_PER_HIDDEN = 0.32
+
+
+def audio_decoder_working(ref: AudioDecoderRef, audio_frames: int) -> tuple[Working, Working]:
+    """(audio VAE decode, vocoder) working memory for `audio_frames` audio latent frames."""
+    mel_frames = AUDIO_LATENT_DOWNSAMPLE * audio_frames
+    config, vocoder = ref.vae_config, ref.vocoder_config
+    bits = torch.finfo(ref.dtype).bits
+    vae = (
+        _AUDIO_VAE_PER_VALUE
+        * int(config.get("base_channels", 128))
+        * int(config.get("mel_bins", 64))
+        * mel_frames
+    )
+    samples = mel_frames * math.prod(int(f) for f in vocoder.get("upsample_factors", (6, 5, 2, 2, 2)))
+    voc = _VOCODER_PER_SAMPLE_PER_HIDDEN * int(vocoder.get("hidden_channels", 1024)) * samples
+    key = f"1x{audio_frames}"
+    return Working(int(vae) * bits // 8, key), Working(int(voc) * bits // 8, key)
+
+
 @torch.no_grad()
 def decode_ltx2_audio(
     mm: MemoryManager, ref: AudioDecoderRef, audio: torch.Tensor
 ) -> tuple[torch.Tensor, int]:
     """Audio latents (1, C, L, mel) -> (waveform (channels, samples) float32 CPU, sample rate)."""
     mel_bins = audio.shape[3]
-    with mm.use(ref.vae) as audio_vae:
+    vae_working, vocoder_working = audio_decoder_working(ref, audio.shape[2])
+    with mm.use(ref.vae, working=vae_working) as audio_vae:
         x = (
             audio.to(device=mm.device, dtype=torch.float32).transpose(1, 2).flatten(2, 3)
         )  # packed (1, L, C x mel)
@@ -155,7 +183,7 @@ def decode_ltx2_audio(
         x = x * std + mean  # the pipeline's _denormalize_audio_latents, on the packed latents
         x = x.unflatten(2, (-1, mel_bins)).transpose(1, 2)  # (1, C, L, mel): _unpack_audio_latents
         mel = audio_vae.decode(x.to(ref.dtype), return_dict=False)[0]
-    with mm.use(ref.vocoder) as vocoder:
+    with mm.use(ref.vocoder, working=vocoder_working) as vocoder:
         wave = vocoder(mel.to(mm.device))  # (1, channels, samples)
     rate = int(ref.vocoder_config.get("output_sampling_rate", 24000))
     return wave[0].to(dtype=torch.float32, device="cpu"), rate
