@@ -44,6 +44,7 @@ from nodes.executor import Executor, RunResult
 from nodes.files import write_target_problem
 from nodes.modes import prepare_run, skipped_note
 from nodes.registry import NodeRegistry
+from nodes.run_figures import figures_line, run_figures
 from nodes.workflow import Problem, Workflow, WorkflowError, atomic_write_text
 
 
@@ -219,12 +220,18 @@ class HeadlessPrinter:
 
 
 def build_report(wf: Workflow, results: list[RunResult], memory: MemoryManager) -> dict[str, Any]:
+    memory_report = memory.report()
+    runs = [r.to_json() for r in results]
+    for (
+        run
+    ) in runs:  # frames, seconds of video, videos/hour, images/min, s/step: nodes.run_figures defines them
+        run["figures"] = run_figures(run, memory_report.get("steps"))
     return {
         "ok": bool(results) and all(r.ok for r in results),
         "workflow": wf.source,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "runs": [r.to_json() for r in results],
-        "memory": memory.report(),
+        "runs": runs,
+        "memory": memory_report,
     }
 
 
@@ -344,6 +351,9 @@ def run_headless(args: Any, registry: NodeRegistry) -> int:
         )
         return EXIT_FAILED
     if not args.quiet:
+        for run in report["runs"]:
+            if line := figures_line(run["figures"]):
+                err.print(f"run {run['index'] + 1}: {escape(line)}", highlight=False, soft_wrap=True)
         written = [f for r in results for n in r.nodes.values() for f in n.files]
         err.print(
             f"[bold green]done[/]: {len(written)} file(s) under {escape(str(out_dir))}"

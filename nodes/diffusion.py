@@ -27,6 +27,7 @@ from nodes.types import CONDITIONING, DENOISER, IMAGE, LATENT, TEXT_ENCODER, VAE
 from pipelines.diffusion.families import DIFFUSION_IMPORTS
 from pipelines.diffusion.prompt_weights import WEIGHTINGS
 from pipelines.diffusion.schedulers import K_SCHEDULER_NAMES, SCHEDULER_NAMES, SIGMA_SCHEDULES
+from pipelines.diffusion.step_cache import STEP_CACHES
 from pipelines.quant.formats import STORAGE_CHOICES
 from pipelines.text_limits import limit_diffusion_prompt
 
@@ -220,6 +221,23 @@ class KSamplerFields(Node):
         comfy="cfg",
     )
     seed: int = param(SEED, 42, min=0, max=SEED_MAX, comfy="seed")
+    cache: str = param(
+        CHOICE,
+        "off",
+        choices=STEP_CACHES,
+        help="step cache on a DiT's blocks (Flux, FLUX.2, SD3, Z-Image, Qwen-Image, Wan): first-block reuses the "
+        "other blocks' last output while the first block's changes by less than cache_threshold; taylorseer "
+        "computes every cache_threshold steps and extrapolates in between; off = the exact picture",
+    )
+    cache_threshold: float = param(
+        FLOAT,
+        0.1,
+        min=0.001,
+        max=100.0,
+        step=0.01,
+        help="first-block: relative change below which blocks are skipped (higher = faster, rougher); "
+        "taylorseer: steps between full computations",
+    )
 
 
 @node_type(

@@ -95,6 +95,9 @@ def default_registry(*, entry_point_packs: bool = True) -> NodeRegistry:
     from nodes.video_latent import NODES as VIDEO_LATENT_NODES  # Empty Video Latent, VAE Decode Video (Wan)
 
     registry.register_all(VIDEO_LATENT_NODES)
+    from nodes.wan_video import NODES as WAN_VIDEO_NODES  # Wan image-to-video conditioning (issue 27)
+
+    registry.register_all(WAN_VIDEO_NODES)
     from nodes.flux2 import NODES as FLUX2_NODES  # FLUX.2 reference pictures (issue 26)
 
     registry.register_all(FLUX2_NODES)

@@ -1,7 +1,8 @@
 """Video diffusion nodes: an empty video latent sized from the model, and a VAE decode that makes a VIDEO.
 
 Lives here: the node types `EmptyVideoLatent`, `VAEDecodeVideo` and the `NODES` tuple of their specs. Imports
-`nodes.declare`, `nodes.kinds`, `nodes.spec`, `nodes.types`, `nodes.context`; torch and pipelines.diffusion /
+`nodes.declare`, `nodes.kinds`, `nodes.spec`, `nodes.types`, `nodes.context`, `pipelines.diffusion.tiling` (names
+only); torch and pipelines.diffusion /
 pipelines.video inside the run functions, so listing node types stays light.
 
 The latent is (1, C, latent frames, h, w): channels, pixels per latent and frames per latent frame come from
@@ -15,9 +16,10 @@ from typing import TYPE_CHECKING, Any
 
 from nodes.context import NodeContext
 from nodes.declare import Node, node_type, param, wire
-from nodes.kinds import FLOAT, INT
+from nodes.kinds import CHOICE, FLOAT, INT
 from nodes.spec import NodeSpec, Output
 from nodes.types import DENOISER, LATENT, VAE, VIDEO
+from pipelines.diffusion.tiling import TILING_CHOICES
 
 if TYPE_CHECKING:
     from pipelines.diffusion.values import DenoiserRef, Latents, VaeRef
@@ -80,19 +82,46 @@ class VAEDecodeVideo(Node):
     vae: VaeRef = wire(VAE)
     latent: Latents = wire(LATENT)
     fps: float = param(FLOAT, WAN_FPS, min=0.01, max=1000.0, step=1.0, help="frames per second")
+    tiling: str = param(
+        CHOICE,
+        "auto",
+        choices=TILING_CHOICES,
+        help="auto: chunks of frames, then spatial tiles, only when the memory manager predicts a whole decode "
+        "won't fit; on: spatial tiles; off: whole",
+    )
+    tile_size: int = param(
+        INT, 0, min=0, max=8192, step=32, help="spatial tile side in pixels; 0 = largest that fits"
+    )
 
     def run(self, ctx: NodeContext) -> dict[str, Any]:
-        from pipelines.diffusion.video_vae import decode_video
+        from pipelines.diffusion.video_tiling import decode_video_planned, video_plan_for
         from pipelines.video.value import Video
 
-        if self.vae.family.name == "ltx2":  # frames and the sound track
+        if self.vae.family.name == "ltx2":  # frames and the sound track (its own decode: no tiling plan yet)
             from pipelines.diffusion.ltx2_nodes import decode_ltx2
 
             video = decode_ltx2(ctx.memory, self.vae, self.latent, float(self.fps))
-        else:
-            video = Video(decode_video(ctx.memory, self.vae, self.latent), float(self.fps))
-        ctx.metric("video_frames", float(video.count))
-        return {"video": video}
+            ctx.metric("video_frames", float(video.count))
+            return {"video": video}
+        plan = video_plan_for(ctx.memory, self.vae, self.latent, tiling=self.tiling, tile_px=self.tile_size)
+        ctx.metric("vae_tiled", 0.0 if plan.mode == "full" else 1.0)
+        ctx.metric("vae_full_bytes", plan.full_bytes)
+        ctx.metric("vae_available_bytes", plan.available)
+        if plan.mode != "full":
+            ctx.metric("vae_tile_px", plan.tile_px)
+            ctx.metric("vae_frame_chunk", plan.chunk)
+            what = (
+                f"{plan.chunk} latent frames at a time"
+                if plan.mode == "temporal"
+                else f"{plan.tile_px}px tiles"
+            )
+            ctx.log(
+                f"{plan.mode} video decode, {what} ({plan.reason}: whole decode {plan.full_bytes / 2**20:.0f} MiB, "
+                f"available {plan.available / 2**20:.0f} MiB)"
+            )
+        frames = decode_video_planned(ctx.memory, self.vae, self.latent, plan)
+        ctx.metric("video_frames", float(frames.shape[0]))
+        return {"video": Video(frames, float(self.fps))}
 
 
 NODES: tuple[NodeSpec, ...] = (EmptyVideoLatent.spec, VAEDecodeVideo.spec)

@@ -340,3 +340,11 @@ def test_the_frame_rate_sizes_the_sound_and_conditions_the_video(folder: Path, t
         vae = load_model(mm, str(folder)).vae
         slow, fast = (empty_ltx2_latent(vae, None, WIDTH, HEIGHT, 97, fps).audio for fps in (12.0, 24.0))
     assert slow.shape[2] == 2 * fast.shape[2]  # 97 frames at 12 fps last twice as long
+
+
+def test_a_step_cache_is_refused_with_a_message(
+    folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run_cli(folder, tmp_path, sets={"sampler.cache": "first-block"}) == 1
+    err = capsys.readouterr().err
+    assert "cache" in err and "LTX-2" in err and "Traceback" not in err

@@ -276,20 +276,6 @@ def test_both_experts_stream_block_by_block_with_the_same_latents(folder22: Path
     assert torch.equal(whole, streamed)
 
 
-def test_the_ti2v_variant_is_refused_with_a_message(
-    folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    import shutil
-
-    ti2v = tmp_path / "ti2v"
-    shutil.copytree(folder, ti2v)
-    index = json.loads((ti2v / "model_index.json").read_text())
-    (ti2v / "model_index.json").write_text(json.dumps({**index, "expand_timesteps": True}))
-    assert run_cli(ti2v, tmp_path / "out", cfg=5.0) != 0
-    err = capsys.readouterr().err
-    assert "TI2V" in err and "Traceback" not in err
-
-
 @pytest.mark.parametrize("layers", [2, 24])
 def test_working_memory_formula_covers_the_full_size_text_encoder(layers: int) -> None:
     """UMT5-XXL's widths (24 layers is Wan's encoder) over the pipeline's 512 padded tokens, on the meta

@@ -75,6 +75,10 @@ def test_the_loader_field_lists_the_library_and_filters_as_you_type(
             "flux2-dev",
             "wan",
             "wan22",
+            "wan-i2v",
+            "wan22-i2v",
+            "wan22-ti2v",
+            "wan-flf2v",
             "ltx2",
         )
     ]

@@ -102,7 +102,16 @@ def test_sampler_defaults_agree_with_sampler_settings() -> None:
     gets the picture an untouched Sampler node gives)."""
     defaults = {f.name: f.default for f in dataclasses.fields(SamplerSettings)}
     shared = {p.name: p.default for p in Sampler.spec.params if p.name in defaults}
-    assert set(shared) == {"scheduler", "sigma_schedule", "steps", "cfg", "seed", "denoise"}
+    assert set(shared) == {
+        "scheduler",
+        "sigma_schedule",
+        "steps",
+        "cfg",
+        "seed",
+        "denoise",
+        "cache",
+        "cache_threshold",
+    }
     assert shared == {name: defaults[name] for name in shared}
 
 

@@ -3,7 +3,8 @@ report. Double-click reopens that exact graph; drag a picture onto the canvas (a
 Load Image node.
 
 Lives here: `HISTORY_FILE`, `HISTORY_MIME`, `HistoryEntry`, `one_line`, `read_history`, `append_history`, `HistoryPanel`.
-Imports Qt and `app.history_file` (the file's format, reader and writer, Qt-free: the server writes it too).
+Imports Qt, `app.history_file` (the file's format, reader and writer, Qt-free: the server writes it too) and
+`nodes.run_figures` (the figures line in a row's tooltip). A video shows as one row with its poster frame.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from PySide6.QtWidgets import QListWidget, QListWidgetItem, QVBoxLayout, QWidget
 
 # The file itself is Qt-free (the server writes it too); re-exported for the window's modules.
 from app.history_file import HISTORY_FILE, MAX_ENTRIES, HistoryEntry, append_history, read_history
+from nodes.run_figures import figures_line
 
 __all__ = [
     "HISTORY_FILE",
@@ -31,6 +33,12 @@ __all__ = [
 
 HISTORY_MIME = "application/x-nodeloom-history"
 PICTURES = (".png", ".jpg", ".jpeg", ".webp")
+
+
+def _video_files(entry: HistoryEntry) -> set[str]:
+    """The files the run's video nodes wrote (a video file, or its PNG frames): shown once, as the poster."""
+    nodes = entry.report.get("nodes", {}).values()
+    return {f for n in nodes if "video_frames" in n.get("metrics", {}) for f in n.get("outputs", [])}
 
 
 def one_line(text: str) -> str:
@@ -88,8 +96,22 @@ class HistoryPanel(QWidget):
             tip = f"Cancelled run: this output is what it made before it stopped\n{tip}"
         caption = entry.caption()
         tip += f"\n{entry.report.get('seconds', 0):.2f} s · double-click reopens this graph; drag onto the canvas"
+        if line := figures_line(entry.report.get("figures", {})):
+            tip += f"\n{line}"
         shown = False
+        frames = set()
+        if entry.poster and Path(entry.poster).is_file():  # a video: one row, its poster frame as the picture
+            frames = _video_files(entry)
+            video = next(iter(sorted(frames)), entry.poster)
+            item = QListWidgetItem(
+                QIcon(QPixmap.fromImage(QImage(entry.poster))), f"{caption}\n{Path(video).name}"
+            )
+            item.setData(Qt.ItemDataRole.UserRole + 1, entry.poster)  # dragged: the first frame, as a picture
+            self._insert(item, index, f"{tip}\n{video}")
+            shown = True
         for file in entry.files:
+            if file in frames:
+                continue
             if Path(file).suffix.lower() in PICTURES and Path(file).is_file():
                 item = QListWidgetItem(
                     QIcon(QPixmap.fromImage(QImage(file))), f"{caption}\n{Path(file).name}"

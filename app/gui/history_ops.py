@@ -10,6 +10,8 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from app.gui.history import HistoryEntry, append_history
+from app.history_file import video_poster, with_figures
+from nodes.run_figures import figures_line
 from nodes.workflow import WorkflowError
 
 if TYPE_CHECKING:
@@ -29,6 +31,9 @@ class HistoryOpsMixin:
         job = self.current_run
         files = [f for r in result.nodes.values() if r.status != "cached" for f in r.files]
         texts = dict(self.output.text_by_node)
+        report = with_figures(result.to_json())  # frames, videos/hour, images/min: nodes.run_figures
+        if line := figures_line(report["figures"]):  # the CLI's summary line, in the Output dock's log
+            self.output.add_log(line)
         if job is None or not (files or texts):
             return
         wf = job.workflow
@@ -40,7 +45,8 @@ class HistoryOpsMixin:
             if p.kind == "seed" and isinstance(wf.nodes[nid].params.get(p.name), int)
         }
         graph = (job.source or wf).to_dict()  # as edited: bypassed/muted nodes come back on reopen
-        entry = HistoryEntry(time.time(), job.label, graph, seeds, files, texts, result.to_json())
+        entry = HistoryEntry(time.time(), job.label, graph, seeds, files, texts, report)
+        entry.poster = video_poster(self.settings.output_dir, report)
         try:
             append_history(self.settings.output_dir, entry)
         except OSError as exc:

@@ -41,6 +41,10 @@ DEMO_NAMES = (
     "tiny-flux2-dev",
     "tiny-wan",
     "tiny-wan22",
+    "tiny-wan-i2v",
+    "tiny-wan22-i2v",
+    "tiny-wan22-ti2v",
+    "tiny-wan-flf2v",
     "tiny-ltx2",
 )
 

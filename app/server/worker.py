@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from app.history_file import HistoryEntry, append_history, seeds_of
+from app.history_file import HistoryEntry, append_history, seeds_of, video_poster, with_figures
 from app.server.comfy_shapes import history_entry, now_ms
 from app.server.jobs import Job, JobQueue
 from app.server.messages import RunMessages
@@ -213,8 +213,9 @@ class RunWorker:
             seeds_of(job.workflow, self.registry),
             files,
             dict(messages.texts),
-            result.to_json(),
+            with_figures(result.to_json()),
         )
+        entry.poster = video_poster(self.options.out_dir, entry.report)
         try:
             append_history(self.options.out_dir, entry)
         except OSError as exc:

@@ -54,6 +54,8 @@ from pipelines.diffusion.demo_flux2 import build_tiny_flux2_dev, build_tiny_flux
 from pipelines.diffusion.demo_ltx2 import build_tiny_ltx2
 from pipelines.diffusion.demo_qwenimage import build_tiny_qwenimage
 from pipelines.diffusion.demo_wan import build_tiny_wan, build_tiny_wan22
+from pipelines.diffusion.demo_wan_i2v import build_tiny_wan22_i2v, build_tiny_wan_flf2v, build_tiny_wan_i2v
+from pipelines.diffusion.demo_wan_ti2v import build_tiny_wan22_ti2v
 from pipelines.diffusion.demo_zimage import build_tiny_zimage
 from pipelines.paths import demo_models_dir
 
@@ -391,6 +393,10 @@ DEMO_MODELS: dict[str, Callable[[], DiffusionPipeline]] = {
     "tiny-flux2-dev": build_tiny_flux2_dev,
     "tiny-wan": build_tiny_wan,
     "tiny-wan22": build_tiny_wan22,
+    "tiny-wan-i2v": build_tiny_wan_i2v,
+    "tiny-wan22-i2v": build_tiny_wan22_i2v,
+    "tiny-wan-flf2v": build_tiny_wan_flf2v,
+    "tiny-wan22-ti2v": build_tiny_wan22_ti2v,
     "tiny-ltx2": build_tiny_ltx2,
 }
 

@@ -123,15 +123,22 @@ def sample(
         raise ValueError(f"denoise must be in (0, 1], got {settings.denoise}")
     extras = latents.noise_mask is not None or latents.concat is not None
     extras = extras or bool(positive.controls) or (negative is not None and bool(negative.controls))
-    if settings.scheduler.startswith(K_PREFIX) and extras:
+    # Wan's image-to-video inputs (concat, a first-frame noise mask) work with k_euler: its loop checks them.
+    wan = denoiser.family.denoiser_call == "wan"
+    if settings.scheduler.startswith(K_PREFIX) and extras and not wan:
         raise ValueError(
             "ControlNet and inpainting run with the diffusers schedulers (dpmpp_2m, euler, ...); "
             f"{settings.scheduler} does not support them yet"
         )
-    if denoiser.family.flow and latents.noise_mask is not None:
+    if denoiser.family.flow and latents.noise_mask is not None and not wan:
         raise ValueError(f"a latent noise mask (inpainting) is not supported for {family!r} models yet")
     if denoiser.family.flow and (positive.controls or (negative is not None and negative.controls)):
         raise ValueError(f"ControlNet is not supported for {family!r} models yet (SD 1.x and SDXL are)")
+    if settings.step_cache.on and not denoiser.family.flow:
+        raise ValueError(
+            f"cache {settings.cache!r}: the step caches run in the flow-matching DiT families' loops (Flux, "
+            f"FLUX.2, SD3, Z-Image, Qwen-Image, Wan); {family!r} does not (set cache to off)"
+        )
     if denoiser.family.denoiser_call == "wan":  # video latents: its own loop, its own scheduler checks
         return sample_wan(mm, denoiser, positive, negative, latents, settings, on_step=on_step)
     if denoiser.family.denoiser_call == "ltx2":  # video + sound latents: its own loop and checks
@@ -141,6 +148,11 @@ def sample(
             # Flow models keep their flow-matching Euler loop (ComfyUI's euler on a flow model is Euler too).
             settings = replace(settings, scheduler="euler")
         else:
+            if settings.step_cache.on:
+                raise ValueError(
+                    f"cache {settings.cache!r} works with the flow models' own loops (euler or default), "
+                    f"not the k-diffusion sampler {settings.scheduler}"
+                )
             return sample_k(mm, denoiser, positive, negative, latents, settings, on_step=on_step)
     if denoiser.family.flow:
         if denoiser.family.denoiser_call == "qwenimage":

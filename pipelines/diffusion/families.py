@@ -227,7 +227,7 @@ QWENIMAGE = Family(
 WAN = Family(
     name="wan",
     title="Wan",
-    pipeline_classes=("WanPipeline",),
+    pipeline_classes=("WanPipeline", "WanImageToVideoPipeline"),
     denoiser_subfolder="transformer",
     denoiser_ref=_diffusers("WanTransformer3DModel"),
     # UMT5-XXL (5.7B) may stream block by block; its 256k x 4096 embedding table stays outside the blocks.

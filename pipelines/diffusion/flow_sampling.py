@@ -29,6 +29,7 @@ from pipelines.diffusion.sampling import (
     denoiser_working,
     same_length,
 )
+from pipelines.diffusion.step_cache import step_cache
 from pipelines.diffusion.values import Conditioning, DenoiserRef, Latents
 from pipelines.steps import OnStep, Step
 
@@ -163,20 +164,25 @@ def sample_flux(
     working = denoiser_working(
         denoiser, h * latents.vae_scale_factor, w * latents.vae_scale_factor, batch, guidance=False
     )
-    with use_denoiser(mm, denoiser, working=working) as model:
+    with (
+        use_denoiser(mm, denoiser, working=working) as model,
+        step_cache(model, settings.step_cache, len(timesteps)) as cache,
+    ):
         for i, t in enumerate(timesteps):
+            cache.step(i)
             timestep = t.expand(batch).to(x.dtype)
 
-            noise_pred = model(
-                hidden_states=x,
-                timestep=timestep / 1000,
-                guidance=guidance,
-                pooled_projections=pooled,
-                encoder_hidden_states=embeds,
-                txt_ids=txt_ids,
-                img_ids=img_ids,
-                return_dict=False,
-            )[0]
+            with cache.branch("cond"):
+                noise_pred = model(
+                    hidden_states=x,
+                    timestep=timestep / 1000,
+                    guidance=guidance,
+                    pooled_projections=pooled,
+                    encoder_hidden_states=embeds,
+                    txt_ids=txt_ids,
+                    img_ids=img_ids,
+                    return_dict=False,
+                )[0]
 
             before = x
             x = scheduler.step(noise_pred, t, x, return_dict=False)[0]
@@ -256,18 +262,23 @@ def sample_sd3(
     working = denoiser_working(
         denoiser, h * latents.vae_scale_factor, w * latents.vae_scale_factor, batch, guidance=do_cfg
     )
-    with use_denoiser(mm, denoiser, working=working) as model:
+    with (
+        use_denoiser(mm, denoiser, working=working) as model,
+        step_cache(model, settings.step_cache, len(timesteps)) as cache,
+    ):
         for i, t in enumerate(timesteps):
+            cache.step(i)
             model_input = torch.cat([x] * 2) if do_cfg else x
             timestep = t.expand(model_input.shape[0])
 
-            noise_pred = model(
-                hidden_states=model_input,
-                timestep=timestep,
-                encoder_hidden_states=embeds,
-                pooled_projections=pooled,
-                return_dict=False,
-            )[0]
+            with cache.branch("cfg" if do_cfg else "cond"):
+                noise_pred = model(
+                    hidden_states=model_input,
+                    timestep=timestep,
+                    encoder_hidden_states=embeds,
+                    pooled_projections=pooled,
+                    return_dict=False,
+                )[0]
 
             if do_cfg:
                 noise_pred_uncond, noise_pred_text = noise_pred.chunk(2)

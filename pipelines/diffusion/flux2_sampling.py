@@ -35,6 +35,7 @@ from pipelines.diffusion.lora import use_denoiser
 from pipelines.diffusion.previews import model_folder
 from pipelines.diffusion.sampling import SamplerSettings, batched_conditioning
 from pipelines.diffusion.schedulers import make_scheduler
+from pipelines.diffusion.step_cache import step_cache
 from pipelines.diffusion.values import Conditioning, DenoiserRef, Latents
 from pipelines.steps import OnStep, Step
 
@@ -169,31 +170,37 @@ def sample_flux2(
         f"{batch}x{h * latents.vae_scale_factor}x{w * latents.vae_scale_factor}+{text_tokens}t",
     )
     guidance = torch.full([batch], settings.cfg, device=device, dtype=torch.float32) if embedded else None
-    with use_denoiser(mm, denoiser, working=working) as model:
+    with (
+        use_denoiser(mm, denoiser, working=working) as model,
+        step_cache(model, settings.step_cache, len(timesteps)) as cache,
+    ):
         for i, t in enumerate(timesteps):
+            cache.step(i)
             timestep = t.expand(batch).to(x.dtype)
             # Reference tokens follow the image's (both branches see them, as in the pipeline)
             model_input = torch.cat([x, refs], dim=1).to(dtype)
             model_ids = torch.cat([img_ids, ref_ids], dim=1)
-            noise_pred = model(
-                hidden_states=model_input,
-                timestep=timestep / 1000,
-                guidance=guidance,
-                encoder_hidden_states=pos_embeds,
-                txt_ids=pos_ids,
-                img_ids=model_ids,
-                return_dict=False,
-            )[0][:, : x.size(1)]
-            if do_cfg:
-                neg_pred = model(
+            with cache.branch("cond"):
+                noise_pred = model(
                     hidden_states=model_input,
                     timestep=timestep / 1000,
-                    guidance=None,
-                    encoder_hidden_states=neg_embeds,
-                    txt_ids=neg_ids,
+                    guidance=guidance,
+                    encoder_hidden_states=pos_embeds,
+                    txt_ids=pos_ids,
                     img_ids=model_ids,
                     return_dict=False,
                 )[0][:, : x.size(1)]
+            if do_cfg:
+                with cache.branch("uncond"):
+                    neg_pred = model(
+                        hidden_states=model_input,
+                        timestep=timestep / 1000,
+                        guidance=None,
+                        encoder_hidden_states=neg_embeds,
+                        txt_ids=neg_ids,
+                        img_ids=model_ids,
+                        return_dict=False,
+                    )[0][:, : x.size(1)]
                 noise_pred = neg_pred + settings.cfg * (noise_pred - neg_pred)
 
             before = x

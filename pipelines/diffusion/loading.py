@@ -29,13 +29,12 @@ from pipelines.diffusion.assembly import (  # LoadedModel, read_json, vae_dtype:
 )
 from pipelines.diffusion.families import (
     Family,
-    UnsupportedModelError,
     denoiser_stream_blocks,
     family_for_pipeline_class,
     resolve_dtype,
 )
 from pipelines.diffusion.lazy_load import CheckpointSource, component_key_map, empty_module
-from pipelines.diffusion.values import TokenizerSource
+from pipelines.diffusion.values import DenoiserRef, TokenizerSource
 from pipelines.paths import PICKLE_SUFFIXES, check_weights_format
 
 
@@ -210,8 +209,10 @@ def load_diffusers_folder(
         dtype=torch_dtype,
         vae_dtype=vdtype,
     )
-    if index.get("expand_timesteps"):  # Wan 2.2 TI2V-5B: a per-token timestep and a 48-channel VAE
-        raise UnsupportedModelError(f"{root}: Wan 2.2 TI2V (expand_timesteps) is not supported yet")
+    if index.get(
+        "expand_timesteps"
+    ):  # Wan 2.2 TI2V-5B: a timestep per video token (its 48-channel VAE is config)
+        loaded = replace(loaded, denoiser=replace(loaded.denoiser, expand_timesteps=True))
     if index.get("boundary_ratio") is not None and (root / "transformer_2" / "config.json").is_file():
         # Wan 2.2's low-noise expert: a second denoiser component, used below the boundary timestep
         low_noise = _register_pretrained(
@@ -230,12 +231,36 @@ def load_diffusers_folder(
         )
         denoiser = replace(loaded.denoiser, low_noise=second, boundary_ratio=float(index["boundary_ratio"]))
         loaded = replace(loaded, denoiser=denoiser)
+    if family.denoiser_call == "wan" and (root / "image_encoder" / "config.json").is_file():
+        loaded = replace(loaded, denoiser=_with_image_encoder(mm, root, loaded.denoiser, allow_pickle))
     if family.name == "ltx2":  # the sound track's decoder travels with the video VAE
         from pipelines.diffusion.ltx2_vae import register_audio_decoder
 
         audio = register_audio_decoder(mm, root, torch_dtype, _register_pretrained, allow_pickle=allow_pickle)
         loaded = replace(loaded, vae=replace(loaded.vae, audio=audio))
     return loaded
+
+
+def _with_image_encoder(
+    mm: MemoryManager, root: Path, denoiser: DenoiserRef, allow_pickle: bool
+) -> DenoiserRef:
+    """Wan 2.1 I2V's CLIP vision encoder as its own lazy component (kind `image_encoder`), in float32 as the
+    pipeline's examples load it (it is small beside the transformer)."""
+    from transformers import CLIPVisionModel
+
+    from pipelines.diffusion.wan_image import ImageEncoderRef
+
+    handle = _register_pretrained(
+        mm,
+        root,
+        "image_encoder",
+        CLIPVisionModel,
+        kind="image_encoder",
+        dtype=torch.float32,
+        allow_pickle=allow_pickle,
+    )
+    config = read_json(root / "image_encoder" / "config.json")
+    return replace(denoiser, image_encoder=ImageEncoderRef(handle, root, config, torch.float32))
 
 
 def load_model(

@@ -151,6 +151,10 @@ def _check(
         check_flow_scheduler(denoiser, settings)
     if settings.denoise < 1.0:
         raise ValueError(f"{title}: denoise below 1 (video-to-video) is not supported yet")
+    if settings.step_cache.on:
+        raise ValueError(
+            f"cache {settings.cache!r}: the step caches do not run in {title}'s loop yet (set cache to off)"
+        )
     if latents.keep_mask is not None and (
         latents.keep_mask[:, :, 1:].any() or not latents.keep_mask[:, :, 0].all()
     ):

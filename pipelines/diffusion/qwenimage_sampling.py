@@ -32,6 +32,7 @@ from pipelines.diffusion.lora import use_denoiser
 from pipelines.diffusion.qwenimage_working import qwenimage_working
 from pipelines.diffusion.sampling import SamplerSettings, batched_conditioning
 from pipelines.diffusion.schedulers import make_scheduler
+from pipelines.diffusion.step_cache import step_cache
 from pipelines.diffusion.values import Conditioning, DenoiserRef, Latents
 from pipelines.steps import OnStep, Step
 
@@ -139,13 +140,19 @@ def sample_qwenimage(
     # 5. Denoising loop
     text_tokens = max(e.shape[1] for e in (pos_embeds, neg_embeds) if e is not None)
     working = qwenimage_working(denoiser, h, w, batch, text_tokens)
-    with use_denoiser(mm, denoiser, working=working) as model:
+    with (
+        use_denoiser(mm, denoiser, working=working) as model,
+        step_cache(model, settings.step_cache, len(timesteps)) as cache,
+    ):
         for i, t in enumerate(timesteps):
+            cache.step(i)
             timestep = t.expand(batch).to(x.dtype) / 1000
 
-            noise_pred = _predict(model, x, timestep, pos_embeds, img_shapes)
+            with cache.branch("cond"):
+                noise_pred = _predict(model, x, timestep, pos_embeds, img_shapes)
             if neg_embeds is not None:
-                neg_pred = _predict(model, x, timestep, neg_embeds, img_shapes)
+                with cache.branch("uncond"):
+                    neg_pred = _predict(model, x, timestep, neg_embeds, img_shapes)
                 noise_pred = true_cfg(noise_pred, neg_pred, settings.cfg)
 
             before = x

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from memory import Working
+from pipelines.diffusion.step_cache import StepCache
 from pipelines.diffusion.values import Conditioning, DenoiserRef
 from pipelines.diffusion.working import diffusion_working_bytes
 
@@ -41,6 +42,13 @@ class SamplerSettings:
     end_step: int = 10000
     add_noise: bool = True
     force_full_denoise: bool = True
+    # A step cache on the DiT families' blocks (pipelines.diffusion.step_cache): off gives the exact picture.
+    cache: str = "off"
+    cache_threshold: float = 0.1
+
+    @property
+    def step_cache(self) -> StepCache:
+        return StepCache(self.cache, self.cache_threshold)
 
 
 def denoiser_working_bytes(

@@ -105,6 +105,10 @@ class DenoiserRef:
     # Wan 2.2's low-noise expert (`transformer_2`), which takes over below `boundary_ratio` x 1000 timesteps.
     low_noise: DenoiserRef | None = None
     boundary_ratio: float | None = None
+    # Wan 2.1 I2V's CLIP vision encoder (`pipelines.diffusion.wan_image.ImageEncoderRef`), when the folder has one.
+    image_encoder: Any = None
+    # Wan 2.2 TI2V (model_index.json `expand_timesteps`): a timestep per video token; 0 on an image's frame.
+    expand_timesteps: bool = False
 
 
 @dataclass(frozen=True)
@@ -178,6 +182,8 @@ class Latents:
     noise_mask: torch.Tensor | None = None
     # Inpainting models: extra input channels (mask + masked-picture latents) concatenated to the latents.
     concat: torch.Tensor | None = None
+    # Wan 2.1 I2V: the start (and last) picture, each (H, W, 3) in [0, 1], for the denoiser's image encoder.
+    clip_images: tuple[torch.Tensor, ...] = ()
     # LTX-2: the sound track's latents (B, C, audio latent frames, mel bins), normalised as the transformer
     # sees them once packed, and the frame rate both were sized for (it also conditions the positions).
     audio: torch.Tensor | None = None

@@ -1,6 +1,7 @@
 """Video VAE decode (5D latents -> frames), through the memory manager: the Wan VAE.
 
-Lives here: `decode_video`, `video_latent_shape`, `video_vae_working`. May import: torch, diffusers, memory,
+Lives here: `decode_video`, `video_latent_shape`, `video_vae_working`, `check_video_latents`,
+`unscale_video_latents`. May import: torch, diffusers, memory,
 pipelines.diffusion.values.
 
 The latents are (1, C, latent frames, h, w), already scaled as the denoiser sees them; decode undoes the
@@ -52,11 +53,7 @@ def video_vae_working(ref: VaeRef, latents: Latents) -> Working:
     return Working(formula, f"1x{frames}x{height}x{width}")
 
 
-@torch.no_grad()
-def decode_video(mm: MemoryManager, ref: VaeRef, latents: Latents) -> torch.Tensor:
-    """Video latents -> frames (T, H, W, 3) float32 in [0, 1], CPU."""
-    from diffusers.video_processor import VideoProcessor
-
+def check_video_latents(latents: Latents) -> None:
     samples = latents.samples
     if samples.ndim != 5:
         raise ValueError(
@@ -64,13 +61,26 @@ def decode_video(mm: MemoryManager, ref: VaeRef, latents: Latents) -> torch.Tens
         )
     if samples.shape[0] != 1:
         raise ValueError(f"input 'latent': one video at a time, got a batch of {samples.shape[0]}")
+
+
+def unscale_video_latents(ref: VaeRef, x: torch.Tensor) -> torch.Tensor:
+    """The denoiser's latents -> the VAE's, in `WanPipeline.__call__`'s exact operation order."""
     config = ref.config
-    z_dim = samples.shape[1]
+    z_dim = x.shape[1]
+    mean = torch.tensor(config["latents_mean"]).view(1, z_dim, 1, 1, 1).to(x.device, x.dtype)
+    inv_std = 1.0 / torch.tensor(config["latents_std"]).view(1, z_dim, 1, 1, 1).to(x.device, x.dtype)
+    return x / inv_std + mean
+
+
+@torch.no_grad()
+def decode_video(mm: MemoryManager, ref: VaeRef, latents: Latents) -> torch.Tensor:
+    """Video latents -> frames (T, H, W, 3) float32 in [0, 1], CPU."""
+    from diffusers.video_processor import VideoProcessor
+
+    check_video_latents(latents)
     with mm.use(ref.handle, working=video_vae_working(ref, latents)) as vae:
-        x = samples.to(device=mm.device, dtype=ref.dtype)
-        mean = torch.tensor(config["latents_mean"]).view(1, z_dim, 1, 1, 1).to(x.device, x.dtype)
-        inv_std = 1.0 / torch.tensor(config["latents_std"]).view(1, z_dim, 1, 1, 1).to(x.device, x.dtype)
-        video = vae.decode(x / inv_std + mean, return_dict=False)[0]  # (1, 3, T, H, W) in [-1, 1]
+        x = latents.samples.to(device=mm.device, dtype=ref.dtype)
+        video = vae.decode(unscale_video_latents(ref, x), return_dict=False)[0]  # (1, 3, T, H, W) in [-1, 1]
     processor = VideoProcessor(vae_scale_factor=ref.scale_factor)
     frames = processor.postprocess_video(video, output_type="pt")[0]  # (T, 3, H, W) in [0, 1]
     return frames.permute(0, 2, 3, 1).to(dtype=torch.float32, device="cpu")

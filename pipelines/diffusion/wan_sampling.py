@@ -11,6 +11,11 @@ two calls (not one doubled batch), conditional first. Wan 2.2 A14B has two exper
 (`transformer_2`) the rest. Each is held through its own `mm.use(...)` for its steps only, so under
 `--offload sequential` the high-noise expert is unloaded before the low-noise one loads. The same `cfg` guides
 both (the pipeline's `guidance_scale_2` defaults to `guidance_scale`). Previews show the middle latent frame.
+Image-to-video (`WanImageToVideoPipeline`): the latent wire carries [mask, encoded start/last frames]
+(`pipelines.diffusion.wan_image`), concatenated after the noise in float32 then cast, as the pipeline does, and
+Wan 2.1 I2V's CLIP image states go to every call as `encoder_hidden_states_image`. Wan 2.2 TI2V-5B
+(`expand_timesteps`) gives each video token its own timestep; for image-to-video the first latent frame is the
+image's latents with timestep 0 (the latent's noise mask says which), mixed in before every call and at the end.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from pipelines.diffusion.flow_sampling import check_flow_scheduler
 from pipelines.diffusion.lora import use_denoiser
 from pipelines.diffusion.sampling import SamplerSettings, batched_conditioning
 from pipelines.diffusion.schedulers import K_PREFIX, make_scheduler
+from pipelines.diffusion.step_cache import step_cache
 from pipelines.diffusion.values import Conditioning, DenoiserRef, Latents
 from pipelines.steps import OnStep, Step
 
@@ -39,6 +45,10 @@ def _patch(denoiser: DenoiserRef) -> tuple[int, int, int]:
 # widths, 33 to 81 frames at 480p and 720p, a call keeps about (4 x hidden + 2 x ffn) values per video token
 # alive, plus a little that grows more slowly (time embedding, the 512 text tokens' keys and values).
 _PER_TOKEN_HIDDEN, _PER_TOKEN_FFN = 4, 2
+# Wan 2.2 TI2V (`expand_timesteps`): a timestep per token makes the time embedding per token too: its
+# (tokens, 6 x hidden) projection, and each block's six (tokens, hidden) shift/scale/gate tensors beside it.
+# Fitted the same way at TI2V-5B's width (1280x704x121 and 832x480x49).
+_PER_TOKEN_TIMESTEP = 13
 _MARGIN = 1.03
 _FIXED = 64 * 2**20
 
@@ -54,6 +64,8 @@ def wan_working(denoiser: DenoiserRef, latent_shape: tuple[int, ...]) -> Working
     ffn = int(config.get("ffn_dim", 13824))
     tokens = batch * (frames // pt) * (h // ph) * (w // pw)
     per_token = _PER_TOKEN_HIDDEN * hidden + _PER_TOKEN_FFN * ffn
+    if denoiser.expand_timesteps:
+        per_token += _PER_TOKEN_TIMESTEP * hidden
     nbytes = tokens * per_token * torch.finfo(denoiser.dtype).bits // 8
     formula = int(nbytes * _MARGIN) + _FIXED
     scale = denoiser.vae_scale_factor
@@ -98,6 +110,69 @@ def _check(denoiser: DenoiserRef, latents: Latents, settings: SamplerSettings) -
     return settings
 
 
+def _image_inputs(
+    mm: MemoryManager, denoiser: DenoiserRef, latents: Latents, batch: int
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """(condition channels, CLIP image states) for an image-to-video transformer, (None, None) for text-to-video;
+    a latent that does not fit the transformer is refused naming the node to feed it from."""
+    from pipelines.diffusion.wan_image import encode_clip_images, i2v_extra_channels
+
+    title = denoiser.family.title
+    wanted = i2v_extra_channels(denoiser.config, latents.samples.shape[1])
+    given = 0 if latents.concat is None else latents.concat.shape[1]
+    if wanted != given:
+        if given == 0:
+            raise ValueError(
+                f"{title}: this is an image-to-video model ({wanted} extra input channels): feed the sampler's "
+                "latent from Wan Image To Video (a start image) or Wan First Last Frame To Video"
+            )
+        raise ValueError(
+            f"{title}: the latent carries {given} image-conditioning channels but this model takes {wanted} "
+            "(a text-to-video model takes none: feed it from Empty Video Latent)"
+        )
+    if latents.concat is None:
+        return None, None
+    condition = latents.concat.to(device=mm.device, dtype=torch.float32)
+    if condition.shape[0] != batch:
+        condition = condition.repeat(batch // condition.shape[0], 1, 1, 1, 1)
+    if denoiser.config.get("image_dim") is None:  # Wan 2.2 I2V: the frames alone condition it
+        return condition, None
+    if denoiser.image_encoder is None:
+        raise ValueError(
+            f"{title}: this transformer takes CLIP image states but the folder has no image_encoder"
+        )
+    if not latents.clip_images:
+        raise ValueError(
+            f"{title}: this model needs the start image itself: feed the latent from Wan Image To Video"
+        )
+    if len(latents.clip_images) > 1 and denoiser.config.get("pos_embed_seq_len") is None:
+        raise ValueError(
+            f"{title}: this image-to-video model takes one start image; a first and a last frame need a "
+            "first-last-frame model (Wan 2.1 FLF2V, or Wan 2.2 I2V)"
+        )
+    states = encode_clip_images(mm, denoiser.image_encoder, latents.clip_images)
+    return condition, states.repeat(batch, 1, 1).to(device=mm.device, dtype=denoiser.dtype)
+
+
+def _first_frame_inputs(
+    denoiser: DenoiserRef, latents: Latents
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """(keep mask, token mask) for Wan 2.2 TI2V, (None, None) otherwise. `keep` is the latent's noise mask
+    (1 = denoise, 0 = the image's first frame, from Wan 2.2 Image To Video Latent); the token mask is its
+    patch grid, (frames, h / 2, w / 2), which times t gives each token's timestep (all t for text-to-video)."""
+    if not denoiser.expand_timesteps:
+        if latents.noise_mask is not None:
+            raise ValueError(
+                f"{denoiser.family.title}: a latent noise mask (a given first frame) is for Wan 2.2 TI2V models only"
+            )
+        return None, None
+    _, _, frames, h, w = latents.samples.shape
+    keep = latents.noise_mask
+    mask = keep.float() if keep is not None else torch.ones(1, 1, frames, h, w)
+    _, ph, pw = _patch(denoiser)
+    return keep, mask[0][0][:, ::ph, ::pw]
+
+
 @torch.no_grad()
 def sample_wan(
     mm: MemoryManager,
@@ -137,29 +212,53 @@ def sample_wan(
     cond = batched_conditioning(positive, batch).embeds.to(device=device, dtype=dtype)
     uncond = batched_conditioning(negative, batch).embeds.to(device, dtype) if do_cfg and negative else None
 
-    # 5. Denoising loop, one expert at a time
+    # 5. Image-to-video: the start/last-frame channels beside the noise, and Wan 2.1's CLIP image states
+    condition, image_embeds = _image_inputs(mm, denoiser, latents, batch)
+
+    # 6. Wan 2.2 TI2V: a timestep per video token, 0 on a given first frame (kept as the image's latents)
+    keep, token_mask = _first_frame_inputs(denoiser, latents)
+    keep = keep.to(device=device, dtype=torch.float32) if keep is not None else None
+    token_mask = token_mask.to(device) if token_mask is not None else None
+    given = latents.samples.to(device=device, dtype=torch.float32) if keep is not None else None
+
+    # 7. Denoising loop, one expert at a time
     working = wan_working(denoiser, tuple(latents.samples.shape))
     middle = latents.samples.shape[2] // 2
     stages = expert_stages(denoiser, timesteps, int(scheduler.config.num_train_timesteps))
     for expert, steps in stages:
-        with use_denoiser(mm, expert, working=working) as model:
-            for i in steps:
+        # Each expert keeps its own cache: the hooks live on that expert for its stretch of the schedule.
+        with (
+            use_denoiser(mm, expert, working=working) as model,
+            step_cache(model, settings.step_cache, len(steps)) as cache,
+        ):
+            for n, i in enumerate(steps):
+                cache.step(n)
                 t = timesteps[i]
-                model_input = x.to(expert.dtype)
-                timestep = t.expand(batch)
-                velocity = model(
-                    hidden_states=model_input,
-                    timestep=timestep,
-                    encoder_hidden_states=cond,
-                    return_dict=False,
-                )[0]
-                if uncond is not None:
-                    velocity_uncond = model(
+                model_input = x if condition is None else torch.cat([x, condition], dim=1)
+                if keep is not None:
+                    model_input = (1 - keep) * given + keep * x
+                model_input = model_input.to(expert.dtype)
+                if token_mask is None:
+                    timestep = t.expand(batch)
+                else:  # (batch, tokens), as the pipeline: the mask's patch grid times t
+                    timestep = (token_mask * t).flatten().unsqueeze(0).expand(batch, -1)
+                with cache.branch("cond"):
+                    velocity = model(
                         hidden_states=model_input,
                         timestep=timestep,
-                        encoder_hidden_states=uncond,
+                        encoder_hidden_states=cond,
+                        encoder_hidden_states_image=image_embeds,
                         return_dict=False,
                     )[0]
+                if uncond is not None:
+                    with cache.branch("uncond"):
+                        velocity_uncond = model(
+                            hidden_states=model_input,
+                            timestep=timestep,
+                            encoder_hidden_states=uncond,
+                            encoder_hidden_states_image=image_embeds,
+                            return_dict=False,
+                        )[0]
                     velocity = velocity_uncond + settings.cfg * (velocity - velocity_uncond)
 
                 before = x
@@ -179,4 +278,6 @@ def sample_wan(
                         )
                     )
 
+    if keep is not None:  # the first frame is the image's latents exactly, as the pipeline puts it back
+        x = (1 - keep) * given + keep * x
     return Latents(samples=x.cpu(), vae_scale_factor=latents.vae_scale_factor, source="sampled")

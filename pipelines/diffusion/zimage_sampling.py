@@ -30,6 +30,7 @@ from pipelines.diffusion.lora import use_denoiser
 from pipelines.diffusion.sampling import SamplerSettings, batched_conditioning, denoiser_working
 from pipelines.diffusion.schedulers import make_scheduler
 from pipelines.diffusion.sizes import config_patch_size
+from pipelines.diffusion.step_cache import step_cache
 from pipelines.diffusion.values import Conditioning, DenoiserRef, Latents
 from pipelines.steps import OnStep, Step
 
@@ -144,8 +145,12 @@ def sample_zimage(
         guidance=do_cfg,
         text_tokens=caption_tokens(positive, negative if do_cfg else None),
     )
-    with use_denoiser(mm, denoiser, working=working) as model:
+    with (
+        use_denoiser(mm, denoiser, working=working) as model,
+        step_cache(model, settings.step_cache, len(timesteps)) as cache,
+    ):
         for i, t in enumerate(timesteps):
+            cache.step(i)
             timestep = (1000 - t.expand(batch)) / 1000
             guidance = settings.cfg if t_norms[i] <= cfg_truncation else 0.0
             apply_cfg = do_cfg and guidance > 0
@@ -157,7 +162,9 @@ def sample_zimage(
                 timestep = timestep.repeat(2)
             frames = list(model_input.unsqueeze(2).unbind(dim=0))  # B x (C, 1 frame, h, w)
 
-            out = model(frames, timestep, captions, return_dict=False)[0]
+            # One cache state per batch layout: CFG truncation turns the doubled batch into a single one.
+            with cache.branch("cfg" if apply_cfg else "cond"):
+                out = model(frames, timestep, captions, return_dict=False)[0]
 
             if apply_cfg:
                 pos_out, neg_out = out[:batch], out[batch:]
