@@ -104,6 +104,10 @@ def default_registry(*, entry_point_packs: bool = True) -> NodeRegistry:
     from nodes.qwenimage_edit import NODES as QWENIMAGE_EDIT_NODES  # Qwen-Image-Edit prompts (issue 26)
 
     registry.register_all(QWENIMAGE_EDIT_NODES)
+
+    from nodes.ltx2 import NODES as LTX2_NODES  # LTXV Image to Video (issue 27)
+
+    registry.register_all(LTX2_NODES)
     if entry_point_packs:
         registry.load_entry_points()
     return registry

@@ -48,6 +48,12 @@ class EmptyVideoLatent(Node):
         from pipelines.diffusion.values import Latents
         from pipelines.diffusion.video_vae import video_latent_shape
 
+        if self.vae.family.name == "ltx2":
+            from pipelines.diffusion.ltx2_nodes import empty_ltx2_latent
+
+            return {
+                "latent": empty_ltx2_latent(self.vae, self.denoiser, self.width, self.height, self.frames)
+            }
         config = self.vae.config
         scale = self.vae.scale_factor
         multiple = scale
@@ -69,7 +75,8 @@ class EmptyVideoLatent(Node):
     title="VAE Decode Video",
     category="diffusion/latent",
     outputs=[Output("video", VIDEO)],
-    description="Video latents -> a VIDEO (frames at a frame rate, no sound), decoded by a video VAE (Wan).",
+    description="Video latents -> a VIDEO (frames at a frame rate; LTX-2: with its sound track), decoded by a "
+    "video VAE (Wan, LTX-2).",
 )
 class VAEDecodeVideo(Node):
     vae: VaeRef = wire(VAE)
@@ -90,6 +97,12 @@ class VAEDecodeVideo(Node):
         from pipelines.diffusion.video_tiling import decode_video_planned, video_plan_for
         from pipelines.video.value import Video
 
+        if self.vae.family.name == "ltx2":  # frames and the sound track (its own decode: no tiling plan yet)
+            from pipelines.diffusion.ltx2_nodes import decode_ltx2
+
+            video = decode_ltx2(ctx.memory, self.vae, self.latent, float(self.fps))
+            ctx.metric("video_frames", float(video.count))
+            return {"video": video}
         plan = video_plan_for(ctx.memory, self.vae, self.latent, tiling=self.tiling, tile_px=self.tile_size)
         ctx.metric("vae_tiled", 0.0 if plan.mode == "full" else 1.0)
         ctx.metric("vae_full_bytes", plan.full_bytes)

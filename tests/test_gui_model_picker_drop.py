@@ -83,6 +83,7 @@ def test_the_loader_field_lists_the_library_and_filters_as_you_type(
             "qwenimage-edit-2511",
             "krea2",
             "krea2-turbo",
+            "ltx2",
         )
     ]
     assert names == [

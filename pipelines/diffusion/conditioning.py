@@ -4,7 +4,7 @@ Qwen2.5-VL through the pipeline's template (Qwen-Image, in `qwenimage_text`).
 
 Lives here: `encode_prompt`, `encode_clip`, `encode_clip_sdxl`, `encode_t5`, `encode_sd3`, `encode_flux`,
 `text_encoder_working_bytes`.
-May import: torch, memory, pipelines.diffusion.values/families/zimage_text/qwenimage_text/wan_text/flux2_text/
+May import: torch, memory, pipelines.diffusion.values/families/zimage_text/qwenimage_text/wan_text/ltx2_text/flux2_text/
 flux2_dev_text.
 
 Each function mirrors the `encode_prompt` of the matching diffusers pipeline for one prompt (the negative
@@ -26,6 +26,7 @@ from pipelines.diffusion.flux2_dev_text import encode_flux2_dev
 from pipelines.diffusion.flux2_text import encode_flux2_klein
 from pipelines.diffusion.krea2_text import encode_krea2
 from pipelines.diffusion.lora import use_text_encoder
+from pipelines.diffusion.ltx2_text import encode_ltx2
 from pipelines.diffusion.prompt_weights import WEIGHTINGS, strip_weights
 from pipelines.diffusion.qwenimage_text import encode_qwenimage
 from pipelines.diffusion.values import Conditioning, TextEncoderRef
@@ -46,6 +47,7 @@ PROMPT_ENCODERS = (
     "qwen_flux2",
     "mistral_flux2",
     "krea2",
+    "gemma_ltx2",
 )
 
 
@@ -264,4 +266,6 @@ def encode_prompt(
         return encode_zimage(mm, ref, text, max_tokens=max_tokens or ref.family.max_text_tokens or 512)
     if encoder == "umt5":
         return encode_wan(mm, ref, text, max_tokens=max_tokens or ref.family.max_text_tokens or 512)
+    if encoder == "gemma_ltx2":
+        return encode_ltx2(mm, ref, text, max_tokens=max_tokens or ref.family.max_text_tokens or 1024)
     return encode_clip(mm, ref, text, weighting, emb)

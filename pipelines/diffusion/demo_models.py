@@ -2,7 +2,7 @@
 
 Lives here: `DEMO_MODELS`, `ensure_demo_model`, `make_all_demo_models`, `build_demo_pipeline`, the tiny
 configs and the in-memory tokenizers. May import: stdlib, torch, tokenizers, transformers, diffusers,
-pipelines.paths, pipelines.diffusion.demo_zimage / demo_wan (one file per newer family's tiny model).
+pipelines.paths, pipelines.diffusion.demo_zimage / demo_wan / demo_ltx2 (one file per newer family's tiny model).
 
 A demo model is a real diffusers folder (`model_index.json`, safetensors, tokenizer files) with a few
 thousand parameters per component, like the dummy components in diffusers' own tests: it exercises every
@@ -52,6 +52,7 @@ from transformers.convert_slow_tokenizer import bytes_to_unicode
 
 from pipelines.diffusion.demo_flux2 import build_tiny_flux2_dev, build_tiny_flux2_klein
 from pipelines.diffusion.demo_krea2 import build_tiny_krea2, build_tiny_krea2_turbo
+from pipelines.diffusion.demo_ltx2 import build_tiny_ltx2
 from pipelines.diffusion.demo_qwenimage import build_tiny_qwenimage
 from pipelines.diffusion.demo_qwenimage_edit import build_tiny_qwenimage_edit, build_tiny_qwenimage_edit_2511
 from pipelines.diffusion.demo_wan import build_tiny_wan, build_tiny_wan22
@@ -402,6 +403,7 @@ DEMO_MODELS: dict[str, Callable[[], DiffusionPipeline]] = {
     "tiny-qwenimage-edit-2511": build_tiny_qwenimage_edit_2511,
     "tiny-krea2": build_tiny_krea2,
     "tiny-krea2-turbo": build_tiny_krea2_turbo,
+    "tiny-ltx2": build_tiny_ltx2,
 }
 
 

@@ -30,6 +30,7 @@ from pipelines.diffusion.flux2_sampling import sample_flux2
 from pipelines.diffusion.k_sampling import sample_k
 from pipelines.diffusion.krea2_sampling import sample_krea2
 from pipelines.diffusion.lora import use_denoiser
+from pipelines.diffusion.ltx2_sampling import sample_ltx2
 from pipelines.diffusion.qwenimage_sampling import sample_qwenimage
 from pipelines.diffusion.sampling import (
     SamplerSettings,
@@ -141,6 +142,8 @@ def sample(
         )
     if denoiser.family.denoiser_call == "wan":  # video latents: its own loop, its own scheduler checks
         return sample_wan(mm, denoiser, positive, negative, latents, settings, on_step=on_step)
+    if denoiser.family.denoiser_call == "ltx2":  # video + sound latents: its own loop and checks
+        return sample_ltx2(mm, denoiser, positive, negative, latents, settings, on_step=on_step)
     if settings.scheduler.startswith(K_PREFIX):
         if denoiser.family.flow and settings.scheduler == "k_euler":
             # Flow models keep their flow-matching Euler loop (ComfyUI's euler on a flow model is Euler too).

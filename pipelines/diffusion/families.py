@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pipelines.diffusion.family_types import (  # re-exported: the registry's types
+    ClassRef,
     Family,
     TextEncoderSlot,
     _diffusers,
@@ -366,8 +367,43 @@ FLUX2_DEV = Family(
     name_markers=("flux2", "flux-2", "flux.2"),
 )
 
+# LTX-2 (text to video with sound): Gemma 3 (every hidden state stacked, left-padded to 1024 tokens) through
+# the text connectors, a joint audio-video DiT, the LTX-2 video VAE and an audio VAE + vocoder. Diffusers
+# folders only; the loop is `pipelines.diffusion.ltx2_sampling`.
+LTX2 = Family(
+    name="ltx2",
+    title="LTX-2",
+    pipeline_classes=("LTX2Pipeline", "LTX2ImageToVideoPipeline"),
+    denoiser_subfolder="transformer",
+    denoiser_ref=_diffusers("LTX2VideoTransformer3DModel"),
+    text_encoders=(
+        TextEncoderSlot(
+            "text_encoder",
+            "tokenizer",
+            _transformers("Gemma3ForConditionalGeneration"),
+            ("model.language_model.layers", "model.vision_tower.encoder.layers"),
+        ),
+        # The connectors turn Gemma's stacked states into the video and audio streams' text tokens.
+        TextEncoderSlot(
+            "connectors", "tokenizer", ClassRef("diffusers.pipelines.ltx2", "LTX2TextConnectors")
+        ),
+    ),
+    cuda_dtype_name="bfloat16",  # LTX-2 is published in bf16
+    max_text_tokens=1024,  # LTX2Pipeline's max_sequence_length default
+    latent_rgb_factors=(),  # 128 latent channels: previews show the first three
+    vae_ref=_diffusers("AutoencoderKLLTX2Video"),
+    denoiser_blocks=("transformer_blocks",),
+    flow=True,
+    native_size=768,  # the pipeline's 768x512 default
+    size_multiple=32,  # the pipeline's check (a folder's configs override it)
+    prompt_encoder="gemma_ltx2",
+    denoiser_call="ltx2",
+    class_marker="LTX2",
+)
+
 FAMILIES: dict[str, Family] = {
-    f.name: f for f in (SD, SDXL, PIXART_SIGMA, SD3, FLUX, ZIMAGE, QWENIMAGE, FLUX2_KLEIN, FLUX2_DEV, WAN)
+    f.name: f
+    for f in (SD, SDXL, PIXART_SIGMA, SD3, FLUX, ZIMAGE, QWENIMAGE, FLUX2_KLEIN, FLUX2_DEV, WAN, LTX2)
 }
 FAMILIES[QWENIMAGE_EDIT.name] = QWENIMAGE_EDIT
 FAMILIES[KREA2.name] = KREA2
@@ -383,6 +419,7 @@ CLASS_MARKER_ORDER: tuple[Family, ...] = (
     QWENIMAGE_EDIT,
     KREA2,
     WAN,
+    LTX2,
     SDXL,
     SD3,
     FLUX,
@@ -466,6 +503,12 @@ def detect_single_file_family(keys: Iterable[str]) -> str:
     ):
         raise UnsupportedModelError(
             "this is a FLUX.2 transformer; single-file FLUX.2 is not supported yet (load its diffusers folder)"
+        )
+    if has_prefix("model.diffusion_model.av_ca_a2v_gate_adaln_single.") or has_prefix(
+        "av_ca_a2v_gate_adaln_single."
+    ):
+        raise UnsupportedModelError(
+            "this is an LTX-2 checkpoint; single-file LTX-2 is not supported yet (load its diffusers folder)"
         )
     if has_prefix("double_blocks.") or has_prefix("model.diffusion_model.double_blocks."):
         raise UnsupportedModelError("this is a Flux checkpoint; single-file Flux is not supported yet")

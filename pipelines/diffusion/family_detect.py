@@ -49,6 +49,9 @@ def family_from_keys(keys: list[str], shapes: dict[str, list[int]]) -> str | Non
     def has(fragment: str) -> bool:
         return any(fragment in k for k in keys)
 
+    # LTX-2's audio-video transformer: diffusers names, or the original one diffusers' single-file loader keys on
+    if has("av_cross_attn_video_a2v_gate.") or has("av_ca_a2v_gate_adaln_single."):
+        return "ltx2"
     if has("noise_refiner.") and has("context_refiner."):  # Z-Image, diffusers or original key names
         return "zimage"
     if has("text_fusion.layerwise_blocks.") and has("time_mod_proj."):  # Krea 2 (diffusers key names)

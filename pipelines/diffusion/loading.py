@@ -233,6 +233,11 @@ def load_diffusers_folder(
         loaded = replace(loaded, denoiser=denoiser)
     if family.denoiser_call == "wan" and (root / "image_encoder" / "config.json").is_file():
         loaded = replace(loaded, denoiser=_with_image_encoder(mm, root, loaded.denoiser, allow_pickle))
+    if family.name == "ltx2":  # the sound track's decoder travels with the video VAE
+        from pipelines.diffusion.ltx2_vae import register_audio_decoder
+
+        audio = register_audio_decoder(mm, root, torch_dtype, _register_pretrained, allow_pickle=allow_pickle)
+        loaded = replace(loaded, vae=replace(loaded.vae, audio=audio))
     return loaded
 
 

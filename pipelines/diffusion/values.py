@@ -1,6 +1,6 @@
 """The values that travel on diffusion wires: model references, conditioning and latents.
 
-Lives here: `DenoiserRef`, `TextEncoderRef`, `VaeRef`, `TokenizerSource`, `LoraPatch`, `Conditioning`,
+Lives here: `DenoiserRef`, `TextEncoderRef`, `VaeRef`, `AudioDecoderRef`, `ltx2_vae_ratios`, `TokenizerSource`, `LoraPatch`, `Conditioning`,
 `Latents`, `vae_scale_factor` and `DEFAULT_VAE_SCALE` (the one formula for pixels per latent).
 May import: stdlib, torch, transformers, memory, pipelines.diffusion.families.
 
@@ -54,9 +54,22 @@ def vae_scale_factor(vae_config: dict[str, Any]) -> int:
     `assembly` gives a denoiser its factor with it, and `VaeRef.scale_factor` reads it."""
     if "scale_factor_spatial" in vae_config:  # the Wan VAE says it (its blocks are `dim_mult`)
         return int(vae_config["scale_factor_spatial"])
+    if "spatio_temporal_scaling" in vae_config:  # the LTX-2 video VAE, as its `spatial_compression_ratio`
+        return ltx2_vae_ratios(vae_config)[0]
     if "temperal_downsample" in vae_config:  # Qwen-Image's 3D VAE: one 2x downsampling per entry
         return 2 ** len(vae_config["temperal_downsample"])
     return 2 ** (len(vae_config.get("block_out_channels", (0, 0, 0, 0))) - 1)
+
+
+def ltx2_vae_ratios(vae_config: dict[str, Any]) -> tuple[int, int]:
+    """(pixels, frames) per latent of an LTX-2 video VAE, as `AutoencoderKLLTX2Video.__init__` computes them."""
+    scaling = vae_config.get("spatio_temporal_scaling", (True, True, True, True))
+    steps = sum(scaling) if isinstance(scaling, (list, tuple)) else len(vae_config["layers_per_block"]) - 1
+    spatial = vae_config.get("spatial_compression_ratio") or int(vae_config.get("patch_size", 4)) * 2**steps
+    temporal = (
+        vae_config.get("temporal_compression_ratio") or int(vae_config.get("patch_size_t", 1)) * 2**steps
+    )
+    return int(spatial), int(temporal)
 
 
 @dataclass(frozen=True)
@@ -112,11 +125,23 @@ class TextEncoderRef:
 
 
 @dataclass(frozen=True)
+class AudioDecoderRef:
+    """LTX-2's audio VAE and vocoder (latent spectrogram -> mel -> waveform), lazily loaded."""
+
+    vae: ModelHandle
+    vae_config: dict[str, Any]
+    vocoder: ModelHandle
+    vocoder_config: dict[str, Any]
+    dtype: torch.dtype
+
+
+@dataclass(frozen=True)
 class VaeRef:
     handle: ModelHandle
     family: Family
     config: dict[str, Any]
     dtype: torch.dtype
+    audio: AudioDecoderRef | None = None  # LTX-2: the sound track's decoder, beside the video VAE
 
     @property
     def scale_factor(self) -> int:
@@ -140,6 +165,8 @@ class Conditioning:
     controls: tuple[Any, ...] = ()
     # Reference pictures' LATENTs for editing (FLUX.2: `Flux2KleinPipeline(image=...)`), in order.
     references: tuple[Any, ...] = ()
+    # LTX-2: the connectors' per-token embeddings for the audio stream (`embeds` are the video stream's).
+    audio_embeds: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -157,6 +184,13 @@ class Latents:
     concat: torch.Tensor | None = None
     # Wan 2.1 I2V: the start (and last) picture, each (H, W, 3) in [0, 1], for the denoiser's image encoder.
     clip_images: tuple[torch.Tensor, ...] = ()
+    # LTX-2: the sound track's latents (B, C, audio latent frames, mel bins), normalised as the transformer
+    # sees them once packed, and the frame rate both were sized for (it also conditions the positions).
+    audio: torch.Tensor | None = None
+    fps: float | None = None
+    # LTX-2 image-to-video: (B, 1, latent frames, h, w), the pipeline's conditioning mask: 1 = keep the samples
+    # (the encoded first frame), 0 = denoise from noise.
+    keep_mask: torch.Tensor | None = None
 
     @property
     def pixel_size(self) -> tuple[int, int]:
