@@ -1,7 +1,8 @@
 """Model families: what differs between SD1.x/2.x, SDXL, PixArt-Sigma, SD3, Flux, Z-Image, Qwen-Image, FLUX.2
 and Wan, declared as data.
 
-Lives here: `FAMILIES` (of `Family` entries; the types are `pipelines.diffusion.family_types`'), `CheckpointLayout`, `CHECKPOINT_LAYOUTS`, `ClassRef`,
+Lives here: `FAMILIES` (of `Family` entries; the types are `pipelines.diffusion.family_types`', the 2026
+image families' entries `families_image`, the video families' `families_video`), `CheckpointLayout`, `CHECKPOINT_LAYOUTS`, `ClassRef`,
 `family_for_pipeline_class`, `detect_single_file_family`, `resolve_dtype`, `DIFFUSION_IMPORTS`. May import:
 stdlib and pipelines.dtypes (the dtype rule) at module level; torch, diffusers and transformers when a class
 or dtype is first asked for.
@@ -22,8 +23,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from pipelines.diffusion.families_image import (  # re-exported: every family is reachable from here
+    FLUX2_DEV,
+    FLUX2_KLEIN,
+    KREA2,
+    QWENIMAGE,
+    QWENIMAGE_EDIT,
+    ZIMAGE,
+)
+from pipelines.diffusion.families_video import LTX2, WAN
 from pipelines.diffusion.family_types import (  # re-exported: the registry's types
-    ClassRef,
     Family,
     TextEncoderSlot,
     _diffusers,
@@ -165,241 +174,6 @@ SD3 = Family(
     class_marker="3",
 )
 
-# Z-Image (Turbo): one Qwen3 text encoder read through its chat template, a single-stream DiT over image and
-# caption tokens together, the Flux VAE (16 channels). Diffusers folders only (no single-file layout yet).
-ZIMAGE = Family(
-    name="zimage",
-    title="Z-Image",
-    pipeline_classes=("ZImagePipeline",),
-    denoiser_subfolder="transformer",
-    denoiser_ref=_diffusers("ZImageTransformer2DModel"),
-    text_encoders=(TextEncoderSlot("text_encoder", "tokenizer", _transformers("Qwen3Model"), ("layers",)),),
-    cuda_dtype_name="bfloat16",  # Z-Image-Turbo is published in bf16
-    max_text_tokens=512,  # ZImagePipeline's max_sequence_length default
-    latent_rgb_factors=(),  # 16 latent channels: previews show the first three
-    # Streamed in execution order: the image and caption refiners, then the main single-stream layers.
-    denoiser_blocks=("noise_refiner", "context_refiner", "layers"),
-    flow=True,
-    native_size=1024,
-    size_multiple=16,  # the VAE's 8 x the transformer's 2x2 patches (a folder's configs override it)
-    joint_text_tokens=512,  # caption tokens join the image tokens in every main layer (at most 512)
-    prompt_encoder="qwen_chat",
-    denoiser_call="zimage",
-    class_marker="ZImage",
-    name_markers=("z_image", "z-image", "zimage"),
-)
-
-# Qwen-Image: Qwen2.5-VL as the text encoder (the pipeline's own prompt template), a dual-stream MMDiT over
-# 2x2-packed latents with true CFG, and its own 3D VAE (16 channels, one frame). Diffusers folders only.
-QWENIMAGE = Family(
-    name="qwenimage",
-    title="Qwen-Image",
-    pipeline_classes=("QwenImagePipeline",),
-    denoiser_subfolder="transformer",
-    denoiser_ref=_diffusers("QwenImageTransformer2DModel"),
-    text_encoders=(
-        TextEncoderSlot(
-            "text_encoder",
-            "tokenizer",
-            _transformers("Qwen2_5_VLForConditionalGeneration"),
-            # The language model's layers run per prompt; the vision tower's blocks never do for text, and
-            # declaring them keeps them out of what stays resident.
-            ("model.language_model.layers", "model.visual.blocks"),
-        ),
-    ),
-    cuda_dtype_name="bfloat16",  # Qwen-Image is published in bf16
-    max_text_tokens=512,  # QwenImagePipeline's max_sequence_length default
-    latent_rgb_factors=(),  # 16 latent channels: previews show the first three
-    vae_ref=_diffusers("AutoencoderKLQwenImage"),
-    denoiser_blocks=("transformer_blocks",),
-    flow=True,
-    native_size=1024,  # the pipeline's default_sample_size 128 x 8 pixels per latent
-    size_multiple=16,  # the VAE's 8 x the pipeline's 2x2 packing (a folder's configs override it)
-    prompt_encoder="qwenimage",
-    denoiser_call="qwenimage",
-    packs_latents=True,  # the pipeline packs 2x2 latents: the config's in_channels counts packed channels
-    class_marker="QwenImagePipeline",  # not QwenImageEditPipeline / QwenImage21Pipeline (other pipelines)
-    name_markers=("qwen_image", "qwen-image"),
-)
-
-# Qwen-Image-Edit (the first release, 2509 and 2511 "Plus"): Qwen-Image's transformer, VAE and Qwen2.5-VL, plus
-# a `processor/` (Qwen2-VL's image processor): the prompt encoding sees the input pictures, and their VAE
-# latents join the image tokens (`pipelines.diffusion.qwenimage_edit_text`). 2511 is a transformer config
-# (`zero_cond_t`). A plain Text Encode on it is Qwen-Image's (as ComfyUI's CLIPTextEncode). Diffusers folders only.
-QWENIMAGE_EDIT = Family(
-    name="qwenimage_edit",
-    title="Qwen-Image-Edit",
-    pipeline_classes=("QwenImageEditPipeline", "QwenImageEditPlusPipeline"),
-    denoiser_subfolder="transformer",
-    denoiser_ref=_diffusers("QwenImageTransformer2DModel"),
-    text_encoders=QWENIMAGE.text_encoders,
-    cuda_dtype_name="bfloat16",
-    max_text_tokens=512,
-    latent_rgb_factors=(),
-    vae_ref=_diffusers("AutoencoderKLQwenImage"),
-    denoiser_blocks=("transformer_blocks",),
-    flow=True,
-    native_size=1024,
-    size_multiple=16,
-    prompt_encoder="qwenimage",
-    denoiser_call="qwenimage",
-    packs_latents=True,
-    # Also names QwenImageEditInpaintPipeline folders, which loading then refuses (not in pipeline_classes).
-    class_marker="QwenImageEdit",
-)
-
-# Krea 2 (and Turbo, `is_distilled` in model_index.json): Qwen3-VL tapped at twelve layers (stacked per token,
-# a fixed-length prompt block with its mask), a single-stream MMDiT with its own text-fusion blocks over 2x2-
-# packed latents, Qwen-Image's VAE. Diffusers folders only; the loop is `krea2_sampling`.
-KREA2 = Family(
-    name="krea2",
-    title="Krea 2",
-    pipeline_classes=("Krea2Pipeline",),
-    denoiser_subfolder="transformer",
-    denoiser_ref=_diffusers("Krea2Transformer2DModel"),
-    text_encoders=(
-        TextEncoderSlot(
-            "text_encoder",
-            "tokenizer",
-            _transformers("Qwen3VLModel"),
-            # The language model's layers run per prompt; the vision tower's blocks never do for text.
-            ("language_model.layers", "visual.blocks"),
-        ),
-    ),
-    cuda_dtype_name="bfloat16",
-    max_text_tokens=512,  # Krea2Pipeline's max_sequence_length default (the prompt block's length)
-    latent_rgb_factors=(),
-    vae_ref=_diffusers("AutoencoderKLQwenImage"),
-    denoiser_blocks=("text_fusion.layerwise_blocks", "text_fusion.refiner_blocks", "transformer_blocks"),
-    flow=True,
-    native_size=1024,
-    size_multiple=16,  # the VAE's 8 x the 2x2 packing (a folder's configs override it)
-    joint_text_tokens=512,
-    prompt_encoder="krea2",
-    denoiser_call="krea2",
-    packs_latents=True,
-    class_marker="Krea2",
-)
-
-# Wan 2.1 / 2.2 text-to-video: UMT5 text encoder (512 tokens, padded positions zeroed and kept), a 3D DiT over
-# (frames, h, w) latent patches with cross-attention to the text, the Wan VAE (16 channels, 4x in time, 8x in
-# space by default; its config says). Wan 2.2 A14B adds a low-noise expert (`transformer_2`) used below
-# `boundary_ratio` (model_index.json). Diffusers folders only; the loop is `pipelines.diffusion.wan_sampling`.
-WAN = Family(
-    name="wan",
-    title="Wan",
-    pipeline_classes=("WanPipeline", "WanImageToVideoPipeline"),
-    denoiser_subfolder="transformer",
-    denoiser_ref=_diffusers("WanTransformer3DModel"),
-    # UMT5-XXL (5.7B) may stream block by block; its 256k x 4096 embedding table stays outside the blocks.
-    text_encoders=(
-        TextEncoderSlot("text_encoder", "tokenizer", _transformers("UMT5EncoderModel"), ("encoder.block",)),
-    ),
-    cuda_dtype_name="bfloat16",  # Wan is published in bf16
-    max_text_tokens=512,  # WanPipeline's max_sequence_length default
-    latent_rgb_factors=(),  # 16 latent channels: previews show the first three
-    vae_ref=_diffusers("AutoencoderKLWan"),
-    denoiser_blocks=("blocks",),
-    flow=True,
-    native_size=832,  # Wan 2.1's 832x480 (the height comes from the Empty Video Latent)
-    size_multiple=16,  # the VAE's 8 x the transformer's 2x2 patches (a folder's configs override it)
-    prompt_encoder="umt5",
-    denoiser_call="wan",
-    class_marker="Wan",
-    name_markers=("wan2", "wan_2"),
-)
-
-# FLUX.2 [klein]: one Qwen3 text encoder (three hidden layers stacked per token), Flux2's double- and
-# single-stream DiT over 2x2-packed latents, its own VAE (32 channels, batch-norm statistics instead of a
-# scaling factor). Diffusers folders only; the loop is `flux2_sampling`.
-FLUX2_KLEIN = Family(
-    name="flux2_klein",
-    title="FLUX.2 [klein]",
-    pipeline_classes=("Flux2KleinPipeline",),
-    denoiser_subfolder="transformer",
-    denoiser_ref=_diffusers("Flux2Transformer2DModel"),
-    text_encoders=(TextEncoderSlot("text_encoder", "tokenizer", _transformers("Qwen3Model"), ("layers",)),),
-    cuda_dtype_name="bfloat16",  # FLUX.2 [klein] is published in bf16
-    max_text_tokens=512,  # Flux2KleinPipeline's max_sequence_length default
-    latent_rgb_factors=(),  # 32 latent channels: previews show the first three
-    vae_ref=_diffusers("AutoencoderKLFlux2"),
-    denoiser_blocks=("transformer_blocks", "single_transformer_blocks"),
-    flow=True,
-    native_size=1024,
-    size_multiple=16,  # the VAE's 8 x the pipeline's 2x2 packing (a folder's configs override it)
-    joint_text_tokens=512,  # all 512 padded prompt tokens join the image tokens (no mask)
-    prompt_encoder="qwen_flux2",
-    denoiser_call="flux2",
-    packs_latents=True,
-    class_marker="Flux2Klein",
-    name_markers=("klein",),
-)
-
-# FLUX.2 [dev]: Klein's transformer and VAE with a Mistral3 text encoder (system prompt, hidden layers
-# 10/20/30) and an embedded guidance value instead of CFG. Diffusers folders only.
-FLUX2_DEV = Family(
-    name="flux2_dev",
-    title="FLUX.2 [dev]",
-    pipeline_classes=("Flux2Pipeline",),
-    denoiser_subfolder="transformer",
-    denoiser_ref=_diffusers("Flux2Transformer2DModel"),
-    text_encoders=(
-        TextEncoderSlot(
-            "text_encoder",
-            "tokenizer",
-            _transformers("Mistral3ForConditionalGeneration"),
-            ("model.language_model.layers",),
-        ),
-    ),
-    cuda_dtype_name="bfloat16",
-    max_text_tokens=512,  # Flux2Pipeline's max_sequence_length default
-    latent_rgb_factors=(),
-    vae_ref=_diffusers("AutoencoderKLFlux2"),
-    denoiser_blocks=("transformer_blocks", "single_transformer_blocks"),
-    flow=True,
-    native_size=1024,
-    size_multiple=16,
-    joint_text_tokens=512,
-    prompt_encoder="mistral_flux2",
-    denoiser_call="flux2",
-    packs_latents=True,
-    class_marker="Flux2",
-    name_markers=("flux2", "flux-2", "flux.2"),
-)
-
-# LTX-2 (text to video with sound): Gemma 3 (every hidden state stacked, left-padded to 1024 tokens) through
-# the text connectors, a joint audio-video DiT, the LTX-2 video VAE and an audio VAE + vocoder. Diffusers
-# folders only; the loop is `pipelines.diffusion.ltx2_sampling`.
-LTX2 = Family(
-    name="ltx2",
-    title="LTX-2",
-    pipeline_classes=("LTX2Pipeline", "LTX2ImageToVideoPipeline"),
-    denoiser_subfolder="transformer",
-    denoiser_ref=_diffusers("LTX2VideoTransformer3DModel"),
-    text_encoders=(
-        TextEncoderSlot(
-            "text_encoder",
-            "tokenizer",
-            _transformers("Gemma3ForConditionalGeneration"),
-            ("model.language_model.layers", "model.vision_tower.encoder.layers"),
-        ),
-        # The connectors turn Gemma's stacked states into the video and audio streams' text tokens.
-        TextEncoderSlot(
-            "connectors", "tokenizer", ClassRef("diffusers.pipelines.ltx2", "LTX2TextConnectors")
-        ),
-    ),
-    cuda_dtype_name="bfloat16",  # LTX-2 is published in bf16
-    max_text_tokens=1024,  # LTX2Pipeline's max_sequence_length default
-    latent_rgb_factors=(),  # 128 latent channels: previews show the first three
-    vae_ref=_diffusers("AutoencoderKLLTX2Video"),
-    denoiser_blocks=("transformer_blocks",),
-    flow=True,
-    native_size=768,  # the pipeline's 768x512 default
-    size_multiple=32,  # the pipeline's check (a folder's configs override it)
-    prompt_encoder="gemma_ltx2",
-    denoiser_call="ltx2",
-    class_marker="LTX2",
-)
 
 FAMILIES: dict[str, Family] = {
     f.name: f

@@ -1,0 +1,73 @@
+"""The video families' registry entries: Wan 2.1/2.2 (text and image to video, TI2V) and LTX-2 (video with
+sound), declared as data.
+
+Lives here: `WAN`, `LTX2`. The registry that lists them, the detection orders and the lookups are
+`pipelines.diffusion.families`; this file only holds the entries.
+May import: stdlib and pipelines.diffusion.family_types (classes are named, resolved on first use).
+"""
+
+from __future__ import annotations
+
+from pipelines.diffusion.family_types import ClassRef, Family, TextEncoderSlot, _diffusers, _transformers
+
+# Wan 2.1 / 2.2 text-to-video: UMT5 text encoder (512 tokens, padded positions zeroed and kept), a 3D DiT over
+# (frames, h, w) latent patches with cross-attention to the text, the Wan VAE (16 channels, 4x in time, 8x in
+# space by default; its config says). Wan 2.2 A14B adds a low-noise expert (`transformer_2`) used below
+# `boundary_ratio` (model_index.json). Diffusers folders only; the loop is `pipelines.diffusion.wan_sampling`.
+WAN = Family(
+    name="wan",
+    title="Wan",
+    pipeline_classes=("WanPipeline", "WanImageToVideoPipeline"),
+    denoiser_subfolder="transformer",
+    denoiser_ref=_diffusers("WanTransformer3DModel"),
+    # UMT5-XXL (5.7B) may stream block by block; its 256k x 4096 embedding table stays outside the blocks.
+    text_encoders=(
+        TextEncoderSlot("text_encoder", "tokenizer", _transformers("UMT5EncoderModel"), ("encoder.block",)),
+    ),
+    cuda_dtype_name="bfloat16",  # Wan is published in bf16
+    max_text_tokens=512,  # WanPipeline's max_sequence_length default
+    latent_rgb_factors=(),  # 16 latent channels: previews show the first three
+    vae_ref=_diffusers("AutoencoderKLWan"),
+    denoiser_blocks=("blocks",),
+    flow=True,
+    native_size=832,  # Wan 2.1's 832x480 (the height comes from the Empty Video Latent)
+    size_multiple=16,  # the VAE's 8 x the transformer's 2x2 patches (a folder's configs override it)
+    prompt_encoder="umt5",
+    denoiser_call="wan",
+    class_marker="Wan",
+    name_markers=("wan2", "wan_2"),
+)
+
+# LTX-2 (text to video with sound): Gemma 3 (every hidden state stacked, left-padded to 1024 tokens) through
+# the text connectors, a joint audio-video DiT, the LTX-2 video VAE and an audio VAE + vocoder. Diffusers
+# folders only; the loop is `pipelines.diffusion.ltx2_sampling`.
+LTX2 = Family(
+    name="ltx2",
+    title="LTX-2",
+    pipeline_classes=("LTX2Pipeline", "LTX2ImageToVideoPipeline"),
+    denoiser_subfolder="transformer",
+    denoiser_ref=_diffusers("LTX2VideoTransformer3DModel"),
+    text_encoders=(
+        TextEncoderSlot(
+            "text_encoder",
+            "tokenizer",
+            _transformers("Gemma3ForConditionalGeneration"),
+            ("model.language_model.layers", "model.vision_tower.encoder.layers"),
+        ),
+        # The connectors turn Gemma's stacked states into the video and audio streams' text tokens.
+        TextEncoderSlot(
+            "connectors", "tokenizer", ClassRef("diffusers.pipelines.ltx2", "LTX2TextConnectors")
+        ),
+    ),
+    cuda_dtype_name="bfloat16",  # LTX-2 is published in bf16
+    max_text_tokens=1024,  # LTX2Pipeline's max_sequence_length default
+    latent_rgb_factors=(),  # 128 latent channels: previews show the first three
+    vae_ref=_diffusers("AutoencoderKLLTX2Video"),
+    denoiser_blocks=("transformer_blocks",),
+    flow=True,
+    native_size=768,  # the pipeline's 768x512 default
+    size_multiple=32,  # the pipeline's check (a folder's configs override it)
+    prompt_encoder="gemma_ltx2",
+    denoiser_call="ltx2",
+    class_marker="LTX2",
+)
