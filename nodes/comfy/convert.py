@@ -4,8 +4,9 @@ Lives here: `ImportResult`, `Unsupported`, `convert_graph`, `unsupported_nodes`;
 `COMFY_META_KEY`. Imports `nodes.comfy.*`, `nodes.layout`, `nodes.model_names`, `nodes.registry`, `nodes.workflow` (FORMAT,
 VERSION), `pipelines.diffusion.families`.
 
-Node ids stay ComfyUI's ("3", and "12:5" inside a subgraph), so every message points at the node the user
-sees in ComfyUI. The workflow's `meta.comfyui` records each node's ComfyUI class; `unsupported_nodes`
+Node ids are readable (`ksampler`, `vae_decode`: nodes.comfy.readable_ids, applied by nodes.comfy.sources
+before conversion) with ComfyUI's ("3", "12:5" inside a subgraph) kept in `meta.comfyui.ids`; a graph
+converted without renaming (the server's prompts) keeps ComfyUI's. The workflow's `meta.comfyui` records each node's ComfyUI class; `unsupported_nodes`
 reads it to refuse a run with one line per node that this build cannot run (a class with no Nodeloom
 equivalent, or a mapped type missing from the registry), naming node id, class and reason. Its
 `meta.comfyui.names` records every model and picture name taken from the file, so that those names resolve
@@ -284,6 +285,8 @@ def convert_graph(graph: ComfyGraph, registry: NodeRegistry, ctx: MapContext, *,
                 },
                 # Names from the file: confined to the models folders until the user sets them.
                 "names": imported_names(nodes),
+                # Our readable id -> ComfyUI's, written back by `app export-comfy`.
+                "ids": {nid: graph.nodes[nid].comfy_id for nid in nodes if graph.nodes[nid].comfy_id},
             },
         },
         "nodes": nodes,

@@ -1,12 +1,14 @@
 """A Nodeloom workflow -> ComfyUI API format (the `prompt` a ComfyUI server queues), for graphs made only
 of node types that have a ComfyUI counterpart.
 
-Lives here: `ExportError`, `export_api`, `EXPORTERS`. Imports `nodes.workflow`, `nodes.registry`, `nodes.modes`,
+Lives here: `ExportError`, `export_api`, `comfy_ids`, `EXPORTERS`. Imports `nodes.workflow`, `nodes.registry`, `nodes.modes`, `nodes.model_names`,
 `nodes.comfy.mapping` (the text-encoder family names).
 
 Widget names come from the node types' declarations (`Param.comfy`, the one place they are written); this
 table adds what has no 1:1 widget: the counterpart class, its wired inputs and output slots, and converters
-for values that need translating (sampler names, enable/disable). ComfyUI ids are numbered "1", "2", ... in the workflow's order; each node's `_meta.title` keeps our id.
+for values that need translating (sampler names, enable/disable). A node imported from ComfyUI gets its
+ComfyUI id back (`meta.comfyui.ids`); the others are numbered "1", "2", ... in the workflow's order, skipping
+kept ids; each node's `_meta.title` keeps our id.
 A diffusers scheduler has no exact ComfyUI twin: the nearest sampler/scheduler pair is written and the
 node is named in `ExportError`-free notes; a node type with no counterpart is an `ExportError` naming it.
 """
@@ -18,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nodes.comfy.mapping import COMFY_TEXT_ENCODER_TYPES
+from nodes.model_names import COMFY_META_KEY
 from nodes.modes import without_reroutes
 from nodes.registry import NodeRegistry
 from nodes.workflow import NodeInstance, Workflow
@@ -227,6 +230,28 @@ def _widget_names(node: NodeInstance, out: _Out, registry: NodeRegistry) -> dict
     return {**names, **out.params}
 
 
+def comfy_ids(wf: Workflow) -> dict[str, str]:
+    """Our node id -> its ComfyUI id: the one an import kept (`meta.comfyui.ids`), else the next free number
+    ("1", "2", ... in the workflow's order), so a round trip writes ComfyUI's own ids back."""
+    comfy = wf.meta.get(COMFY_META_KEY) if isinstance(wf.meta, dict) else None
+    kept = comfy.get("ids") if isinstance(comfy, dict) else None
+    kept = kept if isinstance(kept, dict) else {}
+    ids: dict[str, str] = {}
+    for nid in wf.nodes:
+        theirs = kept.get(nid)
+        if isinstance(theirs, str) and theirs and theirs not in ids.values():
+            ids[nid] = theirs
+    used, number = set(ids.values()), 0
+    for nid in wf.nodes:
+        if nid not in ids:
+            number += 1
+            while str(number) in used:
+                number += 1
+            ids[nid] = str(number)
+            used.add(ids[nid])
+    return ids
+
+
 def export_api(wf: Workflow, registry: NodeRegistry) -> dict[str, Any]:
     """The ComfyUI API prompt for `wf` (validated, so every parameter is filled)."""
     wf = without_reroutes(wf, registry)  # the API format has no reroutes: their wires are joined
@@ -236,7 +261,7 @@ def export_api(wf: Workflow, registry: NodeRegistry) -> dict[str, Any]:
             f"{wf.source}: no ComfyUI counterpart for node(s) {', '.join(missing)}; "
             f"exportable types: {', '.join(EXPORTERS)}"
         )
-    ids = {nid: str(i) for i, nid in enumerate(wf.nodes, start=1)}
+    ids = comfy_ids(wf)
     prompt: dict[str, Any] = {}
     for nid, node in wf.nodes.items():
         out = _exporter(node)
