@@ -64,9 +64,16 @@ def test_api_file_maps_every_node_to_its_nodeloom_type(registry) -> None:
         "37": "UpscaleImage",
         "38": "SetLatentNoiseMask",
         "39": "InpaintConditioning",
+        "13": "ModelSamplingShift",
+        "14": "ModelSamplingShift",
+        "15": "ModelSamplingShift",
     }
-    # Pass-through nodes (FluxGuidance, ModelSampling*) are wired around, their values kept.
-    assert "12" not in nodes and "13" not in nodes and "14" not in nodes
+    # FluxGuidance is wired around (its value goes to the sampler's cfg); ModelSampling* are applied.
+    assert "12" not in nodes
+    assert nodes["13"]["params"] == {"mode": "sd3", "shift": 3.0}
+    assert nodes["14"]["params"]["mode"] == "flux" and nodes["14"]["inputs"] == {
+        "denoiser": ["2", "denoiser"]
+    }
     assert nodes["18"]["params"] == {
         "scheduler": "k_dpmpp_2m",
         "sigma_schedule": "karras",
@@ -76,7 +83,7 @@ def test_api_file_maps_every_node_to_its_nodeloom_type(registry) -> None:
         "denoise": 1.0,
     }
     assert nodes["18"]["inputs"] == {
-        "denoiser": ["1", "denoiser"],  # through ModelSamplingSD3
+        "denoiser": ["13", "denoiser"],  # ModelSamplingSD3, applied
         "positive": ["8", "conditioning"],
         "negative": ["11", "conditioning"],
         "latent": ["17", "latent"],
@@ -154,12 +161,12 @@ def test_api_file_maps_every_node_to_its_nodeloom_type(registry) -> None:
     }
     assert nodes["35"]["params"]["scheduler"] == "k_dpmpp_2m_sde"
     # An empty latent learns its channels from the model its sampler uses.
-    assert nodes["17"]["inputs"] == {"denoiser": ["1", "denoiser"]}
+    assert nodes["17"]["inputs"] == {"denoiser": ["13", "denoiser"]}  # the shifted model: the same weights
     assert nodes["10"]["params"]["text"] == "a red fox in snow"
     assert nodes["23"]["params"]["prefix"] == "flux_date_fox"
     assert nodes["2"]["params"]["family"] == "flux"  # from the file name
     notes = "\n".join(_notes(result))
-    assert "node model_sampling_aura_flow (ModelSamplingAuraFlow): shift 2.0 not applied" in notes
+    assert "not applied" not in notes  # ModelSamplingAuraFlow's shift 2.0 is
     assert "node ksampler_2 (KSampler): sampler 'dpmpp_2m_sde_gpu' runs as 'dpmpp_2m_sde'" in notes
     assert "weight_dtype" not in notes  # fp8_e4m3fn is one of our dtypes
     assert (

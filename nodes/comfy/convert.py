@@ -165,7 +165,7 @@ class _Converter:
             source = nodes.get(link[0]) if link else None
             if source is None:
                 return None
-            if source["type"] == "LoadLoRA":
+            if source["type"] in ("LoadLoRA", "ModelSamplingShift"):  # the same model, patched
                 link = source["inputs"].get("denoiser")
                 continue
             if "family" in source["params"]:

@@ -145,6 +145,21 @@ def _vae_decode_tiled(p: dict[str, Any]) -> dict[str, Any]:
     return {"tile_size": p.get("tile_size") or 512, "overlap": 64, "temporal_size": 64, "temporal_overlap": 8}
 
 
+_MODEL_SAMPLING = {"sd3": "ModelSamplingSD3", "auraflow": "ModelSamplingAuraFlow"}
+
+
+def _model_sampling(node: NodeInstance) -> _Out:
+    """Our Model Sampling Shift -> the ComfyUI class its mode names, with that class's widgets."""
+    mode, model, out = node.params.get("mode", "sd3"), {"model": "denoiser"}, {"denoiser": 0}
+    if mode == "flux":
+        widgets = {w: w for w in ("max_shift", "base_shift", "width", "height")}
+        return _Out("ModelSamplingFlux", model, widgets, out)
+    if mode == "discrete":
+        sampling = "v_prediction" if node.params.get("prediction") == "v_prediction" else "eps"
+        return _Out("ModelSamplingDiscrete", model, {"zsnr": "zsnr"}, out, (("sampling", sampling),))
+    return _Out(_MODEL_SAMPLING.get(mode, "ModelSamplingSD3"), model, {"shift": "shift"}, out)
+
+
 EXPORTERS: dict[str, _Out | Callable[[NodeInstance], _Out]] = {
     "LoadDiffusionModel": _Out(
         "CheckpointLoaderSimple", {}, {}, {"denoiser": 0, "text_encoder": 1, "vae": 2}
@@ -213,6 +228,7 @@ EXPORTERS: dict[str, _Out | Callable[[NodeInstance], _Out]] = {
         "VAEDecodeTiled", {"samples": "latent", "vae": "vae"}, {}, {"image": 0}, convert=_vae_decode_tiled
     ),
     "ShowText": _Out("PreviewAny", {"source": "text"}, {}, {}),
+    "ModelSamplingShift": _model_sampling,
 }
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from nodes.comfy.sampling_nodes import NODES as SAMPLING_NODES
 from nodes.comfy.size_nodes import NODES as SIZE_NODES
 from nodes.context import NodeContext
 from nodes.declare import Node, node_type, param, param_like, settings_from, wire
@@ -173,4 +174,5 @@ NODES: tuple[NodeSpec, ...] = (
         for n in (ZeroConditioning, SamplerAdvanced, ImageScale, ImageScaleBy, LatentUpscale, LatentUpscaleBy)
     ),
     *SIZE_NODES,  # ImageScaleToTotalPixels (nodes/comfy/size_nodes.py)
+    *SAMPLING_NODES,  # ModelSamplingShift (nodes/comfy/sampling_nodes.py)
 )
