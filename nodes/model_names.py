@@ -39,6 +39,8 @@ MODEL_PARAMS: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
     "LoadLoRA": (("path", ("loras",)),),
     "LoadControlNet": (("path", ("controlnet",)),),
     "LoadUpscaleModel": (("path", ("upscale_models",)),),
+    # A ComfyUI TextGenerate's LLM is its text encoder's file (nodes/comfy/llm_loaders.py).
+    "LoadLLM": (("path", ("text_encoders",)),),
 }
 # node type -> parameters naming a picture to read
 IMAGE_PARAMS: dict[str, tuple[str, ...]] = {"LoadImage": ("path",), "LoadVideo": ("path",)}

@@ -22,6 +22,7 @@ from nodes.comfy.families import family_from_name
 from nodes.comfy.family_check import FamilyProblem, family_problems
 from nodes.comfy.gaps import GAP_REASONS
 from nodes.comfy.graph import ComfyGraph, ComfyNode, ImportNote, LinkRef
+from nodes.comfy.llm_loaders import LLM_OF_KEY, give_llm_loaders
 from nodes.comfy.mappers import ALL_MAPPERS
 from nodes.comfy.mapping import PLACEHOLDER_PREFIX, Constant, Emit, MapContext, PassThrough
 from nodes.layout import layered_layout
@@ -80,6 +81,7 @@ class _Converter:
         self.graph, self.ctx, self.registry = graph, ctx, registry
         self.mapped: dict[str, Emit | PassThrough | Constant] = {}
         self.guided: set[str] = set()  # samplers whose cfg came from a Flux guidance value
+        self.llm_of: dict[str, str] = {}  # Load LLM nodes added for TextGenerate -> their text encoder
         for node_id, node in graph.nodes.items():
             mapper = ALL_MAPPERS.get(node.class_type)
             if mapper is None:
@@ -177,6 +179,7 @@ class _Converter:
 
     def workflow_nodes(self) -> dict[str, dict[str, Any]]:
         nodes = {nid: self.node_json(nid, m) for nid, m in self.mapped.items() if isinstance(m, Emit)}
+        self.llm_of = give_llm_loaders(nodes, self.graph)  # TextGenerate's text encoder as a Load LLM
         for nid, data in nodes.items():
             family = self._family(nodes, data) if data["type"] in _SAMPLERS else None
             if family in FAMILIES and FAMILIES[family].flow:
@@ -215,12 +218,16 @@ class _Converter:
 def _ui_section(graph: ComfyGraph, nodes: dict[str, dict[str, Any]]) -> dict[str, Any]:
     ui_nodes: dict[str, Any] = {}
     placed = None
-    if not any(graph.nodes[nid].pos is not None for nid in nodes):
+    if not any(graph.nodes[nid].pos is not None for nid in nodes if nid in graph.nodes):
         # API format (no positions): laid out by data flow, so the editor opens a readable graph.
         sources = {nid: [link[0] for link in data["inputs"].values()] for nid, data in nodes.items()}
         placed = layered_layout(list(nodes), sources)
     for node_id in nodes:
-        node = graph.nodes[node_id]
+        node = graph.nodes.get(node_id)
+        if node is None:  # added by the importer (a TextGenerate's Load LLM): laid out only in API files
+            if placed is not None:
+                ui_nodes[node_id] = {"pos": list(placed[node_id])}
+            continue
         entry: dict[str, Any] = {}
         if node.pos is not None:
             entry["pos"] = list(node.pos)
@@ -278,7 +285,9 @@ def convert_graph(graph: ComfyGraph, registry: NodeRegistry, ctx: MapContext, *,
             "description": f"Imported from a ComfyUI workflow ({graph.source_format} format).",
             COMFY_META_KEY: {
                 "source_format": graph.source_format,
-                "classes": {nid: graph.nodes[nid].class_type for nid in nodes},
+                "classes": {
+                    nid: graph.nodes[nid].class_type if nid in graph.nodes else "CLIPLoader" for nid in nodes
+                },
                 # Why a recognised node is not mapped (the plain case only, a wired switch, ...).
                 "reasons": {
                     nid: m.reason for nid, m in converter.mapped.items() if isinstance(m, Emit) and m.reason
@@ -286,7 +295,12 @@ def convert_graph(graph: ComfyGraph, registry: NodeRegistry, ctx: MapContext, *,
                 # Names from the file: confined to the models folders until the user sets them.
                 "names": imported_names(nodes),
                 # Our readable id -> ComfyUI's, written back by `app export-comfy`.
-                "ids": {nid: graph.nodes[nid].comfy_id for nid in nodes if graph.nodes[nid].comfy_id},
+                "ids": {
+                    nid: graph.nodes[nid].comfy_id
+                    for nid in nodes
+                    if nid in graph.nodes and graph.nodes[nid].comfy_id
+                },
+                LLM_OF_KEY: converter.llm_of,
             },
         },
         "nodes": nodes,

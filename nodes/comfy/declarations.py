@@ -102,6 +102,9 @@ COMFY_CLASSES: dict[str, ComfyClass] = {
     "CFGNorm": ComfyClass(("strength",), ("patched_model",)),
     "ImageScaleToTotalPixels": ComfyClass(("upscale_method", "megapixels", "resolution_steps"), ("IMAGE",)),
     "ResolutionSelector": ComfyClass(("aspect_ratio", "megapixels", "multiple_of"), ("width", "height")),
+    "StringConcatenate": ComfyClass(("string_a", "string_b", "delimiter"), ("STRING",)),
+    "StringReplace": ComfyClass(("string", "find", "replace"), ("STRING",)),
+    "EmptyFlux2LatentImage": ComfyClass(("width", "height", "batch_size"), ("LATENT",)),
 }
 
 

@@ -160,6 +160,20 @@ def _model_sampling(node: NodeInstance) -> _Out:
     return _Out(_MODEL_SAMPLING.get(mode, "ModelSamplingSD3"), model, {"shift": "shift"}, out)
 
 
+def _text_generate(p: dict[str, Any]) -> dict[str, Any]:
+    """LLM Generate -> TextGenerate's widgets; its sampling options are a dynamic combo (`sampling_mode.*`)."""
+    widgets: dict[str, Any] = {
+        "max_length": p.get("max_new_tokens", 512),
+        "thinking": False,
+        "use_default_template": bool(p.get("chat", True)),
+    }
+    if p.get("sampling") != "sample":
+        return widgets | {"sampling_mode": "off"}
+    options = {name: p.get(name) for name in ("temperature", "top_k", "top_p", "repetition_penalty", "seed")}
+    options |= {"min_p": 0.0, "presence_penalty": 0.0}  # ours applies neither
+    return widgets | {"sampling_mode": "on"} | {f"sampling_mode.{k}": v for k, v in options.items()}
+
+
 EXPORTERS: dict[str, _Out | Callable[[NodeInstance], _Out]] = {
     "LoadDiffusionModel": _Out(
         "CheckpointLoaderSimple", {}, {}, {"denoiser": 0, "text_encoder": 1, "vae": 2}
@@ -229,6 +243,11 @@ EXPORTERS: dict[str, _Out | Callable[[NodeInstance], _Out]] = {
     ),
     "ShowText": _Out("PreviewAny", {"source": "text"}, {}, {}),
     "ModelSamplingShift": _model_sampling,
+    "StringConcatenate": _Out("StringConcatenate", {}, {}, {"text": 0}),
+    "StringReplace": _Out("StringReplace", {}, {}, {"text": 0}),
+    "LLMGenerate": _Out(
+        "TextGenerate", {"clip": "llm"}, {"prompt": "prompt"}, {"text": 0}, convert=_text_generate
+    ),
 }
 
 
@@ -244,6 +263,25 @@ def _widget_names(node: NodeInstance, out: _Out, registry: NodeRegistry) -> dict
     if isinstance(EXPORTERS[node.type], _Out):
         names = {p.comfy: p.name for p in registry[node.type].params if p.comfy}
     return {**names, **out.params}
+
+
+def _folded_llm_loaders(wf: Workflow) -> dict[str, str]:
+    """Load LLM nodes an import added for TextGenerate (`meta.comfyui.llm_of`) whose text-encoder loader is
+    still in the graph with the same file: id -> the loader's id. They are written as that loader."""
+    comfy = wf.meta.get(COMFY_META_KEY) if isinstance(wf.meta, dict) else None
+    llm_of = comfy.get("llm_of") if isinstance(comfy, dict) else None
+    folded: dict[str, str] = {}
+    for llm_id, loader_id in (llm_of or {}).items() if isinstance(llm_of, dict) else ():
+        llm, loader = wf.nodes.get(llm_id), wf.nodes.get(loader_id) if isinstance(loader_id, str) else None
+        if (
+            llm is not None
+            and loader is not None
+            and llm.type == "LoadLLM"
+            and loader.type == "LoadTextEncoder"
+        ):
+            if llm.params.get("path") == loader.params.get("path"):
+                folded[llm_id] = loader_id
+    return folded
 
 
 def comfy_ids(wf: Workflow) -> dict[str, str]:
@@ -271,7 +309,10 @@ def comfy_ids(wf: Workflow) -> dict[str, str]:
 def export_api(wf: Workflow, registry: NodeRegistry) -> dict[str, Any]:
     """The ComfyUI API prompt for `wf` (validated, so every parameter is filled)."""
     wf = without_reroutes(wf, registry)  # the API format has no reroutes: their wires are joined
-    missing = [f"{nid} ({n.type})" for nid, n in wf.nodes.items() if n.type not in EXPORTERS]
+    folded = _folded_llm_loaders(wf)  # an imported TextGenerate's Load LLM -> the text encoder it came from
+    missing = [
+        f"{nid} ({n.type})" for nid, n in wf.nodes.items() if n.type not in EXPORTERS and nid not in folded
+    ]
     if missing:
         raise ExportError(
             f"{wf.source}: no ComfyUI counterpart for node(s) {', '.join(missing)}; "
@@ -280,6 +321,8 @@ def export_api(wf: Workflow, registry: NodeRegistry) -> dict[str, Any]:
     ids = comfy_ids(wf)
     prompt: dict[str, Any] = {}
     for nid, node in wf.nodes.items():
+        if nid in folded:
+            continue
         out = _exporter(node)
         params = dict(node.params)
         names = _widget_names(node, out, registry)
@@ -298,6 +341,9 @@ def export_api(wf: Workflow, registry: NodeRegistry) -> dict[str, Any]:
                     f"{wf.source}: node {nid}: input {port!r} has no {out.class_type} counterpart"
                 )
             theirs = wired[port]
+            if link.node in folded:  # TextGenerate's clip: the text-encoder loader, output 0
+                inputs[theirs] = [ids[folded[link.node]], 0]
+                continue
             source = wf.nodes[link.node]
             slot = _exporter(source).outputs.get(link.output)
             if slot is None:

@@ -1,7 +1,7 @@
 """Every ComfyUI class the importer maps: the core table and the newer nodes' tables, merged.
 
 Lives here: `ALL_MAPPERS`. Imports `nodes.comfy.mapping`, `nodes.comfy.mapping_sampling`,
-`nodes.comfy.mapping_media`.
+`nodes.comfy.mapping_media`, `nodes.comfy.mapping_text`.
 """
 
 from __future__ import annotations
@@ -9,5 +9,6 @@ from __future__ import annotations
 from nodes.comfy.mapping import MAPPERS, Mapper
 from nodes.comfy.mapping_media import MEDIA_MAPPERS
 from nodes.comfy.mapping_sampling import SAMPLING_MAPPERS
+from nodes.comfy.mapping_text import TEXT_MAPPERS
 
-ALL_MAPPERS: dict[str, Mapper] = {**MAPPERS, **SAMPLING_MAPPERS, **MEDIA_MAPPERS}
+ALL_MAPPERS: dict[str, Mapper] = {**MAPPERS, **SAMPLING_MAPPERS, **MEDIA_MAPPERS, **TEXT_MAPPERS}

@@ -432,6 +432,7 @@ MAPPERS: dict[str, Mapper] = {
     "ModelSamplingDiscrete": _model_sampling,
     "EmptyLatentImage": _empty_latent,
     "EmptySD3LatentImage": _empty_latent,
+    "EmptyFlux2LatentImage": _empty_latent,  # channels and scale from the model it is sampled with
     "KSampler": _ksampler,
     "KSamplerAdvanced": _ksampler_advanced,
     "VAEDecode": _vae_decode,

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from nodes.comfy.sampling_nodes import NODES as SAMPLING_NODES
 from nodes.comfy.size_nodes import NODES as SIZE_NODES
+from nodes.comfy.text_nodes import NODES as TEXT_NODES
 from nodes.context import NodeContext
 from nodes.declare import Node, node_type, param, param_like, settings_from, wire
 from nodes.diffusion import KSamplerFields
@@ -175,4 +176,5 @@ NODES: tuple[NodeSpec, ...] = (
     ),
     *SIZE_NODES,  # ImageScaleToTotalPixels (nodes/comfy/size_nodes.py)
     *SAMPLING_NODES,  # ModelSamplingShift (nodes/comfy/sampling_nodes.py)
+    *TEXT_NODES,  # StringConcatenate (nodes/comfy/text_nodes.py)
 )
