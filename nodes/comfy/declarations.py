@@ -105,6 +105,12 @@ COMFY_CLASSES: dict[str, ComfyClass] = {
     "StringConcatenate": ComfyClass(("string_a", "string_b", "delimiter"), ("STRING",)),
     "StringReplace": ComfyClass(("string", "find", "replace"), ("STRING",)),
     "EmptyFlux2LatentImage": ComfyClass(("width", "height", "batch_size"), ("LATENT",)),
+    "GetImageSize": ComfyClass((), ("width", "height", "batch_size")),
+    "ComfyMathExpression": ComfyClass(("expression",), ("FLOAT", "INT", "BOOL")),
+    "SaveImageAdvanced": ComfyClass(("filename_prefix", "format", "bit_depth", "color_space"), ()),
+    "ImageCompare": ComfyClass((), ()),
+    "DifferentialDiffusion": ComfyClass(("strength",), ("MODEL",)),
+    "VAEEncodeTiled": ComfyClass(("tile_size", "overlap", "temporal_size", "temporal_overlap"), ("LATENT",)),
 }
 
 

@@ -245,6 +245,13 @@ EXPORTERS: dict[str, _Out | Callable[[NodeInstance], _Out]] = {
     "ModelSamplingShift": _model_sampling,
     "StringConcatenate": _Out("StringConcatenate", {}, {}, {"text": 0}),
     "StringReplace": _Out("StringReplace", {}, {}, {"text": 0}),
+    "GetImageSize": _Out("GetImageSize", {"image": "image"}, {}, {"width": 0, "height": 1, "batch_size": 2}),
+    "MathExpression": _Out(
+        "ComfyMathExpression",
+        {f"values.{n}": n for n in "abcd"},
+        {},
+        {"float": 0, "int": 1, "bool": 2},
+    ),
     "LLMGenerate": _Out(
         "TextGenerate", {"clip": "llm"}, {"prompt": "prompt"}, {"text": 0}, convert=_text_generate
     ),
