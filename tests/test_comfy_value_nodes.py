@@ -137,3 +137,62 @@ def test_a_math_expression_exports_back(tmp_path: Path) -> None:
         "_meta": {"title": "comfy_math_expression"},
     }
     assert prompt["2"]["class_type"] == "GetImageSize" and prompt["7"]["inputs"]["width"] == ["3", 1]
+
+
+def test_resize_image_mask_maps_by_its_resize_type(registry) -> None:
+    from nodes.comfy.size_nodes import side_size
+
+    def mapped(inputs: dict) -> dict:
+        graph = {
+            "1": {"class_type": "LoadImage", "inputs": {"image": "in.png"}},
+            "2": {"class_type": "ResizeImageMaskNode", "inputs": {"input": ["1", 0], **inputs}},
+        }
+        result = import_comfy_data(graph, registry, "r.json", title="r")
+        assert result.unsupported == []
+        node = by_comfy_id(result.workflow)["2"]
+        assert node["inputs"] == {"image": ["1", "image"]}
+        return {"type": node["type"], **node["params"]}
+
+    assert mapped(
+        {"resize_type": "scale longer dimension", "resize_type.longer_size": 2048, "scale_method": "area"}
+    ) == {"type": "ImageScaleToSide", "size": 2048, "method": "area", "side": "longer"}
+    assert mapped({"widgets_values": ["scale dimensions", 1920, 1088, "center", "lanczos"]}) == {
+        "type": "ImageScale",
+        "width": 1920,
+        "height": 1088,
+        "crop": "center",
+        "method": "lanczos",
+    }
+    assert mapped({"widgets_values": ["scale total pixels", 1, "lanczos"]}) == {
+        "type": "ImageScaleToTotalPixels",
+        "megapixels": 1,
+        "method": "lanczos",
+    }
+    # ComfyUI's rounding: the other side in proportion, round() of it
+    assert side_size(1000, 600, "longer", 2048) == (2048, 1229)
+    assert side_size(600, 1000, "shorter", 512) == (512, 853)
+    assert side_size(600, 1000, "longer", 512) == (307, 512)
+    assert side_size(64, 64, "shorter", 10) == (10, 10)
+    out = registry["ImageScaleToSide"].run(
+        None, image=torch.rand(1, 30, 20, 3), side="longer", size=60, method="bilinear"
+    )
+    assert out["image"].shape == (1, 60, 40, 3)
+
+
+def test_scale_to_side_exports_as_comfyuis_resize_node(tmp_path: Path) -> None:
+    resize = {
+        "input": ["1", 0],
+        "resize_type": "scale shorter dimension",
+        "resize_type.shorter_size": 768,
+        "scale_method": "bicubic",
+    }
+    graph = {
+        "1": {"class_type": "LoadImage", "inputs": {"image": "in.png"}},
+        "2": {"class_type": "ResizeImageMaskNode", "inputs": resize},
+        "3": {"class_type": "PreviewImage", "inputs": {"images": ["2", 0]}},
+    }
+    source, imported, exported = tmp_path / "r.json", tmp_path / "wf.json", tmp_path / "api.json"
+    source.write_text(json.dumps(graph))
+    assert main(["import", str(source), "-o", str(imported)]) == 0
+    assert main(["export-comfy", str(imported), str(exported)]) == 0
+    assert json.loads(exported.read_text())["2"]["inputs"] == graph["2"]["inputs"]

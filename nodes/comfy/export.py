@@ -160,6 +160,15 @@ def _model_sampling(node: NodeInstance) -> _Out:
     return _Out(_MODEL_SAMPLING.get(mode, "ModelSamplingSD3"), model, {"shift": "shift"}, out)
 
 
+def _to_side(p: dict[str, Any]) -> dict[str, Any]:
+    side = "longer" if p.get("side", "longer") == "longer" else "shorter"
+    return {
+        "resize_type": f"scale {side} dimension",
+        f"resize_type.{side}_size": p.get("size"),
+        "scale_method": p.get("method", "lanczos"),
+    }
+
+
 def _text_generate(p: dict[str, Any]) -> dict[str, Any]:
     """LLM Generate -> TextGenerate's widgets; its sampling options are a dynamic combo (`sampling_mode.*`)."""
     widgets: dict[str, Any] = {
@@ -238,6 +247,7 @@ EXPORTERS: dict[str, _Out | Callable[[NodeInstance], _Out]] = {
     "LoadVideo": _Out("LoadVideo", {}, {}, {"video": 0}),
     "VideoToFrames": _Out("GetVideoComponents", {"video": "video"}, {}, {"frames": 0, "audio": 1, "fps": 2}),
     "ImageScaleToTotalPixels": _Out("ImageScaleToTotalPixels", {"image": "image"}, {}, {"image": 0}),
+    "ImageScaleToSide": _Out("ResizeImageMaskNode", {"input": "image"}, {}, {"image": 0}, convert=_to_side),
     "VAEDecodeTiled": _Out(
         "VAEDecodeTiled", {"samples": "latent", "vae": "vae"}, {}, {"image": 0}, convert=_vae_decode_tiled
     ),

@@ -9,6 +9,8 @@ helpers).
 - ImageCompare (an editor widget showing two pictures) -> Preview Image of the first, said.
 - DifferentialDiffusion (a soft-mask inpainting patch on the model) -> wired through, said.
 - VAEEncodeTiled -> VAE Encode (whole, not tiled), said.
+- ResizeImageMaskNode (images) -> Scale Image, Scale Image to Pixels, Scale Image By or Scale Image to
+  Side, by its resize type.
 """
 
 from __future__ import annotations
@@ -73,7 +75,49 @@ def _vae_encode_tiled(node: ComfyNode, ctx: MapContext) -> Emit:
     return _emit(node, "VAEEncode", {}, ("latent",), vae="vae", image="pixels")
 
 
+# ResizeImageMaskNode's `resize_type` (a dynamic combo) -> our node and its params' ComfyUI widgets, in the
+# order a UI file stores them after the choice (scale_method always last).
+_RESIZE_TYPES: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
+    "scale dimensions": ("ImageScale", (("width", "width"), ("height", "height"), ("crop", "crop"))),
+    "scale total pixels": ("ImageScaleToTotalPixels", (("megapixels", "megapixels"),)),
+    "scale by multiplier": ("ImageScaleBy", (("multiplier", "scale"),)),
+    "scale longer dimension": ("ImageScaleToSide", (("longer_size", "size"),)),
+    "scale shorter dimension": ("ImageScaleToSide", (("shorter_size", "size"),)),
+}
+_SIDES = {"scale longer dimension": "longer", "scale shorter dimension": "shorter"}
+
+
+def _resize_image_mask(node: ComfyNode, ctx: MapContext) -> Emit:
+    inputs = dict(node.inputs)
+    values = inputs.pop("widgets_values", None)
+    choice = values[0] if isinstance(values, list) and values else inputs.get("resize_type")
+    if choice is None:  # nothing stored: ComfyUI's first option, its defaults unless given
+        choice = "scale dimensions"
+        ctx.graph.note(
+            node, "no stored resize type: ComfyUI's default, scale dimensions (512x512 unless set)"
+        )
+        inputs = {"resize_type.width": 512, "resize_type.height": 512, "crop": "center"} | inputs
+    if not isinstance(choice, str) or choice not in _RESIZE_TYPES:
+        return unsupported_emit(
+            node, f"resize type {choice!r}: only {', '.join(_RESIZE_TYPES)} map onto ours"
+        )
+    type_, widgets = _RESIZE_TYPES[choice]
+    if isinstance(values, list):  # UI format: the choice's options, then scale_method
+        named = dict(zip([w for w, _ in widgets] + ["scale_method"], values[1:], strict=False))
+        inputs |= {f"resize_type.{k}": v for k, v in named.items() if k != "scale_method"}
+        inputs.setdefault("scale_method", named.get("scale_method"))
+    params = {ours: inputs.get(f"resize_type.{theirs}", inputs.get(theirs)) for theirs, ours in widgets}
+    params["method"] = inputs.get("scale_method") or "lanczos"
+    if choice in _SIDES:
+        params["side"] = _SIDES[choice]
+    constants = {k: v for k, v in params.items() if not isinstance(v, LinkRef) and v is not None}
+    wired = {k: v for k, v in params.items() if isinstance(v, LinkRef)}
+    image = {"image": inputs["input"]} if isinstance(inputs.get("input"), LinkRef) else {}
+    return Emit(type_, constants, {**image, **wired}, ("image",))
+
+
 VALUE_MAPPERS: dict[str, Mapper] = {
+    "ResizeImageMaskNode": _resize_image_mask,
     "GetImageSize": _image_size,
     "ComfyMathExpression": _math_expression,
     "SaveImageAdvanced": _save_image_advanced,
