@@ -196,3 +196,40 @@ def test_scale_to_side_exports_as_comfyuis_resize_node(tmp_path: Path) -> None:
     assert main(["import", str(source), "-o", str(imported)]) == 0
     assert main(["export-comfy", str(imported), str(exported)]) == 0
     assert json.loads(exported.read_text())["2"]["inputs"] == graph["2"]["inputs"]
+
+
+def test_reference_latent_and_the_empty_video_latent_map_onto_ours(registry, tmp_path: Path) -> None:
+    graph = {
+        "1": {"class_type": "VAELoader", "inputs": {"vae_name": "wan_2.1_vae.safetensors"}},
+        "2": {
+            "class_type": "EmptyHunyuanLatentVideo",
+            "inputs": {"width": 832, "height": 480, "length": 33, "batch_size": 1},
+        },
+        "3": {"class_type": "VAEDecode", "inputs": {"samples": ["2", 0], "vae": ["1", 0]}},
+        "4": {"class_type": "PreviewImage", "inputs": {"images": ["3", 0]}},
+        "5": {"class_type": "CLIPLoader", "inputs": {"clip_name": "qwen_3_4b.safetensors", "type": "flux2"}},
+        "6": {"class_type": "CLIPTextEncode", "inputs": {"text": "a cat", "clip": ["5", 0]}},
+        "7": {"class_type": "VAEEncode", "inputs": {"pixels": ["3", 0], "vae": ["1", 0]}},
+        "8": {"class_type": "ReferenceLatent", "inputs": {"conditioning": ["6", 0], "latent": ["7", 0]}},
+        "9": {"class_type": "ConditioningZeroOut", "inputs": {"conditioning": ["8", 0]}},
+    }
+    result = import_comfy_data(graph, registry, "v.json", title="v")
+    assert result.unsupported == []
+    nodes = by_comfy_id(result.workflow)
+    assert nodes["2"] == {
+        "type": "EmptyVideoLatent",
+        "params": {"width": 832, "height": 480, "frames": 33},
+        "inputs": {"vae": ["1", "vae"]},  # the graph's one VAE sizes ours
+    }
+    assert nodes["8"] == {
+        "type": "ReferenceLatent",
+        "params": {},
+        "inputs": {"conditioning": ["6", "conditioning"], "latent": ["7", "latent"]},
+    }
+    source, imported, exported = tmp_path / "v.json", tmp_path / "wf.json", tmp_path / "api.json"
+    source.write_text(json.dumps(graph))
+    assert main(["import", str(source), "-o", str(imported)]) == 0
+    assert main(["export-comfy", str(imported), str(exported)]) == 0
+    prompt = json.loads(exported.read_text())
+    assert prompt["2"]["inputs"] == graph["2"]["inputs"]
+    assert prompt["8"]["inputs"] == graph["8"]["inputs"]

@@ -204,6 +204,14 @@ class _Converter:
                     self.graph.nodes[nid],
                     f"Flux without FluxGuidance: ComfyUI's default guidance {FLUX_DEFAULT_GUIDANCE} becomes cfg",
                 )
+        # Our empty video latent is sized from a VAE (ComfyUI's from the node type): the graph's one VAE.
+        vaes = [nid for nid, data in nodes.items() if data["type"] in ("LoadVAE", "LoadDiffusionModel")]
+        for nid, data in nodes.items():
+            if data["type"] == "EmptyVideoLatent" and "vae" not in data["inputs"]:
+                if len(vaes) == 1:
+                    data["inputs"]["vae"] = [vaes[0], "vae"]
+                else:
+                    self.graph.note(self.graph.nodes.get(nid), "no single VAE in the graph: connect its vae")
         # ComfyUI's empty latents know their channels from the node type; ours from a wired model.
         for data in nodes.values():
             if data["type"] not in _SAMPLERS or "latent" not in data["inputs"]:

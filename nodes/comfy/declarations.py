@@ -106,6 +106,8 @@ COMFY_CLASSES: dict[str, ComfyClass] = {
     "StringReplace": ComfyClass(("string", "find", "replace"), ("STRING",)),
     "EmptyFlux2LatentImage": ComfyClass(("width", "height", "batch_size"), ("LATENT",)),
     "GetImageSize": ComfyClass((), ("width", "height", "batch_size")),
+    "ReferenceLatent": ComfyClass((), ("CONDITIONING",)),
+    "EmptyHunyuanLatentVideo": ComfyClass(("width", "height", "length", "batch_size"), ("LATENT",)),
     "ComfyMathExpression": ComfyClass(("expression",), ("FLOAT", "INT", "BOOL")),
     "SaveImageAdvanced": ComfyClass(("filename_prefix", "format", "bit_depth", "color_space"), ()),
     "ImageCompare": ComfyClass((), ()),

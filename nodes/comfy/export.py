@@ -255,6 +255,17 @@ EXPORTERS: dict[str, _Out | Callable[[NodeInstance], _Out]] = {
     "ModelSamplingShift": _model_sampling,
     "StringConcatenate": _Out("StringConcatenate", {}, {}, {"text": 0}),
     "StringReplace": _Out("StringReplace", {}, {}, {"text": 0}),
+    "ReferenceLatent": _Out(
+        "ReferenceLatent", {"conditioning": "conditioning", "latent": "latent"}, {}, {"conditioning": 0}
+    ),
+    "EmptyVideoLatent": _Out(
+        "EmptyHunyuanLatentVideo",
+        {},
+        {"width": "width", "height": "height", "length": "frames"},
+        {"latent": 0},
+        fixed=(("batch_size", 1),),
+        drop=frozenset({"vae", "denoiser"}),
+    ),
     "GetImageSize": _Out("GetImageSize", {"image": "image"}, {}, {"width": 0, "height": 1, "batch_size": 2}),
     "MathExpression": _Out(
         "ComfyMathExpression",

@@ -9,6 +9,7 @@ helpers).
 - ImageCompare (an editor widget showing two pictures) -> Preview Image of the first, said.
 - DifferentialDiffusion (a soft-mask inpainting patch on the model) -> wired through, said.
 - VAEEncodeTiled -> VAE Encode (whole, not tiled), said.
+- ReferenceLatent -> ours (FLUX.2's reference pictures); EmptyHunyuanLatentVideo -> Empty Video Latent.
 - ResizeImageMaskNode (images) -> Scale Image, Scale Image to Pixels, Scale Image By or Scale Image to
   Side, by its resize type.
 """
@@ -116,7 +117,26 @@ def _resize_image_mask(node: ComfyNode, ctx: MapContext) -> Emit:
     return Emit(type_, constants, {**image, **wired}, ("image",))
 
 
+def _reference_latent(node: ComfyNode, ctx: MapContext) -> Emit:
+    return _emit(node, "ReferenceLatent", {}, ("conditioning",), conditioning="conditioning", latent="latent")
+
+
+def _empty_video_latent(node: ComfyNode, ctx: MapContext) -> Emit:
+    """EmptyHunyuanLatentVideo (Wan and HunyuanVideo templates) -> Empty Video Latent; ours sizes the
+    latent from a VAE, which the converter wires in (nodes.comfy.convert: the graph's VAE)."""
+    if _get(node, "batch_size", 1) not in (1, None):
+        ctx.graph.note(node, f"batch_size {_get(node, 'batch_size')} becomes 1 (one video per run here)")
+    params = {
+        "width": _get(node, "width", 848),
+        "height": _get(node, "height", 480),
+        "frames": _get(node, "length", 25),
+    }
+    return _emit(node, "EmptyVideoLatent", params, ("latent",))
+
+
 VALUE_MAPPERS: dict[str, Mapper] = {
+    "ReferenceLatent": _reference_latent,
+    "EmptyHunyuanLatentVideo": _empty_video_latent,
     "ResizeImageMaskNode": _resize_image_mask,
     "GetImageSize": _image_size,
     "ComfyMathExpression": _math_expression,
