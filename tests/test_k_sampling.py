@@ -121,8 +121,9 @@ KD_SAMPLERS = (
     "dpmpp_2m",
     "dpmpp_2m_sde",
     "dpmpp_sde",
-    "dpm_2_ancestral",
-    "dpmpp_2s_ancestral",
+    # Added later: two model calls a step, about a second each here, so in the slow lane.
+    pytest.param("dpm_2_ancestral", marks=pytest.mark.slow),
+    pytest.param("dpmpp_2s_ancestral", marks=pytest.mark.slow),
 )
 
 
@@ -297,6 +298,7 @@ def _comfy_sample_euler_ancestral(model, x, sigmas, seed: int) -> torch.Tensor:
     return x
 
 
+@pytest.mark.slow
 def test_euler_ancestral_over_a_run_draws_comfyuis_noise(setup) -> None:
     """The whole of k_euler_ancestral's per-step noise comes from ComfyUI's stream: a run equals ComfyUI's
     sampler with its default noise sampler, and differs from one whose noise had the plain seed."""
@@ -358,6 +360,7 @@ def _comfy_res_multistep(model, x, sigmas, noise_sampler, eta: float) -> torch.T
     return x
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("schedule", ("normal", "karras", "simple"))
 @pytest.mark.parametrize("name", ("res_multistep", "res_multistep_ancestral"))
 def test_res_multistep_equals_comfyuis(setup, name: str, schedule: str) -> None:
