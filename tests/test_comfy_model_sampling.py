@@ -181,3 +181,57 @@ def test_the_node_hands_on_the_same_model_with_the_patched_schedule(registry) ->
     assert out.handle is ref.handle and out.config == ref.config and out.family is ref.family
     assert out.scheduler_config["shift"] == 3.1 and out.scheduler_config["use_dynamic_shifting"] is False
     assert ref.scheduler_config == QWEN  # the loader's own ref is untouched (it is cached and shared)
+
+
+def _comfy_compute_empirical_mu(image_seq_len: int, num_steps: int) -> float:
+    # ComfyUI comfy_extras/nodes_flux.py compute_empirical_mu (Flux2Scheduler), re-written as the reference
+    a1, b1 = 8.73809524e-05, 1.89833333
+    a2, b2 = 0.00016927, 0.45666666
+    if image_seq_len > 4300:
+        return float(a2 * image_seq_len + b2)
+    m_200, m_10 = a2 * image_seq_len + b2, a1 * image_seq_len + b1
+    a = (m_200 - m_10) / 190.0
+    return float(a * num_steps + m_200 - 200.0 * a)
+
+
+@pytest.mark.parametrize(("tokens", "steps"), [(1024, 4), (4096, 20), (8192, 28)])
+def test_flux2_scheduler_is_the_schedule_our_flux2_loop_computes(tokens: int, steps: int) -> None:
+    from pipelines.diffusion.flux2_sampling import compute_empirical_mu
+
+    # ComfyUI: seq_len = width * height / 16^2, the FLUX.2 latent's token count (8x VAE, 2x2 patches).
+    assert compute_empirical_mu(image_seq_len=tokens, num_steps=steps) == pytest.approx(
+        _comfy_compute_empirical_mu(tokens, steps), rel=1e-9
+    )
+
+
+def test_a_flux2_scheduler_folds_into_our_sampler(registry) -> None:
+    graph = {
+        "1": {"class_type": "UNETLoader", "inputs": {"unet_name": "flux-2-klein-4b.safetensors"}},
+        "2": {"class_type": "CLIPLoader", "inputs": {"clip_name": "qwen_3_4b.safetensors", "type": "flux2"}},
+        "3": {"class_type": "CLIPTextEncode", "inputs": {"text": "a cat", "clip": ["2", 0]}},
+        "4": {
+            "class_type": "EmptyFlux2LatentImage",
+            "inputs": {"width": 1024, "height": 1024, "batch_size": 1},
+        },
+        "5": {"class_type": "RandomNoise", "inputs": {"noise_seed": 9}},
+        "6": {"class_type": "BasicGuider", "inputs": {"model": ["1", 0], "conditioning": ["3", 0]}},
+        "7": {"class_type": "KSamplerSelect", "inputs": {"sampler_name": "euler"}},
+        "8": {"class_type": "Flux2Scheduler", "inputs": {"steps": 4, "width": 1024, "height": 1024}},
+        "9": {
+            "class_type": "SamplerCustomAdvanced",
+            "inputs": {
+                "noise": ["5", 0],
+                "guider": ["6", 0],
+                "sampler": ["7", 0],
+                "sigmas": ["8", 0],
+                "latent_image": ["4", 0],
+            },
+        },
+    }
+    result = import_comfy_data(graph, registry, "f2.json", title="f2")
+    assert result.unsupported == [] and result.families == []
+    sampler = by_comfy_id(result.workflow)["9"]
+    assert sampler["type"] == "Sampler"
+    assert sampler["params"]["steps"] == 4 and sampler["params"]["cfg"] == 1.0  # BasicGuider: no CFG
+    assert sampler["params"]["seed"] == 9 and sampler["params"]["scheduler"] == "k_euler"
+    assert any("Flux2Scheduler: FLUX.2's own schedule" in str(n) for n in result.notes)

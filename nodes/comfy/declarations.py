@@ -91,6 +91,7 @@ COMFY_CLASSES: dict[str, ComfyClass] = {
     "RandomNoise": ComfyClass(("noise_seed",), ("NOISE",)),
     "DisableNoise": ComfyClass((), ("NOISE",)),
     "BasicScheduler": ComfyClass(("scheduler", "steps", "denoise"), ("SIGMAS",)),
+    "Flux2Scheduler": ComfyClass(("steps", "width", "height"), ("SIGMAS",)),
     "BasicGuider": ComfyClass((), ("GUIDER",)),
     "CFGGuider": ComfyClass(("cfg",), ("GUIDER",)),
     "SamplerCustomAdvanced": ComfyClass((), ("output", "denoised_output")),
