@@ -62,5 +62,5 @@ def test_every_template_that_imports_exports_back_and_imports_again(registry) ->
         types = Counter(n["type"] for n in first.workflow["nodes"].values())
         assert Counter(n["type"] for n in again.workflow["nodes"].values()) == types, name
         done.append(name)
-    # Not a vacuous loop: at this package version 35 of the 309 templates import and validate.
-    assert len(done) >= 30, done
+    # Not a vacuous loop: at this package version (0.1.123) 51 of the 309 templates import and validate.
+    assert len(done) >= 45, done
