@@ -153,3 +153,13 @@ def test_comfyuis_family_ids_are_translated_to_ours() -> None:
     assert families(klein) == set()
     other = {"1": {"class_type": "CLIPLoader", "inputs": {"clip_name": "x.safetensors", "type": "ltxv"}}}
     assert families(other) == {"ltxv"}  # a family that does not run here is still reported
+
+
+def test_the_llm_file_named_by_a_comfyui_file_stays_inside_the_models_folders(tmp_path: Path, capsys) -> None:
+    graph = _textgen_api()
+    graph["1"]["inputs"]["clip_name"] = "../../private/model.safetensors"
+    source = tmp_path / "tg.json"
+    source.write_text(json.dumps(graph))
+    assert main(["check", str(source)]) == 2
+    err = capsys.readouterr().err
+    assert "node 'load_clip_llm', field 'path': '../../private/model.safetensors' climbs out" in err, err

@@ -22,7 +22,7 @@ from nodes.comfy.families import family_from_name
 from nodes.comfy.family_check import FamilyProblem, family_problems
 from nodes.comfy.gaps import GAP_REASONS
 from nodes.comfy.graph import ComfyGraph, ComfyNode, ImportNote, LinkRef
-from nodes.comfy.llm_loaders import LLM_OF_KEY, give_llm_loaders
+from nodes.comfy.llm_loaders import LLM_OF_KEY, give_llm_loaders, llm_names
 from nodes.comfy.mappers import ALL_MAPPERS
 from nodes.comfy.mapping import PLACEHOLDER_PREFIX, Constant, Emit, MapContext, PassThrough
 from nodes.layout import layered_layout
@@ -301,7 +301,7 @@ def convert_graph(graph: ComfyGraph, registry: NodeRegistry, ctx: MapContext, *,
                     nid: m.reason for nid, m in converter.mapped.items() if isinstance(m, Emit) and m.reason
                 },
                 # Names from the file: confined to the models folders until the user sets them.
-                "names": imported_names(nodes),
+                "names": imported_names(nodes) | llm_names(nodes, converter.llm_of),
                 # Our readable id -> ComfyUI's, written back by `app export-comfy`.
                 "ids": {
                     nid: graph.nodes[nid].comfy_id

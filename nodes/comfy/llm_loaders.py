@@ -1,12 +1,13 @@
 """A Load LLM for each text encoder that a ComfyUI TextGenerate generates with.
 
-Lives here: `LLM_OF_KEY`, `give_llm_loaders`. Imports `nodes.comfy.graph`.
+Lives here: `LLM_OF_KEY`, `give_llm_loaders`, `llm_names`. Imports `nodes.comfy.graph`.
 
 ComfyUI's TextGenerate runs the LLM inside the text encoder its `clip` input comes from (a CLIP loader's
 single file: Qwen3, Gemma, ...). Our LLM Generate takes a Load LLM; the importer adds one per such loader
 (`<loader>_llm`, the loader's file as its path) and records which loader it stands for in
 `meta.comfyui.llm_of`, so that `app export-comfy` wires TextGenerate back to the loader and writes no node
-for it.
+for it. The file name came from the ComfyUI file, so it is recorded with the import's names (`llm_names`)
+and confined to the models folders like theirs (nodes.model_names.IMPORTED_MODEL_PARAMS).
 """
 
 from __future__ import annotations
@@ -48,3 +49,12 @@ def give_llm_loaders(nodes: dict[str, dict[str, Any]], graph: ComfyGraph) -> dic
             )
         data["inputs"]["llm"] = [llm_id, "llm"]
     return llm_of
+
+
+def llm_names(nodes: dict[str, dict[str, Any]], llm_of: dict[str, str]) -> dict[str, dict[str, str]]:
+    """The added Load LLMs' file names, for `meta.comfyui.names`."""
+    return {
+        llm_id: {"path": nodes[llm_id]["params"]["path"]}
+        for llm_id in llm_of
+        if isinstance(nodes.get(llm_id, {}).get("params", {}).get("path"), str)
+    }
