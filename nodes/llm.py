@@ -81,6 +81,7 @@ class LoadLLM(Node):
     "LLMGenerate",
     title="LLM Generate",
     category="llm",
+    tags=("TextGenerate",),  # ComfyUI's name for it (nodes/comfy/mapping_text.py)
     outputs=[Output("text", types.TEXT)],
     description="Generate text, streaming each token; reports time to first token and tokens/s.",
 )

@@ -40,6 +40,12 @@ MODEL_PARAMS: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
     "LoadControlNet": (("path", ("controlnet",)),),
     "LoadUpscaleModel": (("path", ("upscale_models",)),),
 }
+# Model parameters that are names only when an import wrote them (a ComfyUI TextGenerate's LLM is its text
+# encoder's file: nodes/comfy/llm_loaders.py): confined and looked up like the others while the imported
+# name stands; a path the user or the server sets there stays a path.
+IMPORTED_MODEL_PARAMS: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
+    "LoadLLM": (("path", ("text_encoders",)),),
+}
 # node type -> parameters naming a picture to read
 IMAGE_PARAMS: dict[str, tuple[str, ...]] = {"LoadImage": ("path",), "LoadVideo": ("path",)}
 COMFY_META_KEY = "comfyui"  # the same key as nodes.comfy.convert's (that module imports this one)
@@ -108,7 +114,12 @@ def resolve_model_names(wf: Workflow, library: ModelsLibrary, *, find: bool = Tr
     confined = confined_fields(wf)
     for node_id, node in wf.nodes.items():
         kinds_of = dict(MODEL_PARAMS.get(node.type, ()))
-        for param in name_params(node.type):
+        params = name_params(node.type)
+        for param, kinds in IMPORTED_MODEL_PARAMS.get(node.type, ()):
+            if (node_id, param) in confined:
+                kinds_of[param] = kinds
+                params.append(param)
+        for param in params:
             value = node.params.get(param)
             if not isinstance(value, str) or not value or param in node.inputs:
                 continue

@@ -22,6 +22,7 @@ from nodes.comfy.graph import MAX_NODES, MAX_NOTES
 from nodes.comfy.sources import ComfyFormatError, import_comfy
 from nodes.png_text import NODELOOM_KEY
 from nodes.workflow_json import MAX_FILE_BYTES
+from tests.comfy_ids import by_comfy_id
 from tests.hostile_files import (
     deep_json,
     png_bytes,
@@ -217,7 +218,7 @@ def test_a_reroute_chain_resolves_up_to_its_limit_whichever_input_is_read_first(
 ) -> None:
     path = tmp_path / "chain.json"
     path.write_text(json.dumps(_reroute_chain(reroutes, tap=5)))
-    nodes = import_comfy(path, registry).workflow["nodes"]
+    nodes = by_comfy_id(import_comfy(path, registry).workflow)
     # The chain's limit is 64 links: the decoder's own link and one per reroute.
     assert ("vae" in nodes["2"]["inputs"]) is far_wired
     assert nodes["3"]["inputs"]["vae"] == ["1", "vae"]  # 6 links from the loader: always resolved

@@ -74,10 +74,10 @@ def test_check_json_reports_every_file_with_kinds_and_exits_2(tmp_path: Path, ca
     # No models folder in the test: the notes say the names were not looked up.
     assert any("model names not checked" in n for n in reports[0]["notes"])
     kinds = {(p["kind"], p["node"], p["field"]) for p in reports[1]["problems"]}
-    assert ("unsupported-node", "11", "type") in kinds
-    assert ("unsupported-family", "2", "type") in kinds
-    assert ("unsupported-family", "1", "unet_name") in kinds
-    family = next(p for p in reports[1]["problems"] if p["node"] == "2")
+    assert ("unsupported-node", "ltxv_img_to_video", "type") in kinds
+    assert ("unsupported-family", "load_clip", "type") in kinds
+    assert ("unsupported-family", "load_unet", "unet_name") in kinds
+    family = next(p for p in reports[1]["problems"] if p["node"] == "load_clip")
     assert "CLIPLoader" in family["message"] and "'ltxv'" in family["message"]
     assert reports[2]["problems"][0]["kind"] == "invalid"
     assert "not valid JSON" in reports[2]["problems"][0]["message"]
@@ -96,7 +96,7 @@ def test_check_json_names_a_missing_model_and_how_to_add_a_folder(tmp_path: Path
     assert main(["check", str(ok), "--json", "--models-dir", str(models)]) == 2
     (report,) = json.loads(capsys.readouterr().out)
     missing = [p for p in report["problems"] if p["kind"] == "missing-model"]
-    assert [(p["node"], p["field"]) for p in missing] == [("4", "path")]
+    assert [(p["node"], p["field"]) for p in missing] == [("load_checkpoint", "path")]
     assert "v1-5-pruned-emaonly.safetensors" in missing[0]["message"]
     assert str(models / "checkpoints") in missing[0]["message"]  # the folders searched
     assert any("app models add-root DIR" in n for n in report["notes"])
@@ -108,7 +108,9 @@ def test_check_human_output_says_the_family_per_file(tmp_path: Path, capsys) -> 
     assert main(["check", str(ltxv), str(ok)]) == 2
     captured = capsys.readouterr()
     assert f"{ok}: ok" in captured.out
-    assert "node '2', field 'type': CLIPLoader: model family 'ltxv' (from type 'ltxv')" in captured.err
+    assert (
+        "node 'load_clip', field 'type': CLIPLoader: model family 'ltxv' (from type 'ltxv')" in captured.err
+    )
 
 
 def test_family_names_prefer_the_more_specific_family() -> None:
@@ -144,14 +146,14 @@ def test_import_tells_everything_at_once(tmp_path: Path, capsys) -> None:
     captured = capsys.readouterr()
     err = captured.err
     assert "summary: 9 node(s) mapped (1 approximated), 1 unsupported, 2 model family problem(s)" in err
-    assert "approximated: node 8 (VAEDecodeTiled)" in err
-    assert "unsupported: node 11 (LTXVImgToVideo)" in err
+    assert "approximated: node vae_decode_tiled (VAEDecodeTiled)" in err
+    assert "unsupported: node ltxv_img_to_video (LTXVImgToVideo)" in err
     assert "CLIPLoader: model family 'ltxv'" in err
     missing = [line for line in err.splitlines() if line.startswith("missing model: ")]
     assert {line.split(",")[0] for line in missing} == {
-        "missing model: node 1",
-        "missing model: node 2",
-        "missing model: node 10",
+        "missing model: node load_unet",
+        "missing model: node load_clip",
+        "missing model: node load_vae",
     }
     assert all(str(models) in line for line in missing)  # the folders searched
     assert "`app models add-root DIR`" in err
@@ -160,10 +162,12 @@ def test_import_tells_everything_at_once(tmp_path: Path, capsys) -> None:
 
 def test_the_largest_gaps_say_why_they_are_not_mapped(tmp_path: Path, capsys) -> None:
     graph = json.loads(json.dumps(SD15))
-    graph["20"] = {"class_type": "TextGenerate", "inputs": {"prompt": "a poem", "clip": ["4", 1]}}
+    graph["20"] = {"class_type": "VAEDecodeAudio", "inputs": {"samples": ["3", 0]}}
     graph["21"] = {"class_type": "SomeCustomNode", "inputs": {}}
     assert main(["check", str(_write(tmp_path, "gaps.json", graph)), "--json"]) == 2
     (report,) = json.loads(capsys.readouterr().out)
     reasons = {p["node"]: p["message"] for p in report["problems"] if p["kind"] == "unsupported-node"}
-    assert "Load LLM" in reasons["20"]  # what to use instead
-    assert "no Nodeloom node does what this ComfyUI node does" in reasons["21"]  # the generic reason
+    assert "no audio model" in reasons["vae_decode_audio"]  # what is missing here
+    assert (
+        "no Nodeloom node does what this ComfyUI node does" in reasons["some_custom_node"]
+    )  # the generic reason

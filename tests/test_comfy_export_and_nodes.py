@@ -37,12 +37,13 @@ def test_export_of_an_import_gives_back_the_comfy_prompt(name: str, registry, tm
     out = tmp_path / "exported.json"
     assert main(["export-comfy", str(imported), str(out)]) == 0
     exported = json.loads(out.read_text())
-    by_title = {node["_meta"]["title"]: (nid, node) for nid, node in exported.items()}
-    ids = {old: by_title[old][0] for old in original}  # our node ids are ComfyUI's, kept as titles
+    # The import's readable ids (the titles) go back to ComfyUI's own ids: the same prompt, id for id.
+    assert sorted(exported) == sorted(original)
+    assert all(not node["_meta"]["title"].isdigit() for node in exported.values())
     for old, node in original.items():
-        new = by_title[old][1]
+        new = exported[old]
         assert new["class_type"] == node["class_type"]
-        expected = {k: [ids[v[0]], v[1]] if isinstance(v, list) else v for k, v in node["inputs"].items()}
+        expected = dict(node["inputs"])
         if node["class_type"] == "SaveImage" and name == "sd15_default.api.json":
             expected["filename_prefix"] = "SD1.5"
         assert new["inputs"] == expected, old
@@ -158,9 +159,10 @@ def test_imported_ui_workflow_validates_as_a_nodeloom_workflow(registry) -> None
     result = import_comfy(REPO / "tests" / "data" / "comfy" / "real" / "sd15_default.json", registry)
     wf = workflow_from_dict(result.workflow, registry)
     assert (
-        wf.nodes["3"].params["scheduler"] == "k_euler" and wf.nodes["3"].params["sigma_schedule"] == "normal"
+        wf.nodes["ksampler"].params["scheduler"] == "k_euler"
+        and wf.nodes["ksampler"].params["sigma_schedule"] == "normal"
     )
-    assert wf.ui["nodes"]["3"]["pos"] == [920.0, 170.0]
+    assert wf.ui["nodes"]["ksampler"]["pos"] == [920.0, 170.0]
     assert [g["title"] for g in wf.ui["groups"]] == [
         "Step 1 - Load model",
         "Step 3 - Image size",

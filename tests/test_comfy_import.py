@@ -15,6 +15,7 @@ from app.main import main
 from nodes.comfy.api_format import ComfyFormatError
 from nodes.comfy.sources import check_comfy, import_comfy
 from nodes.workflow import workflow_from_dict
+from tests.comfy_ids import by_comfy_id
 
 DATA = Path(__file__).resolve().parent / "data" / "comfy"
 
@@ -25,7 +26,7 @@ def _notes(result) -> list[str]:
 
 def test_api_file_maps_every_node_to_its_nodeloom_type(registry) -> None:
     result = import_comfy(DATA / "api_every_node.json", registry)
-    nodes = result.workflow["nodes"]
+    nodes = by_comfy_id(result.workflow)  # the assertions below name the file's ComfyUI ids
     types = {nid: n["type"] for nid, n in nodes.items()}
     assert types == {
         "1": "LoadDiffusionModel",
@@ -63,9 +64,16 @@ def test_api_file_maps_every_node_to_its_nodeloom_type(registry) -> None:
         "37": "UpscaleImage",
         "38": "SetLatentNoiseMask",
         "39": "InpaintConditioning",
+        "13": "ModelSamplingShift",
+        "14": "ModelSamplingShift",
+        "15": "ModelSamplingShift",
     }
-    # Pass-through nodes (FluxGuidance, ModelSampling*) are wired around, their values kept.
-    assert "12" not in nodes and "13" not in nodes and "14" not in nodes
+    # FluxGuidance is wired around (its value goes to the sampler's cfg); ModelSampling* are applied.
+    assert "12" not in nodes
+    assert nodes["13"]["params"] == {"mode": "sd3", "shift": 3.0}
+    assert nodes["14"]["params"]["mode"] == "flux" and nodes["14"]["inputs"] == {
+        "denoiser": ["2", "denoiser"]
+    }
     assert nodes["18"]["params"] == {
         "scheduler": "k_dpmpp_2m",
         "sigma_schedule": "karras",
@@ -75,7 +83,7 @@ def test_api_file_maps_every_node_to_its_nodeloom_type(registry) -> None:
         "denoise": 1.0,
     }
     assert nodes["18"]["inputs"] == {
-        "denoiser": ["1", "denoiser"],  # through ModelSamplingSD3
+        "denoiser": ["13", "denoiser"],  # ModelSamplingSD3, applied
         "positive": ["8", "conditioning"],
         "negative": ["11", "conditioning"],
         "latent": ["17", "latent"],
@@ -153,21 +161,22 @@ def test_api_file_maps_every_node_to_its_nodeloom_type(registry) -> None:
     }
     assert nodes["35"]["params"]["scheduler"] == "k_dpmpp_2m_sde"
     # An empty latent learns its channels from the model its sampler uses.
-    assert nodes["17"]["inputs"] == {"denoiser": ["1", "denoiser"]}
+    assert nodes["17"]["inputs"] == {"denoiser": ["13", "denoiser"]}  # the shifted model: the same weights
     assert nodes["10"]["params"]["text"] == "a red fox in snow"
     assert nodes["23"]["params"]["prefix"] == "flux_date_fox"
     assert nodes["2"]["params"]["family"] == "flux"  # from the file name
     notes = "\n".join(_notes(result))
-    assert "node 15 (ModelSamplingAuraFlow): shift 2.0 not applied" in notes
-    assert "node 35 (KSampler): sampler 'dpmpp_2m_sde_gpu' runs as 'dpmpp_2m_sde'" in notes
+    assert "not applied" not in notes  # ModelSamplingAuraFlow's shift 2.0 is
+    assert "node ksampler_2 (KSampler): sampler 'dpmpp_2m_sde_gpu' runs as 'dpmpp_2m_sde'" in notes
     assert "weight_dtype" not in notes  # fp8_e4m3fn is one of our dtypes
     assert (
-        "node 31 (ControlNetLoader): ControlNet 'canny.safetensors': Nodeloom loads diffusers-format" in notes
+        "node load_controlnet (ControlNetLoader): ControlNet 'canny.safetensors': Nodeloom loads diffusers-format"
+        in notes
     )
     # Only the class with no Nodeloom counterpart is refused.
     unsupported = {u.node: (u.class_type, u.reason) for u in result.unsupported}
-    assert list(unsupported) == ["36"]
-    assert unsupported["36"][0] == "CLIPVisionLoader"
+    assert list(unsupported) == ["load_clip_vision"]  # readable ids in the report
+    assert unsupported["load_clip_vision"][0] == "CLIPVisionLoader"
 
 
 def test_unet_weight_dtype_and_clip_types_map_to_our_choices(registry, tmp_path: Path) -> None:
@@ -197,18 +206,31 @@ def test_unet_weight_dtype_and_clip_types_map_to_our_choices(registry, tmp_path:
     path = tmp_path / "loaders.json"
     path.write_text(json.dumps(prompt))
     result = import_comfy(path, registry)
-    nodes = result.workflow["nodes"]
+    nodes = by_comfy_id(result.workflow)
     assert [nodes[n]["params"]["dtype"] for n in "123"] == ["auto", "fp8_e5m2", "fp8_e4m3fn"]
     assert [nodes[n]["params"]["family"] for n in "456"] == ["sd", "sdxl", "auto"]
     notes = "\n".join(_notes(result))
-    assert "node 3 (UNETLoader): weight_dtype 'fp8_e4m3fn_fast' loads as dtype 'fp8_e4m3fn'" in notes
-    assert "node 6 (CLIPLoader): type 'hunyuan_video' is not a family Nodeloom runs" in notes
+    assert (
+        "node load_unet_3 (UNETLoader): weight_dtype 'fp8_e4m3fn_fast' loads as dtype 'fp8_e4m3fn'" in notes
+    )
+    assert "node load_clip_3 (CLIPLoader): type 'hunyuan_video' is not a family Nodeloom runs" in notes
     assert result.unsupported == []
 
 
 def test_ui_file_resolves_reroutes_primitives_bypass_mute_and_subgraphs(registry) -> None:
     result = import_comfy(DATA / "ui_features.json", registry)
-    nodes = result.workflow["nodes"]
+    readable = set(result.workflow["nodes"])
+    assert readable == {
+        "load_checkpoint",
+        "text_encode",
+        "text_encode_2",
+        "empty_latent_image",
+        "ksampler",
+        "vae_decode",
+        "save_image",
+        "load_clip",
+    }
+    nodes = by_comfy_id(result.workflow)  # the assertions below name the file's ComfyUI ids
     assert set(nodes) == {"1", "2", "3", "4", "5", "50:1", "6", "8"}
     sampler = nodes["5"]
     assert sampler["inputs"]["positive"] == ["2", "conditioning"]  # through the reroute
@@ -232,17 +254,22 @@ def test_ui_file_resolves_reroutes_primitives_bypass_mute_and_subgraphs(registry
     notes = "\n".join(_notes(result))
     assert "node 7 (SaveImage): muted in ComfyUI (mode 2): not imported" in notes
     assert "node 30 (ConditioningZeroOut): bypassed in ComfyUI (mode 4)" in notes
-    assert "node 5 (KSampler): no stored value for denoise (defaults used)" in notes
-    assert "node 8 (CLIPLoader): 1 extra widget value(s) ignored: ['a-future-widget']" in notes
+    assert "node ksampler (KSampler): no stored value for denoise (defaults used)" in notes
+    assert "node load_clip (CLIPLoader): 1 extra widget value(s) ignored: ['a-future-widget']" in notes
     assert "subgraph 'Decode' expanded in place" in notes
     # Missing trailing values take the defaults when the workflow is validated.
     wf = workflow_from_dict(
-        {**result.workflow, "nodes": {k: v for k, v in nodes.items() if k != "8"}}, registry
+        {**result.workflow, "nodes": {k: v for k, v in result.workflow["nodes"].items() if k != "load_clip"}},
+        registry,
     )
-    assert wf.nodes["5"].params["denoise"] == 1.0
+    assert wf.nodes["ksampler"].params["denoise"] == 1.0
     ui = result.workflow["ui"]
-    assert ui["nodes"]["1"] == {"pos": [10.0, 20.0], "size": [315.0, 98.0], "title": "My checkpoint"}
-    assert ui["nodes"]["2"]["color"] == "#232"
+    assert ui["nodes"]["load_checkpoint"] == {
+        "pos": [10.0, 20.0],
+        "size": [315.0, 98.0],
+        "title": "My checkpoint",
+    }
+    assert ui["nodes"]["text_encode"]["color"] == "#232"
     assert ui["groups"] == [{"title": "Model", "rect": [-20.0, -20.0, 380.0, 200.0], "color": "#3f789e"}]
     assert ui["notes"] == [{"text": "# Cats\nA test workflow.", "title": "Readme", "pos": [10.0, -300.0]}]
 
@@ -263,7 +290,7 @@ def test_comfy_png_prefers_the_ui_workflow_and_falls_back_to_the_prompt(registry
     workflow = json.loads((DATA / "real" / "sd15_default.json").read_text())
     both = import_comfy(_comfy_png(tmp_path / "both.png", prompt, workflow), registry)
     assert both.workflow["meta"]["comfyui"]["source_format"] == "ui"
-    assert both.workflow["ui"]["nodes"]["3"]["pos"] == [920.0, 170.0]
+    assert both.workflow["ui"]["nodes"]["ksampler"]["pos"] == [920.0, 170.0]
     only_prompt = import_comfy(_comfy_png(tmp_path / "prompt.png", prompt, None), registry)
     assert only_prompt.workflow["meta"]["comfyui"]["source_format"] == "api"
     # Both give the same graph.
@@ -276,7 +303,7 @@ def test_check_lists_unsupported_nodes_and_exits_2(capsys) -> None:
     assert main(["check", str(DATA / "api_every_node.json")]) == 2
     err = capsys.readouterr().err
     assert "1 problem in the workflow" in err
-    assert "node '36', field 'type': CLIPVisionLoader: no Nodeloom node" in err
+    assert "node 'load_clip_vision', field 'type': CLIPVisionLoader: no Nodeloom node" in err
 
 
 def test_import_always_writes_the_file_and_a_run_of_it_is_refused_with_the_list(
@@ -284,13 +311,13 @@ def test_import_always_writes_the_file_and_a_run_of_it_is_refused_with_the_list(
 ) -> None:
     out = tmp_path / "imported.json"
     assert main(["import", str(DATA / "api_every_node.json"), "-o", str(out)]) == 0
-    assert json.loads(out.read_text())["nodes"]["36"]["type"] == "ComfyUI.CLIPVisionLoader"
+    assert json.loads(out.read_text())["nodes"]["load_clip_vision"]["type"] == "ComfyUI.CLIPVisionLoader"
     captured = capsys.readouterr()
-    assert "unsupported: node 36 (CLIPVisionLoader)" in captured.err
+    assert "unsupported: node load_clip_vision (CLIPVisionLoader)" in captured.err
     assert "1 unsupported node(s): it will not run here" in captured.out
     assert main(["--run", str(out), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
-    assert "node '36', field 'type': CLIPVisionLoader: no Nodeloom node" in err
+    assert "node 'load_clip_vision', field 'type': CLIPVisionLoader: no Nodeloom node" in err
     assert not (tmp_path / "o").exists()
 
 
@@ -310,7 +337,7 @@ def test_check_of_a_valid_import_names_the_problem_fields(registry) -> None:
     problems = [str(p) for p in check_comfy(result, registry, "ui_features.json")]
     assert problems == []
     # The CLIPLoader is our LoadTextEncoder now.
-    assert result.workflow["nodes"]["8"]["type"] == "LoadTextEncoder"
+    assert result.workflow["nodes"]["load_clip"]["type"] == "LoadTextEncoder"
 
 
 def test_the_editors_file_import_opens_a_comfy_file(registry) -> None:

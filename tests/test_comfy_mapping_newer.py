@@ -13,6 +13,7 @@ from app.main import main
 from nodes.comfy.api_format import is_api_format
 from nodes.comfy.size_nodes import ImageScaleToTotalPixels, total_pixels_size
 from nodes.comfy.sources import check_comfy, import_comfy_data
+from tests.comfy_ids import by_comfy_id
 
 
 def _import(graph: dict, registry):
@@ -66,7 +67,7 @@ def test_sampler_custom_advanced_with_cfg_guider_is_our_sampler(registry) -> Non
     )
     result = _import(graph, registry)
     assert result.unsupported == []
-    nodes = result.workflow["nodes"]
+    nodes = by_comfy_id(result.workflow)
     # The parts fold into the sampler: no node of their own.
     assert not {"20", "21", "22", "23"} & set(nodes)
     sampler = nodes["13"]
@@ -96,7 +97,7 @@ def test_basic_guider_with_disabled_noise_is_the_advanced_sampler_without_noise(
         {"class_type": "BasicScheduler", "inputs": {"scheduler": "simple", "steps": 4, "denoise": 1.0}},
     )
     result = _import(graph, registry)
-    sampler = result.workflow["nodes"]["13"]
+    sampler = by_comfy_id(result.workflow)["13"]
     assert sampler["type"] == "SamplerAdvanced"
     assert sampler["params"]["add_noise"] is False
     assert sampler["params"]["cfg"] == 1.0  # BasicGuider: the conditional prediction alone
@@ -113,7 +114,8 @@ def test_a_sampler_that_is_not_the_plain_case_is_refused_naming_the_part(registr
     result = _import(graph, registry)
     problems = [str(p) for p in check_comfy(result, registry, "test.json")]
     assert any(
-        "node '13', field 'type': SamplerCustomAdvanced: not mapped" in p and "ManualSigmas" in p
+        "node 'sampler_custom_advanced', field 'type': SamplerCustomAdvanced: not mapped" in p
+        and "ManualSigmas" in p
         for p in problems
     ), problems
 
@@ -142,20 +144,20 @@ def test_a_constant_switch_is_resolved_and_a_wired_one_refused(registry) -> None
     }
     result = _import(graph, registry)
     assert result.unsupported == []
-    assert "30" not in result.workflow["nodes"]
-    assert result.workflow["nodes"]["13"]["inputs"]["positive"] == ["6", "conditioning"]
+    assert "30" not in by_comfy_id(result.workflow)
+    assert by_comfy_id(result.workflow)["13"]["inputs"]["positive"] == ["6", "conditioning"]
     graph["30"]["inputs"]["switch"] = True
-    assert _import(graph, registry).workflow["nodes"]["13"]["inputs"]["positive"] == ["7", "conditioning"]
+    assert by_comfy_id(_import(graph, registry).workflow)["13"]["inputs"]["positive"] == ["7", "conditioning"]
     # A PrimitiveBoolean is a constant too; a computed switch is not.
     graph["31"] = {"class_type": "PrimitiveBoolean", "inputs": {"value": True}}
     graph["30"]["inputs"]["switch"] = ["31", 0]
-    assert _import(graph, registry).workflow["nodes"]["13"]["inputs"]["positive"] == ["7", "conditioning"]
+    assert by_comfy_id(_import(graph, registry).workflow)["13"]["inputs"]["positive"] == ["7", "conditioning"]
     graph["32"] = {
         "class_type": "ComfyMathExpression",
         "inputs": {"expression": "a > 2", "values.a": ["31", 0]},
     }
     graph["30"]["inputs"]["switch"] = ["32", 2]
-    (refused,) = [u for u in _import(graph, registry).unsupported if u.node == "30"]
+    (refused,) = [u for u in _import(graph, registry).unsupported if u.node == "comfy_switch_node"]
     assert "switch is fed by a wire" in refused.reason
 
 
@@ -167,8 +169,8 @@ def test_resolution_selector_gives_its_consumers_width_and_height(registry) -> N
     }
     graph["5"]["inputs"] |= {"width": ["40", 0], "height": ["40", 1]}
     result = _import(graph, registry)
-    assert "40" not in result.workflow["nodes"] and result.unsupported == []
-    params = result.workflow["nodes"]["5"]["params"]
+    assert "40" not in by_comfy_id(result.workflow) and result.unsupported == []
+    params = by_comfy_id(result.workflow)["5"]["params"]
     width, height = params["width"], params["height"]
     assert width % 32 == 0 and height % 32 == 0
     # Rounding each side to 32 moves the ratio and the area by at most about one step in 480 px.
@@ -198,7 +200,7 @@ def test_image_scale_to_total_pixels_keeps_the_ratio_at_the_pixel_count(registry
             },
         },
     }
-    node_json = _import(graph, registry).workflow["nodes"]["51"]
+    node_json = by_comfy_id(_import(graph, registry).workflow)["51"]
     assert node_json["type"] == "ImageScaleToTotalPixels"
     assert node_json["params"] == {"method": "lanczos", "megapixels": 1.0, "resolution_steps": 8}
 
@@ -227,14 +229,14 @@ def _video_graph() -> dict:
 def test_video_nodes_map_onto_ours(registry) -> None:
     result = _import(_video_graph(), registry)
     assert result.unsupported == []
-    nodes = result.workflow["nodes"]
+    nodes = by_comfy_id(result.workflow)
     assert nodes["1"] == {"type": "LoadVideo", "params": {"path": "clip.mp4"}, "inputs": {}}
     assert nodes["2"]["type"] == "VideoToFrames"
     assert nodes["4"]["inputs"] == {"frames": ["3", "image"], "audio": ["2", "audio"]}
     assert nodes["4"]["params"] == {"fps": 12.0}
     assert nodes["5"]["params"] == {"prefix": "video_ComfyUI", "format": "mp4"}
     # The video's name came from the file: it is confined like a picture's.
-    assert result.workflow["meta"]["comfyui"]["names"]["1"] == {"path": "clip.mp4"}
+    assert result.workflow["meta"]["comfyui"]["names"]["load_video"] == {"path": "clip.mp4"}
     assert check_comfy(result, registry, "test.json") == []
 
 
@@ -249,17 +251,17 @@ def test_mapped_nodes_export_back_to_api_format(registry, tmp_path: Path, capsys
     assert main(["export-comfy", str(imported), str(exported)]) == 0, capsys.readouterr().err
     prompt = json.loads(exported.read_text())
     assert is_api_format(prompt)
-    by_title = {node["_meta"]["title"]: node for node in prompt.values()}
-    assert {t: n["class_type"] for t, n in by_title.items() if t in graph} == {
-        nid: node["class_type"] for nid, node in graph.items() if nid != "7"
-    } | {"7": "PrimitiveStringMultiline"}
-    assert by_title["5"]["inputs"]["filename_prefix"] == "video_ComfyUI"
-    assert by_title["4"]["inputs"]["fps"] == 12.0
-    ids = {t: nid for nid, n in prompt.items() for t in [n["_meta"]["title"]]}
-    assert by_title["4"]["inputs"]["audio"] == [ids["2"], 1]  # GetVideoComponents' audio slot
+    # The export writes the import's ComfyUI ids back (our readable ids are the titles).
+    assert {nid: n["class_type"] for nid, n in prompt.items()} == {
+        nid: node["class_type"] for nid, node in graph.items()
+    }
+    assert prompt["5"]["_meta"]["title"] == "save_video"
+    assert prompt["5"]["inputs"]["filename_prefix"] == "video_ComfyUI"
+    assert prompt["4"]["inputs"]["fps"] == 12.0
+    assert prompt["4"]["inputs"]["audio"] == ["2", 1]  # GetVideoComponents' audio slot
     # And the export imports again to the same nodes.
     again = _import(prompt, registry)
-    assert sorted(n["type"] for n in again.workflow["nodes"].values()) == sorted(
+    assert sorted(n["type"] for n in by_comfy_id(again.workflow).values()) == sorted(
         n["type"] for n in json.loads(imported.read_text())["nodes"].values()
     )
 
@@ -296,12 +298,12 @@ def test_tiled_decode_and_cfg_norm_are_approximated_and_say_how(registry) -> Non
     }
     result = _import(graph, registry)
     assert result.unsupported == []
-    nodes = result.workflow["nodes"]
+    nodes = by_comfy_id(result.workflow)
     assert nodes["13"]["inputs"]["denoiser"] == ["4", "denoiser"]
     assert nodes["8"]["type"] == "VAEDecodeTiled" and nodes["8"]["params"]["tile_size"] == 768
     notes = [str(n) for n in result.notes]
     assert any("CFGNorm" in n and "approximated" in n for n in notes), notes
-    assert any("node 8" in n and "approximated" in n for n in notes), notes
+    assert any("node vae_decode_tiled" in n and "approximated" in n for n in notes), notes
 
 
 def test_a_constant_where_ours_takes_a_wire_is_left_unconnected_and_said(registry) -> None:
@@ -314,8 +316,10 @@ def test_a_constant_where_ours_takes_a_wire_is_left_unconnected_and_said(registr
         "2": {"class_type": "PreviewAny", "inputs": {"source": ["1", 0]}},
     }
     result = _import(graph, registry)
-    assert result.workflow["nodes"]["2"] == {"type": "ShowText", "params": {}, "inputs": {}}
+    assert by_comfy_id(result.workflow)["2"] == {"type": "ShowText", "params": {}, "inputs": {}}
     notes = [str(n) for n in result.notes]
-    assert any("node 2" in n and "constant 'hello'" in n and "left unconnected" in n for n in notes), notes
+    assert any(
+        "node preview_any" in n and "constant 'hello'" in n and "left unconnected" in n for n in notes
+    ), notes
     problems = [str(p) for p in check_comfy(result, registry, "test.json")]
-    assert any("node '2', field 'text'" in p and "not connected" in p for p in problems), problems
+    assert any("node 'preview_any', field 'text'" in p and "not connected" in p for p in problems), problems

@@ -14,6 +14,7 @@ from safetensors.torch import save_file
 from app.main import main
 from nodes.comfy.mapping import PLACEHOLDER_PREFIX
 from nodes.comfy.sources import import_comfy
+from tests.comfy_ids import by_comfy_id
 
 REAL = Path(__file__).resolve().parent / "data" / "comfy" / "real"
 FILES = sorted(REAL.glob("*.json"))
@@ -39,7 +40,7 @@ def test_real_template_imports_with_every_node_mapped(registry, path: Path) -> N
 
 
 def test_sdxl_template_keeps_its_two_stage_sampling(registry) -> None:
-    nodes = import_comfy(REAL / "sdxl_simple_example.json", registry).workflow["nodes"]
+    nodes = by_comfy_id(import_comfy(REAL / "sdxl_simple_example.json", registry).workflow)
     base, refiner = nodes["10"]["params"], nodes["11"]["params"]
     # steps and the switch step come from primitive nodes wired into converted widgets
     assert (base["steps"], base["start_step"], base["end_step"], base["leftover_noise"]) == (25, 0, 20, True)
@@ -60,7 +61,7 @@ def test_real_template_passes_app_check(path: Path, capsys) -> None:
 
 
 def test_flux_template_loads_its_split_files(registry) -> None:
-    nodes = import_comfy(REAL / "flux_dev_checkpoint_example.json", registry).workflow["nodes"]
+    nodes = by_comfy_id(import_comfy(REAL / "flux_dev_checkpoint_example.json", registry).workflow)
     assert nodes["41:40"]["type"] == "LoadTextEncoder"
     assert nodes["41:40"]["params"]["family"] == "flux"
     assert nodes["41:38"]["type"] == "LoadDenoiser" and nodes["41:38"]["params"]["dtype"] == "auto"

@@ -25,10 +25,10 @@ def test_the_editor_refuses_an_imported_absolute_path_and_keeps_the_users_own(
     assert not window.run_workflow()
     assert not window.runner.running
     text = window.problem_dialog.informativeText()
-    assert "4.path: '/etc/passwd' is an absolute path" in text
+    assert "load_checkpoint.path: '/etc/passwd' is an absolute path" in text
     # The user types a path of their own: no longer the imported name, so no longer confined.
     mine = str(tmp_path / "my models" / "model.safetensors")
-    window.model.set_param("4", "path", mine)
+    window.model.set_param("load_checkpoint", "path", mine)
     wf = window.model.to_workflow()
-    assert wf.nodes["4"].params["path"] == mine  # kept whole, as typed
-    assert ("4", "path") not in confined_fields(wf)
+    assert wf.nodes["load_checkpoint"].params["path"] == mine  # kept whole, as typed
+    assert ("load_checkpoint", "path") not in confined_fields(wf)

@@ -83,11 +83,11 @@ def test_an_imported_name_that_leaves_the_models_folders_is_refused(
     source = _write(tmp_path, form, name)
     assert main(["check", str(source), "--models-dir", str(root)]) == 2
     err = capsys.readouterr().err
-    assert "node '4', field 'path':" in err and reason in err, err
+    assert "node 'load_checkpoint', field 'path':" in err and reason in err, err
     out = tmp_path / "out"
     assert main(["--run", str(source), "--models-dir", str(root), "--out", str(out), "--quiet"]) == 2
     err = capsys.readouterr().err
-    assert "node '4', field 'path':" in err and reason in err, err
+    assert "node 'load_checkpoint', field 'path':" in err and reason in err, err
     assert not out.exists()
 
 
@@ -107,13 +107,15 @@ def test_without_a_models_folder_check_refuses_what_the_name_says_and_run_refuse
 ) -> None:
     escape = _write(tmp_path, "api", "/etc/passwd")
     assert main(["check", str(escape)]) == 2
-    assert "node '4', field 'path': '/etc/passwd' is an absolute path" in capsys.readouterr().err
+    assert (
+        "node 'load_checkpoint', field 'path': '/etc/passwd' is an absolute path" in capsys.readouterr().err
+    )
     plain = _write(tmp_path, "ui", "ok.safetensors")
     assert main(["check", str(plain)]) == 0  # nothing to look in: the note says names were not checked
     assert "model names not checked" in capsys.readouterr().err
     # A run has to open the file, and a name from the ComfyUI file means a file in a models folder.
     assert main(["--run", str(plain), "--out", str(tmp_path / "o"), "--quiet"]) == 2
-    assert "node '4', field 'path': model 'ok.safetensors' not found" in capsys.readouterr().err
+    assert "node 'load_checkpoint', field 'path': model 'ok.safetensors' not found" in capsys.readouterr().err
 
 
 def test_the_users_own_workflow_may_name_any_path(root: Path, tmp_path: Path, capsys) -> None:
@@ -122,14 +124,14 @@ def test_the_users_own_workflow_may_name_any_path(root: Path, tmp_path: Path, ca
     assert main(["import", str(_write(tmp_path, "api", "ok.safetensors")), "-o", str(mine)]) == 0
     data = json.loads(mine.read_text())
     elsewhere = root.parent / "elsewhere" / "secret.safetensors"
-    data["nodes"]["4"]["params"]["path"] = str(elsewhere)
+    data["nodes"]["load_checkpoint"]["params"]["path"] = str(elsewhere)
     mine.write_text(json.dumps(data))
     assert main(["check", str(mine), "--models-dir", str(root)]) == 0
     wf = workflow_from_dict(data, _registry())
-    assert ("4", "path") not in confined_fields(wf)
+    assert ("load_checkpoint", "path") not in confined_fields(wf)
     # Still recorded, and still confined while unchanged: the imported workflow saved as it came.
-    data["nodes"]["4"]["params"]["path"] = "../elsewhere/secret.safetensors"
-    data["meta"]["comfyui"]["names"]["4"]["path"] = "../elsewhere/secret.safetensors"
+    data["nodes"]["load_checkpoint"]["params"]["path"] = "../elsewhere/secret.safetensors"
+    data["meta"]["comfyui"]["names"]["load_checkpoint"]["path"] = "../elsewhere/secret.safetensors"
     mine.write_text(json.dumps(data))
     assert main(["check", str(mine), "--models-dir", str(root)]) == 2
     assert "climbs out" in capsys.readouterr().err
@@ -179,7 +181,7 @@ def test_an_imported_loadimage_stays_in_the_input_folder(
     out = tmp_path / "out"
     assert main(["--run", str(source), "--models-dir", str(root), "--out", str(out), "--quiet"]) == 2
     err = capsys.readouterr().err
-    assert "node '1', field 'path':" in err and reason in err, err
+    assert "node 'load_image', field 'path':" in err and reason in err, err
     assert not out.exists()  # nothing copied into the outputs
 
 
@@ -205,10 +207,13 @@ def test_a_path_set_with_set_replaces_the_imported_name(root: Path, tmp_path: Pa
     source = _write(tmp_path, "api", "/etc/passwd")
     elsewhere = root.parent / "elsewhere" / "missing.safetensors"
     run = ["--run", str(source), "--models-dir", str(root), "--out", str(tmp_path / "o"), "--quiet"]
-    assert main([*run, "--set", f"4.path={elsewhere}"]) == 2
+    assert main([*run, "--set", f"load_checkpoint.path={elsewhere}"]) == 2
     err = capsys.readouterr().err
     # Refused only because the user's file does not exist, said as for any path the user typed.
-    assert f"node '4', field 'path': file does not exist: {elsewhere}" in err and "/etc/passwd" not in err
+    assert (
+        f"node 'load_checkpoint', field 'path': file does not exist: {elsewhere}" in err
+        and "/etc/passwd" not in err
+    )
 
 
 def test_a_sweep_of_an_imported_workflow_keeps_its_names_inside_too(
@@ -218,9 +223,12 @@ def test_a_sweep_of_an_imported_workflow_keeps_its_names_inside_too(
     source = _write(tmp_path, "api", str(root.parent / "elsewhere" / "secret.safetensors"))
     assert main(["import", str(source), "-o", str(imported)]) == 0
     out = tmp_path / "out"
-    sweep = ["--sweep", "3.seed=1..2", "--models-dir", str(root), "--out", str(out), "--quiet"]
+    sweep = ["--sweep", "ksampler.seed=1..2", "--models-dir", str(root), "--out", str(out), "--quiet"]
     assert main(["--run", str(imported), *sweep]) == 2
-    assert "node '4', field 'path':" in (err := capsys.readouterr().err) and "is an absolute path" in err
+    assert (
+        "node 'load_checkpoint', field 'path':" in (err := capsys.readouterr().err)
+        and "is an absolute path" in err
+    )
     assert not out.exists()
 
 
@@ -231,4 +239,6 @@ def test_check_without_a_models_folder_refuses_an_absolute_picture(
     source.write_text(json.dumps(_image_api(str(root.parent / "elsewhere" / "private.png"))))
     assert main(["check", str(source)]) == 2
     err = capsys.readouterr().err
-    assert "node '1', field 'path':" in err and "must name a file inside ComfyUI's input folder" in err
+    assert (
+        "node 'load_image', field 'path':" in err and "must name a file inside ComfyUI's input folder" in err
+    )

@@ -113,7 +113,18 @@ def _ignore(i: int, x: torch.Tensor) -> None:
     pass
 
 
-KD_SAMPLERS = ("euler", "euler_ancestral", "heun", "dpm_2", "dpmpp_2m", "dpmpp_2m_sde", "dpmpp_sde")
+KD_SAMPLERS = (
+    "euler",
+    "euler_ancestral",
+    "heun",
+    "dpm_2",
+    "dpmpp_2m",
+    "dpmpp_2m_sde",
+    "dpmpp_sde",
+    # Added later: two model calls a step, about a second each here, so in the slow lane.
+    pytest.param("dpm_2_ancestral", marks=pytest.mark.slow),
+    pytest.param("dpmpp_2s_ancestral", marks=pytest.mark.slow),
+)
 
 
 @pytest.mark.parametrize("schedule", SIGMA_SCHEDULES)
@@ -162,7 +173,8 @@ def test_lcm_is_multistep_consistency_sampling(setup, schedule: str) -> None:
     denoise, ms, noise = setup
     sigmas = make_sigmas(schedule, ms, STEPS)
     x = initial_latent(torch.zeros_like(noise), noise, sigmas, ms)
-    generator = torch.Generator().manual_seed(SEED)
+    # ComfyUI's default noise sampler on the CPU: seed + 1 (see _comfy_default_noise_sampler below).
+    generator = torch.Generator().manual_seed(SEED + 1)
     expected = x
     for i in range(len(sigmas) - 1):
         expected = denoise(expected, sigmas[i])  # the consistency function's clean estimate
@@ -241,14 +253,127 @@ def test_partial_denoise_keeps_the_tail_of_a_longer_schedule() -> None:
     torch.testing.assert_close(ksampler_sigmas("karras", ms, 10, 1.0), make_sigmas("karras", ms, 10))
 
 
-def test_seeded_noise_is_a_cpu_generator_seeded_with_the_seed() -> None:
+def _comfy_default_noise_sampler(x: torch.Tensor, seed: int):
+    """ComfyUI v0.8.0 comfy/k_diffusion/sampling.py `default_noise_sampler`, re-written here as the
+    reference: a generator on x's device seeded with the seed (seed + 1 when x is on the CPU), one
+    `torch.randn(x.size(), dtype, layout, device, generator)` per call. The seed is the KSampler's
+    (comfy/samplers.py `CFGGuider.inner_sample` puts it in `extra_args["seed"]`)."""
+    if x.device == torch.device("cpu"):
+        seed += 1
+    generator = torch.Generator(device=x.device)
+    generator.manual_seed(seed)
+    return lambda sigma, sigma_next: torch.randn(
+        x.size(), dtype=x.dtype, layout=x.layout, device=x.device, generator=generator
+    )
+
+
+def test_seeded_noise_draws_comfyuis_default_noise_sequence() -> None:
     x = torch.zeros(2, 4, 3, 3)
-    draws = SeededNoise(x, 7)
-    generator = torch.Generator("cpu").manual_seed(7)
-    for _ in range(2):
-        torch.testing.assert_close(
-            draws(torch.tensor(1.0), torch.tensor(0.5)), torch.randn(x.shape, generator=generator)
+    draws, reference = SeededNoise(x, 7), _comfy_default_noise_sampler(x, 7)
+    for _ in range(3):
+        one, two = torch.tensor(1.0), torch.tensor(0.5)
+        torch.testing.assert_close(draws(one, two), reference(one, two), atol=0, rtol=0)
+    # Not the initial noise's stream: ComfyUI's latent noise is torch.manual_seed(seed) on the CPU.
+    assert not torch.equal(
+        SeededNoise(x, 7)(one, two), torch.randn(x.shape, generator=torch.Generator().manual_seed(7))
+    )
+
+
+def _comfy_sample_euler_ancestral(model, x, sigmas, seed: int) -> torch.Tensor:
+    """ComfyUI v0.8.0 comfy/k_diffusion/sampling.py `sample_euler_ancestral` (eta 1, s_noise 1, the
+    default noise sampler from the seed), re-written here step for step as the reference."""
+    noise_sampler = _comfy_default_noise_sampler(x, seed)
+    for i in range(len(sigmas) - 1):
+        denoised = model(x, sigmas[i])
+        sigma_up = min(
+            sigmas[i + 1],
+            (sigmas[i + 1] ** 2 * (sigmas[i] ** 2 - sigmas[i + 1] ** 2) / sigmas[i] ** 2) ** 0.5,
         )
+        sigma_down = (sigmas[i + 1] ** 2 - sigma_up**2) ** 0.5
+        if sigma_down == 0:
+            x = denoised
+        else:
+            d = (x - denoised) / sigmas[i]
+            x = x + d * (sigma_down - sigmas[i]) + noise_sampler(sigmas[i], sigmas[i + 1]) * sigma_up
+    return x
+
+
+@pytest.mark.slow
+def test_euler_ancestral_over_a_run_draws_comfyuis_noise(setup) -> None:
+    """The whole of k_euler_ancestral's per-step noise comes from ComfyUI's stream: a run equals ComfyUI's
+    sampler with its default noise sampler, and differs from one whose noise had the plain seed."""
+    denoise, ms, noise = setup
+    sigmas = make_sigmas("normal", ms, STEPS)
+    x = initial_latent(torch.zeros_like(noise), noise, sigmas, ms)
+    ours = K_SAMPLERS["euler_ancestral"](denoise, x, sigmas, SeededNoise(x, SEED), _ignore)
+    _close(ours, _comfy_sample_euler_ancestral(denoise, x, sigmas, SEED))
+    # The same loop with the old stream (the seed itself) lands elsewhere: the noise is what is tested.
+    old = _comfy_sample_euler_ancestral(denoise, x, sigmas, SEED - 1)
+    assert float((ours - old).abs().mean()) > 1e-2
+
+
+def _comfy_res_multistep(model, x, sigmas, noise_sampler, eta: float) -> torch.Tensor:
+    """ComfyUI v0.8.0 comfy/k_diffusion/sampling.py `res_multistep` (cfg_pp off, s_noise 1), re-written
+    here as the reference for ours (`sample_res_multistep` is eta 0, `_ancestral` eta 1)."""
+
+    def sigma_fn(t):
+        return t.neg().exp()
+
+    def t_fn(sigma):
+        return sigma.log().neg()
+
+    def phi1_fn(t):
+        return torch.expm1(t) / t
+
+    def phi2_fn(t):
+        return (phi1_fn(t) - 1.0) / t
+
+    old_sigma_down = old_denoised = None
+    for i in range(len(sigmas) - 1):
+        denoised = model(x, sigmas[i])
+        if eta:
+            sigma_up = min(
+                sigmas[i + 1],
+                eta * (sigmas[i + 1] ** 2 * (sigmas[i] ** 2 - sigmas[i + 1] ** 2) / sigmas[i] ** 2) ** 0.5,
+            )
+            sigma_down = (sigmas[i + 1] ** 2 - sigma_up**2) ** 0.5
+        else:
+            sigma_down, sigma_up = sigmas[i + 1], 0.0
+        if sigma_down == 0 or old_denoised is None:
+            x = x + (x - denoised) / sigmas[i] * (sigma_down - sigmas[i])
+        else:
+            t, t_old, t_next, t_prev = (
+                t_fn(sigmas[i]),
+                t_fn(old_sigma_down),
+                t_fn(sigma_down),
+                t_fn(sigmas[i - 1]),
+            )
+            h = t_next - t
+            c2 = (t_prev - t_old) / h
+            phi1_val, phi2_val = phi1_fn(-h), phi2_fn(-h)
+            b1 = torch.nan_to_num(phi1_val - phi2_val / c2, nan=0.0)
+            b2 = torch.nan_to_num(phi2_val / c2, nan=0.0)
+            x = sigma_fn(h) * x + h * (b1 * denoised + b2 * old_denoised)
+        if sigmas[i + 1] > 0:
+            x = x + noise_sampler(sigmas[i], sigmas[i + 1]) * sigma_up
+        old_denoised, old_sigma_down = denoised, sigma_down
+    return x
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("schedule", ("normal", "karras", "simple"))
+@pytest.mark.parametrize("name", ("res_multistep", "res_multistep_ancestral"))
+def test_res_multistep_equals_comfyuis(setup, name: str, schedule: str) -> None:
+    denoise, ms, noise = setup
+    sigmas = make_sigmas(schedule, ms, STEPS)
+    x = initial_latent(torch.zeros_like(noise), noise, sigmas, ms)
+    ours = K_SAMPLERS[name](denoise, x, sigmas, SeededNoise(x, SEED), _ignore)
+    eta = 1.0 if name.endswith("ancestral") else 0.0
+    reference = _comfy_res_multistep(denoise, x, sigmas, _comfy_default_noise_sampler(x, SEED), eta)
+    _close(ours, reference)
+    # Second order: not the Euler result over the same sigmas (a dropped correction would be).
+    euler = K_SAMPLERS["euler"](denoise, x, sigmas, SeededNoise(x, SEED), _ignore)
+    assert name.endswith("ancestral") or float((ours - euler).abs().max()) > 1e-3
 
 
 def test_sampler_node_path_runs_comfy_semantics_on_the_demo_model(kd, tmp_path: Path) -> None:

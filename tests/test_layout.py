@@ -46,4 +46,5 @@ def test_an_api_import_gets_positions_by_data_flow(registry) -> None:
     pos = {nid: tuple(entry["pos"]) for nid, entry in result.workflow["ui"]["nodes"].items()}
     sources = {nid: [link[0] for link in data["inputs"].values()] for nid, data in nodes.items()}
     _check(list(nodes), sources, pos)
-    assert pos["4"][0] < pos["3"][0] < pos["8"][0] < pos["9"][0]  # loader, sampler, decode, save
+    # loader, sampler, decode, save
+    assert pos["load_checkpoint"][0] < pos["ksampler"][0] < pos["vae_decode"][0] < pos["save_image"][0]

@@ -126,7 +126,7 @@ def test_comfy_sd15_workflow_runs_against_a_checkpoint_found_by_name(sd15_root: 
     assert main(["check", str(workflow), "--models-dir", str(sd15_root)]) == 0
     out = tmp_path / "out"
     # A real SD1.5 file uses the shipped SD1.5 config; the tiny test model needs its own.
-    config = f"4.config_dir={ensure_demo_model('tiny-sd')}"
+    config = f"load_checkpoint.config_dir={ensure_demo_model('tiny-sd')}"
     run = [
         "--run",
         str(workflow),
@@ -149,7 +149,9 @@ def test_a_missing_model_name_is_a_validation_error_naming_the_folders(
     workflow = _sd15_api(tmp_path, "sd15/missing.safetensors")
     assert main(["check", str(workflow), "--models-dir", str(sd15_root)]) == 2
     err = capsys.readouterr().err
-    assert "node '4', field 'path': model 'sd15/missing.safetensors' not found; searched:" in err
+    assert (
+        "node 'load_checkpoint', field 'path': model 'sd15/missing.safetensors' not found; searched:" in err
+    )
     assert os.fspath(sd15_root / "checkpoints") in err
     assert main(["--run", str(workflow), "--models-dir", str(sd15_root), "--out", str(tmp_path / "o")]) == 2
 
@@ -161,9 +163,9 @@ def test_a_missing_full_path_says_the_file_does_not_exist(sd15_root: Path, tmp_p
     workflow = tmp_path / "mine.json"
     assert main(["import", str(_sd15_api(tmp_path, "sd15/tiny.safetensors")), "-o", str(workflow)]) == 0
     data = json.loads(workflow.read_text())
-    data["nodes"]["4"]["params"]["path"] = str(missing)
+    data["nodes"]["load_checkpoint"]["params"]["path"] = str(missing)
     workflow.write_text(json.dumps(data))
     assert main(["check", str(workflow), "--models-dir", str(sd15_root)]) == 2
     err = capsys.readouterr().err
-    assert f"node '4', field 'path': file does not exist: {missing} ({tmp_path} exists" in err
+    assert f"node 'load_checkpoint', field 'path': file does not exist: {missing} ({tmp_path} exists" in err
     assert "searched" not in err

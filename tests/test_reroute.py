@@ -95,5 +95,5 @@ def test_a_collapsed_comfy_node_opens_collapsed(registry, tmp_path: Path) -> Non
     path = tmp_path / "collapsed_comfy.json"
     path.write_text(json.dumps(data))
     ui = import_comfy(path, registry).workflow["ui"]["nodes"]
-    assert ui["1"]["collapsed"] is True
-    assert not any(entry.get("collapsed") for nid, entry in ui.items() if nid != "1")
+    assert ui["load_checkpoint"]["collapsed"] is True
+    assert not any(entry.get("collapsed") for nid, entry in ui.items() if nid != "load_checkpoint")

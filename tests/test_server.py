@@ -124,8 +124,8 @@ def test_run_takes_a_nodeloom_workflow_and_reports_its_memory(options: ServeOpti
         status, reply = http(server.base, "/run", body)
         assert status == 200, reply
         result = json.loads(reply)
-        assert result["ok"] and result["run"]["nodes"]["9"]["status"] == "ran"
-        (image,) = result["outputs"]["9"]["images"]
+        assert result["ok"] and result["run"]["nodes"]["save_image"]["status"] == "ran"
+        (image,) = result["outputs"]["save_image"]["images"]
         assert (options.out_dir / image["filename"]).is_file()
         loads = result["memory"]["events"]["LoadEvent"]
         assert {e["component"] for e in loads} >= {"unet", "vae"}, loads

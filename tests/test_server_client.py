@@ -40,12 +40,12 @@ def test_the_client_runs_a_workflow_and_follows_its_messages(tmp_path: Path) -> 
         assert "execution_start" in kinds and [
             m["data"]["value"] for m in seen if m["type"] == "progress"
         ] == [1, 2]
-        (image,) = result["outputs"]["9"]["images"]
+        (image,) = result["outputs"]["save_image"]["images"]
         with Image.open(BytesIO(client.fetch(image))) as picture:
             assert picture.size == (64, 64)
         with pytest.raises(ServerError, match="absolute path") as refused:
             bad = json.loads(workflow.read_text())
-            bad["nodes"]["4"]["params"]["path"] = "/etc/passwd"
+            bad["nodes"]["load_checkpoint"]["params"]["path"] = "/etc/passwd"
             client.run(bad)
         assert refused.value.status == 400
         with pytest.raises(ServerError) as unauthorized:

@@ -4,8 +4,9 @@ Lives here: `ImportResult`, `Unsupported`, `convert_graph`, `unsupported_nodes`;
 `COMFY_META_KEY`. Imports `nodes.comfy.*`, `nodes.layout`, `nodes.model_names`, `nodes.registry`, `nodes.workflow` (FORMAT,
 VERSION), `pipelines.diffusion.families`.
 
-Node ids stay ComfyUI's ("3", and "12:5" inside a subgraph), so every message points at the node the user
-sees in ComfyUI. The workflow's `meta.comfyui` records each node's ComfyUI class; `unsupported_nodes`
+Node ids are readable (`ksampler`, `vae_decode`: nodes.comfy.readable_ids, applied by nodes.comfy.sources
+before conversion) with ComfyUI's ("3", "12:5" inside a subgraph) kept in `meta.comfyui.ids`; a graph
+converted without renaming (the server's prompts) keeps ComfyUI's. The workflow's `meta.comfyui` records each node's ComfyUI class; `unsupported_nodes`
 reads it to refuse a run with one line per node that this build cannot run (a class with no Nodeloom
 equivalent, or a mapped type missing from the registry), naming node id, class and reason. Its
 `meta.comfyui.names` records every model and picture name taken from the file, so that those names resolve
@@ -21,6 +22,7 @@ from nodes.comfy.families import family_from_name
 from nodes.comfy.family_check import FamilyProblem, family_problems
 from nodes.comfy.gaps import GAP_REASONS
 from nodes.comfy.graph import ComfyGraph, ComfyNode, ImportNote, LinkRef
+from nodes.comfy.llm_loaders import LLM_OF_KEY, give_llm_loaders, llm_names
 from nodes.comfy.mappers import ALL_MAPPERS
 from nodes.comfy.mapping import PLACEHOLDER_PREFIX, Constant, Emit, MapContext, PassThrough
 from nodes.layout import layered_layout
@@ -79,6 +81,7 @@ class _Converter:
         self.graph, self.ctx, self.registry = graph, ctx, registry
         self.mapped: dict[str, Emit | PassThrough | Constant] = {}
         self.guided: set[str] = set()  # samplers whose cfg came from a Flux guidance value
+        self.llm_of: dict[str, str] = {}  # Load LLM nodes added for TextGenerate -> their text encoder
         for node_id, node in graph.nodes.items():
             mapper = ALL_MAPPERS.get(node.class_type)
             if mapper is None:
@@ -164,7 +167,7 @@ class _Converter:
             source = nodes.get(link[0]) if link else None
             if source is None:
                 return None
-            if source["type"] == "LoadLoRA":
+            if source["type"] in ("LoadLoRA", "ModelSamplingShift"):  # the same model, patched
                 link = source["inputs"].get("denoiser")
                 continue
             if "family" in source["params"]:
@@ -176,6 +179,7 @@ class _Converter:
 
     def workflow_nodes(self) -> dict[str, dict[str, Any]]:
         nodes = {nid: self.node_json(nid, m) for nid, m in self.mapped.items() if isinstance(m, Emit)}
+        self.llm_of = give_llm_loaders(nodes, self.graph)  # TextGenerate's text encoder as a Load LLM
         for nid, data in nodes.items():
             family = self._family(nodes, data) if data["type"] in _SAMPLERS else None
             if family in FAMILIES and FAMILIES[family].flow:
@@ -200,6 +204,14 @@ class _Converter:
                     self.graph.nodes[nid],
                     f"Flux without FluxGuidance: ComfyUI's default guidance {FLUX_DEFAULT_GUIDANCE} becomes cfg",
                 )
+        # Our empty video latent is sized from a VAE (ComfyUI's from the node type): the graph's one VAE.
+        vaes = [nid for nid, data in nodes.items() if data["type"] in ("LoadVAE", "LoadDiffusionModel")]
+        for nid, data in nodes.items():
+            if data["type"] == "EmptyVideoLatent" and "vae" not in data["inputs"]:
+                if len(vaes) == 1:
+                    data["inputs"]["vae"] = [vaes[0], "vae"]
+                else:
+                    self.graph.note(self.graph.nodes.get(nid), "no single VAE in the graph: connect its vae")
         # ComfyUI's empty latents know their channels from the node type; ours from a wired model.
         for data in nodes.values():
             if data["type"] not in _SAMPLERS or "latent" not in data["inputs"]:
@@ -214,12 +226,16 @@ class _Converter:
 def _ui_section(graph: ComfyGraph, nodes: dict[str, dict[str, Any]]) -> dict[str, Any]:
     ui_nodes: dict[str, Any] = {}
     placed = None
-    if not any(graph.nodes[nid].pos is not None for nid in nodes):
+    if not any(graph.nodes[nid].pos is not None for nid in nodes if nid in graph.nodes):
         # API format (no positions): laid out by data flow, so the editor opens a readable graph.
         sources = {nid: [link[0] for link in data["inputs"].values()] for nid, data in nodes.items()}
         placed = layered_layout(list(nodes), sources)
     for node_id in nodes:
-        node = graph.nodes[node_id]
+        node = graph.nodes.get(node_id)
+        if node is None:  # added by the importer (a TextGenerate's Load LLM): laid out only in API files
+            if placed is not None:
+                ui_nodes[node_id] = {"pos": list(placed[node_id])}
+            continue
         entry: dict[str, Any] = {}
         if node.pos is not None:
             entry["pos"] = list(node.pos)
@@ -277,13 +293,22 @@ def convert_graph(graph: ComfyGraph, registry: NodeRegistry, ctx: MapContext, *,
             "description": f"Imported from a ComfyUI workflow ({graph.source_format} format).",
             COMFY_META_KEY: {
                 "source_format": graph.source_format,
-                "classes": {nid: graph.nodes[nid].class_type for nid in nodes},
+                "classes": {
+                    nid: graph.nodes[nid].class_type if nid in graph.nodes else "CLIPLoader" for nid in nodes
+                },
                 # Why a recognised node is not mapped (the plain case only, a wired switch, ...).
                 "reasons": {
                     nid: m.reason for nid, m in converter.mapped.items() if isinstance(m, Emit) and m.reason
                 },
                 # Names from the file: confined to the models folders until the user sets them.
-                "names": imported_names(nodes),
+                "names": imported_names(nodes) | llm_names(nodes, converter.llm_of),
+                # Our readable id -> ComfyUI's, written back by `app export-comfy`.
+                "ids": {
+                    nid: graph.nodes[nid].comfy_id
+                    for nid in nodes
+                    if nid in graph.nodes and graph.nodes[nid].comfy_id
+                },
+                LLM_OF_KEY: converter.llm_of,
             },
         },
         "nodes": nodes,

@@ -91,6 +91,7 @@ COMFY_CLASSES: dict[str, ComfyClass] = {
     "RandomNoise": ComfyClass(("noise_seed",), ("NOISE",)),
     "DisableNoise": ComfyClass((), ("NOISE",)),
     "BasicScheduler": ComfyClass(("scheduler", "steps", "denoise"), ("SIGMAS",)),
+    "Flux2Scheduler": ComfyClass(("steps", "width", "height"), ("SIGMAS",)),
     "BasicGuider": ComfyClass((), ("GUIDER",)),
     "CFGGuider": ComfyClass(("cfg",), ("GUIDER",)),
     "SamplerCustomAdvanced": ComfyClass((), ("output", "denoised_output")),
@@ -102,6 +103,17 @@ COMFY_CLASSES: dict[str, ComfyClass] = {
     "CFGNorm": ComfyClass(("strength",), ("patched_model",)),
     "ImageScaleToTotalPixels": ComfyClass(("upscale_method", "megapixels", "resolution_steps"), ("IMAGE",)),
     "ResolutionSelector": ComfyClass(("aspect_ratio", "megapixels", "multiple_of"), ("width", "height")),
+    "StringConcatenate": ComfyClass(("string_a", "string_b", "delimiter"), ("STRING",)),
+    "StringReplace": ComfyClass(("string", "find", "replace"), ("STRING",)),
+    "EmptyFlux2LatentImage": ComfyClass(("width", "height", "batch_size"), ("LATENT",)),
+    "GetImageSize": ComfyClass((), ("width", "height", "batch_size")),
+    "ReferenceLatent": ComfyClass((), ("CONDITIONING",)),
+    "EmptyHunyuanLatentVideo": ComfyClass(("width", "height", "length", "batch_size"), ("LATENT",)),
+    "ComfyMathExpression": ComfyClass(("expression",), ("FLOAT", "INT", "BOOL")),
+    "SaveImageAdvanced": ComfyClass(("filename_prefix", "format", "bit_depth", "color_space"), ()),
+    "ImageCompare": ComfyClass((), ()),
+    "DifferentialDiffusion": ComfyClass(("strength",), ("MODEL",)),
+    "VAEEncodeTiled": ComfyClass(("tile_size", "overlap", "temporal_size", "temporal_overlap"), ("LATENT",)),
 }
 
 

@@ -1,12 +1,14 @@
 """A Nodeloom workflow -> ComfyUI API format (the `prompt` a ComfyUI server queues), for graphs made only
 of node types that have a ComfyUI counterpart.
 
-Lives here: `ExportError`, `export_api`, `EXPORTERS`. Imports `nodes.workflow`, `nodes.registry`, `nodes.modes`,
+Lives here: `ExportError`, `export_api`, `comfy_ids`, `EXPORTERS`. Imports `nodes.workflow`, `nodes.registry`, `nodes.modes`, `nodes.model_names`,
 `nodes.comfy.mapping` (the text-encoder family names).
 
 Widget names come from the node types' declarations (`Param.comfy`, the one place they are written); this
 table adds what has no 1:1 widget: the counterpart class, its wired inputs and output slots, and converters
-for values that need translating (sampler names, enable/disable). ComfyUI ids are numbered "1", "2", ... in the workflow's order; each node's `_meta.title` keeps our id.
+for values that need translating (sampler names, enable/disable). A node imported from ComfyUI gets its
+ComfyUI id back (`meta.comfyui.ids`); the others are numbered "1", "2", ... in the workflow's order, skipping
+kept ids; each node's `_meta.title` keeps our id.
 A diffusers scheduler has no exact ComfyUI twin: the nearest sampler/scheduler pair is written and the
 node is named in `ExportError`-free notes; a node type with no counterpart is an `ExportError` naming it.
 """
@@ -18,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nodes.comfy.mapping import COMFY_TEXT_ENCODER_TYPES
+from nodes.model_names import COMFY_META_KEY
 from nodes.modes import without_reroutes
 from nodes.registry import NodeRegistry
 from nodes.workflow import NodeInstance, Workflow
@@ -142,6 +145,44 @@ def _vae_decode_tiled(p: dict[str, Any]) -> dict[str, Any]:
     return {"tile_size": p.get("tile_size") or 512, "overlap": 64, "temporal_size": 64, "temporal_overlap": 8}
 
 
+_MODEL_SAMPLING = {"sd3": "ModelSamplingSD3", "auraflow": "ModelSamplingAuraFlow"}
+
+
+def _model_sampling(node: NodeInstance) -> _Out:
+    """Our Model Sampling Shift -> the ComfyUI class its mode names, with that class's widgets."""
+    mode, model, out = node.params.get("mode", "sd3"), {"model": "denoiser"}, {"denoiser": 0}
+    if mode == "flux":
+        widgets = {w: w for w in ("max_shift", "base_shift", "width", "height")}
+        return _Out("ModelSamplingFlux", model, widgets, out)
+    if mode == "discrete":
+        sampling = "v_prediction" if node.params.get("prediction") == "v_prediction" else "eps"
+        return _Out("ModelSamplingDiscrete", model, {"zsnr": "zsnr"}, out, (("sampling", sampling),))
+    return _Out(_MODEL_SAMPLING.get(mode, "ModelSamplingSD3"), model, {"shift": "shift"}, out)
+
+
+def _to_side(p: dict[str, Any]) -> dict[str, Any]:
+    side = "longer" if p.get("side", "longer") == "longer" else "shorter"
+    return {
+        "resize_type": f"scale {side} dimension",
+        f"resize_type.{side}_size": p.get("size"),
+        "scale_method": p.get("method", "lanczos"),
+    }
+
+
+def _text_generate(p: dict[str, Any]) -> dict[str, Any]:
+    """LLM Generate -> TextGenerate's widgets; its sampling options are a dynamic combo (`sampling_mode.*`)."""
+    widgets: dict[str, Any] = {
+        "max_length": p.get("max_new_tokens", 512),
+        "thinking": False,
+        "use_default_template": bool(p.get("chat", True)),
+    }
+    if p.get("sampling") != "sample":
+        return widgets | {"sampling_mode": "off"}
+    options = {name: p.get(name) for name in ("temperature", "top_k", "top_p", "repetition_penalty", "seed")}
+    options |= {"min_p": 0.0, "presence_penalty": 0.0}  # ours applies neither
+    return widgets | {"sampling_mode": "on"} | {f"sampling_mode.{k}": v for k, v in options.items()}
+
+
 EXPORTERS: dict[str, _Out | Callable[[NodeInstance], _Out]] = {
     "LoadDiffusionModel": _Out(
         "CheckpointLoaderSimple", {}, {}, {"denoiser": 0, "text_encoder": 1, "vae": 2}
@@ -206,10 +247,35 @@ EXPORTERS: dict[str, _Out | Callable[[NodeInstance], _Out]] = {
     "LoadVideo": _Out("LoadVideo", {}, {}, {"video": 0}),
     "VideoToFrames": _Out("GetVideoComponents", {"video": "video"}, {}, {"frames": 0, "audio": 1, "fps": 2}),
     "ImageScaleToTotalPixels": _Out("ImageScaleToTotalPixels", {"image": "image"}, {}, {"image": 0}),
+    "ImageScaleToSide": _Out("ResizeImageMaskNode", {"input": "image"}, {}, {"image": 0}, convert=_to_side),
     "VAEDecodeTiled": _Out(
         "VAEDecodeTiled", {"samples": "latent", "vae": "vae"}, {}, {"image": 0}, convert=_vae_decode_tiled
     ),
     "ShowText": _Out("PreviewAny", {"source": "text"}, {}, {}),
+    "ModelSamplingShift": _model_sampling,
+    "StringConcatenate": _Out("StringConcatenate", {}, {}, {"text": 0}),
+    "StringReplace": _Out("StringReplace", {}, {}, {"text": 0}),
+    "ReferenceLatent": _Out(
+        "ReferenceLatent", {"conditioning": "conditioning", "latent": "latent"}, {}, {"conditioning": 0}
+    ),
+    "EmptyVideoLatent": _Out(
+        "EmptyHunyuanLatentVideo",
+        {},
+        {"width": "width", "height": "height", "length": "frames"},
+        {"latent": 0},
+        fixed=(("batch_size", 1),),
+        drop=frozenset({"vae", "denoiser"}),
+    ),
+    "GetImageSize": _Out("GetImageSize", {"image": "image"}, {}, {"width": 0, "height": 1, "batch_size": 2}),
+    "MathExpression": _Out(
+        "ComfyMathExpression",
+        {f"values.{n}": n for n in "abcd"},
+        {},
+        {"float": 0, "int": 1, "bool": 2},
+    ),
+    "LLMGenerate": _Out(
+        "TextGenerate", {"clip": "llm"}, {"prompt": "prompt"}, {"text": 0}, convert=_text_generate
+    ),
 }
 
 
@@ -227,18 +293,64 @@ def _widget_names(node: NodeInstance, out: _Out, registry: NodeRegistry) -> dict
     return {**names, **out.params}
 
 
+def _folded_llm_loaders(wf: Workflow) -> dict[str, str]:
+    """Load LLM nodes an import added for TextGenerate (`meta.comfyui.llm_of`) whose text-encoder loader is
+    still in the graph with the same file: id -> the loader's id. They are written as that loader."""
+    comfy = wf.meta.get(COMFY_META_KEY) if isinstance(wf.meta, dict) else None
+    llm_of = comfy.get("llm_of") if isinstance(comfy, dict) else None
+    folded: dict[str, str] = {}
+    for llm_id, loader_id in (llm_of or {}).items() if isinstance(llm_of, dict) else ():
+        llm, loader = wf.nodes.get(llm_id), wf.nodes.get(loader_id) if isinstance(loader_id, str) else None
+        if (
+            llm is not None
+            and loader is not None
+            and llm.type == "LoadLLM"
+            and loader.type == "LoadTextEncoder"
+        ):
+            if llm.params.get("path") == loader.params.get("path"):
+                folded[llm_id] = loader_id
+    return folded
+
+
+def comfy_ids(wf: Workflow) -> dict[str, str]:
+    """Our node id -> its ComfyUI id: the one an import kept (`meta.comfyui.ids`), else the next free number
+    ("1", "2", ... in the workflow's order), so a round trip writes ComfyUI's own ids back."""
+    comfy = wf.meta.get(COMFY_META_KEY) if isinstance(wf.meta, dict) else None
+    kept = comfy.get("ids") if isinstance(comfy, dict) else None
+    kept = kept if isinstance(kept, dict) else {}
+    ids: dict[str, str] = {}
+    for nid in wf.nodes:
+        theirs = kept.get(nid)
+        if isinstance(theirs, str) and theirs and theirs not in ids.values():
+            ids[nid] = theirs
+    used, number = set(ids.values()), 0
+    for nid in wf.nodes:
+        if nid not in ids:
+            number += 1
+            while str(number) in used:
+                number += 1
+            ids[nid] = str(number)
+            used.add(ids[nid])
+    return ids
+
+
 def export_api(wf: Workflow, registry: NodeRegistry) -> dict[str, Any]:
     """The ComfyUI API prompt for `wf` (validated, so every parameter is filled)."""
     wf = without_reroutes(wf, registry)  # the API format has no reroutes: their wires are joined
-    missing = [f"{nid} ({n.type})" for nid, n in wf.nodes.items() if n.type not in EXPORTERS]
+    folded = _folded_llm_loaders(wf)  # an imported TextGenerate's Load LLM -> the text encoder it came from
+    missing = [
+        f"{nid} ({n.type})" for nid, n in wf.nodes.items() if n.type not in EXPORTERS and nid not in folded
+    ]
     if missing:
         raise ExportError(
             f"{wf.source}: no ComfyUI counterpart for node(s) {', '.join(missing)}; "
             f"exportable types: {', '.join(EXPORTERS)}"
         )
-    ids = {nid: str(i) for i, nid in enumerate(wf.nodes, start=1)}
+    ids = comfy_ids(wf)
     prompt: dict[str, Any] = {}
     for nid, node in wf.nodes.items():
+        if nid in folded:
+            continue
         out = _exporter(node)
         params = dict(node.params)
         names = _widget_names(node, out, registry)
@@ -257,6 +369,9 @@ def export_api(wf: Workflow, registry: NodeRegistry) -> dict[str, Any]:
                     f"{wf.source}: node {nid}: input {port!r} has no {out.class_type} counterpart"
                 )
             theirs = wired[port]
+            if link.node in folded:  # TextGenerate's clip: the text-encoder loader, output 0
+                inputs[theirs] = [ids[folded[link.node]], 0]
+                continue
             source = wf.nodes[link.node]
             slot = _exporter(source).outputs.get(link.output)
             if slot is None:

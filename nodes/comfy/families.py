@@ -25,8 +25,15 @@ _GRAPH_HINTS = {
 }
 
 
+# FLUX.2's files contain "flux" too: told apart first (klein or dev), since the registry's markers do not.
+_FLUX2_MARKERS = ("flux2", "flux-2", "flux_2", "flux.2")
+
+
 def family_from_name(name: Any) -> str | None:
-    """flux1-dev.safetensors -> "flux", sd3.5_large... -> "sd3", sd_xl_base... -> "sdxl"."""
+    """flux1-dev.safetensors -> "flux", flux-2-klein-4b... -> "flux2_klein", sd3.5_large... -> "sd3"."""
+    lowered = name.lower() if isinstance(name, str) else ""
+    if any(marker in lowered for marker in _FLUX2_MARKERS):
+        return "flux2_klein" if "klein" in lowered else "flux2_dev"
     return family_from_file_name(name)
 
 

@@ -57,6 +57,24 @@ _OTHER_NAME_MARKERS: tuple[tuple[str, str], ...] = (
     ("z_image", "zimage"),
     ("z-image", "zimage"),
 )
+# ComfyUI family ids -> ours where both run the same model under another id.
+_COMFY_FAMILY_IDS = {"qwen_image": "qwenimage"}
+# ComfyUI's one "flux2" is two families here, told apart by the model file's name.
+_FLUX2 = ("flux2", "flux2_klein", "flux2_dev")
+
+
+def _our_family(family: str, graph: ComfyGraph) -> str:
+    """A ComfyUI family id as the registry names it (qwen_image -> qwenimage; flux2 -> klein or dev)."""
+    if family == _FLUX2[0]:
+        names = " ".join(
+            str(node.inputs.get(widget, "")).lower()
+            for node in graph.nodes.values()
+            for widget in _NAME_WIDGETS.get(node.class_type, ())
+        )
+        return _FLUX2[1] if "klein" in names else _FLUX2[2]
+    return _COMFY_FAMILY_IDS.get(family, family)
+
+
 # Loader class -> the widgets that name a model file.
 _NAME_WIDGETS = {
     "UNETLoader": ("unet_name",),
@@ -113,11 +131,13 @@ def family_problems(graph: ComfyGraph) -> list[FamilyProblem]:
             family = _CLIP_TYPE_FAMILY.get(type_, type_)
             if type_ in _AMBIGUOUS_TYPES and _AMBIGUOUS_TYPES[type_] in named:
                 family = _AMBIGUOUS_TYPES[type_]
+            family = _our_family(family, graph)
             if family not in FAMILIES:
                 out.append(FamilyProblem(node_id, node.class_type, "type", family, f"type {type_!r}"))
             continue
         for widget in _NAME_WIDGETS.get(node.class_type, ()):
             family = family_of_name(node.inputs.get(widget))
+            family = _our_family(family, graph) if family is not None else None
             if family is not None and family not in FAMILIES:
                 name = node.inputs[widget]
                 out.append(FamilyProblem(node_id, node.class_type, widget, family, repr(name)))

@@ -10,18 +10,8 @@ a different node would do.
 from __future__ import annotations
 
 GAP_REASONS: dict[str, str] = {
-    "ComfyMathExpression": "computes a value at run time; Nodeloom has no expression node yet",
-    "GetImageSize": "reads a picture's size at run time; Nodeloom has no image-size node yet",
-    "TextGenerate": (
-        "generates text with a text encoder's own LLM weights (a single-file CLIP); Nodeloom's LLM nodes "
-        "(Load LLM + LLM Generate) load a transformers folder or a GGUF file instead"
-    ),
     "VAEDecodeAudio": "decodes audio latents; Nodeloom runs no audio model",
     "ManualSigmas": "a hand-written sigma list; Nodeloom's samplers take a named schedule",
-    "SaveImageAdvanced": "bit depth and colour-space options; use Save Image (8-bit sRGB PNG)",
-    "ResizeImageMaskNode": "resizes an image and its mask together; use Scale Image on each",
     "BatchImagesNode": "batches pictures of different sources; not in this build",
-    "ImageCompare": "an editor widget comparing two pictures; not in this build",
-    "StringConcatenate": "joins texts given as widgets; use Concatenate with Text nodes wired in",
     "SplitSigmas": "splits a schedule between samplers; use Sampler (Advanced) with start/end steps",
 }

@@ -40,6 +40,7 @@ class ComfyNode:
     size: tuple[float, float] | None = None
     color: str | None = None
     collapsed: bool = False  # UI format's flags.collapsed: our ui.nodes.<id>.collapsed
+    comfy_id: str | None = None  # ComfyUI's own id when `id` is a readable one (nodes.comfy.readable_ids)
 
 
 @dataclass(frozen=True)

@@ -202,22 +202,30 @@ def _flux_guidance(node: ComfyNode, ctx: MapContext) -> PassThrough:
     return PassThrough({0: "conditioning"}, {"guidance": (_get(node, "guidance", 3.5), node.id)})
 
 
-# The shifts our flow loops use (the model's scheduler config): a different value is reported.
-_SHIFT_DEFAULTS = {
-    "ModelSamplingSD3": {"shift": 3.0},
-    "ModelSamplingFlux": {"max_shift": 1.15, "base_shift": 0.5},
-    "ModelSamplingAuraFlow": {"shift": 1.73},
-}
+# ComfyUI's ModelSamplingDiscrete `sampling` -> our prediction type (lcm, x0, img_to_img: not here).
+_PREDICTIONS = {"eps": "epsilon", "v_prediction": "v_prediction"}
 
 
-def _model_sampling(node: ComfyNode, ctx: MapContext) -> PassThrough:
-    for name, usual in _SHIFT_DEFAULTS[node.class_type].items():
-        value = _get(node, name)
-        if isinstance(value, int | float) and abs(float(value) - usual) > 1e-6:
-            ctx.graph.note(
-                node, f"{name} {value} not applied: the model's own scheduler shift ({usual}) is used"
-            )
-    return PassThrough({0: "model"})
+def _model_sampling(node: ComfyNode, ctx: MapContext) -> Emit:
+    """ModelSampling* -> our Model Sampling Shift (nodes/comfy/sampling_nodes.py): applied to the schedule."""
+    if node.class_type == "ModelSamplingFlux":
+        params = {
+            "mode": "flux",
+            "max_shift": _get(node, "max_shift", 1.15),
+            "base_shift": _get(node, "base_shift", 0.5),
+            "width": _get(node, "width", 1024),
+            "height": _get(node, "height", 1024),
+        }
+    elif node.class_type == "ModelSamplingDiscrete":
+        sampling = _get(node, "sampling", "eps")
+        if isinstance(sampling, str) and sampling not in _PREDICTIONS:
+            ctx.graph.note(node, f"sampling {sampling!r} is not applied here (eps or v_prediction are)")
+        prediction = _PREDICTIONS.get(sampling, "keep") if isinstance(sampling, str) else "keep"
+        params = {"mode": "discrete", "prediction": prediction, "zsnr": _get(node, "zsnr", False)}
+    else:  # SD3 and AuraFlow: the same time shift (AuraFlow's default 1.73, SD3's 3.0)
+        aura = node.class_type == "ModelSamplingAuraFlow"
+        params = {"mode": "auraflow" if aura else "sd3", "shift": _get(node, "shift", 1.73 if aura else 3.0)}
+    return _emit(node, "ModelSamplingShift", params, ("denoiser",), denoiser="model")
 
 
 def _empty_latent(node: ComfyNode, ctx: MapContext) -> Emit:
@@ -425,8 +433,10 @@ MAPPERS: dict[str, Mapper] = {
     "ModelSamplingSD3": _model_sampling,
     "ModelSamplingFlux": _model_sampling,
     "ModelSamplingAuraFlow": _model_sampling,
+    "ModelSamplingDiscrete": _model_sampling,
     "EmptyLatentImage": _empty_latent,
     "EmptySD3LatentImage": _empty_latent,
+    "EmptyFlux2LatentImage": _empty_latent,  # channels and scale from the model it is sampled with
     "KSampler": _ksampler,
     "KSamplerAdvanced": _ksampler_advanced,
     "VAEDecode": _vae_decode,

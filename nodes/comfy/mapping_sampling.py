@@ -31,9 +31,19 @@ _PARTS = {
     "noise": ("RandomNoise", "DisableNoise"),
     "guider": ("BasicGuider", "CFGGuider"),
     "sampler": ("KSamplerSelect",),
-    "sigmas": ("BasicScheduler",),
+    # Flux2Scheduler is FLUX.2's own schedule (its empirical mu over linspace(1, 0, steps + 1)), which our
+    # FLUX.2 loop computes itself (pipelines/diffusion/flux2_sampling.py, from the latent's token count).
+    "sigmas": ("BasicScheduler", "Flux2Scheduler"),
 }
-_FOLDED = ("RandomNoise", "DisableNoise", "BasicGuider", "CFGGuider", "KSamplerSelect", "BasicScheduler")
+_FOLDED = (
+    "RandomNoise",
+    "DisableNoise",
+    "BasicGuider",
+    "CFGGuider",
+    "KSamplerSelect",
+    "BasicScheduler",
+    "Flux2Scheduler",
+)
 
 
 def _part(node: ComfyNode, ctx: MapContext, name: str) -> ComfyNode | str:
@@ -66,6 +76,11 @@ def _sampler(
         "seed": seed,
     }
     wires = {k: v for k, v in wires.items() if v is not None}
+    if sigmas.class_type == "Flux2Scheduler":
+        ctx.graph.note(
+            node,
+            "Flux2Scheduler: FLUX.2's own schedule, counted from the latent here (ComfyUI: its width/height)",
+        )
     if noise_on is False:  # the latent already holds its noise: KSamplerAdvanced's add_noise off
         params |= {"add_noise": False, "start_step": 0, "end_step": 10000, "leftover_noise": False}
         if _get(sigmas, "denoise", 1.0) not in (1, 1.0):

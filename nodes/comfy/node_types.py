@@ -12,7 +12,10 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from nodes.comfy.sampling_nodes import NODES as SAMPLING_NODES
 from nodes.comfy.size_nodes import NODES as SIZE_NODES
+from nodes.comfy.text_nodes import NODES as TEXT_NODES
+from nodes.comfy.value_nodes import NODES as VALUE_NODES
 from nodes.context import NodeContext
 from nodes.declare import Node, node_type, param, param_like, settings_from, wire
 from nodes.diffusion import KSamplerFields
@@ -173,4 +176,7 @@ NODES: tuple[NodeSpec, ...] = (
         for n in (ZeroConditioning, SamplerAdvanced, ImageScale, ImageScaleBy, LatentUpscale, LatentUpscaleBy)
     ),
     *SIZE_NODES,  # ImageScaleToTotalPixels (nodes/comfy/size_nodes.py)
+    *SAMPLING_NODES,  # ModelSamplingShift (nodes/comfy/sampling_nodes.py)
+    *TEXT_NODES,  # StringConcatenate, StringReplace (nodes/comfy/text_nodes.py)
+    *VALUE_NODES,  # GetImageSize, MathExpression (nodes/comfy/value_nodes.py)
 )

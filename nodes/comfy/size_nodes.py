@@ -1,8 +1,8 @@
 """Sizes the way ComfyUI's newer workflows pick them: scale a picture to a pixel count, and the width and
 height of an aspect ratio at a pixel count.
 
-Lives here: the node type `ImageScaleToTotalPixels`, the pure functions `total_pixels_size` and
-`ratio_size` (also used by the importer to resolve a ResolutionSelector to constants), and `NODES`.
+Lives here: the node types `ImageScaleToTotalPixels`, `ImageScaleToSide`, the pure functions
+`total_pixels_size`, `side_size` and `ratio_size` (also used by the importer to resolve a ResolutionSelector to constants), and `NODES`.
 Imports `nodes.declare`, `nodes.kinds`, `nodes.spec`, `nodes.types`, `nodes.context` and
 `pipelines.diffusion.resize`.
 """
@@ -71,4 +71,35 @@ class ImageScaleToTotalPixels(Node):
         return {"image": resize_image(self.image, h, w, self.method)}
 
 
-NODES: tuple[NodeSpec, ...] = (ImageScaleToTotalPixels.spec,)
+def side_size(height: int, width: int, side: str, size: int) -> tuple[int, int]:
+    """(height, width) with the longer (or shorter) side at `size`, the other in proportion, rounded as
+    ComfyUI's ResizeImageMaskNode "scale longer/shorter dimension" rounds (comfy_extras
+    nodes_post_processing.py `scale_longer_dimension`); a square gets `size` both ways."""
+    if height == width:
+        return size, size
+    tall = height > width
+    if tall == (side == "longer"):  # the height is the side that takes `size`
+        return size, max(1, round(width / height * size))
+    return max(1, round(height / width * size)), size
+
+
+@node_type(
+    "ImageScaleToSide",
+    title="Scale Image to Side",
+    category="image",
+    outputs=[Output("image", IMAGE)],
+    description="Scale so the longer (or shorter) side is this many pixels, keeping the aspect ratio.",
+    tags=("ResizeImageMaskNode", "longer side", "shorter side"),
+)
+class ImageScaleToSide(Node):
+    image: torch.Tensor = wire(IMAGE)
+    side: str = param(CHOICE, "longer", choices=("longer", "shorter"))
+    size: int = param(INT, 1024, min=1, max=16384)
+    method: str = param(CHOICE, "lanczos", choices=UPSCALE_METHODS)
+
+    def run(self, ctx: NodeContext) -> dict[str, Any]:
+        h, w = side_size(self.image.shape[1], self.image.shape[2], self.side, self.size)
+        return {"image": resize_image(self.image, h, w, self.method)}
+
+
+NODES: tuple[NodeSpec, ...] = (ImageScaleToTotalPixels.spec, ImageScaleToSide.spec)

@@ -22,6 +22,7 @@ from nodes.comfy.api_format import ComfyFormatError, is_api_format, parse_api
 from nodes.comfy.convert import ImportResult, convert_graph
 from nodes.comfy.graph import ComfyGraph
 from nodes.comfy.mapping import MapContext
+from nodes.comfy.readable_ids import use_readable_ids
 from nodes.comfy.ui_format import is_ui_format, parse_ui
 from nodes.registry import NodeRegistry
 from nodes.workflow import Problem, parse_workflow
@@ -107,6 +108,7 @@ def import_comfy_data(
 ) -> ImportResult:
     """A ComfyUI file's JSON (already read) -> the Nodeloom workflow and the report."""
     graph = load_comfy_graph(data, source)
+    use_readable_ids(graph)  # ksampler, vae_decode, ...; ComfyUI's ids go to meta.comfyui.ids
     ctx = MapContext(graph, detect_family) if detect_family else MapContext(graph)
     result = convert_graph(graph, registry, ctx, title=title)
     result.notes = graph.all_notes()  # the kept notes, and how many were left out

@@ -131,6 +131,10 @@ def _widget_names(class_type: str, raw: dict[str, Any]) -> list[str] | None:
     return names or None
 
 
+# Subgraph input types that are widgets on the instance (the rest are sockets only: IMAGE, MODEL, ...).
+_WIDGET_TYPES = frozenset({"INT", "FLOAT", "STRING", "BOOLEAN", "COMBO"})
+
+
 def _read_node(raw: dict[str, Any], prefix: str, graph: ComfyGraph) -> _RawNode | None:
     node_id, class_type = raw.get("id"), raw.get("type")
     if not isinstance(node_id, int | str) or isinstance(node_id, bool) or not isinstance(class_type, str):
@@ -278,15 +282,32 @@ class _Resolver:
             )
             return
         inner = f"{rn.node.id}:"
-        # The instance's own widget values feed the subgraph inputs that have no wire, in order.
+        # The instance's own widget values feed the subgraph inputs: newer files keep one per widget-typed
+        # input (a wired one's too: its value is not used), older ones only the unwired, in order.
         values = [v for v in list_field(rn.widget_values) if not (isinstance(v, str) and v in CONTROL_VALUES)]
         inputs: dict[int, Any] = {}
         sub_inputs = list_field(sub.get("inputs"))
         self.budget.take_link(len(sub_inputs))  # each is a boundary link of this copy
-        for slot, _sub_input in enumerate(sub_inputs):
-            link_id = rn.input_links[slot] if slot < len(rn.input_links) else None
+        widget_slots = [
+            slot
+            for slot, sub_input in enumerate(sub_inputs)
+            if isinstance(sub_input, dict) and sub_input.get("type") in _WIDGET_TYPES
+        ]
+        one_per_input = bool(widget_slots) and len(values) == len(widget_slots)
+        slot_values = dict(zip(widget_slots, values, strict=False)) if one_per_input else {}
+        # The instance lists the sockets it shows, which need not be every subgraph input: by name.
+        by_name = dict(zip(rn.input_names, rn.input_links, strict=False))
+        for slot, sub_input in enumerate(sub_inputs):
+            name = sub_input.get("name") if isinstance(sub_input, dict) else None
+            if any(by_name):  # the sockets are named: a subgraph input without one has no wire
+                link_id = by_name.get(name) if isinstance(name, str) else None
+            else:
+                link_id = rn.input_links[slot] if slot < len(rn.input_links) else None
             if link_id is not None:
                 inputs[slot] = ("link", prefix, link_id)
+            elif one_per_input:
+                if slot in slot_values:
+                    inputs[slot] = ("value", slot_values[slot])
             elif values:
                 inputs[slot] = ("value", values.pop(0))
         links = self.scope_links(sub.get("links"), inner)

@@ -19,10 +19,14 @@ Katherine Crowson), whose `sample_*` functions are the parity reference in tests
   section 3; ComfyUI runs `ddim` as `euler`);
 - lcm: multistep consistency sampling (Song et al. 2023, Algorithm 1; Luo et al. 2023): take the
   model's clean estimate, re-noise it to the next sigma;
-- uni_pc: UniPC (Zhao et al. 2023), B(h) = h ("bh1"), predictor order up to 3 with the UniC corrector.
+- uni_pc: UniPC (Zhao et al. 2023), B(h) = h ("bh1"), predictor order up to 3 with the UniC corrector;
+- dpm_2_ancestral / dpmpp_2s_ancestral: dpm_2 / DPM-Solver++(2S) to sigma_down, then noise of sigma_up;
+- res_multistep (and _ancestral): the second-order exponential multistep "RES" solver (Zhang et al. 2023,
+  arXiv 2308.02157), as ComfyUI's `res_multistep` writes it: phi functions over lambda, the previous
+  estimate at the previous sigma_down.
 
-Noise: ancestral and LCM steps draw from a CPU generator seeded with the run's seed (ComfyUI's default noise
-sampler); the SDE samplers draw Brownian increments from a `torchsde.BrownianTree` seeded the same way, so
+Noise: ancestral, res_multistep and LCM steps draw from a generator on the latent's device seeded with the
+run's seed, seed + 1 on the CPU (ComfyUI's default noise sampler, `SeededNoise`); the SDE samplers draw Brownian increments from a `torchsde.BrownianTree` seeded the same way, so
 a step's noise depends on its sigma interval, not on how many steps came before.
 """
 
@@ -41,15 +45,18 @@ StepDone = Callable[[int, torch.Tensor], None]  # (0-based step index, x after t
 
 
 class SeededNoise:
-    """Independent standard normal draws from a generator seeded once per run."""
+    """ComfyUI's default noise sampler (comfy/k_diffusion/sampling.py, `default_noise_sampler`, v0.8.0):
+    independent standard normal draws from a generator of its own on the latent's device, seeded with the
+    run's seed, plus one on the CPU (ComfyUI adds 1 there so the draws differ from the initial noise, which
+    is `torch.manual_seed(seed)` on the CPU). Same seed and device, same draws as ComfyUI's."""
 
     def __init__(self, x: torch.Tensor, seed: int) -> None:
         self._shape, self._dtype, self._device = x.shape, x.dtype, x.device
-        self._generator = torch.Generator("cpu").manual_seed(seed)
+        device_seed = seed + 1 if x.device.type == "cpu" else seed
+        self._generator = torch.Generator(device=x.device).manual_seed(device_seed)
 
     def __call__(self, sigma: torch.Tensor, sigma_next: torch.Tensor) -> torch.Tensor:
-        draw = torch.randn(self._shape, dtype=self._dtype, generator=self._generator)
-        return draw.to(self._device)
+        return torch.randn(self._shape, dtype=self._dtype, device=self._device, generator=self._generator)
 
 
 class BrownianNoise:
@@ -220,6 +227,73 @@ def lcm(denoise: Denoise, x, sigmas, noise: NoiseSampler, done: StepDone):
     return x
 
 
+def dpm_2_ancestral(denoise: Denoise, x, sigmas, noise: NoiseSampler, done: StepDone):
+    for i in range(len(sigmas) - 1):
+        denoised = denoise(x, sigmas[i])
+        down, sigma_up = _ancestral_step(sigmas[i], sigmas[i + 1])
+        sigma_down = torch.as_tensor(down, dtype=sigmas.dtype)
+        d = _to_d(x, sigmas[i], denoised)
+        if down == 0:
+            x = x + d * (sigma_down - sigmas[i])
+        else:
+            sigma_mid = sigmas[i].log().lerp(sigma_down.log(), 0.5).exp()  # midpoint in log sigma
+            x_mid = x + d * (sigma_mid - sigmas[i])
+            d_mid = _to_d(x_mid, sigma_mid, denoise(x_mid, sigma_mid))
+            x = x + d_mid * (sigma_down - sigmas[i])
+            x = x + noise(sigmas[i], sigmas[i + 1]) * sigma_up
+        done(i, x)
+    return x
+
+
+def dpmpp_2s_ancestral(denoise: Denoise, x, sigmas, noise: NoiseSampler, done: StepDone):
+    for i in range(len(sigmas) - 1):
+        denoised = denoise(x, sigmas[i])
+        down, sigma_up = _ancestral_step(sigmas[i], sigmas[i + 1])
+        if down == 0:
+            x = x + _to_d(x, sigmas[i], denoised) * (down - sigmas[i])
+        else:
+            t, t_next = _lam(sigmas[i]), _lam(torch.as_tensor(down, dtype=sigmas.dtype))
+            h = t_next - t
+            s = t + h / 2  # r = 1/2: the intermediate time
+            x_2 = ((-s).exp() / (-t).exp()) * x - (-h / 2).expm1() * denoised
+            denoised_2 = denoise(x_2, (-s).exp())
+            x = ((-t_next).exp() / (-t).exp()) * x - (-h).expm1() * denoised_2
+        if sigmas[i + 1] > 0:
+            x = x + noise(sigmas[i], sigmas[i + 1]) * sigma_up
+        done(i, x)
+    return x
+
+
+def res_multistep(denoise: Denoise, x, sigmas, noise: NoiseSampler, done: StepDone, eta: float = 0.0):
+    old_denoised: torch.Tensor | None = None
+    old_sigma_down: torch.Tensor | None = None
+    for i in range(len(sigmas) - 1):
+        denoised = denoise(x, sigmas[i])
+        down, sigma_up = _ancestral_step(sigmas[i], sigmas[i + 1], eta)
+        sigma_down = torch.as_tensor(down, dtype=sigmas.dtype)
+        if down == 0 or old_denoised is None or old_sigma_down is None:  # first and last step: Euler
+            x = x + _to_d(x, sigmas[i], denoised) * (sigma_down - sigmas[i])
+        else:
+            t, t_old = _lam(sigmas[i]), _lam(old_sigma_down)
+            t_next, t_prev = _lam(sigma_down), _lam(sigmas[i - 1])
+            h = t_next - t
+            c2 = (t_prev - t_old) / h
+            phi1 = torch.expm1(-h) / -h
+            phi2 = (phi1 - 1.0) / -h
+            b1 = torch.nan_to_num(phi1 - phi2 / c2, nan=0.0)
+            b2 = torch.nan_to_num(phi2 / c2, nan=0.0)
+            x = (-h).exp() * x + h * (b1 * denoised + b2 * old_denoised)
+        if sigmas[i + 1] > 0 and sigma_up:
+            x = x + noise(sigmas[i], sigmas[i + 1]) * sigma_up
+        old_denoised, old_sigma_down = denoised, sigma_down
+        done(i, x)
+    return x
+
+
+def res_multistep_ancestral(denoise: Denoise, x, sigmas, noise: NoiseSampler, done: StepDone):
+    return res_multistep(denoise, x, sigmas, noise, done, eta=1.0)
+
+
 # Samplers whose noise is a Brownian tree over the schedule (the others get SeededNoise).
 BROWNIAN = frozenset({"dpmpp_2m_sde", "dpmpp_sde"})
 
@@ -241,5 +315,9 @@ K_SAMPLERS: dict[str, Callable[..., torch.Tensor]] = {
     "ddim": euler,
     "uni_pc": _uni_pc,
     "lcm": lcm,
+    "dpm_2_ancestral": dpm_2_ancestral,
+    "dpmpp_2s_ancestral": dpmpp_2s_ancestral,
+    "res_multistep": res_multistep,
+    "res_multistep_ancestral": res_multistep_ancestral,
 }
 assert tuple(K_SAMPLERS) == K_SAMPLER_NAMES, "one list of names: pipelines.diffusion.schedulers"

@@ -34,6 +34,18 @@ import torch
 from pipelines.diffusion.schedulers import SIGMA_SCHEDULES
 
 
+def _zero_terminal_snr(sigmas: torch.Tensor) -> torch.Tensor:
+    """Lin et al. (2024) zero terminal SNR, as ComfyUI writes it (comfy/model_sampling.py
+    `rescale_zero_terminal_snr_sigmas`): shift sqrt(alpha_bar) so the last level is 0 and rescale so the
+    first keeps its value; the last alpha_bar is then set to 4.9e-8 (ComfyUI's), a finite top sigma."""
+    alphas_bar_sqrt = (1 / (sigmas * sigmas + 1)).sqrt()
+    first, last = alphas_bar_sqrt[0].clone(), alphas_bar_sqrt[-1].clone()
+    alphas_bar_sqrt = (alphas_bar_sqrt - last) * (first / (first - last))
+    alphas_bar = alphas_bar_sqrt**2
+    alphas_bar[-1] = 4.8973451890853435e-08
+    return ((1 - alphas_bar) / alphas_bar) ** 0.5
+
+
 @dataclass(frozen=True)
 class DiscreteSigmas:
     """The noise levels a DDPM-trained model was trained on, and the sigma <-> timestep maps."""
@@ -56,7 +68,10 @@ class DiscreteSigmas:
         else:
             raise ValueError(f"beta_schedule {schedule!r} is not supported by the k-diffusion samplers")
         alphas_cumprod = torch.cumprod(1.0 - betas, dim=0)
-        return cls(sigmas=(((1 - alphas_cumprod) / alphas_cumprod) ** 0.5).float())
+        sigmas = ((1 - alphas_cumprod) / alphas_cumprod) ** 0.5
+        if config.get("rescale_betas_zero_snr"):
+            sigmas = _zero_terminal_snr(sigmas)
+        return cls(sigmas=sigmas.float())
 
     @property
     def log_sigmas(self) -> torch.Tensor:

@@ -38,6 +38,10 @@ K_SAMPLER_NAMES: tuple[str, ...] = (
     "ddim",
     "uni_pc",
     "lcm",
+    "dpm_2_ancestral",
+    "dpmpp_2s_ancestral",
+    "res_multistep",
+    "res_multistep_ancestral",
 )
 K_PREFIX = "k_"
 K_SCHEDULER_NAMES: tuple[str, ...] = tuple(K_PREFIX + name for name in K_SAMPLER_NAMES)
