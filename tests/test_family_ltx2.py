@@ -23,6 +23,7 @@ from app.main import main
 from memory import MemoryConfig, MemoryManager
 from pipelines.diffusion.demo_models import save_demo_model
 from pipelines.diffusion.family_detect import detect_family
+from tests.family_support import frames_in, run_workflow
 
 # Every case builds or runs a model (the fixture alone takes about a second): all in the slow lane.
 pytestmark = pytest.mark.slow
@@ -59,16 +60,7 @@ def run_cli(
         "save.format": "png",
         **(sets or {}),
     }
-    args = ["--run", str(TXT2VIDEO), "--out", str(out), "--quiet", "--device", "cpu", *extra]
-    for key, value in values.items():
-        args += ["--set", f"{key}={value}"]
-    return main(args)
-
-
-def frames_in(out: Path) -> np.ndarray:
-    names = sorted(p.name for p in out.iterdir())
-    assert all(n.endswith(".png") for n in names), names  # one PNG per frame and nothing else
-    return np.stack([np.asarray(Image.open(out / n).convert("RGB")) for n in names])
+    return run_workflow(TXT2VIDEO, out, values, extra)
 
 
 def pipeline_output(folder: Path, *, cfg: float, steps: int = 4) -> tuple[np.ndarray, torch.Tensor]:

@@ -15,12 +15,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from PIL import Image
 
 from app.main import main
 from memory import MemoryManager
 from pipelines.diffusion.demo_models import save_demo_model
 from pipelines.diffusion.family_detect import detect_family
+from tests.family_support import frames_in, run_workflow
 
 REPO = Path(__file__).resolve().parent.parent
 TXT2VIDEO = REPO / "resources/workflows/txt2video.json"
@@ -58,16 +58,7 @@ def run_cli(
         "save.format": "png",
         **(sets or {}),
     }
-    args = ["--run", str(TXT2VIDEO), "--out", str(out), "--quiet", "--device", "cpu", *extra]
-    for key, value in values.items():
-        args += ["--set", f"{key}={value}"]
-    return main(args)
-
-
-def frames_in(out: Path) -> np.ndarray:
-    names = sorted(p.name for p in out.iterdir())
-    assert all(n.endswith(".png") for n in names), names  # one PNG per frame and nothing else
-    return np.stack([np.asarray(Image.open(out / n).convert("RGB")) for n in names])
+    return run_workflow(TXT2VIDEO, out, values, extra)
 
 
 def theirs(folder: Path, *, cfg: float, steps: int = 4, euler: bool = False) -> np.ndarray:

@@ -22,7 +22,8 @@ from PIL import Image
 from app.main import main
 from pipelines.diffusion.demo_models import save_demo_model
 from pipelines.diffusion.family_detect import detect_family
-from tests.test_family_wan import FRAMES, HEIGHT, NEGATIVE, PROMPT, WIDTH, assert_same_video, frames_in
+from tests.family_support import frames_in
+from tests.test_family_wan import FRAMES, HEIGHT, NEGATIVE, PROMPT, WIDTH, assert_same_video
 
 pytestmark = pytest.mark.slow
 

@@ -19,6 +19,7 @@ from PIL import Image
 
 from app.main import main
 from pipelines.diffusion.demo_models import save_demo_model
+from tests.family_support import frames_in
 from tests.test_family_wan import (
     FRAMES,
     HEIGHT,
@@ -26,7 +27,6 @@ from tests.test_family_wan import (
     PROMPT,
     WIDTH,
     assert_same_video,
-    frames_in,
     run_cli,
     theirs,
 )

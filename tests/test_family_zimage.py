@@ -20,6 +20,7 @@ from app.main import main
 from pipelines.diffusion.demo_models import save_demo_model
 from pipelines.diffusion.families import FAMILIES, UnsupportedModelError, detect_single_file_family
 from pipelines.diffusion.family_detect import detect_family, family_from_keys, family_from_text_encoders
+from tests.family_support import only_picture, run_workflow, txt2img_sets
 
 REPO = Path(__file__).resolve().parent.parent
 TXT2IMG = REPO / "resources/workflows/txt2img.json"
@@ -37,23 +38,11 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def ours(
     folder: Path, out: Path, *, cfg: float, steps: int = 3, seed: int = 42, extra: tuple = ()
 ) -> np.ndarray:
-    sets = {
-        "load.path": str(folder),
-        "sampler.scheduler": "default",
-        "sampler.steps": steps,
-        "sampler.cfg": cfg,
-        "sampler.seed": seed,
-        "latent.width": WIDTH,
-        "latent.height": HEIGHT,
-        "positive.text": PROMPT,
-        "negative.text": NEGATIVE,
-    }
-    args = ["--run", str(TXT2IMG), "--out", str(out), "--quiet", "--device", "cpu", *extra]
-    for key, value in sets.items():
-        args += ["--set", f"{key}={value}"]
-    assert main(args) == 0
-    (png,) = sorted(out.glob("*.png"))
-    return np.asarray(Image.open(png).convert("RGB"))
+    sets = txt2img_sets(
+        folder, cfg=cfg, steps=steps, seed=seed, width=WIDTH, height=HEIGHT, prompt=PROMPT, negative=NEGATIVE
+    )
+    assert run_workflow(TXT2IMG, out, sets, extra) == 0
+    return only_picture(out)
 
 
 def theirs(folder: Path, *, cfg: float, steps: int = 3, seed: int = 42) -> np.ndarray:

@@ -14,11 +14,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from PIL import Image
 
 from app.main import main
 from pipelines.diffusion.demo_models import save_demo_model
 from pipelines.diffusion.step_cache import STEP_CACHES, StepCache
+from tests.family_support import only_picture, run_workflow
 
 REPO = Path(__file__).resolve().parent.parent
 TXT2IMG = REPO / "resources/workflows/txt2img.json"
@@ -58,12 +58,8 @@ def run(folder: Path, out: Path, sets: dict[str, object]) -> np.ndarray:
         "positive.text": "a red square on a blue field",
         "negative.text": "blurry",
     }
-    args = ["--run", str(TXT2IMG), "--out", str(out), "--quiet", "--device", "cpu"]
-    for key, value in {**base, **sets}.items():
-        args += ["--set", f"{key}={value}"]
-    assert main(args) == 0
-    (png,) = sorted(out.glob("*.png"))
-    return np.asarray(Image.open(png).convert("RGB")).astype(np.float64)
+    assert run_workflow(TXT2IMG, out, {**base, **sets}) == 0
+    return only_picture(out).astype(np.float64)
 
 
 def psnr(a: np.ndarray, b: np.ndarray) -> float:
