@@ -8,6 +8,7 @@ measured in that process); the measurement is the process's RSS sampled from out
 `--hz` (default 40), children included.
 
     PYTHONPATH=$PWD python benchmarks/plan_accuracy.py [--workflows txt2img llm llm_to_image] [--steps 4]
+    PYTHONPATH=$PWD python benchmarks/plan_accuracy.py --refusal   # how long `app plan` takes to say "no"
 """
 
 from __future__ import annotations
@@ -68,13 +69,34 @@ def run_once(workflow: str, policy: str, data_dir: Path, steps: int, hz: float) 
     }
 
 
+def refusal_seconds(workflow: str) -> tuple[int, float, float]:
+    """(exit code, wall seconds, CPU seconds) of `app plan WORKFLOW --ram-budget 1MiB` in a fresh process:
+    a budget below every policy's need, answered from headers and configs (imports included, as a user
+    waits for them). CPU seconds beside the wall: on a shared machine the wall time is mostly waiting."""
+    cmd = [sys.executable, "-m", "app.main", "plan", str(REPO / f"resources/workflows/{workflow}.json")]
+    cmd += ["--device", "cpu", "--ram-budget", "1MiB"]
+    before = os.times()
+    started = time.perf_counter()
+    code = subprocess.run(cmd, cwd=REPO, capture_output=True).returncode
+    wall = time.perf_counter() - started
+    after = os.times()
+    cpu = (after.children_user - before.children_user) + (after.children_system - before.children_system)
+    return code, wall, cpu
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--workflows", nargs="+", default=["txt2img", "llm", "llm_to_image"])
     p.add_argument("--policies", nargs="+", default=["none", "sequential"])
     p.add_argument("--steps", type=int, default=4, help="sampler steps (the peak does not grow with steps)")
     p.add_argument("--hz", type=float, default=40.0)
+    p.add_argument("--refusal", action="store_true", help="only time `app plan` on a budget nothing fits")
     args = p.parse_args()
+    if args.refusal:
+        for workflow in args.workflows:
+            code, wall, cpu = refusal_seconds(workflow)
+            print(f"app plan {workflow} --ram-budget 1MiB: exit {code} in {wall:.1f} s (CPU {cpu:.1f} s)")
+        return 0
     print(
         f"{'workflow':<14} {'policy':<11} {'run':<8} {'predicted':>10} {'measured':>10} {'ratio':>6}  sampled  working"
     )
