@@ -2,10 +2,15 @@
 
 May import: stdlib, torch, safetensors.
 Headers are read with `safetensors.safe_open`, which parses only the JSON header; no tensor data is touched.
+`file_ranges` / `drop_file_pages`: where each tensor's bytes lie in its file, and telling the kernel a read
+range is not needed again (streaming drops each block's pages once it ran, so a file larger than RAM streams
+without filling memory with its cache).
 """
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from types import MappingProxyType
@@ -131,6 +136,45 @@ def map_keys(names: Iterable[str], files: Iterable[Path]) -> dict[str, tuple[Pat
 # -- sources: filling an empty module tensor by tensor -------------------------------------------------------
 
 
+def tensor_offsets(path: Path) -> dict[str, tuple[int, int]]:
+    """File key -> (start, end) byte offsets of its data in a safetensors file, from the header (8-byte little
+    endian length, the JSON header, then the data, whose `data_offsets` count from the header's end)."""
+    with open(path, "rb") as f:
+        length = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(length))
+    base = 8 + length
+    return {
+        k: (base + v["data_offsets"][0], base + v["data_offsets"][1])
+        for k, v in header.items()
+        if k != "__metadata__"
+    }
+
+
+def drop_file_pages(ranges: Iterable[tuple[Path, int, int]]) -> None:
+    """`posix_fadvise(POSIX_FADV_DONTNEED)` over each (file, start, end): the kernel drops those pages from its
+    cache once no mapping holds them. For a streamed block, read once per step: keeping its pages would fill
+    RAM with the file (page cache is not RSS, but it is what a file bigger than RAM must not take) and push
+    out everything else's. Adjacent ranges are merged; a platform without fadvise is left as it is."""
+    if not hasattr(os, "posix_fadvise"):
+        return
+    spans: dict[Path, list[tuple[int, int]]] = {}
+    for path, start, end in ranges:
+        spans.setdefault(Path(path), []).append((start, end))
+    for path, parts in spans.items():
+        merged: list[list[int]] = []
+        for start, end in sorted(parts):
+            if merged and start <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], end)
+            else:
+                merged.append([start, end])
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            for start, end in merged:
+                os.posix_fadvise(fd, start, end - start, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
 class WeightSource(Protocol):
     """The weights of one component, by module tensor name ("down_blocks.0.resnets.0.conv1.weight")."""
 
@@ -145,6 +189,9 @@ class WeightSource(Protocol):
         most one tensor beyond the module itself.
         """
         ...
+
+    # Optional: `file_ranges(names) -> list[(file, start, end)]`, the bytes `load(names)` reads; streaming
+    # drops their cached pages after each block (`drop_file_pages`).
 
 
 # safe_open maps the whole file once per handle and slices tensors out of that mapping: every page read stays
@@ -199,6 +246,7 @@ class SafetensorsSource:
         self.files = tuple(Path(f) for f in files)
         self._where: dict[str, tuple[Path, str]] = {}
         self._stored: dict[str, int] = {}
+        self._offsets: dict[Path, dict[str, tuple[int, int]]] = {}
 
     def nbytes(self, dtype: torch.dtype) -> int:
         return header_bytes(self.files, dtype)
@@ -211,6 +259,19 @@ class SafetensorsSource:
                 self._stored[key] = _numel(shape) * _TAG_SIZE[tag]
         reopen = reopen_bytes(sum(self._stored[self._where[n][1]] for n in names))
         yield from read_tensors(((n, *self._where[n]) for n in names), dtype, reopen)
+
+    def file_ranges(self, names: Sequence[str]) -> list[tuple[Path, int, int]]:
+        """Where the bytes of `names` lie in the files."""
+        missing = [n for n in names if n not in self._where]
+        if missing:
+            self._where.update(map_keys(missing, self.files))
+        out = []
+        for n in names:
+            path, key = self._where[n]
+            if path not in self._offsets:
+                self._offsets[path] = tensor_offsets(path)
+            out.append((path, *self._offsets[path][key]))
+        return out
 
 
 def empty_tensor_names(module: torch.nn.Module) -> list[str]:
