@@ -38,7 +38,9 @@ def _rss_tree(proc: psutil.Process) -> int:
     return total
 
 
-def run_once(workflow: str, policy: str, data_dir: Path, steps: int, hz: float) -> dict[str, float]:
+def run_once(
+    workflow: str, policy: str, data_dir: Path, steps: int, hz: float, sets: tuple[str, ...] = ()
+) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as out:
         report = Path(out) / "report.json"
         cmd = [sys.executable, "-m", "app.main", "--run", str(REPO / f"resources/workflows/{workflow}.json")]
@@ -46,6 +48,8 @@ def run_once(workflow: str, policy: str, data_dir: Path, steps: int, hz: float) 
         cmd += ["--out", out, "--report", str(report)]
         if workflow != "llm":
             cmd += ["--set", f"sampler.steps={steps}"]
+        for item in sets:
+            cmd += ["--set", item]
         env = dict(os.environ, NODELOOM_DATA_DIR=str(data_dir))
         started = time.perf_counter()
         child = subprocess.Popen(cmd, cwd=REPO, env=env)
@@ -86,11 +90,18 @@ def refusal_seconds(workflow: str) -> tuple[int, float, float]:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--workflows", nargs="+", default=["txt2img", "llm", "llm_to_image"])
+    p.add_argument("--workflows", nargs="*", default=["txt2img", "llm", "llm_to_image"])
     p.add_argument("--policies", nargs="+", default=["none", "sequential"])
     p.add_argument("--steps", type=int, default=4, help="sampler steps (the peak does not grow with steps)")
     p.add_argument("--hz", type=float, default=40.0)
     p.add_argument("--refusal", action="store_true", help="only time `app plan` on a budget nothing fits")
+    p.add_argument(
+        "--sd-shaped",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="also txt2img on the 1.1 GB SD-shaped model of benchmarks/_sd_shaped.py at 256x256 (built in DIR)",
+    )
     args = p.parse_args()
     if args.refusal:
         for workflow in args.workflows:
@@ -100,13 +111,22 @@ def main() -> int:
     print(
         f"{'workflow':<14} {'policy':<11} {'run':<8} {'predicted':>10} {'measured':>10} {'ratio':>6}  sampled  working"
     )
-    for workflow in args.workflows:
+    cases: list[tuple[str, str, tuple[str, ...]]] = [(w, w, ()) for w in args.workflows]
+    if args.sd_shaped is not None:
+        sys.path[:0] = [str(REPO / "benchmarks")]
+        from _sd_shaped import build_pipeline_folder
+
+        # benchmarks/offload_cpu.py's ~1.1 GiB recipe, as benchmarks/precision.py builds it
+        build_pipeline_folder(args.sd_shaped, unet_width=128, text_layers=5, vae_width=128)
+        sizes = ("latent.width=256", "latent.height=256")
+        cases.append(("sd-shaped-1.1G", "txt2img", (f"load.path={args.sd_shaped}", *sizes)))
+    for name, workflow, sets in cases:
         for policy in args.policies:
             with tempfile.TemporaryDirectory() as data_dir:
                 for label in ("first", "learned"):
-                    r = run_once(workflow, policy, Path(data_dir), args.steps, args.hz)
+                    r = run_once(workflow, policy, Path(data_dir), args.steps, args.hz, sets)
                     print(
-                        f"{workflow:<14} {policy:<11} {label:<8} {r['predicted'] / MiB:>8.0f}Mi "
+                        f"{name:<14} {policy:<11} {label:<8} {r['predicted'] / MiB:>8.0f}Mi "
                         f"{r['measured'] / MiB:>8.0f}Mi {r['predicted'] / r['measured']:>6.2f}  "
                         f"{r['hz']:>5.0f} Hz  {r['sources']}",
                         flush=True,
