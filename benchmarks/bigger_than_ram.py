@@ -14,7 +14,7 @@ from the published config: `joint_attention_dim` is the tiny encoder's width (16
 at one step).
 
 Each run is `app --run txt2img.json` in a fresh process on CPU (`--offload stream --ram-budget B`, one
-step at 256x256, cfg 1: one forward), niced, its RSS sampled from outside with psutil at `--hz` and its disk
+step at 256x256, cfg 1: one forward), niced, its RSS sampled from outside (/proc/PID/statm) at `--hz` and its disk
 reads from /proc/PID/io. The floor of a step: max(compute, bytes read / disk bandwidth), compute measured
 as one block's forward with its weights in RAM times the layer count, the bandwidth by reading 1 GiB of the
 file cold. The folder is deleted at the end unless `--keep`.
@@ -41,6 +41,7 @@ import torch
 
 REPO = Path(__file__).resolve().parent.parent
 GiB = 2**30
+_PAGE = os.sysconf("SC_PAGE_SIZE")
 POOL = 1 << 24  # random values sliced per tensor (32 MiB in bfloat16)
 
 # Qwen-Image's published transformer config (Qwen/Qwen-Image transformer/config.json).
@@ -195,9 +196,11 @@ def run_once(folder: Path, budget: str, out: Path, hz: float) -> dict[str, float
     proc, peak, samples, read = psutil.Process(child.pid), 0, 0, 0
     while child.poll() is None:
         try:
-            peak = max(peak, sum(q.memory_info().rss for q in [proc, *proc.children(recursive=True)]))
-            read = proc.io_counters().read_bytes  # bytes this process had the disk read (page cache misses)
-        except psutil.Error:
+            with open(f"/proc/{child.pid}/statm", "rb") as f:  # one small read: cheaper than psutil's
+                peak = max(peak, int(f.read().split()[1]) * _PAGE)
+            if samples % 10 == 0:  # bytes this process had the disk read (page cache misses), cumulative
+                read = proc.io_counters().read_bytes
+        except (OSError, psutil.Error):
             pass
         samples += 1
         time.sleep(1.0 / hz)
