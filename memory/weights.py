@@ -36,13 +36,27 @@ def _numel(shape: Iterable[int]) -> int:
     return n
 
 
+def read_header(path: Path) -> dict[str, dict]:
+    """A safetensors file's JSON header (key -> dtype, shape, data_offsets), read with two small reads.
+
+    Not `safe_open`: torch's pt backend maps the whole file privately and writable on open, which the
+    kernel refuses for a file larger than RAM + swap (ENOMEM), and a header needs none of the data."""
+    with open(path, "rb") as f:
+        length = int.from_bytes(f.read(8), "little")
+        if not 2 <= length <= 100 * 2**20:
+            raise ValueError(f"{Path(path).name}: not a safetensors header (length {length})")
+        header = json.loads(f.read(length))
+    header.pop("__metadata__", None)
+    return header
+
+
 def header_entries(files: Iterable[Path]) -> Iterator[tuple[Path, str, str, tuple[int, ...]]]:
-    """(file, key, dtype tag, shape) for every tensor in the files, from their headers only."""
+    """(file, key, dtype tag, shape) for every tensor in the files, from their headers only (keys sorted,
+    as `safe_open` lists them)."""
     for path in files:
-        with safe_open(str(path), framework="pt") as f:
-            for key in f.keys():
-                sl = f.get_slice(key)
-                yield Path(path), key, sl.get_dtype(), tuple(sl.get_shape())
+        header = read_header(path)
+        for key in sorted(header):
+            yield Path(path), key, header[key]["dtype"], tuple(header[key]["shape"])
 
 
 def header_bytes(
@@ -222,7 +236,7 @@ def read_tensors(
             if handle is None or opened != path or since >= reopen:
                 if handle is not None:
                     handle.__exit__(None, None, None)
-                handle = safe_open(str(path), framework="pt").__enter__()
+                handle = _open(path)
                 opened, since = path, 0
             t = handle.get_tensor(key)
             since += t.numel() * t.element_size()
@@ -230,6 +244,50 @@ def read_tensors(
     finally:
         if handle is not None:
             handle.__exit__(None, None, None)
+
+
+class _PreadFile:
+    """`safe_open`'s `get_tensor` by `os.pread` into a fresh buffer: for a file the kernel will not map whole
+    (larger than RAM + swap, see `read_header`). A tensor is a copy, never a view of a mapping."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.offsets = tensor_offsets(self.path)
+        self.header = read_header(self.path)
+        self.fd = os.open(self.path, os.O_RDONLY)
+
+    def get_tensor(self, key: str) -> torch.Tensor:
+        start, end = self.offsets[key]
+        entry = self.header[key]
+        buf = bytearray(end - start)
+        view, done = memoryview(buf), 0
+        while done < len(buf):
+            n = os.preadv(self.fd, [view[done:]], start + done)
+            if n <= 0:
+                raise OSError(f"{self.path.name}: {key} is cut short at byte {start + done}")
+            done += n
+        dtype = _TAG_DTYPE[entry["dtype"]]
+        flat = torch.frombuffer(buf, dtype=dtype) if buf else torch.empty(0, dtype=dtype)
+        return flat.reshape(entry["shape"])
+
+    def __exit__(self, *exc: object) -> None:
+        os.close(self.fd)
+
+
+def _open(path: Path):  # noqa: ANN202 - a safe_open handle or a _PreadFile: both have get_tensor / __exit__
+    try:
+        return safe_open(str(path), framework="pt").__enter__()
+    except RuntimeError as exc:  # torch's "unable to mmap N bytes ... Cannot allocate memory"
+        if "mmap" not in str(exc):
+            raise
+        return _PreadFile(path)
+
+
+_TAG_DTYPE = MappingProxyType({
+    "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
+    "F8_E4M3": torch.float8_e4m3fn, "F8_E5M2": torch.float8_e5m2, "I64": torch.int64, "I32": torch.int32,
+    "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8, "BOOL": torch.bool,
+})  # fmt: skip
 
 
 def cast(t: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
