@@ -1,7 +1,7 @@
 """Weight facts: exact byte counts from safetensors headers and from modules, block discovery, key mapping.
 
 May import: stdlib, torch, safetensors.
-Headers are read with `safetensors.safe_open`, which parses only the JSON header; no tensor data is touched.
+Headers are parsed by hand (`read_header`: the 8-byte length and the JSON), never touching tensor data.
 `file_ranges` / `drop_file_pages`: where each tensor's bytes lie in its file, and telling the kernel a read
 range is not needed again (streaming drops each block's pages once it ran, so a file larger than RAM streams
 without filling memory with its cache).
