@@ -109,8 +109,9 @@ def test_streaming_keeps_the_files_resident_pages_bounded(tmp_path: Path) -> Non
         remove_streaming(model)
     assert state.take_transfer_stats()[0] == 2 * DEPTH * BLOCK  # every block was read from the file, twice
     torch.testing.assert_close(out, expected)  # same weights, same kernels: only where they come from changed
-    # Without dropping, the whole file (16 blocks) would stay cached; the next block's read-ahead may stay.
-    assert cached <= cold + 2 * BLOCK, cached / BLOCK
+    # Without dropping, the whole file (16 blocks) would stay cached; the next block is kept for its read-ahead,
+    # which may reach a little into the one after (2.4 blocks measured once): 3 blocks of 16.
+    assert cached <= cold + 3 * BLOCK, cached / BLOCK
     # File-backed RSS: the block being read (a whole-file mapping per handle, see memory.weights) and no more.
     assert peak[0] - base <= 3 * BLOCK, (peak[0] - base) / BLOCK
 
