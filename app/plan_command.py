@@ -65,7 +65,12 @@ def plan_text(plan: MemoryPlan) -> str:
     lines = [
         f"memory plan of {plan.workflow} on {plan.device}, budget {fmt_bytes(plan.budget)}, policy {plan.policy}"
         + (f" ({plan.why})" if plan.requested == "auto" else ""),
-        f"process baseline {fmt_bytes(plan.baseline_rss)} (RSS measured in this process after imports and loaders)",
+        f"process baseline {fmt_bytes(plan.baseline_rss)} (RSS measured in this process after imports and loaders"
+        + (
+            f"; without {', '.join(plan.baseline_without)}, not imported: nothing fits)"
+            if plan.baseline_without
+            else ")"
+        ),
     ]
     for n in plan.nodes:
         lines.append(

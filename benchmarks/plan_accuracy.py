@@ -8,6 +8,7 @@ measured in that process); the measurement is the process's RSS sampled from out
 `--hz` (default 40), children included.
 
     PYTHONPATH=$PWD python benchmarks/plan_accuracy.py [--workflows txt2img llm llm_to_image] [--steps 4]
+    PYTHONPATH=$PWD python benchmarks/plan_accuracy.py --refusal   # how long `app plan` takes to say "no"
 """
 
 from __future__ import annotations
@@ -27,17 +28,25 @@ REPO = Path(__file__).resolve().parent.parent
 MiB = 2**20
 
 
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
 def _rss_tree(proc: psutil.Process) -> int:
+    """RSS of `proc` and its children: /proc/PID/statm (one small read, so a loaded machine still samples at
+    the rate asked for; psutil's `memory_info` costs several times more), children listed by psutil."""
     total = 0
-    for p in [proc, *proc.children(recursive=True)]:
+    for pid in [proc.pid, *(c.pid for c in proc.children(recursive=True))]:
         try:
-            total += p.memory_info().rss
-        except psutil.Error:
+            with open(f"/proc/{pid}/statm", "rb") as f:
+                total += int(f.read().split()[1]) * _PAGE
+        except (OSError, psutil.Error):
             pass
     return total
 
 
-def run_once(workflow: str, policy: str, data_dir: Path, steps: int, hz: float) -> dict[str, float]:
+def run_once(
+    workflow: str, policy: str, data_dir: Path, steps: int, hz: float, sets: tuple[str, ...] = ()
+) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as out:
         report = Path(out) / "report.json"
         cmd = [sys.executable, "-m", "app.main", "--run", str(REPO / f"resources/workflows/{workflow}.json")]
@@ -45,6 +54,8 @@ def run_once(workflow: str, policy: str, data_dir: Path, steps: int, hz: float) 
         cmd += ["--out", out, "--report", str(report)]
         if workflow != "llm":
             cmd += ["--set", f"sampler.steps={steps}"]
+        for item in sets:
+            cmd += ["--set", item]
         env = dict(os.environ, NODELOOM_DATA_DIR=str(data_dir))
         started = time.perf_counter()
         child = subprocess.Popen(cmd, cwd=REPO, env=env)
@@ -68,23 +79,60 @@ def run_once(workflow: str, policy: str, data_dir: Path, steps: int, hz: float) 
     }
 
 
+def refusal_seconds(workflow: str) -> tuple[int, float, float]:
+    """(exit code, wall seconds, CPU seconds) of `app plan WORKFLOW --ram-budget 1MiB` in a fresh process:
+    a budget below every policy's need, answered from headers and configs (imports included, as a user
+    waits for them). CPU seconds beside the wall: on a shared machine the wall time is mostly waiting."""
+    cmd = [sys.executable, "-m", "app.main", "plan", str(REPO / f"resources/workflows/{workflow}.json")]
+    cmd += ["--device", "cpu", "--ram-budget", "1MiB"]
+    before = os.times()
+    started = time.perf_counter()
+    code = subprocess.run(cmd, cwd=REPO, capture_output=True).returncode
+    wall = time.perf_counter() - started
+    after = os.times()
+    cpu = (after.children_user - before.children_user) + (after.children_system - before.children_system)
+    return code, wall, cpu
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--workflows", nargs="+", default=["txt2img", "llm", "llm_to_image"])
+    p.add_argument("--workflows", nargs="*", default=["txt2img", "llm", "llm_to_image"])
     p.add_argument("--policies", nargs="+", default=["none", "sequential"])
     p.add_argument("--steps", type=int, default=4, help="sampler steps (the peak does not grow with steps)")
     p.add_argument("--hz", type=float, default=40.0)
+    p.add_argument("--refusal", action="store_true", help="only time `app plan` on a budget nothing fits")
+    p.add_argument(
+        "--sd-shaped",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="also txt2img on the 1.1 GB SD-shaped model of benchmarks/_sd_shaped.py at 256x256 (built in DIR)",
+    )
     args = p.parse_args()
+    if args.refusal:
+        for workflow in args.workflows:
+            code, wall, cpu = refusal_seconds(workflow)
+            print(f"app plan {workflow} --ram-budget 1MiB: exit {code} in {wall:.1f} s (CPU {cpu:.1f} s)")
+        return 0
     print(
         f"{'workflow':<14} {'policy':<11} {'run':<8} {'predicted':>10} {'measured':>10} {'ratio':>6}  sampled  working"
     )
-    for workflow in args.workflows:
+    cases: list[tuple[str, str, tuple[str, ...]]] = [(w, w, ()) for w in args.workflows]
+    if args.sd_shaped is not None:
+        sys.path[:0] = [str(REPO / "benchmarks")]
+        from _sd_shaped import build_pipeline_folder
+
+        # benchmarks/offload_cpu.py's ~1.1 GiB recipe, as benchmarks/precision.py builds it
+        build_pipeline_folder(args.sd_shaped, unet_width=128, text_layers=5, vae_width=128)
+        sizes = ("latent.width=256", "latent.height=256")
+        cases.append(("sd-shaped-1.1G", "txt2img", (f"load.path={args.sd_shaped}", *sizes)))
+    for name, workflow, sets in cases:
         for policy in args.policies:
             with tempfile.TemporaryDirectory() as data_dir:
                 for label in ("first", "learned"):
-                    r = run_once(workflow, policy, Path(data_dir), args.steps, args.hz)
+                    r = run_once(workflow, policy, Path(data_dir), args.steps, args.hz, sets)
                     print(
-                        f"{workflow:<14} {policy:<11} {label:<8} {r['predicted'] / MiB:>8.0f}Mi "
+                        f"{name:<14} {policy:<11} {label:<8} {r['predicted'] / MiB:>8.0f}Mi "
                         f"{r['measured'] / MiB:>8.0f}Mi {r['predicted'] / r['measured']:>6.2f}  "
                         f"{r['hz']:>5.0f} Hz  {r['sources']}",
                         flush=True,

@@ -1,11 +1,16 @@
 """Weight facts: exact byte counts from safetensors headers and from modules, block discovery, key mapping.
 
 May import: stdlib, torch, safetensors.
-Headers are read with `safetensors.safe_open`, which parses only the JSON header; no tensor data is touched.
+Headers are parsed by hand (`read_header`: the 8-byte length and the JSON), never touching tensor data.
+`file_ranges` / `drop_file_pages`: where each tensor's bytes lie in its file, and telling the kernel a read
+range is not needed again (streaming drops each block's pages once it ran, so a file larger than RAM streams
+without filling memory with its cache).
 """
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from types import MappingProxyType
@@ -31,13 +36,27 @@ def _numel(shape: Iterable[int]) -> int:
     return n
 
 
+def read_header(path: Path) -> dict[str, dict]:
+    """A safetensors file's JSON header (key -> dtype, shape, data_offsets), read with two small reads.
+
+    Not `safe_open`: torch's pt backend maps the whole file privately and writable on open, which the
+    kernel refuses for a file larger than RAM + swap (ENOMEM), and a header needs none of the data."""
+    with open(path, "rb") as f:
+        length = int.from_bytes(f.read(8), "little")
+        if not 2 <= length <= 100 * 2**20:
+            raise ValueError(f"{Path(path).name}: not a safetensors header (length {length})")
+        header = json.loads(f.read(length))
+    header.pop("__metadata__", None)
+    return header
+
+
 def header_entries(files: Iterable[Path]) -> Iterator[tuple[Path, str, str, tuple[int, ...]]]:
-    """(file, key, dtype tag, shape) for every tensor in the files, from their headers only."""
+    """(file, key, dtype tag, shape) for every tensor in the files, from their headers only (keys sorted,
+    as `safe_open` lists them)."""
     for path in files:
-        with safe_open(str(path), framework="pt") as f:
-            for key in f.keys():
-                sl = f.get_slice(key)
-                yield Path(path), key, sl.get_dtype(), tuple(sl.get_shape())
+        header = read_header(path)
+        for key in sorted(header):
+            yield Path(path), key, header[key]["dtype"], tuple(header[key]["shape"])
 
 
 def header_bytes(
@@ -131,6 +150,45 @@ def map_keys(names: Iterable[str], files: Iterable[Path]) -> dict[str, tuple[Pat
 # -- sources: filling an empty module tensor by tensor -------------------------------------------------------
 
 
+def tensor_offsets(path: Path) -> dict[str, tuple[int, int]]:
+    """File key -> (start, end) byte offsets of its data in a safetensors file, from the header (8-byte little
+    endian length, the JSON header, then the data, whose `data_offsets` count from the header's end)."""
+    with open(path, "rb") as f:
+        length = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(length))
+    base = 8 + length
+    return {
+        k: (base + v["data_offsets"][0], base + v["data_offsets"][1])
+        for k, v in header.items()
+        if k != "__metadata__"
+    }
+
+
+def drop_file_pages(ranges: Iterable[tuple[Path, int, int]]) -> None:
+    """`posix_fadvise(POSIX_FADV_DONTNEED)` over each (file, start, end): the kernel drops those pages from its
+    cache once no mapping holds them. For a streamed block, read once per step: keeping its pages would fill
+    RAM with the file (page cache is not RSS, but it is what a file bigger than RAM must not take) and push
+    out everything else's. Adjacent ranges are merged; a platform without fadvise is left as it is."""
+    if not hasattr(os, "posix_fadvise"):
+        return
+    spans: dict[Path, list[tuple[int, int]]] = {}
+    for path, start, end in ranges:
+        spans.setdefault(Path(path), []).append((start, end))
+    for path, parts in spans.items():
+        merged: list[list[int]] = []
+        for start, end in sorted(parts):
+            if merged and start <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], end)
+            else:
+                merged.append([start, end])
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            for start, end in merged:
+                os.posix_fadvise(fd, start, end - start, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
 class WeightSource(Protocol):
     """The weights of one component, by module tensor name ("down_blocks.0.resnets.0.conv1.weight")."""
 
@@ -145,6 +203,9 @@ class WeightSource(Protocol):
         most one tensor beyond the module itself.
         """
         ...
+
+    # Optional: `file_ranges(names) -> list[(file, start, end)]`, the bytes `load(names)` reads; streaming
+    # drops their cached pages after each block (`drop_file_pages`).
 
 
 # safe_open maps the whole file once per handle and slices tensors out of that mapping: every page read stays
@@ -175,7 +236,7 @@ def read_tensors(
             if handle is None or opened != path or since >= reopen:
                 if handle is not None:
                     handle.__exit__(None, None, None)
-                handle = safe_open(str(path), framework="pt").__enter__()
+                handle = _open(path)
                 opened, since = path, 0
             t = handle.get_tensor(key)
             since += t.numel() * t.element_size()
@@ -183,6 +244,50 @@ def read_tensors(
     finally:
         if handle is not None:
             handle.__exit__(None, None, None)
+
+
+class _PreadFile:
+    """`safe_open`'s `get_tensor` by `os.pread` into a fresh buffer: for a file the kernel will not map whole
+    (larger than RAM + swap, see `read_header`). A tensor is a copy, never a view of a mapping."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.offsets = tensor_offsets(self.path)
+        self.header = read_header(self.path)
+        self.fd = os.open(self.path, os.O_RDONLY)
+
+    def get_tensor(self, key: str) -> torch.Tensor:
+        start, end = self.offsets[key]
+        entry = self.header[key]
+        buf = bytearray(end - start)
+        view, done = memoryview(buf), 0
+        while done < len(buf):
+            n = os.preadv(self.fd, [view[done:]], start + done)
+            if n <= 0:
+                raise OSError(f"{self.path.name}: {key} is cut short at byte {start + done}")
+            done += n
+        dtype = _TAG_DTYPE[entry["dtype"]]
+        flat = torch.frombuffer(buf, dtype=dtype) if buf else torch.empty(0, dtype=dtype)
+        return flat.reshape(entry["shape"])
+
+    def __exit__(self, *exc: object) -> None:
+        os.close(self.fd)
+
+
+def _open(path: Path):  # noqa: ANN202 - a safe_open handle or a _PreadFile: both have get_tensor / __exit__
+    try:
+        return safe_open(str(path), framework="pt").__enter__()
+    except RuntimeError as exc:  # torch's "unable to mmap N bytes ... Cannot allocate memory"
+        if "mmap" not in str(exc):
+            raise
+        return _PreadFile(path)
+
+
+_TAG_DTYPE = MappingProxyType({
+    "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
+    "F8_E4M3": torch.float8_e4m3fn, "F8_E5M2": torch.float8_e5m2, "I64": torch.int64, "I32": torch.int32,
+    "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8, "BOOL": torch.bool,
+})  # fmt: skip
 
 
 def cast(t: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
@@ -199,6 +304,7 @@ class SafetensorsSource:
         self.files = tuple(Path(f) for f in files)
         self._where: dict[str, tuple[Path, str]] = {}
         self._stored: dict[str, int] = {}
+        self._offsets: dict[Path, dict[str, tuple[int, int]]] = {}
 
     def nbytes(self, dtype: torch.dtype) -> int:
         return header_bytes(self.files, dtype)
@@ -211,6 +317,19 @@ class SafetensorsSource:
                 self._stored[key] = _numel(shape) * _TAG_SIZE[tag]
         reopen = reopen_bytes(sum(self._stored[self._where[n][1]] for n in names))
         yield from read_tensors(((n, *self._where[n]) for n in names), dtype, reopen)
+
+    def file_ranges(self, names: Sequence[str]) -> list[tuple[Path, int, int]]:
+        """Where the bytes of `names` lie in the files."""
+        missing = [n for n in names if n not in self._where]
+        if missing:
+            self._where.update(map_keys(missing, self.files))
+        out = []
+        for n in names:
+            path, key = self._where[n]
+            if path not in self._offsets:
+                self._offsets[path] = tensor_offsets(path)
+            out.append((path, *self._offsets[path][key]))
+        return out
 
 
 def empty_tensor_names(module: torch.nn.Module) -> list[str]:

@@ -12,6 +12,8 @@ A policy that does not fit gets the smallest budget it would need (a bisection o
 
 from __future__ import annotations
 
+import importlib
+import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,6 +63,9 @@ class MemoryPlan:
     nodes: list[NodePlan]
     policies: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> fits, peaks, least budget
     why: str = ""
+    # Modules a run imports that `baseline_rss` leaves out: only when no policy fits (the plan then answers
+    # without importing them); empty otherwise.
+    baseline_without: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -105,8 +110,8 @@ def make_plan(
     The loader nodes run for real (they only register models) with `memory`, so the run that follows finds
     the same handles. `cancel`: the run's token (a loader in a long call stops on Ctrl+C: `Cancelled`)."""
     order = Executor(registry, memory).plan(wf)
-    found = walk(wf, registry, memory, order, Path(out_dir), cancel or CancelToken())
-    baseline = read_host().rss  # after the loader nodes: the libraries a run imports are in
+    deferred: list[str] = []  # what the nodes announced they import (diffusers, transformers): not yet
+    found = walk(wf, registry, memory, order, Path(out_dir), cancel or CancelToken(), deferred)
     steps = _steps(found)
     keys = {u.key for s in steps for u in s.uses}
     components = [(h.spec, h.weight_bytes) for k, h in memory.ledger.handles.items() if k in keys]
@@ -114,6 +119,13 @@ def make_plan(
     sims: dict[str, Simulation] = {
         p.name: simulate(components, steps, p, memory.device, budget, host_budget) for p in POLICIES
     }
+    if any(sim.fits for sim in sims.values()):
+        # The run will import them: the baseline counts them. A graph no policy fits is answered without
+        # (seconds of imports for a "no"), and the plan says what its baseline leaves out.
+        for name in deferred:
+            importlib.import_module(name)
+    deferred = [name for name in deferred if name not in sys.modules]  # a later node may have imported one
+    baseline = read_host().rss  # after the loader nodes (and the imports a run makes before its first use)
     # An upper bound for the bisection: every weight and every working figure at once always fits.
     upper = sum(w or 0 for _, w in components) + sum(
         s.reserved_bytes + sum(u.working_bytes for u in s.uses) for s in steps
@@ -195,6 +207,7 @@ def make_plan(
         nodes,
         rows,
         why,
+        deferred,
     )
 
 

@@ -67,6 +67,23 @@ class NodeUses:
         return sum(self.reserved.values())
 
 
+class _PlanContext(NodeContext):
+    """A node's context in the plan: the imports a node announces (`importing`: diffusers, transformers) are
+    recorded, not made, so a plan reads headers and configs without paying seconds of imports; the classes
+    themselves are imported only when a model is built (`pipelines.diffusion.family_types.ClassRef`)."""
+
+    def __init__(self, deferred: list[str], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._deferred = deferred
+
+    def importing(self, *modules: str) -> None:
+        import sys
+
+        for name in modules:
+            if name not in sys.modules and name not in self._deferred:
+                self._deferred.append(name)
+
+
 class _CapturingMemory:
     """The real manager for everything but `use` (recorded, then the node is stopped) and reservations."""
 
@@ -182,8 +199,11 @@ def walk(
     order: list[str],
     out_dir: Path,
     cancel: CancelToken,
+    deferred: list[str] | None = None,
 ) -> list[NodeUses]:
-    """Each node of `order` with the model uses it will make (see the module docstring)."""
+    """Each node of `order` with the model uses it will make (see the module docstring). `deferred`
+    collects the modules the nodes announced and the plan did not import (`_PlanContext`)."""
+    deferred = deferred if deferred is not None else []
     values: dict[str, dict[str, Any]] = {}
     found: list[NodeUses] = []
     for nid in order:
@@ -206,7 +226,7 @@ def walk(
             found.append(uses)
             values[nid] = _stand_ins(spec, kwargs)
             continue
-        found.append(_run_captured(nid, node.type, spec, kwargs, memory, out_dir, values, cancel))
+        found.append(_run_captured(nid, node.type, spec, kwargs, memory, out_dir, values, cancel, deferred))
     return found
 
 
@@ -219,11 +239,13 @@ def _run_captured(
     out_dir: Path,
     values: dict[str, dict[str, Any]],
     cancel: CancelToken,
+    deferred: list[str],
 ) -> NodeUses:
     capture = _CapturingMemory(memory)
     capture.loading = not _wired_models(memory, kwargs)
     missing = sorted({p for p, v in kwargs.items() if v is UNKNOWN})
-    ctx = NodeContext(
+    ctx = _PlanContext(
+        deferred,
         node_id=nid,
         node_type=node_type,
         memory=capture,  # type: ignore[arg-type]

@@ -80,8 +80,15 @@ def sniff_weight_format(path: Path) -> WeightFormat:
         return WeightFormat.GGUF
     if _looks_like_safetensors(head):
         try:
-            with safe_open(str(path), framework="pt") as opened:
-                opened.keys()
+            try:
+                with safe_open(str(path), framework="pt") as opened:
+                    opened.keys()
+            except RuntimeError as exc:  # torch cannot map a file larger than RAM + swap: read the header
+                if "mmap" not in str(exc):
+                    raise
+                from memory.weights import read_header
+
+                read_header(path)
         except (SafetensorError, OSError, ValueError) as exc:
             raise DamagedWeightsError(
                 f"{path.name}: looks like a safetensors file but cannot be read ({exc}); "

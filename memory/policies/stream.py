@@ -14,8 +14,10 @@ released by a forward post-hook.
   blocks on the device at once.
 - CPU: there is no faster tier than RAM, so the weights stay on disk. Each streamed block is read from the
   config's `WeightSource` (memory-mapped, converted per tensor) right before its forward and dropped right
-  after; the source closes its file handle after each block, so the mapping goes and RSS falls. Window:
-  one block.
+  after; the source closes its file handle after each block, so the mapping goes and RSS falls, and the
+  block's file pages are dropped from the page cache (`memory.weights.drop_file_pages`, where the source
+  says where its bytes lie): a file larger than RAM streams with its resident pages bounded by a block.
+  Window: one block.
 
 The module may arrive built empty (meta tensors, see `memory.weights.WeightSource`): then only the weights
 outside the streamed blocks and the resident blocks are ever loaded, one tensor at a time, so a streamed
@@ -41,6 +43,7 @@ from memory.weights import (
     SafetensorsSource,
     WeightSource,
     block_names,
+    drop_file_pages,
     fill_empty,
     named_tensors,
     tensor_bytes,
@@ -128,6 +131,7 @@ class StreamState:
         self.copies_on_side_stream = 0
         self._next: dict[str, _Block] = {}  # observed execution order between streamed blocks
         self._last: _Block | None = None
+        self._ranges: dict[str, list[tuple[Path, int, int]]] = {}  # block -> its bytes in the files (CPU)
 
     # -- sizes ------------------------------------------------------------------------------------------
 
@@ -276,6 +280,21 @@ class StreamState:
                 # glibc keeps freed blocks of this size in its heap once its mmap threshold has adapted to
                 # them, so RSS would keep the last block's bytes on top of the next one.
                 malloc_trim()
+                self._drop_pages(block)
+
+    def _drop_pages(self, block: _Block) -> None:
+        """Streamed blocks' file pages out of the page cache (CPU): read again next step, never kept.
+
+        All streamed blocks but the next one, not only the block that ran: a fault on a mapping reads ahead
+        (megabytes past the page asked for), so later blocks' pages arrive early and would otherwise pile up;
+        the next block's are kept, they are what the read-ahead was for."""
+        ranges = getattr(self.source, "file_ranges", None)
+        if ranges is None:
+            return
+        if block.name not in self._ranges:
+            self._ranges.update({b.name: ranges([s.name for s in b.slots]) for b in self.streamed()})
+        nxt = self._next_streamed(block)
+        drop_file_pages(r for b in self.streamed() if b is not nxt for r in self._ranges.get(b.name, ()))
 
     def release_idle(self) -> None:
         """Drop streamed blocks left on the device (a prefetch for a call that won't come, e.g. at `use` exit)."""

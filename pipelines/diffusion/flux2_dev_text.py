@@ -14,7 +14,6 @@ processor's tokenizer's, which `AutoTokenizer` reads from the same folder.
 from __future__ import annotations
 
 import torch
-from diffusers.pipelines.flux2.system_messages import SYSTEM_MESSAGE
 
 from memory import MemoryManager, Working
 from pipelines.diffusion.lora import use_text_encoder
@@ -29,7 +28,10 @@ DEV_TEXT_LAYERS = (10, 20, 30)
 
 @torch.no_grad()
 def encode_flux2_dev(mm: MemoryManager, ref: TextEncoderRef, text: str, *, max_tokens: int) -> Conditioning:
-    # 1. The chat, exactly as the pipeline's `format_input` builds it
+    # 1. The chat, exactly as the pipeline's `format_input` builds it (diffusers' pipelines package is
+    # imported here, not with this module: every prompt encoder imports this module, `app plan` included)
+    from diffusers.pipelines.flux2.system_messages import SYSTEM_MESSAGE
+
     tokenizer = ref.tokenizers[0].load()
     text = strip_weights(text)
     messages = [

@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from safetensors import safe_open
 
-from memory.weights import cast, fill_empty, reopen_bytes
+from memory.weights import cast, fill_empty, reopen_bytes, tensor_offsets
 
 # safetensors dtype tags -> torch dtypes (format spec: https://github.com/huggingface/safetensors).
 _TORCH_DTYPE: dict[str, torch.dtype] = {
@@ -183,6 +183,7 @@ class CheckpointSource:
     def __init__(self, path: Path, key_map: KeyMap) -> None:
         self.path = Path(path)
         self.key_map = key_map
+        self._offsets: dict[str, tuple[int, int]] | None = None
 
     def names(self) -> list[str]:
         return list(self.key_map)
@@ -223,6 +224,13 @@ class CheckpointSource:
             raw.clear()
             if handle is not None:
                 handle.__exit__(None, None, None)
+
+    def file_ranges(self, names: Sequence[str]) -> list[tuple[Path, int, int]]:
+        """Where the file keys `names` read lie in the file (streaming drops those pages after a block)."""
+        if self._offsets is None:
+            self._offsets = tensor_offsets(self.path)
+        keys = {k for n in names if n in self.key_map for k in self.key_map[n].keys}
+        return [(self.path, *self._offsets[k]) for k in sorted(keys)]
 
     def check(self, module: torch.nn.Module) -> None:
         """Raise with the file's name if the key map and the module disagree on names or shapes."""

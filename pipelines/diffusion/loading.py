@@ -33,6 +33,7 @@ from pipelines.diffusion.families import (
     family_for_pipeline_class,
     resolve_dtype,
 )
+from pipelines.diffusion.family_types import ClassRef
 from pipelines.diffusion.lazy_load import CheckpointSource, component_key_map, empty_module
 from pipelines.diffusion.values import DenoiserRef, TokenizerSource
 from pipelines.paths import PICKLE_SUFFIXES, check_weights_format
@@ -69,7 +70,7 @@ def _register_pretrained(
     mm: MemoryManager,
     root: Path,
     subfolder: str,
-    model_class: type,
+    model_ref: ClassRef,
     *,
     kind: str,
     dtype: torch.dtype,
@@ -77,7 +78,10 @@ def _register_pretrained(
     blocks: tuple[str, ...] = (),
     storage: str = "",
 ) -> ModelHandle:
-    """Register `model_class.from_pretrained(root, subfolder=...)` with the manager; loads nothing.
+    """Register `model_ref`'s `from_pretrained(root, subfolder=...)` with the manager; loads nothing.
+
+    The class is imported only when the component is built (`app plan` registers models without importing
+    diffusers or transformers: headers and configs only).
 
     diffusers models in safetensors are built empty instead and filled by the manager from the files one
     tensor at a time (or streamed block by block): `from_pretrained` would cast a float16 file to float32
@@ -90,11 +94,20 @@ def _register_pretrained(
         from pipelines.quant.split import register_quantized_folder_component
 
         return register_quantized_folder_component(
-            mm, root, subfolder, model_class, files, kind=kind, dtype=dtype, storage=storage, blocks=blocks
+            mm,
+            root,
+            subfolder,
+            model_ref.load(),
+            files,
+            kind=kind,
+            dtype=dtype,
+            storage=storage,
+            blocks=blocks,
         )
-    source = SafetensorsSource(files) if safe and _lazy_loadable(model_class, files) else None
+    source = SafetensorsSource(files) if safe and _lazy_loadable(model_ref, files) else None
 
     def build() -> torch.nn.Module:
+        model_class = model_ref.load()
         if source is not None:
             config = model_class.load_config(str(root), subfolder=subfolder, local_files_only=True)
             return _empty_stored_buffers(empty_module(lambda: model_class.from_config(config)), files)
@@ -138,12 +151,11 @@ def _empty_stored_buffers(module: torch.nn.Module, files: tuple[Path, ...]) -> t
     return module
 
 
-def _lazy_loadable(model_class: type, files: tuple[Path, ...]) -> bool:
+def _lazy_loadable(model_ref: ClassRef, files: tuple[Path, ...]) -> bool:
     """A diffusers model whose file keys are its own names (transformers models keep `from_pretrained`:
-    tied embeddings and per-model loading rules live there)."""
-    from diffusers import ModelMixin
-
-    if not issubclass(model_class, ModelMixin):
+    tied embeddings and per-model loading rules live there). Every class the families name from diffusers is
+    a `ModelMixin` (denoisers and VAEs), so the module name decides without importing it."""
+    if model_ref.module != "diffusers":
         return False
     return not any(any(d in key for d in _DEPRECATED_ATTENTION) for _, key, _, _ in header_entries(files))
 
@@ -170,7 +182,7 @@ def load_diffusers_folder(
             mm,
             root,
             family.denoiser_subfolder,
-            family.denoiser_class,
+            family.denoiser_ref,
             kind="denoiser",
             dtype=torch_dtype,
             allow_pickle=allow_pickle,
@@ -183,7 +195,7 @@ def load_diffusers_folder(
                 mm,
                 root,
                 slot.subfolder,
-                slot.model_class,
+                slot.model_ref,
                 kind="text_encoder",
                 dtype=torch_dtype,
                 allow_pickle=allow_pickle,
@@ -193,13 +205,13 @@ def load_diffusers_folder(
             for slot in family.text_encoders
         ],
         tokenizers=[
-            TokenizerSource(root, slot.tokenizer_subfolder, slot.model_class) for slot in family.text_encoders
+            TokenizerSource(root, slot.tokenizer_subfolder, slot.model_ref) for slot in family.text_encoders
         ],
         vae=_register_pretrained(
             mm,
             root,
             "vae",
-            family.vae_class,
+            family.vae_ref,
             kind="vae",
             dtype=vdtype,
             allow_pickle=allow_pickle,
@@ -219,7 +231,7 @@ def load_diffusers_folder(
             mm,
             root,
             "transformer_2",
-            family.denoiser_class,
+            family.denoiser_ref,
             kind="denoiser",
             dtype=torch_dtype,
             allow_pickle=allow_pickle,
@@ -278,14 +290,19 @@ def load_model(
     "single_file". `config_dir`: a config-only diffusers folder for single files (default: the one shipped
     for the detected family in resources/configs/). The memory manager reports the bytes as they are read.
     """
-    # Imported here: single_file pulls diffusers' conversion utilities, demo_models builds models.
-    from pipelines.diffusion.demo_models import DEMO_MODELS, ensure_demo_model
-    from pipelines.diffusion.single_file import load_single_file
-    from pipelines.paths import resolve_model_path
+    # Imported here: single_file pulls diffusers' conversion utilities, demo_models builds models (with
+    # diffusers and transformers: imported only when a demo model is still to be built, see `app plan`).
+    from pipelines.paths import demo_models_dir, resolve_model_path
 
     spec = str(spec)
-    if spec.startswith("demo:") and spec.removeprefix("demo:") in DEMO_MODELS:
-        path = ensure_demo_model(spec.removeprefix("demo:"))
+    built = demo_models_dir() / spec.removeprefix("demo:")
+    if spec.startswith("demo:") and (built / "model_index.json").exists():
+        path = built  # what `ensure_demo_model` returns once the model is built
+    elif spec.startswith("demo:"):
+        from pipelines.diffusion.demo_models import DEMO_MODELS, ensure_demo_model
+
+        name = spec.removeprefix("demo:")
+        path = ensure_demo_model(name) if name in DEMO_MODELS else resolve_model_path(spec)
     else:
         path = resolve_model_path(spec)
     if kind == "auto":
@@ -297,6 +314,8 @@ def load_model(
     if kind == "single_file":
         if path.is_dir():
             raise IsADirectoryError(f"{path}: a folder was given but kind is single_file")
+        from pipelines.diffusion.single_file import load_single_file
+
         return load_single_file(mm, path, dtype=dtype, allow_pickle=allow_pickle, config_dir=config_dir)
     raise ValueError(f"unknown loader kind {kind!r} (auto, folder, single_file)")
 

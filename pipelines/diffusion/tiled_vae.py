@@ -15,7 +15,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from diffusers.image_processor import VaeImageProcessor
 
 from memory import MemoryManager
 from pipelines.diffusion.tiling import TILING_CHOICES
@@ -121,6 +120,10 @@ def decode_tiled(mm: MemoryManager, ref: VaeRef, latents: Latents, plan: TilePla
         finally:
             for k, v in old.items():
                 setattr(vae, k, v)
+    from diffusers.image_processor import (
+        VaeImageProcessor,
+    )  # here: `app plan` imports this module, not diffusers
+
     processor = VaeImageProcessor(vae_scale_factor=ref.scale_factor)
     image = processor.postprocess(image, output_type="pt")  # (B, C, H, W) in [0, 1]
     return image.permute(0, 2, 3, 1).to(dtype=torch.float32, device="cpu")
@@ -129,6 +132,8 @@ def decode_tiled(mm: MemoryManager, ref: VaeRef, latents: Latents, plan: TilePla
 @torch.no_grad()
 def encode_tiled(mm: MemoryManager, ref: VaeRef, image: torch.Tensor, plan: TilePlan) -> Latents:
     """IMAGE (B, H, W, C) -> scaled latents, encoded tile by tile (the distribution's mode)."""
+    from diffusers.image_processor import VaeImageProcessor
+
     processor = VaeImageProcessor(vae_scale_factor=ref.scale_factor)
     pixels = processor.preprocess(image.permute(0, 3, 1, 2)).to(device=mm.device, dtype=ref.dtype)
     with mm.use(ref.handle, working_bytes=plan.tile_bytes) as vae:

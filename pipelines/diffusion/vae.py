@@ -13,7 +13,6 @@ Pixel pre/post-processing is diffusers' `VaeImageProcessor`.
 from __future__ import annotations
 
 import torch
-from diffusers.image_processor import VaeImageProcessor
 
 from memory import MemoryManager, Working
 from pipelines.diffusion.flux2_latents import bn_denormalize, bn_normalize, is_batch_norm_vae
@@ -97,6 +96,10 @@ def decode(mm: MemoryManager, ref: VaeRef, latents: Latents) -> torch.Tensor:
             image = vae.decode(_unscale(ref, samples, vae).unsqueeze(2), return_dict=False)[0][:, :, 0]
         else:
             image = vae.decode(_unscale(ref, samples, vae), return_dict=False)[0]
+    from diffusers.image_processor import (
+        VaeImageProcessor,
+    )  # here: `app plan` imports this module, not diffusers
+
     processor = VaeImageProcessor(vae_scale_factor=ref.scale_factor)
     image = processor.postprocess(image, output_type="pt")  # (B, C, H, W) in [0, 1]
     return image.permute(0, 2, 3, 1).to(dtype=torch.float32, device="cpu")
@@ -105,6 +108,10 @@ def decode(mm: MemoryManager, ref: VaeRef, latents: Latents) -> torch.Tensor:
 @torch.no_grad()
 def encode(mm: MemoryManager, ref: VaeRef, image: torch.Tensor) -> Latents:
     """IMAGE (B, H, W, C) in [0, 1] -> scaled latents (the distribution's mode: deterministic)."""
+    from diffusers.image_processor import (
+        VaeImageProcessor,
+    )  # here: `app plan` imports this module, not diffusers
+
     processor = VaeImageProcessor(vae_scale_factor=ref.scale_factor)
     pixels = processor.preprocess(
         image.permute(0, 3, 1, 2)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from pipelines.diffusion.families import Family
+from pipelines.diffusion.family_types import ClassRef
 
 if TYPE_CHECKING:
     from memory import ModelHandle
@@ -26,11 +27,16 @@ if TYPE_CHECKING:
 class TokenizerSource:
     """Where a tokenizer lives; loads it on first use and keeps it (tokenizers are small, and CPU-only)."""
 
-    def __init__(self, path: Path, subfolder: str, model_class: type) -> None:
+    def __init__(self, path: Path, subfolder: str, model_class: type | ClassRef) -> None:
         self.path = path
         self.subfolder = subfolder
-        self.model_class = model_class
+        self._model_class = model_class  # a ClassRef is imported when asked for (`app plan` never asks)
         self._tokenizer: Any = None
+
+    @property
+    def model_class(self) -> type:
+        cls = self._model_class
+        return cls.load() if isinstance(cls, ClassRef) else cls
 
     def load(self) -> Any:
         if self._tokenizer is None:

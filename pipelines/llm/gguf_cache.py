@@ -39,6 +39,7 @@ from pipelines.llm.gguf_loader import (
     gguf_state_dict,
     gguf_tokenizer,
     gguf_tokens,
+    mapped_bytes,
     read_gguf,
     tensor_types,
 )
@@ -101,7 +102,8 @@ def convert_gguf(
     _stage(on_progress, 0, 0, 1)
     contents = read_gguf(path, lambda key, done, total: _stage(on_progress, 0, done, total, key))
     if on_plan is not None:
-        on_plan(float32_bytes(contents))
+        # The float32 copy and the mapped file pages it is made from (both resident until the reader goes).
+        on_plan(float32_bytes(contents) + mapped_bytes(contents))
     tokens = gguf_tokens(contents)
     config = gguf_config(contents, tokens)
     _stage(on_progress, 1, 0, 1)

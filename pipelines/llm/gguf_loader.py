@@ -271,6 +271,12 @@ def float32_bytes(contents: GGUFContents) -> int:
     return sum(int(np.prod(t.shape)) * 4 for t in contents.reader.tensors)
 
 
+def mapped_bytes(contents: GGUFContents) -> int:
+    """Bytes of the file's tensor data: the reader maps the file, and dequantizing every tensor faults all of
+    it in, so a conversion holds these pages beside the float32 copy until the reader goes."""
+    return sum(int(t.n_bytes) for t in contents.reader.tensors)
+
+
 def tensor_types(contents: GGUFContents) -> dict[str, int]:
     """How many tensors of each quantization type the file holds, e.g. {"Q4_1": 210, "F32": 61}."""
     counts: dict[str, int] = {}

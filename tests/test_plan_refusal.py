@@ -1,0 +1,38 @@
+"""`app plan` on a budget no policy fits, as a user runs it: a fresh process, exit 1 naming each policy's
+need, and an answer made from headers and configs without importing diffusers (the seconds that import
+costs are what made a "no" slow; benchmarks/plan_accuracy.py `--refusal` prints the time).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+TXT2IMG = REPO / "resources/workflows/txt2img.json"
+
+_SCRIPT = (
+    "import sys\n"
+    "from app.main import main\n"
+    "code = main(sys.argv[1:])\n"
+    "print('imported diffusers:', 'diffusers' in sys.modules)\n"
+    "sys.exit(code)\n"
+)
+
+
+@pytest.mark.slow  # a fresh process importing torch (seconds)
+def test_app_plan_below_every_need_exits_1_naming_it_without_importing_diffusers(tmp_path: Path) -> None:
+    cmd = [sys.executable, "-c", _SCRIPT, "plan", str(TXT2IMG), "--device", "cpu", "--ram-budget", "1MiB"]
+    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1, done.stderr
+    assert "does not fit" in done.stderr and "least budget per policy: none" in done.stderr
+    assert "MiB" in done.stderr.split("least budget per policy:")[1]
+    assert "Traceback" not in done.stderr
+    assert "imported diffusers: False" in done.stdout
+    # The text says what its baseline leaves out, since it did not import it.
+    assert (
+        "without" in done.stdout and "diffusers" in done.stdout.split("process baseline")[1].splitlines()[0]
+    )
