@@ -15,10 +15,10 @@ import copy
 import re
 from typing import Any
 
+from nodes.problems import Problem
 from nodes.registry import NodeRegistry
 from nodes.subgraph_spec import MAX_NESTING
 from nodes.workflow import Link, NodeInstance, Workflow, WorkflowError
-from nodes.problems import Problem
 
 
 def is_instance(wf: Workflow, node_id: str) -> bool:
