@@ -3,7 +3,7 @@ are passed through the same way.
 
 Lives here: `NODE_MODES`, `node_mode`, `apply_node_modes`, `unneeded`, `is_wiring_problem`, `RunPlan`,
 `prepare_run`, `runnable`, `skipped_note`, `without_reroutes`. Imports `nodes.workflow`, `nodes.registry`,
-`nodes.reroute`, `nodes.latent_sizing`.
+`nodes.reroute`, `nodes.latent_sizing`, `nodes.subgraph` (instances expanded before a run).
 
 The mode is saved per node in the workflow's `ui` section (`ui.nodes.<id>.mode`), as ComfyUI keeps it
 beside the graph. Before a run the graph is rewritten: a muted node is left out together with everything
@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from nodes.latent_sizing import wire_unsized_latents
 from nodes.registry import NodeRegistry
 from nodes.reroute import is_pass_through
+from nodes.subgraph import expand_subgraphs
 from nodes.workflow import Link, Problem, Workflow, validate
 
 NODE_MODES = ("normal", "bypass", "mute")
@@ -82,8 +83,8 @@ def without_reroutes(workflow: Workflow, registry: NodeRegistry) -> Workflow:
 
 def apply_node_modes(workflow: Workflow, registry: NodeRegistry) -> Workflow:
     """A copy of `workflow` with bypassed nodes and reroutes passed through and muted nodes (and their
-    dependants) removed."""
-    wf = workflow.copy()
+    dependants) removed. Subgraph instances are expanded into their nodes first."""
+    wf = expand_subgraphs(workflow)
     modes = {nid: node_mode(wf, nid) for nid in wf.nodes}
     bypassed = [n for n, m in modes.items() if m == "bypass"]
     _bypass(wf, registry, bypassed + [n for n in _wired_reroutes(wf, registry) if n not in bypassed])

@@ -4,7 +4,7 @@ Lives here: `Workflow`, `NodeInstance`, `Link`, `load_workflow`, `workflow_from_
 `validate`, `save_workflow`; re-exports `Problem`, `WorkflowError` (nodes.problems), `read_workflow_json`
 (nodes.workflow_json: reading untrusted files with limits) and `atomic_write_text` (nodes.files).
 Imports `nodes.spec`, `nodes.types`, `nodes.registry`, `nodes.reroute` (types through reroutes), `nodes.problems`,
-`nodes.files`, `nodes.workflow_json`.
+`nodes.files`, `nodes.workflow_json`, `nodes.subgraph_spec` (subgraph definitions as node types).
 
 The file is JSON:
 
@@ -37,6 +37,7 @@ from nodes.problems import quote
 from nodes.registry import NodeRegistry
 from nodes.reroute import link_type
 from nodes.spec import NodeSpec, Param
+from nodes.subgraph_spec import definition_problems, with_subgraphs
 from nodes.types import PortType, can_connect
 from nodes.workflow_json import check_json_value
 from nodes.workflow_json import read_workflow_json as read_workflow_json
@@ -77,6 +78,8 @@ class Workflow:
     ui: dict[str, Any] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
     source: str = "<memory>"  # the file it came from, for messages
+    # Subgraph definitions by id, as saved (nodes.subgraph_spec); an instance's type is its definition's id.
+    subgraphs: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -85,7 +88,7 @@ class Workflow:
             "meta": copy.deepcopy(self.meta),
             "nodes": {node_id: node.to_json() for node_id, node in self.nodes.items()},
             "ui": copy.deepcopy(self.ui),
-        }
+        } | ({"subgraphs": copy.deepcopy(self.subgraphs)} if self.subgraphs else {})
 
     def copy(self) -> Workflow:
         return Workflow(
@@ -96,6 +99,7 @@ class Workflow:
             ui=copy.deepcopy(self.ui),
             meta=copy.deepcopy(self.meta),
             source=self.source,
+            subgraphs=copy.deepcopy(self.subgraphs),
         )
 
 
@@ -176,6 +180,15 @@ def _parse(data: Any, source: str, problems: list[Problem]) -> Workflow:
         )
     wf.meta = data.get("meta") if isinstance(data.get("meta"), dict) else {}
     wf.ui = _clean_ui(data.get("ui"))
+    subgraphs = data.get("subgraphs", {})
+    if isinstance(subgraphs, dict):
+        for def_id, definition in subgraphs.items():
+            problems.extend(definition_problems(source, def_id, definition))
+        wf.subgraphs = dict(subgraphs)
+    else:
+        problems.append(
+            Problem(source, None, "subgraphs", "expected an object of subgraph definitions by id")
+        )
     nodes = data.get("nodes")
     if not isinstance(nodes, dict):
         problems.append(Problem(source, None, "nodes", "expected an object of nodes keyed by id"))
@@ -243,6 +256,7 @@ def validate(wf: Workflow, registry: NodeRegistry) -> list[Problem]:
     """Every reason this workflow cannot run. Missing parameters are filled with their defaults."""
     problems: list[Problem] = []
     src = wf.source
+    registry = with_subgraphs(registry, wf)  # a subgraph instance's type is its definition
     known_types = [spec.type for spec in registry]
     for node_id, node in wf.nodes.items():
         spec = registry.get(node.type)
