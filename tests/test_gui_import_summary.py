@@ -36,23 +36,23 @@ def test_the_summary_names_missing_models_and_differences_and_marks_them(
     body = banner.body.text()
     assert "7 node(s) mapped" in body
     assert (
-        "missing model: node 4, field &#x27;path&#x27;: model &#x27;v1-5-pruned-emaonly-fp16.safetensors&#x27; not found"
+        "missing model: node load_checkpoint, field &#x27;path&#x27;: model &#x27;v1-5-pruned-emaonly-fp16.safetensors&#x27; not found"
         in body
     )
     assert f"searched: {models}" in body  # the folders searched
     assert "app models add-root DIR" in body and "File &gt; Settings &gt; Models folder" in body
-    assert "node 3: sampler &#x27;dpmpp_2m_sde_gpu&#x27; runs as &#x27;dpmpp_2m_sde&#x27;" in body
+    assert "node ksampler: sampler &#x27;dpmpp_2m_sde_gpu&#x27; runs as &#x27;dpmpp_2m_sde&#x27;" in body
     assert banner.settings_button.isVisible()
     # The nodes are marked before any Run: the loader in red, the sampler in amber, each saying why.
-    loader, sampler = window.scene.node_items["4"], window.scene.node_items["3"]
+    loader, sampler = window.scene.node_items["load_checkpoint"], window.scene.node_items["ksampler"]
     assert loader.badge()[0] == "✕ error" and "missing model: path: model" in loader.toolTip()
     assert sampler.badge()[0] == "≈ differs" and "runs as" in sampler.toolTip()
     # Dismiss hides the summary; the marks stay until the name is fixed.
     banner.dismiss_button.click()
-    assert not banner.isVisible() and window.scene.run_states["4"].status == "error"
-    window.model.set_param("4", "path", "builtin:shapes-sd")
-    assert window.scene.run_states["4"].status == ""
-    assert window.scene.run_states["3"].status == "warning"
+    assert not banner.isVisible() and window.scene.run_states["load_checkpoint"].status == "error"
+    window.model.set_param("load_checkpoint", "path", "builtin:shapes-sd")
+    assert window.scene.run_states["load_checkpoint"].status == ""
+    assert window.scene.run_states["ksampler"].status == "warning"
 
 
 @pytest.mark.slow

@@ -65,6 +65,9 @@ window.close()
         "pipelines.diffusion.families",
         "pipelines.diffusion.family_detect",  # the registry's detector: stdlib + families, read by the library
         "pipelines.diffusion.family_types",  # the registry's dataclasses (stdlib only)
+        "pipelines.diffusion.families_image",  # registry entries split out of families (data only)
+        "pipelines.diffusion.families_video",
+        "pipelines.diffusion.step_cache",  # the Sampler's cache choices (torch only inside functions)
         "pipelines.diffusion.schedulers",
         "pipelines.diffusion.prompt_weights",
         "pipelines.diffusion.resize",

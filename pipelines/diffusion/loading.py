@@ -70,7 +70,7 @@ def _register_pretrained(
     mm: MemoryManager,
     root: Path,
     subfolder: str,
-    model_ref: ClassRef,
+    model_ref: ClassRef | type,
     *,
     kind: str,
     dtype: torch.dtype,
@@ -88,6 +88,8 @@ def _register_pretrained(
     whole, holding the UNet twice for a moment and never letting `stream` bound the process.
     With `storage` (fp8/int8, pipelines.quant.storage) the weights are kept in 8 bits and upcast per layer.
     """
+    if isinstance(model_ref, type):  # a class already imported (the video families' extra components)
+        model_ref = ClassRef(model_ref.__module__.split(".")[0], model_ref.__name__)
     files, safe = component_weight_files(root / subfolder, allow_pickle=allow_pickle)
     variant = _variant(files) if safe else None
     if storage and safe:
