@@ -88,8 +88,8 @@ def _register_pretrained(
     whole, holding the UNet twice for a moment and never letting `stream` bound the process.
     With `storage` (fp8/int8, pipelines.quant.storage) the weights are kept in 8 bits and upcast per layer.
     """
-    if isinstance(model_ref, type):  # a class already imported (the video families' extra components)
-        model_ref = ClassRef(model_ref.__module__.split(".")[0], model_ref.__name__)
+    if isinstance(model_ref, type):  # an imported class (video families' extras); not all are top-level names
+        model_ref = ClassRef(model_ref.__module__, model_ref.__name__)
     files, safe = component_weight_files(root / subfolder, allow_pickle=allow_pickle)
     variant = _variant(files) if safe else None
     if storage and safe:
@@ -157,7 +157,7 @@ def _lazy_loadable(model_ref: ClassRef, files: tuple[Path, ...]) -> bool:
     """A diffusers model whose file keys are its own names (transformers models keep `from_pretrained`:
     tied embeddings and per-model loading rules live there). Every class the families name from diffusers is
     a `ModelMixin` (denoisers and VAEs), so the module name decides without importing it."""
-    if model_ref.module != "diffusers":
+    if model_ref.module.split(".")[0] != "diffusers":
         return False
     return not any(any(d in key for d in _DEPRECATED_ATTENTION) for _, key, _, _ in header_entries(files))
 
