@@ -76,6 +76,10 @@ def _declared_widgets(emit: Emit, node: ComfyNode, registry: NodeRegistry) -> Em
     return emit
 
 
+# Flow families whose own loop takes (or refuses, with its own message) ComfyUI's k-samplers: the video ones.
+_OWN_K_CHECKS = ("wan", "ltx2")
+
+
 class _Converter:
     def __init__(self, graph: ComfyGraph, ctx: MapContext, registry: NodeRegistry) -> None:
         self.graph, self.ctx, self.registry = graph, ctx, registry
@@ -185,11 +189,19 @@ class _Converter:
             if family in FAMILIES and FAMILIES[family].flow:
                 # Flow models run their own flow-matching Euler loop here (k_euler maps onto it).
                 scheduler, schedule = data["params"].get("scheduler"), data["params"].get("sigma_schedule")
-                if scheduler != "k_euler":
+                if scheduler != "k_euler" and FAMILIES[family].denoiser_call in _OWN_K_CHECKS:
                     self.graph.note(
                         self.graph.nodes[nid],
                         f"{family} runs with flow-matching Euler here; {scheduler!r} needs a DDPM model "
                         "(set the sampler to k_euler)",
+                    )
+                elif isinstance(scheduler, str) and scheduler.startswith("k_") and scheduler != "k_euler":
+                    # The image DiTs' loops refuse the other k-samplers (sample_k runs DDPM models only).
+                    data["params"]["scheduler"] = "k_euler"
+                    self.graph.note(
+                        self.graph.nodes[nid],
+                        f"approximated: {scheduler!r} runs as flow-matching Euler here (k_euler); Nodeloom's "
+                        f"other k-samplers run DDPM-trained models, {family} is a flow-matching one",
                     )
                 elif schedule not in ("simple", "normal", None):
                     self.graph.note(

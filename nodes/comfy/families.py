@@ -1,6 +1,6 @@
 """Which model family a ComfyUI workflow or file name points at, when the file itself is not at hand.
 
-Lives here: `family_from_name`, `graph_family_hint`. Imports `nodes.comfy.graph`,
+Lives here: `family_from_name`, `graph_family_hint`, `denoiser_family`. Imports `nodes.comfy.graph`,
 `pipelines.diffusion.family_detect` (the family registry's detector, which owns the file-name markers).
 
 The models library reads a file's header when it finds the file; these guesses cover the rest, and every
@@ -9,6 +9,7 @@ guess is reported in the import notes.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from nodes.comfy.graph import ComfyGraph
@@ -44,3 +45,27 @@ def graph_family_hint(graph: ComfyGraph) -> str | None:
         if node.class_type in ("CLIPLoader", "DualCLIPLoader") and node.inputs.get("type") in ("flux", "sd3"):
             hints.add(node.inputs["type"])
     return "flux" if "flux" in hints else "sd3" if "sd3" in hints else None
+
+
+# Denoiser loaders and the widget naming their file (a checkpoint's VAE is its own, but a separate VAELoader
+# beside it decodes its latents all the same).
+_DENOISER_NAMES = {
+    "UNETLoader": "unet_name",
+    "UnetLoaderGGUF": "unet_name",
+    "CheckpointLoaderSimple": "ckpt_name",
+}
+
+
+def denoiser_family(graph: ComfyGraph, detect: Callable[[str], str | None]) -> str | None:
+    """The one family of the workflow's denoiser files (from their headers, else their names), or None when
+    they name none or several. A VAE file cannot tell its family: every 16-channel LDM VAE reads as SD3's,
+    though Z-Image and FLUX.1 ship their own `ae.safetensors`; the denoiser it decodes for can."""
+    found = set()
+    for node in graph.nodes.values():
+        widget = _DENOISER_NAMES.get(node.class_type)
+        name = node.inputs.get(widget) if widget else None
+        if isinstance(name, str):
+            family = detect(name) or family_from_name(name)
+            if family is not None:
+                found.add(family)
+    return found.pop() if len(found) == 1 else None

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from nodes.comfy.families import family_from_name, graph_family_hint
+from nodes.comfy.families import denoiser_family, family_from_name, graph_family_hint
 from nodes.comfy.graph import ComfyGraph, ComfyNode, LinkRef
 from pipelines.diffusion.schedulers import K_SCHEDULER_NAMES
 
@@ -173,9 +173,12 @@ def _clip_loader(*names: str) -> Mapper:
 
 def _vae(node: ComfyNode, ctx: MapContext) -> Emit:
     name = _get(node, "vae_name")
-    return _emit(
-        node, "LoadVAE", {"path": _model_name(name), "family": _loader_family(node, ctx, name)}, ("vae",)
-    )
+    family = denoiser_family(ctx.graph, ctx.detect_family)
+    if family is None:
+        family = _loader_family(node, ctx, name)
+    else:
+        ctx.graph.note(node, f"family {family!r}: the family of the denoiser it decodes for")
+    return _emit(node, "LoadVAE", {"path": _model_name(name), "family": family}, ("vae",))
 
 
 def _text_encode(node: ComfyNode, ctx: MapContext) -> Emit:

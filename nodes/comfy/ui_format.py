@@ -49,6 +49,9 @@ NOTE_CLASSES = frozenset({"Note", "MarkdownNote"})
 SUBGRAPH_INPUT_ID, SUBGRAPH_OUTPUT_ID = -10, -20
 MAX_SUBGRAPH_DEPTH = 16
 MAX_CHAIN = 64  # links one input may pass through (reroutes, bypasses, boundaries); real chains are short
+# What a link delivers when it ends at a subgraph input the instance neither wires nor gives a value: the
+# 2026 frontend then shows the inner widget (the instance's `proxyWidgets`) and runs with its own value.
+_UNFED = object()
 
 
 def is_ui_format(data: Any) -> bool:
@@ -364,7 +367,7 @@ class _Resolver:
             boundary = self.boundaries.get(prefix)
             feed = boundary.inputs.get(link.origin_slot) if boundary else None
             if feed is None:
-                return None, None
+                return _UNFED, None
             if feed[0] == "value":
                 return feed[1], None
             return None, (feed[1], feed[2])
@@ -420,7 +423,9 @@ class _Resolver:
                     continue
                 name = rn.input_names[slot]
                 value = self.source(prefix, link_id)
-                if value is None:
+                if value is _UNFED and name in widgets:
+                    continue  # a promoted widget the instance leaves as it is: the inner value runs
+                if value is None or value is _UNFED:
                     self.graph.note(
                         node, f"input {name!r} is wired to a muted or missing node: left unconnected"
                     )
