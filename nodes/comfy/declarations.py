@@ -114,6 +114,10 @@ COMFY_CLASSES: dict[str, ComfyClass] = {
     "ImageCompare": ComfyClass((), ()),
     "DifferentialDiffusion": ComfyClass(("strength",), ("MODEL",)),
     "VAEEncodeTiled": ComfyClass(("tile_size", "overlap", "temporal_size", "temporal_overlap"), ("LATENT",)),
+    "TextEncodeQwenImageEdit": ComfyClass(("prompt",), ("CONDITIONING",)),
+    "TextEncodeQwenImageEditPlus": ComfyClass(("prompt",), ("CONDITIONING",)),
+    "FluxKontextImageScale": ComfyClass((), ("IMAGE",)),
+    "FluxKontextMultiReferenceLatentMethod": ComfyClass(("reference_latents_method",), ("CONDITIONING",)),
 }
 
 
