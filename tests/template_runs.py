@@ -1,7 +1,8 @@
 """Test support for running ComfyUI's published templates on tiny fixtures under the templates' own file names.
 
-Lives here: `template_file`, `import_template`, `native_graph`, `max_diff`. May import: stdlib, numpy, pytest,
-app.main, benchmarks.comfy_templates.
+Lives here: `template_file`, `template_names`, `place_under_template_names`, `place_pictures`, `import_template`, `native_graph`,
+`max_diff`. May import: stdlib, numpy, pytest, app.main, benchmarks.comfy_templates, nodes.comfy,
+pipelines.diffusion.comfy_layouts.writer.
 
 A template is imported with `app import --models-dir` (so the loaders see the tiny files' headers, as a user's
 ComfyUI models folder would show them), checked with `app check`, and run; the picture it gives is compared
@@ -12,15 +13,26 @@ node reading the demo's diffusers folder, which holds the same weights.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from PIL import Image
 
 from app.main import main
+from nodes.comfy.sources import import_comfy_data
+from nodes.registry import default_registry
+from pipelines.diffusion.comfy_layouts.writer import COMFY_FILES
 
 SPLIT_LOADERS = ("LoadDenoiser", "LoadTextEncoder", "LoadVAE")
+# Our split loader -> (ComfyUI's models sub-folder, the fixture file of that role in COMFY_FILES).
+_ROLE = {
+    "LoadDenoiser": ("diffusion_models", "transformer"),
+    "LoadTextEncoder": ("text_encoders", "text_encoder"),
+    "LoadVAE": ("vae", "vae"),
+}
 
 
 def template_file(name: str) -> Path:
@@ -33,6 +45,41 @@ def template_file(name: str) -> Path:
     path = templates_folder() / f"{name}.json"
     assert path.is_file(), f"{name} is not in this templates package"
     return path
+
+
+def template_names(name: str) -> dict[str, str]:
+    """Our split loader type -> the model file name the template's loader of that type asks for."""
+    data = json.loads(template_file(name).read_text(encoding="utf-8"))
+    result = import_comfy_data(data, default_registry(entry_point_packs=False), name, title=name)
+    names = {n["type"]: n["params"]["path"] for n in result.workflow["nodes"].values() if n["type"] in _ROLE}
+    assert set(names) == set(_ROLE), f"{name}: expected the three split loaders, found {sorted(names)}"
+    return names
+
+
+def place_under_template_names(name: str, family: str, models: Path) -> None:
+    """Hard links to the fixture's files under the names the template asks for (its 9B or fp8 names hold the
+    tiny demo's weights: the loaders pick the config by the tensors' shapes, not by the name)."""
+    for loader, file_name in template_names(name).items():
+        sub, role = _ROLE[loader]
+        target = models / sub / file_name
+        if not target.exists():
+            os.link(models / sub / getattr(COMFY_FILES[family], role), target)
+
+
+def place_pictures(name: str, root: Path, size: tuple[int, int] = (64, 48)) -> None:
+    """A picture (a smooth colour ramp with a square, `size` = width, height) under each name the template's
+    Load Image nodes ask for, in ComfyUI's `input/` beside `models/`."""
+    data = json.loads(template_file(name).read_text(encoding="utf-8"))
+    result = import_comfy_data(data, default_registry(entry_point_packs=False), name, title=name)
+    w, h = size
+    ys, xs = np.mgrid[0:h, 0:w]
+    rgb = np.stack([xs * 255 // max(w - 1, 1), ys * 255 // max(h - 1, 1), np.full_like(xs, 96)], -1)
+    rgb[h // 4 : h // 2, w // 4 : w // 2] = (240, 240, 40)
+    for node in result.workflow["nodes"].values():
+        if node["type"] == "LoadImage":
+            target = root / "input" / node["params"]["path"]
+            target.parent.mkdir(parents=True, exist_ok=True)
+            Image.fromarray(rgb.astype(np.uint8)).save(target)
 
 
 def import_template(name: str, models: Path, out: Path) -> dict[str, Any]:

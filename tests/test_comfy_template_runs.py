@@ -1,5 +1,6 @@
 """ComfyUI's published image templates run here: each family's template, imported against a ComfyUI models
-folder holding tiny demo models under the template's own file names (`write_comfy_files`), passes `app check`
+folder holding tiny demo models under the template's own file names (`write_comfy_files`, then linked under
+the names the template asks for) and a picture under each of its Load Image names, passes `app check`
 and gives the picture of our native graph (the same workflow reading the demo's diffusers folder) with the same
 settings. Skipped without ComfyUI's template package (`pip install comfyui-workflow-templates-json`).
 """
@@ -10,34 +11,42 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.diffusion.comfy_layouts.writer import COMFY_FILES
 from tests.comfy_layout_support import comfy_fixture, run_graph
-from tests.template_runs import import_template, max_diff, native_graph
+from tests.template_runs import (
+    import_template,
+    max_diff,
+    native_graph,
+    place_pictures,
+    place_under_template_names,
+)
 
 pytestmark = pytest.mark.slow  # each case builds a tiny model and runs two graphs (a few seconds)
 
-# template -> (family, the settings both runs get). Tiny sizes and 2-3 steps keep each run to seconds; odd
-# sizes on purpose (nothing assumes square).
+# template -> (family, the settings both runs get). Tiny sizes and 3 steps keep each run to seconds; odd
+# sizes on purpose (nothing assumes square). The edit templates scale their input picture to 0.01 MP (about
+# 112 x 96 here, sides multiples of 16), which sizes the latent.
+_EDIT = {"image_scale_to_total_pixels.megapixels": 0.01, "image_scale_to_total_pixels.resolution_steps": 16}
+_CUSTOM = {"sampler_custom_advanced.steps": 3, "sampler_custom_advanced.seed": 42}
+_KSAMPLER = {"ksampler.steps": 3, "ksampler.seed": 42}
+_SD3_SIZE = {"empty_sd3_latent_image.width": 40, "empty_sd3_latent_image.height": 56}
 CASES = {
-    "image_z_image_turbo": (
-        "zimage",
-        {
-            "empty_sd3_latent_image.width": 40,
-            "empty_sd3_latent_image.height": 56,
-            "ksampler.steps": 3,
-            "ksampler.seed": 42,
-        },
-    ),
+    "image_z_image_turbo": ("zimage", {**_SD3_SIZE, **_KSAMPLER}),
+    "image_qwen_Image_2512": ("qwenimage", {**_SD3_SIZE, **_KSAMPLER}),
+    # FLUX.2 edits: the picture's latent joins as a reference (ReferenceLatent), [dev] with FluxGuidance.
+    "image_flux2": ("flux2_dev", {**_EDIT, **_CUSTOM}),
+    "image_flux2_klein_image_edit_4b_distilled": ("flux2_klein", {**_EDIT, **_CUSTOM}),
 }
 
 
 @pytest.fixture(scope="module")
 def fixtures(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Path]]:
-    """family -> (the demo's diffusers folder, a ComfyUI models folder with its files), built once."""
+    """family -> (the demo's diffusers folder, a ComfyUI root with its files in models/), built once."""
+    pytest.importorskip(
+        "comfyui_workflow_templates_json", reason="pip install comfyui-workflow-templates-json"
+    )
     out = {}
     for family in sorted({family for family, _ in CASES.values()}):
-        folder, root = comfy_fixture(family, tmp_path_factory.mktemp(family))
-        out[family] = (folder, root / "models")
+        out[family] = comfy_fixture(family, tmp_path_factory.mktemp(family))
     return out
 
 
@@ -46,16 +55,16 @@ def test_template_on_its_own_file_names_gives_the_native_picture(
     template: str, fixtures: dict[str, tuple[Path, Path]], tmp_path: Path
 ) -> None:
     family, sets = CASES[template]
-    folder, models = fixtures[family]
-    names = COMFY_FILES[family]
-    for sub, name in (("diffusion_models", names.transformer), ("text_encoders", names.text_encoder)):
-        assert (models / sub / name).is_file()  # the names the template asks for, nothing renamed
+    folder, root = fixtures[family]
+    models = root / "models"
+    # The tiny weights also under the names this template asks for (flux-2-klein-4b-fp8.safetensors, ...).
+    place_under_template_names(template, family, models)
+    place_pictures(template, root)
+    dirs = ("--models-dir", str(models))
     workflow = import_template(template, models, tmp_path / f"{template}.nodeloom.json")
-    ours = run_graph(
-        tmp_path / f"{template}.nodeloom.json", tmp_path / "files", sets, ("--models-dir", str(models))
-    )
-    native = run_graph(native_graph(workflow, folder), tmp_path / "native", sets)
+    ours = run_graph(tmp_path / f"{template}.nodeloom.json", tmp_path / "files", sets, dirs)
+    native = run_graph(native_graph(workflow, folder), tmp_path / "native", sets, dirs)
     assert native[0].std() > 5  # a real picture, not a flat one both could agree on by accident
-    # The same float32 weights read from ComfyUI's files instead of the folder: identical pictures were seen;
-    # 1/255 allows one rounding edge in the decode.
+    # The same float32 weights read from ComfyUI's files instead of the folder: identical pictures, or 1/255
+    # apart where a value sits on a rounding edge (seen on the FLUX.2 edits' decode).
     assert max_diff(ours, native) <= 1

@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from nodes.comfy.dead_nodes import drop_unused
 from nodes.comfy.families import family_from_name
 from nodes.comfy.family_check import FamilyProblem, family_problems
 from nodes.comfy.gaps import GAP_REASONS
@@ -296,7 +297,7 @@ def unsupported_nodes(workflow: dict[str, Any], registry: NodeRegistry) -> list[
 
 def convert_graph(graph: ComfyGraph, registry: NodeRegistry, ctx: MapContext, *, title: str) -> ImportResult:
     converter = _Converter(graph, ctx, registry)
-    nodes = converter.workflow_nodes()
+    nodes = drop_unused(converter.workflow_nodes(), registry, graph)  # what no output needs: as ComfyUI
     workflow = {
         "format": FORMAT,
         "version": VERSION,

@@ -276,6 +276,20 @@ EXPORTERS: dict[str, _Out | Callable[[NodeInstance], _Out]] = {
     "LLMGenerate": _Out(
         "TextGenerate", {"clip": "llm"}, {"prompt": "prompt"}, {"text": 0}, convert=_text_generate
     ),
+    # The editing nodes (nodes/comfy/mapping_edit.py); our resize areas have no ComfyUI widget (its are fixed).
+    "TextEncodeQwenImageEdit": _Out(
+        "TextEncodeQwenImageEdit",
+        {"clip": "text_encoder", "vae": "vae", "image": "image"},
+        {},
+        {"conditioning": 0},
+    ),
+    "TextEncodeQwenImageEditPlus": _Out(
+        "TextEncodeQwenImageEditPlus",
+        {"clip": "text_encoder", "vae": "vae", **{f"image{i}": f"image{i}" for i in (1, 2, 3)}},
+        {},
+        {"conditioning": 0},
+    ),
+    "FluxKontextImageScale": _Out("FluxKontextImageScale", {"image": "image"}, {}, {"image": 0}),
 }
 
 
