@@ -1,6 +1,8 @@
 """Test support for running ComfyUI's published templates on tiny fixtures under the templates' own file names.
 
-Lives here: `template_file`, `template_names`, `place_under_template_names`, `place_pictures`, `import_template`, `native_graph`,
+Lives here: `template_file`, `template_names`, `place_under_template_names`, `place_pictures`,
+`place_loras`,
+`small_kontext_scale`, `import_template`, `native_graph`,
 `max_diff`. May import: stdlib, numpy, pytest, app.main, benchmarks.comfy_templates, nodes.comfy,
 pipelines.diffusion.comfy_layouts.writer.
 
@@ -80,6 +82,40 @@ def place_pictures(name: str, root: Path, size: tuple[int, int] = (64, 48)) -> N
             target = root / "input" / node["params"]["path"]
             target.parent.mkdir(parents=True, exist_ok=True)
             Image.fromarray(rgb.astype(np.uint8)).save(target)
+
+
+def place_loras(name: str, models: Path, folder: Path, family: str) -> None:
+    """A small diffusers/PEFT LoRA of the demo's transformer (two layers of its first block, seeded) under each
+    name the template's LoRA loaders that run ask for: both runs apply the same file."""
+    import torch
+
+    from pipelines.diffusion.families import FAMILIES
+    from tests.lora_fixtures import write_peft
+
+    data = json.loads(template_file(name).read_text(encoding="utf-8"))
+    result = import_comfy_data(data, default_registry(entry_point_packs=False), name, title=name)
+    wanted = [n["params"]["path"] for n in result.workflow["nodes"].values() if n["type"] == "LoadLoRA"]
+    if not wanted:
+        return
+    fam = FAMILIES[family]
+    model = fam.denoiser_class.from_pretrained(str(folder), subfolder=fam.denoiser_subfolder)
+    block = f"{fam.denoiser_blocks[0]}.0."
+    linears = [n for n, m in model.named_modules() if n.startswith(block) and isinstance(m, torch.nn.Linear)]
+    for i, file_name in enumerate(wanted):
+        (models / "loras").mkdir(parents=True, exist_ok=True)
+        target = models / "loras" / file_name
+        write_peft(target, {"transformer": model}, {"transformer": tuple(linears[:2])}, seed=7 + i, scale=0.5)
+
+
+def small_kontext_scale(workflow: dict[str, Any], width: int, height: int) -> dict[str, Any]:
+    """The workflow with each Kontext-size scale (about a megapixel, too big for a test's CPU run) replaced by a
+    plain Lanczos scale to `width` x `height`; both runs of a test get the same replacement."""
+    graph = json.loads(json.dumps(workflow))
+    for node in graph["nodes"].values():
+        if node["type"] == "FluxKontextImageScale":
+            node["type"] = "ImageScale"
+            node["params"] = {"width": width, "height": height, "method": "lanczos", "crop": "center"}
+    return graph
 
 
 def import_template(name: str, models: Path, out: Path) -> dict[str, Any]:

@@ -7,6 +7,7 @@ settings. Skipped without ComfyUI's template package (`pip install comfyui-workf
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -16,8 +17,10 @@ from tests.template_runs import (
     import_template,
     max_diff,
     native_graph,
+    place_loras,
     place_pictures,
     place_under_template_names,
+    small_kontext_scale,
 )
 
 pytestmark = pytest.mark.slow  # each case builds a tiny model and runs two graphs (a few seconds)
@@ -35,6 +38,16 @@ CASES = {
     # FLUX.2 edits: the picture's latent joins as a reference (ReferenceLatent), [dev] with FluxGuidance.
     "image_flux2": ("flux2_dev", {**_EDIT, **_CUSTOM}),
     "image_flux2_klein_image_edit_4b_distilled": ("flux2_klein", {**_EDIT, **_CUSTOM}),
+    # Qwen-Image-Edit 2509 with its Lightning LoRA switched on (a tiny LoRA under its name), the pictures read
+    # by Qwen2.5-VL at 56 x 56 and as references at about 48 x 32.
+    "image_qwen_image_edit_2509": (
+        "qwenimage_edit",
+        {
+            **_KSAMPLER,
+            **{f"text_encode_qwen_image_edit_plus{s}.vae_pixels": 48 * 32 for s in ("", "_2")},
+            **{f"text_encode_qwen_image_edit_plus{s}.vl_pixels": 56 * 56 for s in ("", "_2")},
+        },
+    ),
 }
 
 
@@ -60,9 +73,13 @@ def test_template_on_its_own_file_names_gives_the_native_picture(
     # The tiny weights also under the names this template asks for (flux-2-klein-4b-fp8.safetensors, ...).
     place_under_template_names(template, family, models)
     place_pictures(template, root)
+    place_loras(template, models, folder, family)
     dirs = ("--models-dir", str(models))
-    workflow = import_template(template, models, tmp_path / f"{template}.nodeloom.json")
-    ours = run_graph(tmp_path / f"{template}.nodeloom.json", tmp_path / "files", sets, dirs)
+    imported = tmp_path / f"{template}.nodeloom.json"
+    # The Kontext size is about a megapixel: 48 x 32 here, in both runs.
+    workflow = small_kontext_scale(import_template(template, models, imported), 48, 32)
+    imported.write_text(json.dumps(workflow), encoding="utf-8")
+    ours = run_graph(imported, tmp_path / "files", sets, dirs)
     native = run_graph(native_graph(workflow, folder), tmp_path / "native", sets, dirs)
     assert native[0].std() > 5  # a real picture, not a flat one both could agree on by accident
     # The same float32 weights read from ComfyUI's files instead of the folder: identical pictures, or 1/255
