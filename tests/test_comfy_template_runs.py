@@ -2,7 +2,8 @@
 folder holding tiny demo models under the template's own file names (`write_comfy_files`, then linked under
 the names the template asks for) and a picture under each of its Load Image names, passes `app check`
 and gives the picture of our native graph (the same workflow reading the demo's diffusers folder) with the same
-settings. Skipped without ComfyUI's template package (`pip install comfyui-workflow-templates-json`).
+settings; the SDXL and SD 1.5 checkpoint templates on tiny single files give the folder's picture. Skipped
+without ComfyUI's template package (`pip install comfyui-workflow-templates-json`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from tests.template_runs import (
     place_pictures,
     place_under_template_names,
     small_kontext_scale,
+    template_file,
 )
 
 pytestmark = pytest.mark.slow  # each case builds a tiny model and runs two graphs (a few seconds)
@@ -84,4 +86,57 @@ def test_template_on_its_own_file_names_gives_the_native_picture(
     assert native[0].std() > 5  # a real picture, not a flat one both could agree on by accident
     # The same float32 weights read from ComfyUI's files instead of the folder: identical pictures, or 1/255
     # apart where a value sits on a rounding edge (seen on the FLUX.2 edits' decode).
+    assert max_diff(ours, native) <= 1
+
+
+# Checkpoint templates (one file, CheckpointLoaderSimple): template -> (demo, the file name it asks for, the
+# JSON, sets). SD 1.5's template is the vendored copy of ComfyUI's default workflow (tests/data/comfy/real):
+# the package has no SD 1.5 template.
+_REAL = Path(__file__).resolve().parent / "data" / "comfy" / "real"
+_CHECKPOINT_SETS = {
+    "empty_latent_image.width": 64,
+    "empty_latent_image.height": 48,
+    "ksampler.steps": 3,
+    "ksampler.seed": 42,
+}
+CHECKPOINTS = {
+    "image_sdxl_simple": ("tiny-sdxl", "sd_xl_base_1.0.safetensors"),
+    "sd15_default": ("tiny-sd", "v1-5-pruned-emaonly-fp16.safetensors"),
+}
+
+
+@pytest.mark.parametrize("template", sorted(CHECKPOINTS))
+def test_checkpoint_template_on_a_tiny_single_file_gives_the_folder_picture(
+    template: str, tmp_path: Path
+) -> None:
+    from diffusers import DiffusionPipeline
+
+    from app.main import main
+    from pipelines.diffusion.demo_models import save_demo_model
+    from pipelines.diffusion.export import save_sd1_single_file, save_sdxl_single_file
+
+    demo, file_name = CHECKPOINTS[template]
+    source = _REAL / f"{template}.json" if template == "sd15_default" else template_file(template)
+    folder = save_demo_model(demo, tmp_path / demo)
+    pipe = DiffusionPipeline.from_pretrained(str(folder))
+    models = tmp_path / "ComfyUI" / "models"
+    (models / "checkpoints").mkdir(parents=True)
+    checkpoint = models / "checkpoints" / file_name  # the original (CompVis / SGM) layout, as released
+    if demo == "tiny-sdxl":
+        save_sdxl_single_file(pipe.unet, pipe.vae, pipe.text_encoder, pipe.text_encoder_2, checkpoint)
+    else:
+        save_sd1_single_file(pipe.unet, pipe.vae, pipe.text_encoder, checkpoint)
+    imported = tmp_path / f"{template}.nodeloom.json"
+    dirs = ("--models-dir", str(models))
+    assert main(["import", str(source), "-o", str(imported), *dirs]) == 0
+    assert main(["check", str(imported), *dirs]) == 0
+    # The tiny shapes are no released size: the checkpoint reads its config from the demo's folder.
+    ours = run_graph(
+        imported, tmp_path / "file", {**_CHECKPOINT_SETS, "load_checkpoint.config_dir": folder}, dirs
+    )
+    native = run_graph(
+        imported, tmp_path / "folder", {**_CHECKPOINT_SETS, "load_checkpoint.path": folder}, dirs
+    )
+    assert native[0].std() > 5
+    # The same float32 weights, renamed to the original layout and back: identical pictures were seen.
     assert max_diff(ours, native) <= 1
