@@ -2,7 +2,8 @@
 folder holding tiny demo models under the template's own file names (`write_comfy_files`, then linked under
 the names the template asks for) and a picture under each of its Load Image names, passes `app check`
 and gives the picture of our native graph (the same workflow reading the demo's diffusers folder) with the same
-settings; the SDXL and SD 1.5 checkpoint templates on tiny single files give the folder's picture. Skipped
+settings; the SDXL and SD 1.5 checkpoint templates on tiny single files and FLUX.1 [dev]'s on tiny split files
+give the folder's picture. Skipped
 without ComfyUI's template package (`pip install comfyui-workflow-templates-json`).
 """
 
@@ -139,4 +140,43 @@ def test_checkpoint_template_on_a_tiny_single_file_gives_the_folder_picture(
     )
     assert native[0].std() > 5
     # The same float32 weights, renamed to the original layout and back: identical pictures were seen.
+    assert max_diff(ours, native) <= 1
+
+
+def test_flux1_template_on_tiny_split_files_gives_the_folder_picture(tmp_path: Path) -> None:
+    """FLUX.1 [dev]'s template (UNETLoader, DualCLIPLoader, VAELoader) on the tiny Flux's parts under its file
+    names: the transformer and text encoders in diffusers' / transformers' names (no writer of BFL's layout
+    here; the loader reads both), the VAE in its original layout, as `ae.safetensors` is."""
+    from diffusers import DiffusionPipeline
+    from safetensors.torch import save_file
+
+    from pipelines.diffusion.demo_models import save_demo_model
+    from pipelines.diffusion.export import VAE_PREFIX, vae_to_original
+
+    template = "flux_dev_full_text_to_image"
+    template_file(template)  # skips before building anything when the templates package is absent
+    folder = save_demo_model("tiny-flux", tmp_path / "tiny-flux")
+    pipe = DiffusionPipeline.from_pretrained(str(folder))
+    models = tmp_path / "ComfyUI" / "models"
+    for sub in ("diffusion_models", "text_encoders", "vae"):
+        (models / sub).mkdir(parents=True)
+
+    def save(state: dict, path: Path) -> None:
+        save_file({k: v.contiguous() for k, v in state.items()}, str(path))
+
+    save(pipe.transformer.state_dict(), models / "diffusion_models" / "flux1-dev.safetensors")
+    save(pipe.text_encoder.state_dict(), models / "text_encoders" / "clip_l.safetensors")
+    t5 = {k: v for k, v in pipe.text_encoder_2.state_dict().items() if k != "encoder.embed_tokens.weight"}
+    save(t5, models / "text_encoders" / "t5xxl_fp16.safetensors")  # the embedding is stored once, as `shared`
+    vae = vae_to_original(pipe.vae.state_dict(), dict(pipe.vae.config))
+    save({k.removeprefix(VAE_PREFIX): v for k, v in vae.items()}, models / "vae" / "ae.safetensors")
+    dirs = ("--models-dir", str(models))
+    workflow = import_template(template, models, tmp_path / f"{template}.nodeloom.json")
+    sets = {"empty_sd3_latent_image.width": 64, "empty_sd3_latent_image.height": 48, **_KSAMPLER}
+    # The tiny shapes are no released size: each split loader reads its config from the demo's folder.
+    configs = {f"{n}.config_dir": folder for n in ("load_unet", "load_clip", "load_vae")}
+    ours = run_graph(tmp_path / f"{template}.nodeloom.json", tmp_path / "files", {**sets, **configs}, dirs)
+    native = run_graph(native_graph(workflow, folder), tmp_path / "native", sets, dirs)
+    assert native[0].std() > 5
+    # The same float32 weights, the VAE renamed to the original layout and back: identical pictures were seen.
     assert max_diff(ours, native) <= 1
