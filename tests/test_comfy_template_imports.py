@@ -36,6 +36,7 @@ FAMILY_OF = {
     "image_krea2_turbo_t2i": "krea2",
     "flux_dev_full_text_to_image": "flux",
     "flux_schnell_full_text_to_image": "flux",
+    "flux_kontext_dev_basic": "flux",
 }
 
 

@@ -3,7 +3,7 @@ folder holding tiny demo models under the template's own file names (`write_comf
 the names the template asks for) and a picture under each of its Load Image names, passes `app check`
 and gives the picture of our native graph (the same workflow reading the demo's diffusers folder) with the same
 settings; the SDXL and SD 1.5 checkpoint templates on tiny single files and FLUX.1 [dev]'s on tiny split files
-give the folder's picture. Skipped
+(FLUX.1 Kontext's too: its reference picture) give the folder's picture. Skipped
 without ComfyUI's template package (`pip install comfyui-workflow-templates-json`).
 """
 
@@ -24,6 +24,7 @@ from tests.template_runs import (
     place_under_template_names,
     small_kontext_scale,
     template_file,
+    write_flux1_files,
 )
 
 pytestmark = pytest.mark.slow  # each case builds a tiny model and runs two graphs (a few seconds)
@@ -143,39 +144,43 @@ def test_checkpoint_template_on_a_tiny_single_file_gives_the_folder_picture(
     assert max_diff(ours, native) <= 1
 
 
-def test_flux1_template_on_tiny_split_files_gives_the_folder_picture(tmp_path: Path) -> None:
-    """FLUX.1 [dev]'s template (UNETLoader, DualCLIPLoader, VAELoader) on the tiny Flux's parts under its file
-    names: the transformer and text encoders in diffusers' / transformers' names (no writer of BFL's layout
-    here; the loader reads both), the VAE in its original layout, as `ae.safetensors` is."""
-    from diffusers import DiffusionPipeline
-    from safetensors.torch import save_file
+# FLUX.1 templates on the tiny Flux's parts (tests/template_runs.write_flux1_files): template -> (file names,
+# the settings both runs get). Kontext's reference picture is scaled to 48 x 32 (its Kontext size is a
+# megapixel); the latent's size comes from the EmptySD3LatentImage in [dev] and from that picture in Kontext.
+FLUX1 = {
+    "flux_dev_full_text_to_image": (
+        {"denoiser": "flux1-dev.safetensors", "clip_l": "clip_l.safetensors", "t5": "t5xxl_fp16.safetensors"},
+        {"empty_sd3_latent_image.width": 64, "empty_sd3_latent_image.height": 48, **_KSAMPLER},
+    ),
+    "flux_kontext_dev_basic": (
+        {
+            "denoiser": "flux1-dev-kontext_fp8_scaled.safetensors",
+            "clip_l": "clip_l.safetensors",
+            "t5": "t5xxl_fp8_e4m3fn_scaled.safetensors",
+        },
+        _KSAMPLER,
+    ),
+}
 
+
+@pytest.mark.parametrize("template", sorted(FLUX1))
+def test_flux1_template_on_tiny_split_files_gives_the_folder_picture(template: str, tmp_path: Path) -> None:
     from pipelines.diffusion.demo_models import save_demo_model
-    from pipelines.diffusion.export import VAE_PREFIX, vae_to_original
 
-    template = "flux_dev_full_text_to_image"
     template_file(template)  # skips before building anything when the templates package is absent
+    names, sets = FLUX1[template]
     folder = save_demo_model("tiny-flux", tmp_path / "tiny-flux")
-    pipe = DiffusionPipeline.from_pretrained(str(folder))
-    models = tmp_path / "ComfyUI" / "models"
-    for sub in ("diffusion_models", "text_encoders", "vae"):
-        (models / sub).mkdir(parents=True)
-
-    def save(state: dict, path: Path) -> None:
-        save_file({k: v.contiguous() for k, v in state.items()}, str(path))
-
-    save(pipe.transformer.state_dict(), models / "diffusion_models" / "flux1-dev.safetensors")
-    save(pipe.text_encoder.state_dict(), models / "text_encoders" / "clip_l.safetensors")
-    t5 = {k: v for k, v in pipe.text_encoder_2.state_dict().items() if k != "encoder.embed_tokens.weight"}
-    save(t5, models / "text_encoders" / "t5xxl_fp16.safetensors")  # the embedding is stored once, as `shared`
-    vae = vae_to_original(pipe.vae.state_dict(), dict(pipe.vae.config))
-    save({k.removeprefix(VAE_PREFIX): v for k, v in vae.items()}, models / "vae" / "ae.safetensors")
+    root = tmp_path / "ComfyUI"
+    models = root / "models"
+    write_flux1_files(folder, models, {**names, "vae": "ae.safetensors"})
+    place_pictures(template, root)
     dirs = ("--models-dir", str(models))
-    workflow = import_template(template, models, tmp_path / f"{template}.nodeloom.json")
-    sets = {"empty_sd3_latent_image.width": 64, "empty_sd3_latent_image.height": 48, **_KSAMPLER}
+    imported = tmp_path / f"{template}.nodeloom.json"
+    workflow = small_kontext_scale(import_template(template, models, imported), 48, 32)
+    imported.write_text(json.dumps(workflow), encoding="utf-8")
     # The tiny shapes are no released size: each split loader reads its config from the demo's folder.
     configs = {f"{n}.config_dir": folder for n in ("load_unet", "load_clip", "load_vae")}
-    ours = run_graph(tmp_path / f"{template}.nodeloom.json", tmp_path / "files", {**sets, **configs}, dirs)
+    ours = run_graph(imported, tmp_path / "files", {**sets, **configs}, dirs)
     native = run_graph(native_graph(workflow, folder), tmp_path / "native", sets, dirs)
     assert native[0].std() > 5
     # The same float32 weights, the VAE renamed to the original layout and back: identical pictures were seen.

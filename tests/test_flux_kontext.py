@@ -1,6 +1,6 @@
 """FLUX.1 Kontext (issue 26's editing item): a Reference Latent on a Flux prompt gives the picture diffusers'
-`FluxKontextPipeline` gives for the same files, picture, prompt, seed, steps and guidance (float32, CPU); and
-ComfyUI's `flux_kontext_dev_basic` template imports with every node mapped and checks clean.
+`FluxKontextPipeline` gives for the same files, picture, prompt, seed, steps and guidance (float32, CPU).
+ComfyUI's `flux_kontext_dev_basic` template runs in tests/test_comfy_template_runs.py.
 
 The tiny random-weight Flux demo stands in for Kontext's weights: Kontext is FLUX.1's transformer, trained to
 read the reference tokens, so the same architecture runs either.
@@ -8,7 +8,6 @@ read the reference tokens, so the same architecture runs either.
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 
 import numpy as np

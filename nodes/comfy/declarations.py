@@ -118,6 +118,9 @@ COMFY_CLASSES: dict[str, ComfyClass] = {
     "TextEncodeQwenImageEditPlus": ComfyClass(("prompt",), ("CONDITIONING",)),
     "FluxKontextImageScale": ComfyClass((), ("IMAGE",)),
     "FluxKontextMultiReferenceLatentMethod": ComfyClass(("reference_latents_method",), ("CONDITIONING",)),
+    "ImageStitch": ComfyClass(
+        ("direction", "match_image_size", "spacing_width", "spacing_color"), ("IMAGE",)
+    ),
 }
 
 

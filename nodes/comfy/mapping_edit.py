@@ -6,6 +6,8 @@ helpers).
 - TextEncodeQwenImageEdit / TextEncodeQwenImageEditPlus -> ours of the same names (nodes/qwenimage_edit.py):
   `clip` is our `text_encoder`, `prompt`, `vae` and the pictures keep their names.
 - FluxKontextImageScale -> ours (nodes/comfy/edit_nodes.py).
+- ImageStitch with no second picture (the Kontext template's second Load Image is bypassed) -> wired through:
+  ComfyUI's node returns image1 as it is then; two pictures stitched are not done here (the node is refused).
 - FluxKontextMultiReferenceLatentMethod -> wired through: how the reference latents are placed comes from
   the model here (its diffusers pipeline; 2511's `zero_cond_t` config is ComfyUI's "index_timestep_zero"),
   which ComfyUI's own template note says its own files need no node for.
@@ -13,8 +15,8 @@ helpers).
 
 from __future__ import annotations
 
-from nodes.comfy.graph import ComfyNode
-from nodes.comfy.mapping import Emit, MapContext, Mapper, PassThrough, _emit, _get
+from nodes.comfy.graph import ComfyNode, LinkRef
+from nodes.comfy.mapping import Emit, MapContext, Mapper, PassThrough, _emit, _get, unsupported_emit
 
 # ComfyUI's reference_latents_method values; the models' own placement is one of these.
 _REFERENCE_METHODS = ("offset", "index", "uxo/uno", "index_timestep_zero")
@@ -37,6 +39,13 @@ def _kontext_image_scale(node: ComfyNode, ctx: MapContext) -> Emit:
     return _emit(node, "FluxKontextImageScale", {}, ("image",), image="image")
 
 
+def _image_stitch(node: ComfyNode, ctx: MapContext) -> Emit | PassThrough:
+    if isinstance(node.inputs.get("image2"), LinkRef):
+        return unsupported_emit(node, "stitching a second picture is not done here (only image1 alone)")
+    ctx.graph.note(node, "no image2: image1 passes through unchanged, as ComfyUI's ImageStitch returns it")
+    return PassThrough({0: "image1"})
+
+
 def _reference_method(node: ComfyNode, ctx: MapContext) -> PassThrough:
     method = _get(node, "reference_latents_method", "offset")
     known = method in _REFERENCE_METHODS
@@ -56,4 +65,5 @@ EDIT_MAPPERS: dict[str, Mapper] = {
     "TextEncodeQwenImageEditPlus": _text_encode_qwen_edit_plus,
     "FluxKontextImageScale": _kontext_image_scale,
     "FluxKontextMultiReferenceLatentMethod": _reference_method,
+    "ImageStitch": _image_stitch,
 }
