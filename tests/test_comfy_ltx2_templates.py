@@ -54,11 +54,19 @@ def _ltx2_names() -> list[str]:
     return sorted(n for n in open_weight_usage(templates_folder()) if "ltx2" in n)
 
 
-@pytest.mark.parametrize("name", ["video_ltx2_5_i2v", "video_ltx2_5_t2v"])
-def test_ltx2_5_templates_import_and_pass_the_check(registry, name: str) -> None:
+@pytest.mark.parametrize("name", ["video_ltx2_5_i2v", "video_ltx2_5_t2v", "video_ltx2_3_t2v"])
+def test_the_most_used_ltx2_templates_import_and_pass_the_check(registry, name: str) -> None:
     result = _import(name, registry)
     assert result.unsupported == [] and result.families == []
     assert check_comfy(result, registry, name) == []  # no models folder given: names are not checked
+
+
+def test_ltx2_3_i2v_imports_and_only_its_preview_of_a_constant_is_refused(registry) -> None:
+    # Its switch is off: PreviewAny shows a constant, and our Show Text takes a wire (a rule for any family).
+    result = _import("video_ltx2_3_i2v", registry)
+    assert result.unsupported == [] and result.families == []
+    problems = [str(p) for p in check_comfy(result, registry, "video_ltx2_3_i2v")]
+    assert len(problems) == 1 and "node 'preview_any', field 'text'" in problems[0], problems
 
 
 def test_no_ltx2_template_is_blocked_by_a_mapped_node_or_its_family(registry) -> None:

@@ -132,6 +132,7 @@ COMFY_CLASSES: dict[str, ComfyClass] = {
     "LTXVCropGuides": ComfyClass((), ("positive", "negative", "latent")),
     "LatentUpscaleModelLoader": ComfyClass(("model_name",), ("LATENT_UPSCALE_MODEL",)),
     "LTXVLatentUpsampler": ComfyClass((), ("LATENT",)),
+    "EmptyImage": ComfyClass(("width", "height", "batch_size", "color"), ("IMAGE",)),
     # TextGenerate's widgets with sampling_mode "on" (the templates' setting; nodes/comfy/mapping_text.py).
     "TextGenerateLTX2Prompt": ComfyClass(
         (

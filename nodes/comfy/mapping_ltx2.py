@@ -204,4 +204,6 @@ LTX2_MAPPERS: dict[str, Mapper] = {
     "TextGenerateLTX2Prompt": _text_generate,
     "VAEDecode": _vae_decode,
     "VAEDecodeTiled": _vae_decode,
+    # A core node the LTX-2 text-to-video templates use (a picture for a bypassed in-place frame).
+    "EmptyImage": lambda node, ctx: _emit(node, "EmptyImage", {}, ("image",)),  # widgets: declared
 }
