@@ -1,14 +1,14 @@
 """ComfyUI's separate LTX-2 latent nodes as Nodeloom node types: video-only and audio-only latents, joining and
 splitting them, the audio decode, the picture pre-compression and the in-place first frame.
 
-Lives here: the node types `EmptyLTXVVideoLatent`, `LTXVEmptyLatentAudio`, `LTXVConcatAVLatent`,
+Lives here: the node types `LTXVEmptyLatentAudio`, `LTXVConcatAVLatent`,
 `LTXVSeparateAVLatent`, `LTXVAudioVAEDecode`, `LTXVPreprocess`, `LTXVImgToVideoInplace` and `NODES`. Imports
 `nodes.declare`, `nodes.kinds`, `nodes.spec`, `nodes.types`, `nodes.context`; torch and
 `pipelines.diffusion.ltx2_comfy` (what they do) inside the run functions, so listing node types stays light.
 
-How the two latents travel in one `Latents` value: `pipelines/diffusion/ltx2_comfy.py`. Our own Empty LTXV
-Latent Video / LTXV Image to Video (nodes/ltx2.py) make the joined latent in one node; these are the same steps
-as ComfyUI's templates write them.
+How the two latents travel in one `Latents` value: `pipelines/diffusion/ltx2_comfy.py`. Our Empty LTXV Latent
+Video / LTXV Image to Video (nodes/ltx2.py) make the joined latent in one node (the video latent alone from a
+video VAE without its audio VAE); these are the other steps as ComfyUI's templates write them.
 """
 
 from __future__ import annotations
@@ -33,28 +33,6 @@ def _ltx2_vae(vae: VaeRef, title: str) -> VaeRef:
     if vae.family.name != "ltx2":
         raise ValueError(f"input 'vae': {title} needs an LTX-2 VAE, got {vae.family.title}'s")
     return vae
-
-
-@node_type(
-    "EmptyLTXVVideoLatent",
-    tags=("EmptyLTXVLatentVideo", "video", "LTX-2"),
-    title="Empty LTXV Video Latent (no sound)",
-    category="diffusion/latent",
-    outputs=[Output("latent", LATENT)],
-    description="An empty LTX-2 video latent without a sound track (join one with LTXV Concat AV Latent).",
-)
-class EmptyLTXVVideoLatent(Node):
-    vae: VaeRef = wire(VAE, help="sizes the latent (LTX-2's video VAE)")
-    width: int = param(INT, 768, min=32, max=8192, step=32, help="pixels", comfy="width")
-    height: int = param(INT, 512, min=32, max=8192, step=32, help="pixels", comfy="height")
-    frames: int = param(INT, 97, min=1, max=4096, help="1 + 8k for LTX-2", comfy="length")
-    fps: float = param(FLOAT, 24.0, min=1.0, max=240.0, step=1.0, help=_FPS_HELP)
-
-    def run(self, ctx: NodeContext) -> dict[str, Any]:
-        from pipelines.diffusion.ltx2_comfy import empty_video_latent
-
-        vae = _ltx2_vae(self.vae, "Empty LTXV Video Latent")
-        return {"latent": empty_video_latent(vae, self.width, self.height, self.frames, float(self.fps))}
 
 
 @node_type(
@@ -182,7 +160,6 @@ class LTXVImgToVideoInplace(Node):
 NODES: tuple[NodeSpec, ...] = tuple(
     n.spec
     for n in (
-        EmptyLTXVVideoLatent,
         LTXVEmptyLatentAudio,
         LTXVConcatAVLatent,
         LTXVSeparateAVLatent,

@@ -109,7 +109,7 @@ class LTXVLatentUpsampler(Node):
 
 @node_type(
     "LTXVDecodeFrames",
-    tags=("VAEDecode", "VAEDecodeTiled", "LTX-2", "video"),
+    tags=("LTX-2", "video", "frames"),
     title="LTXV Decode Frames",
     category="diffusion/latent",
     outputs=[Output("image", IMAGE)],

@@ -117,13 +117,13 @@ def test_the_av_latent_is_built_split_and_decoded_as_in_the_template(registry) -
     nodes = _import("video_ltx2_5_t2v", registry).workflow["nodes"]
     types = {data["type"] for data in nodes.values()}
     assert {
-        "EmptyLTXVVideoLatent",
+        "EmptyLTXVLatentVideo",
         "LTXVEmptyLatentAudio",
         "LTXVConcatAVLatent",
         "LTXVSeparateAVLatent",
     } <= types
     assert {"LTXVLatentUpsampler", "LoadLatentUpsampler", "LTXVAudioVAEDecode", "LTXVDecodeFrames"} <= types
-    (empty,) = [d for d in nodes.values() if d["type"] == "EmptyLTXVVideoLatent"]
+    (empty,) = [d for d in nodes.values() if d["type"] == "EmptyLTXVLatentVideo"]
     assert nodes[empty["inputs"]["vae"][0]]["params"]["path"] == "ltx-2.5-video-vae-bf16.safetensors"
     assert "fps" in empty["inputs"] or empty["params"]["fps"] == 24  # the LTXVConditioning rate
     loaders = [d for d in nodes.values() if d["type"] in ("LoadTextEncoder", "LoadVAE", "LoadDenoiser")]

@@ -1,5 +1,5 @@
 """ComfyUI's LTX-2 steps as Nodeloom nodes, on the tiny `demo:tiny-ltx2` fixture: a graph written the way the
-templates write it (Empty LTXV Video Latent + Empty LTXV Audio Latent + Concat, LTXV Preprocess + in-place first
+templates write it (Empty LTXV Latent Video + Empty LTXV Audio Latent + Concat, LTXV Preprocess + in-place first
 frame, LTX-2 Guidance with the pipeline's terms, a Manual Sigmas list, Separate, LTXV Decode Frames) gives the
 frames of our native `img2video_ltx2.json` when the list is the native schedule; and the schedule arithmetic."""
 
@@ -89,7 +89,7 @@ def _comfy_style_workflow(folder: Path, sigmas: str) -> dict:
                 "TextEncode", {"text": "blurry static bad quality"}, text_encoder=["load", "text_encoder"]
             ),
             "video": node(
-                "EmptyLTXVVideoLatent",
+                "EmptyLTXVLatentVideo",
                 {"width": WIDTH, "height": HEIGHT, "frames": FRAMES, "fps": FPS},
                 vae=["load", "vae"],
             ),

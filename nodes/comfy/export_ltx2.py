@@ -65,13 +65,13 @@ def ltx2_exporters(
         "SetFirstSigma": out("SetFirstSigma", {"sigmas": "sigmas"}, {}, {"sigmas": 0}),
         "LTXVScheduler": out("LTXVScheduler", {"latent": "latent"}, {}, {"sigmas": 0}),
         "LTX2Guidance": out("CFGGuider", {"model": "denoiser"}, {}, {"denoiser": 0}, convert=guidance),
-        "EmptyLTXVVideoLatent": out(
+        "EmptyLTXVLatentVideo": out(
             "EmptyLTXVLatentVideo",
             {},
             {},
             {"latent": 0},
             (("batch_size", 1),),
-            drop=frozenset({"vae", "fps"}),
+            drop=frozenset({"vae", "denoiser", "fps"}),
         ),
         "LTXVEmptyLatentAudio": out("LTXVEmptyLatentAudio", {"audio_vae": "vae"}, {}, {"latent": 0}),
         "LTXVConcatAVLatent": out(

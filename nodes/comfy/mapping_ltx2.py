@@ -9,8 +9,9 @@ What each does here:
 - loaders: the checkpoint's audio VAE (LTXVAudioVAELoader) and the Gemma + connectors text encoder
   (LTXAVTextEncoderLoader, CLIPLoader type "ltxv" in an LTX-2 graph) are Load VAE File / Load Text Encoder File
   with family ltx2; LatentUpscaleModelLoader is Load Latent Upsampler.
-- latents: EmptyLTXVLatentVideo -> Empty LTXV Video Latent (sized by the graph's video VAE, at the frame rate
-  of its LTXVConditioning, which ComfyUI gives the transformer there and ours reads from the latent);
+- latents: EmptyLTXVLatentVideo -> ours (sized by the graph's video VAE, at the frame rate of its
+  LTXVConditioning, which ComfyUI gives the transformer there and ours reads from the latent; its sound latent,
+  made when the VAE has one, is replaced by LTXVConcatAVLatent's);
   LTXVEmptyLatentAudio, LTXVConcatAVLatent, LTXVSeparateAVLatent, LTXVAudioVAEDecode, LTXVPreprocess,
   LTXVImgToVideoInplace, LTXVLatentUpsampler -> ours of those names; VAEDecode(Tiled) of an LTX-2 latent ->
   LTXV Decode Frames.
@@ -89,7 +90,7 @@ def _frame_rate(graph: ComfyGraph) -> Any:
 def _empty_video(node: ComfyNode, ctx: MapContext) -> Emit:
     if _get(node, "batch_size", 1) not in (1, None):
         ctx.graph.note(node, "batch_size above 1: LTX-2 samples one video at a time here (1 is made)")
-    emit = _emit(node, "EmptyLTXVVideoLatent", {"fps": _frame_rate(ctx.graph)}, ("latent",))
+    emit = _emit(node, "EmptyLTXVLatentVideo", {"fps": _frame_rate(ctx.graph)}, ("latent",))
     vae = _first_link(ctx.graph, _VAE_USERS, "vae")
     if vae is not None:
         emit.inputs["vae"] = vae
@@ -122,7 +123,7 @@ def _clip_loader(node: ComfyNode, ctx: MapContext) -> Emit:
 
 def _conditioning(node: ComfyNode, ctx: MapContext) -> PassThrough:
     ctx.graph.note(
-        node, "the frame rate goes to the transformer from the latent here (its Empty LTXV Video Latent)"
+        node, "the frame rate goes to the transformer from the latent here (its Empty LTXV Latent Video)"
     )
     return PassThrough({0: "positive", 1: "negative"})
 

@@ -113,12 +113,12 @@ def image_in_place(
     mm: MemoryManager, vae: VaeRef, image: torch.Tensor, latent: Latents, strength: float
 ) -> Latents:
     """`latent` with its first frame replaced by the picture (resized to the latent's pixel size by diffusers'
-    `VideoProcessor`, bilinear, as LTXV Image to Video) and kept by the sampler (`keep_mask` 1 on it)."""
+    `VideoProcessor`, bilinear, as LTXV Image to Video) and kept by the sampler to `strength` (`keep_mask`)."""
     from diffusers.video_processor import VideoProcessor
     from PIL import Image
 
-    if strength != 1.0:
-        raise ValueError(f"field 'strength': only 1 (the frame kept whole) runs here, got {strength}")
+    if not 0.0 <= strength <= 1.0:
+        raise ValueError(f"field 'strength': between 0 and 1, got {strength}")
     if image.ndim != 4 or image.shape[-1] != 3:
         raise ValueError(
             f"input 'image': expected an IMAGE (batch, height, width, 3), got {tuple(image.shape)}"
@@ -133,5 +133,5 @@ def image_in_place(
     samples = latent.samples.clone()
     samples[:, :, :1] = first
     mask = torch.zeros(1, 1, *samples.shape[2:])
-    mask[:, :, 0] = 1.0
+    mask[:, :, 0] = strength  # the share of the first frame the sampler keeps (1: all of it)
     return replace(latent, samples=samples, source="encoded", keep_mask=mask)

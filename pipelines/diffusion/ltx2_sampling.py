@@ -16,7 +16,10 @@ default (`LTX2Guidance`), so the audio stream is always guided (its CFG is 7) an
 needed. The schedule is the pipeline's: sigmas 1 -> 1/steps, the dynamic shift `mu` from the video token
 count. The frame rate the latent was made for (`Latents.fps`) conditions the video positions.
 Image-to-video (`Latents.keep_mask`, from LTXV Image to Video) is `LTX2ImageToVideoPipeline`'s: the first
-latent frame starts as the encoded picture, its tokens see timestep 0, and the Euler step skips it.
+latent frame starts as the encoded picture, its tokens see timestep 0, and the Euler step skips it. Any
+other mask (ComfyUI's LTXVImgToVideoInplace below strength 1: a share of a frame kept) is ComfyUI's noise mask:
+each token's timestep is scaled by its denoised share, and both the input and the prediction are blended with
+the clean latent by the kept share before the Euler step.
 ComfyUI's way (`settings.sigmas`, a SIGMAS wire; `DenoiserRef.ltx2_guidance`, the LTX-2 Guidance node): the
 given sigmas are stepped through unshifted, and both streams start from their input latents noised to the
 first sigma (`manual_sigmas.noised_start`), so a second stage refines the first one's (upscaled) result; a
@@ -164,10 +167,8 @@ def _check(
         raise ValueError(
             f"cache {settings.cache!r}: the step caches do not run in {title}'s loop yet (set cache to off)"
         )
-    if latents.keep_mask is not None and (
-        latents.keep_mask[:, :, 1:].any() or not latents.keep_mask[:, :, 0].all()
-    ):
-        raise ValueError(f"{title}: only the first frame can be conditioned (LTX-2 Image to Video)")
+    if latents.keep_mask is not None and (latents.keep_mask.min() < 0 or latents.keep_mask.max() > 1):
+        raise ValueError(f"{title}: a conditioning mask keeps between 0 and 1 of a frame")
     if latents.samples.ndim != 5 or latents.audio is None:
         raise ValueError(
             f"{title} denoises a video latent with its sound track: feed the sampler from an Empty Video Latent "
@@ -226,9 +227,13 @@ def sample_ltx2(
         x = noised_start(latents.samples.to(device), x, settings.sigmas[0])
         a = noised_start(latents.audio.to(device), a, settings.sigmas[0])
     keep = None  # image-to-video: the packed conditioning mask (1, F x h x w), 1 on the first frame's tokens
+    first_only = True  # the pipeline's case: the first frame kept whole, nothing else (else ComfyUI's blend)
     if latents.keep_mask is not None:  # the pipeline's interpolation: the encoded frame kept, noise elsewhere
         mask = latents.keep_mask.to(device=device, dtype=torch.float32)
-        x = latents.samples.to(device=device, dtype=torch.float32) * mask + x * (1 - mask)
+        first_only = bool(mask[:, :, 0].eq(1).all() and mask[:, :, 1:].eq(0).all())
+        clean = pack_video(latents.samples.to(device=device, dtype=torch.float32), p, pt)
+        if first_only:  # (a partial mask blends at every step instead, from the noised start)
+            x = latents.samples.to(device=device, dtype=torch.float32) * mask + x * (1 - mask)
         keep = pack_video(mask, p, pt).squeeze(-1)
     x = pack_video(x, p, pt)  # (1, F x h x w, C)
     a = pack_audio(a)  # (1, L, C x mel)
@@ -307,6 +312,8 @@ def sample_ltx2(
         do_modality = guidance.modality_scale > 1.0 or guidance.audio_modality_scale > 1.0
         cfg_coords = (video_coords.repeat(2, 1, 1, 1), audio_coords.repeat(2, 1, 1, 1))
         for i, t in enumerate(timesteps):
+            if not first_only:  # ComfyUI's noise mask: the kept share of each token is the clean latent
+                x = x * (1 - keep.unsqueeze(-1)) + clean * keep.unsqueeze(-1)
             single = (
                 t.expand(2).chunk(2)[0],
                 pos_video_text,
@@ -356,9 +363,11 @@ def sample_ltx2(
             if guidance.audio_guidance_rescale > 0:
                 a0_g = rescale_noise_cfg(a0_g, a0, guidance_rescale=guidance.audio_guidance_rescale)
             # back to velocities (the pipeline's convert_x0_to_velocity) for the Euler steps
+            if not first_only:  # ComfyUI's: the prediction blended with the clean latent by the same mask
+                x0_g = x0_g * (1 - keep.unsqueeze(-1)) + clean * keep.unsqueeze(-1)
             v_g = (x - x0_g) / scheduler.sigmas[i]
             va_g = (a - a0_g) / audio_scheduler.sigmas[i]
-            if keep is None:
+            if keep is None or not first_only:
                 x = scheduler.step(v_g, t, x, return_dict=False)[0]
             else:  # the pipeline steps every frame but the first, which stays the encoded picture
                 xs = unpack_video(x, frames, height, width, p, pt)
