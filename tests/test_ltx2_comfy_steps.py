@@ -155,3 +155,73 @@ def test_the_template_shaped_graph_gives_the_native_img2video_frames(tmp_path: P
     # The same float32 ops on the same noise; the schedule passes through 9-decimal text (|d sigma| < 5e-10):
     # at most one uint8 level of rounding apart.
     assert np.abs(native - ours).max() <= 1
+
+
+def _custom_sampler_graph(sigmas: dict) -> dict:
+    """An API-format LTX-2 graph (its AV latent nodes make it one) with one custom sampler."""
+    return {
+        "1": {
+            "class_type": "CheckpointLoaderSimple",
+            "inputs": {"ckpt_name": "ltx-2.3-22b-dev-fp8.safetensors"},
+        },
+        "2": {"class_type": "CLIPTextEncode", "inputs": {"text": "a cat", "clip": ["1", 1]}},
+        "3": {"class_type": "CLIPTextEncode", "inputs": {"text": "", "clip": ["1", 1]}},
+        "4": {
+            "class_type": "EmptyLTXVLatentVideo",
+            "inputs": {"width": 64, "height": 32, "length": 9, "batch_size": 1},
+        },
+        "5": {
+            "class_type": "LTXVEmptyLatentAudio",
+            "inputs": {"frames_number": 9, "frame_rate": 24, "audio_vae": ["1", 2]},
+        },
+        "6": {
+            "class_type": "LTXVConcatAVLatent",
+            "inputs": {"video_latent": ["4", 0], "audio_latent": ["5", 0]},
+        },
+        "7": {
+            "class_type": "CFGGuider",
+            "inputs": {"cfg": 2.5, "model": ["1", 0], "positive": ["2", 0], "negative": ["3", 0]},
+        },
+        "8": {"class_type": "RandomNoise", "inputs": {"noise_seed": 7}},
+        "9": {"class_type": "KSamplerSelect", "inputs": {"sampler_name": "euler"}},
+        "10": sigmas,
+        "11": {
+            "class_type": "SamplerCustomAdvanced",
+            "inputs": {
+                "noise": ["8", 0],
+                "guider": ["7", 0],
+                "sampler": ["9", 0],
+                "sigmas": ["10", 0],
+                "latent_image": ["6", 0],
+            },
+        },
+    }
+
+
+@pytest.mark.parametrize(
+    "sigmas",
+    [
+        {"class_type": "ManualSigmas", "inputs": {"sigmas": "1.0, 0.6, 0.0"}},
+        {
+            "class_type": "BasicScheduler",
+            "inputs": {"scheduler": "simple", "steps": 5, "denoise": 1.0, "model": ["1", 0]},
+        },
+    ],
+)
+def test_an_ltx2_custom_sampler_takes_its_guider_as_ltx2_guidance(sigmas: dict) -> None:
+    from nodes.comfy.sources import check_comfy, import_comfy_data
+    from nodes.registry import default_registry
+
+    registry = default_registry(entry_point_packs=False)
+    result = import_comfy_data(_custom_sampler_graph(sigmas), registry, "g.json", title="g")
+    assert result.unsupported == [] and check_comfy(result, registry, "g.json") == []
+    nodes = result.workflow["nodes"]
+    (sampler,) = [d for d in nodes.values() if d["type"] == "Sampler"]
+    guidance = nodes[sampler["inputs"]["denoiser"][0]]
+    assert guidance["type"] == "LTX2Guidance" and guidance["params"]["audio_cfg"] == 2.5
+    assert sampler["params"]["cfg"] == 2.5 and sampler["params"]["seed"] == 7
+    if sigmas["class_type"] == "ManualSigmas":
+        assert nodes[sampler["inputs"]["sigmas"][0]]["params"]["sigmas"] == "1.0, 0.6, 0.0"
+        assert sampler["params"]["steps"] == 2
+    else:  # a named schedule: steps, no SIGMAS wire
+        assert "sigmas" not in sampler["inputs"] and sampler["params"]["steps"] == 5

@@ -87,11 +87,22 @@ def _frame_rate(graph: ComfyGraph) -> Any:
     return _LTXV_DEFAULT_FPS
 
 
+def _video_vae_loader(graph: ComfyGraph) -> LinkRef | None:
+    """The checkpoint's VAE output, else a VAE file not named as the audio one."""
+    for node in graph.nodes.values():
+        if node.class_type == "CheckpointLoaderSimple":
+            return LinkRef(node.id, 2)
+    for node in graph.nodes.values():
+        if node.class_type == "VAELoader" and "audio" not in str(node.inputs.get("vae_name", "")).lower():
+            return LinkRef(node.id, 0)
+    return None
+
+
 def _empty_video(node: ComfyNode, ctx: MapContext) -> Emit:
     if _get(node, "batch_size", 1) not in (1, None):
         ctx.graph.note(node, "batch_size above 1: LTX-2 samples one video at a time here (1 is made)")
     emit = _emit(node, "EmptyLTXVLatentVideo", {"fps": _frame_rate(ctx.graph)}, ("latent",))
-    vae = _first_link(ctx.graph, _VAE_USERS, "vae")
+    vae = _first_link(ctx.graph, _VAE_USERS, "vae") or _video_vae_loader(ctx.graph)
     if vae is not None:
         emit.inputs["vae"] = vae
     ctx.graph.note(node, "sized by the graph's video VAE, at the frame rate of its LTXVConditioning")

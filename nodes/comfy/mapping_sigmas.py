@@ -94,7 +94,13 @@ def _build(
     for key, value in params.items():
         (emit.inputs if isinstance(value, LinkRef) else emit.params)[key] = value
     emit.inputs.update({k: v for k, v in wires.items() if v is not None})
-    emit.inputs["sigmas"] = LinkRef(sigmas.id, 0)
+    if sigmas.class_type in _PLAIN_SIGMAS:  # a named schedule with an LTX-2 guider: steps and denoise
+        emit.params |= {
+            "sigma_schedule": _get(sigmas, "scheduler", "simple"),
+            "denoise": _get(sigmas, "denoise", 1.0),
+        }
+    else:
+        emit.inputs["sigmas"] = LinkRef(sigmas.id, 0)
     return emit
 
 
@@ -103,7 +109,7 @@ def _custom_advanced(node: ComfyNode, ctx: MapContext) -> Emit:
     ltx2_guider = guider is not None and is_ltx2_graph(ctx.graph) and guider.class_type != "BasicGuider"
     if sigmas is None or guider is None or (sigmas.class_type in _PLAIN_SIGMAS and not ltx2_guider):
         return SAMPLING_MAPPERS["SamplerCustomAdvanced"](node, ctx)  # the plain case, or why not
-    if sigmas.class_type not in SIGMA_CLASSES:
+    if sigmas.class_type not in (*SIGMA_CLASSES, *_PLAIN_SIGMAS):
         return unsupported_emit(
             node, f"its sigmas come from {sigmas.class_type} ({', '.join(SIGMA_CLASSES)} map here)"
         )
