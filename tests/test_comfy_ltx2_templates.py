@@ -69,6 +69,7 @@ def test_ltx2_3_i2v_imports_and_only_its_preview_of_a_constant_is_refused(regist
     assert len(problems) == 1 and "node 'preview_any', field 'text'" in problems[0], problems
 
 
+@pytest.mark.slow  # imports every LTX-2 template (~0.6 s)
 def test_no_ltx2_template_is_blocked_by_a_mapped_node_or_its_family(registry) -> None:
     names = _ltx2_names()
     assert len(names) >= 10  # video_ltx2_3_i2v, video_ltx2_5_i2v, ... (the package's LTX-2 templates)
