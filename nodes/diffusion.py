@@ -23,7 +23,7 @@ from nodes.declare import Node, node_type, param, settings_from, shared_fields, 
 from nodes.kinds import CHOICE, FLOAT, INT, PATH, SEED, TEXT
 from nodes.spec import NodeSpec, Output
 from nodes.split_loaders import SPLIT_NODES
-from nodes.types import CONDITIONING, DENOISER, IMAGE, LATENT, TEXT_ENCODER, VAE
+from nodes.types import CONDITIONING, DENOISER, IMAGE, LATENT, SIGMAS, TEXT_ENCODER, VAE
 from pipelines.diffusion.families import DIFFUSION_IMPORTS
 from pipelines.diffusion.prompt_weights import WEIGHTINGS
 from pipelines.diffusion.schedulers import K_SCHEDULER_NAMES, SCHEDULER_NAMES, SIGMA_SCHEDULES
@@ -190,6 +190,11 @@ class KSamplerFields(Node):
     negative: Conditioning | None = wire(CONDITIONING, optional=True)
     # Unwired: an empty latent at the model's native size (as an Empty Latent with its defaults).
     latent: Latents | None = wire(LATENT, optional=True)
+    sigmas: tuple[float, ...] | None = wire(
+        SIGMAS,
+        optional=True,
+        help="a hand-given schedule (Manual Sigmas), stepped through as it is instead of `steps` (LTX-2)",
+    )
     scheduler: str = param(
         CHOICE,
         "dpmpp_2m",

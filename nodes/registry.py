@@ -108,6 +108,9 @@ def default_registry(*, entry_point_packs: bool = True) -> NodeRegistry:
     from nodes.ltx2 import NODES as LTX2_NODES  # LTXV Image to Video (issue 27)
 
     registry.register_all(LTX2_NODES)
+    from nodes.ltx2_comfy_nodes import NODES as LTX2_COMFY_NODES  # ComfyUI's LTX-2 steps, sigmas (issue 32)
+
+    registry.register_all(LTX2_COMFY_NODES)
     if entry_point_packs:
         registry.load_entry_points()
     return registry

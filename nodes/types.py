@@ -45,6 +45,10 @@ BOOL = PortType("BOOL", "#ce93d8")
 VIDEO = PortType("VIDEO", "#7986cb")
 # A `pipelines.video.value.Audio`: waveform (C, N) float32 in [-1, 1] and its sample rate.
 AUDIO = PortType("AUDIO", "#a1887f")
+# A noise schedule: a tuple of floats, first level to last (ComfyUI's SIGMAS; nodes/sigmas.py).
+SIGMAS = PortType("SIGMAS", "#9575cd")
+# LTX-2's latent upsampler (`pipelines.diffusion.ltx2_upsample.LatentUpsamplerRef`; ComfyUI's LATENT_UPSCALE_MODEL).
+LATENT_UPSCALE_MODEL = PortType("LATENT_UPSCALE_MODEL", "#a1887f")
 # Accepts anything: for generic sinks such as a preview of any value.
 ANY = PortType("ANY", "#e0e0e0")
 
@@ -66,6 +70,8 @@ BUILTIN_TYPES: tuple[PortType, ...] = (
     BOOL,
     VIDEO,
     AUDIO,
+    SIGMAS,
+    LATENT_UPSCALE_MODEL,
     ANY,
 )
 

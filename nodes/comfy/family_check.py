@@ -30,8 +30,8 @@ _CLIP_TYPE_FAMILY = {
     "flux": "flux",
     "pixart": "pixart_sigma",
 }
-# ComfyUI runs Z-Image with a "lumina2" text encoder; the denoiser's name tells the two apart.
-_AMBIGUOUS_TYPES = {"lumina2": "zimage"}
+# ComfyUI runs Z-Image with a "lumina2" text encoder and LTX-2 with an "ltxv" one; the model files tell them apart.
+_AMBIGUOUS_TYPES = {"lumina2": "zimage", "ltxv": "ltx2"}  # "ltxv": LTX-Video 0.9 or LTX-2 (by the files)
 # File-name markers of families ComfyUI runs (ComfyUI's ids where we have no family), tried before ours.
 _OTHER_NAME_MARKERS: tuple[tuple[str, str], ...] = (
     ("flux2", "flux2"),
@@ -42,6 +42,9 @@ _OTHER_NAME_MARKERS: tuple[tuple[str, str], ...] = (
     ("wan2", "wan"),
     ("wan_", "wan"),
     ("hunyuan", "hunyuan_video"),
+    ("ltx-2", "ltx2"),  # LTX-2.x (ours) before LTX-Video 0.9.x ("ltxv": not run here)
+    ("ltx2", "ltx2"),
+    ("ltx_2", "ltx2"),
     ("ltx", "ltxv"),
     ("hidream", "hidream"),
     ("lumina", "lumina2"),

@@ -31,6 +31,7 @@ from pipelines.diffusion.k_sampling import sample_k
 from pipelines.diffusion.krea2_sampling import sample_krea2
 from pipelines.diffusion.lora import use_denoiser
 from pipelines.diffusion.ltx2_sampling import sample_ltx2
+from pipelines.diffusion.manual_sigmas import SIGMA_LOOPS
 from pipelines.diffusion.qwenimage_sampling import sample_qwenimage
 from pipelines.diffusion.sampling import (
     SamplerSettings,
@@ -139,6 +140,11 @@ def sample(
         raise ValueError(
             f"cache {settings.cache!r}: the step caches run in the flow-matching DiT families' loops (Flux, "
             f"FLUX.2, SD3, Z-Image, Qwen-Image, Wan); {family!r} does not (set cache to off)"
+        )
+    if settings.sigmas is not None and denoiser.family.denoiser_call not in SIGMA_LOOPS:
+        raise ValueError(
+            f"input 'sigmas': a hand-given schedule runs in the loops of {', '.join(SIGMA_LOOPS)} here, "
+            f"not {denoiser.family.title}'s yet (disconnect it and set steps)"
         )
     if denoiser.family.denoiser_call == "wan":  # video latents: its own loop, its own scheduler checks
         return sample_wan(mm, denoiser, positive, negative, latents, settings, on_step=on_step)

@@ -115,6 +115,9 @@ class DenoiserRef:
     image_encoder: Any = None
     # Wan 2.2 TI2V (model_index.json `expand_timesteps`): a timestep per video token; 0 on an image's frame.
     expand_timesteps: bool = False
+    # LTX-2's guidance terms besides cfg (`ltx2_sampling.LTX2Guidance`, set by the LTX-2 Guidance node); None:
+    # the pipeline's defaults.
+    ltx2_guidance: Any = None
 
 
 @dataclass(frozen=True)
