@@ -48,11 +48,6 @@ class EasyCacheState:
     _out_prev_norm: float | None = None
     _diffs: dict[str, torch.Tensor] = field(default_factory=dict)
 
-    def held_bytes(self) -> int:
-        """What the cache holds between steps: one (output - input) per branch plus the previous pair."""
-        tensors = [*self._diffs.values(), self._x_prev, self._out_prev]
-        return sum(t.numel() * t.element_size() for t in tensors if t is not None)
-
     def call(self, forward: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         x, where = _latent_input(args, kwargs)
         fraction = self.step / max(self.steps, 1)
