@@ -14,6 +14,9 @@ the text encoder is gone before the denoiser loads, and the denoiser before the 
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -232,7 +235,9 @@ class KSamplerFields(Node):
         choices=STEP_CACHES,
         help="step cache on a DiT's blocks (Flux, FLUX.2, SD3, Z-Image, Qwen-Image, Wan): first-block reuses the "
         "other blocks' last output while the first block's changes by less than cache_threshold; taylorseer "
-        "computes every cache_threshold steps and extrapolates in between; off = the exact picture",
+        "computes every cache_threshold steps and extrapolates in between; easy (EasyCache, also on SD 1.x/SDXL "
+        "UNets) reuses whole steps while their predicted change stays below cache_threshold (0.2 as ComfyUI); "
+        "off = the exact picture",
     )
     cache_threshold: float = param(
         FLOAT,
@@ -278,7 +283,10 @@ class Sampler(KSamplerFields):
             preview = latent_preview(seen, denoiser.family, decoder=decoder) if show else None
             ctx.progress(info.step, info.total, kind="sampler_step", preview=preview)  # raises Cancelled
 
-        out = sample(ctx.memory, denoiser, self.positive, self.negative, latent, settings, on_step=on_step)
+        with _cache_report(ctx):
+            out = sample(
+                ctx.memory, denoiser, self.positive, self.negative, latent, settings, on_step=on_step
+            )
         return {"latent": out}
 
 
@@ -329,3 +337,29 @@ NODES: tuple[NodeSpec, ...] = (
     VAEDecode.spec,
     VAEEncode.spec,
 )
+
+
+class _CacheRecords(logging.Handler):
+    def __init__(self, ctx: NodeContext) -> None:
+        super().__init__(logging.INFO)
+        self.ctx = ctx
+
+    def emit(self, record: logging.LogRecord) -> None:
+        reused = getattr(record, "cache_reused_steps", None)
+        if reused is not None:
+            self.ctx.metric("cache_reused_steps", reused)
+            self.ctx.log(record.getMessage())
+
+
+@contextmanager
+def _cache_report(ctx: NodeContext) -> Iterator[None]:
+    """What a step cache skipped during this node's run goes to its log and the report."""
+    logger = logging.getLogger("pipelines.diffusion.step_cache")
+    handler, level = _CacheRecords(ctx), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)

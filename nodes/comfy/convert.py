@@ -159,6 +159,12 @@ class _Converter:
                 f"Flux guidance {guidance} (node {source}) becomes cfg: Nodeloom's Flux sampler takes the "
                 "distilled guidance as its cfg",
             )
+        if "cache" in annotations and emit.type in _SAMPLERS and port == "denoiser":
+            threshold, source = annotations["cache"]
+            params["cache"], params["cache_threshold"] = "easy", threshold
+            self.graph.note(
+                node, f"EasyCache (node {source}) becomes this sampler's cache easy at {threshold}"
+            )
 
     def _family(self, nodes: dict[str, dict[str, Any]], sampler: dict[str, Any]) -> str | None:
         """The family of the model a sampler runs: the loader its denoiser comes from (through LoRAs)."""

@@ -40,6 +40,8 @@ COMFY_CLASSES: dict[str, ComfyClass] = {
     "ConditioningZeroOut": ComfyClass((), ("CONDITIONING",)),
     "FluxGuidance": ComfyClass(("guidance",), ("CONDITIONING",)),
     "ModelSamplingSD3": ComfyClass(("shift",), ("MODEL",)),
+    "EasyCache": ComfyClass(("reuse_threshold", "start_percent", "end_percent", "verbose"), ("MODEL",)),
+    "LazyCache": ComfyClass(("reuse_threshold", "start_percent", "end_percent", "verbose"), ("MODEL",)),
     "ModelSamplingAuraFlow": ComfyClass(("shift",), ("MODEL",)),
     "ModelSamplingFlux": ComfyClass(("max_shift", "base_shift", "width", "height"), ("MODEL",)),
     "EmptyLatentImage": ComfyClass(("width", "height", "batch_size"), ("LATENT",)),

@@ -2,12 +2,14 @@
 
 Lives here: `ALL_MAPPERS`. Imports `nodes.comfy.mapping`, `nodes.comfy.mapping_sampling`,
 `nodes.comfy.mapping_media`, `nodes.comfy.mapping_text`, `nodes.comfy.mapping_values`,
-`nodes.comfy.mapping_ltx2`, `nodes.comfy.mapping_sigmas` (later tables win: they delegate to the earlier).
+`nodes.comfy.mapping_ltx2`, `nodes.comfy.mapping_sigmas`, `nodes.comfy.mapping_cache` (later tables win:
+they delegate to the earlier).
 """
 
 from __future__ import annotations
 
 from nodes.comfy.mapping import MAPPERS, Mapper
+from nodes.comfy.mapping_cache import CACHE_MAPPERS
 from nodes.comfy.mapping_ltx2 import LTX2_MAPPERS
 from nodes.comfy.mapping_media import MEDIA_MAPPERS
 from nodes.comfy.mapping_sampling import SAMPLING_MAPPERS
@@ -23,4 +25,5 @@ ALL_MAPPERS: dict[str, Mapper] = {
     **VALUE_MAPPERS,
     **LTX2_MAPPERS,  # LTX-2's nodes; CLIPLoader, guiders and VAE decodes of LTX-2 graphs (issue 32)
     **SIGMA_MAPPERS,  # SIGMAS nodes; custom samplers with one, the rest delegated (issue 32)
+    **CACHE_MAPPERS,
 }
