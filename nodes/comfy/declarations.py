@@ -114,6 +114,16 @@ COMFY_CLASSES: dict[str, ComfyClass] = {
     "ImageCompare": ComfyClass((), ()),
     "DifferentialDiffusion": ComfyClass(("strength",), ("MODEL",)),
     "VAEEncodeTiled": ComfyClass(("tile_size", "overlap", "temporal_size", "temporal_overlap"), ("LATENT",)),
+    # Wan (nodes/comfy/mapping_wan.py).
+    "WanImageToVideo": ComfyClass(
+        ("width", "height", "length", "batch_size"), ("positive", "negative", "latent")
+    ),
+    "WanFirstLastFrameToVideo": ComfyClass(
+        ("width", "height", "length", "batch_size"), ("positive", "negative", "latent")
+    ),
+    "Wan22ImageToVideoLatent": ComfyClass(("width", "height", "length", "batch_size"), ("LATENT",)),
+    "CLIPVisionLoader": ComfyClass(("clip_name",), ("CLIP_VISION",)),
+    "CLIPVisionEncode": ComfyClass(("crop",), ("CLIP_VISION_OUTPUT",)),
 }
 
 

@@ -1,7 +1,7 @@
 """Every ComfyUI class the importer maps: the core table and the newer nodes' tables, merged.
 
 Lives here: `ALL_MAPPERS`. Imports `nodes.comfy.mapping`, `nodes.comfy.mapping_sampling`,
-`nodes.comfy.mapping_media`, `nodes.comfy.mapping_text`, `nodes.comfy.mapping_values`.
+`nodes.comfy.mapping_media`, `nodes.comfy.mapping_text`, `nodes.comfy.mapping_values`, `nodes.comfy.mapping_wan`.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from nodes.comfy.mapping_media import MEDIA_MAPPERS
 from nodes.comfy.mapping_sampling import SAMPLING_MAPPERS
 from nodes.comfy.mapping_text import TEXT_MAPPERS
 from nodes.comfy.mapping_values import VALUE_MAPPERS
+from nodes.comfy.mapping_wan import WAN_MAPPERS
 
 ALL_MAPPERS: dict[str, Mapper] = {
     **MAPPERS,
@@ -18,4 +19,5 @@ ALL_MAPPERS: dict[str, Mapper] = {
     **MEDIA_MAPPERS,
     **TEXT_MAPPERS,
     **VALUE_MAPPERS,
+    **WAN_MAPPERS,
 }
