@@ -16,6 +16,8 @@ helpers).
 
 from __future__ import annotations
 
+import re
+
 from nodes.comfy.graph import ComfyNode, LinkRef
 from nodes.comfy.mapping import (
     Emit,
@@ -41,9 +43,15 @@ def _math_expression(node: ComfyNode, ctx: MapContext) -> Emit:
     if extra:
         return unsupported_emit(node, f"values {', '.join(extra)}: Math Expression takes a-d")
     emit = _emit(node, "MathExpression", {}, ("float", "int", "bool"))  # expression: declared
+    expression = _get(node, "expression")
     for name, value in named.items():
         if isinstance(value, LinkRef):
             emit.inputs[name] = value
+        elif isinstance(value, int | float) and not isinstance(value, bool) and isinstance(expression, str):
+            # A constant (a primitive resolved at import) is written into the expression in its place.
+            expression = re.sub(rf"\b{name}\b", repr(value), expression)
+            emit.params["expression"] = expression
+            ctx.graph.note(node, f"value {name} is the constant {value!r}: written into the expression")
         elif value is not None:
             ctx.graph.note(node, f"value {name} is the constant {value!r}: wire a primitive into {name}")
     return emit

@@ -88,10 +88,10 @@ UMT5_XXL = {  # google/umt5-xxl's encoder (Wan's text_encoder)
 }
 
 
-def _wan(heads: int, ffn: int, layers: int, shift: float) -> dict[str, Any]:
+def _wan(heads: int, ffn: int, layers: int, shift: float, **transformer: Any) -> dict[str, Any]:
     return {
         "model_index.json": {"_class_name": "WanPipeline"},
-        "transformer": {"num_attention_heads": heads, "ffn_dim": ffn, "num_layers": layers},
+        "transformer": {"num_attention_heads": heads, "ffn_dim": ffn, "num_layers": layers, **transformer},
         "text_encoder": UMT5_XXL,
         "vae": {},
         "scheduler": {
@@ -133,6 +133,8 @@ RELEASED: dict[str, dict[str, Any]] = {
     },
     "wan2.1-t2v-1.3b": _wan(12, 8960, 30, 3.0),
     "wan2.1-t2v-14b": _wan(40, 13824, 40, 5.0),
+    # Wan-AI/Wan2.2-I2V-A14B-Diffusers: each expert a 14B transformer over noise + mask (4) + frames (16).
+    "wan2.2-i2v-a14b": _wan(40, 13824, 40, 5.0, in_channels=36),
 }
 _CLASSES = {  # the diffusers class of each subfolder, per pipeline
     "ZImagePipeline": {"transformer": "ZImageTransformer2DModel", "vae": "AutoencoderKL"},
