@@ -276,6 +276,28 @@ EXPORTERS: dict[str, _Out | Callable[[NodeInstance], _Out]] = {
     "LLMGenerate": _Out(
         "TextGenerate", {"clip": "llm"}, {"prompt": "prompt"}, {"text": 0}, convert=_text_generate
     ),
+    # Wan (nodes/comfy/mapping_wan.py): the same widgets; ComfyUI's clip_vision inputs are left unwired.
+    "WanImageToVideo": _Out(
+        "WanImageToVideo",
+        {"positive": "positive", "negative": "negative", "vae": "vae", "start_image": "start_image"},
+        {},
+        {"positive": 0, "negative": 1, "latent": 2},
+    ),
+    "WanFirstLastFrameToVideo": _Out(
+        "WanFirstLastFrameToVideo",
+        {
+            "positive": "positive",
+            "negative": "negative",
+            "vae": "vae",
+            "start_image": "start_image",
+            "end_image": "end_image",
+        },
+        {},
+        {"positive": 0, "negative": 1, "latent": 2},
+    ),
+    "Wan22ImageToVideoLatent": _Out(
+        "Wan22ImageToVideoLatent", {"vae": "vae", "start_image": "start_image"}, {}, {"latent": 0}
+    ),
 }
 
 
