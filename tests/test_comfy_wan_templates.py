@@ -3,7 +3,8 @@ here import with every node mapped and pass `app check` but for their missing mo
 that are other models (Animate, SCAIL, Alpha) are refused as families naming the node; and the Wan 2.2 A14B
 templates (two UNETLoaders, two KSamplerAdvanced segments) run on tiny fixtures written under the templates'
 own file names, giving the frames of the same demo folder's native two-expert graph with the same settings,
-the two experts never resident together under `--offload sequential`.
+the two experts never resident together under `--offload sequential`; and Wan 2.1's text-to-video template
+(KSampler uni_pc) gives the native graph's frames with the same sampler.
 """
 
 from __future__ import annotations
@@ -119,12 +120,17 @@ def _native(workflow: Path) -> dict:
 
 
 def _prompts(template: str, registry) -> dict:
-    imported = import_comfy(template_path(template), registry).workflow["nodes"]
-    # text_encode_2 feeds the samplers' positive, text_encode their negative (the import's readable ids).
-    return {
-        "positive.text": imported["text_encode_2"]["params"]["text"],
-        "negative.text": imported["text_encode"]["params"]["text"],
-    }
+    """The template's prompts: the texts of the encoders its (first) sampler's positive and negative come from
+    (through Wan Image To Video's pass-through)."""
+    nodes = import_comfy(template_path(template), registry).workflow["nodes"]
+    sampler = next(n for n in nodes.values() if n["type"] in ("Sampler", "SamplerAdvanced"))
+    texts = {}
+    for port in ("positive", "negative"):
+        source = nodes[sampler["inputs"][port][0]]
+        if source["type"] != "TextEncode":
+            source = nodes[source["inputs"][port][0]]
+        texts[f"{port}.text"] = source["params"]["text"]
+    return texts
 
 
 def _max_diff(a: list[np.ndarray], b: list[np.ndarray]) -> int:
@@ -217,5 +223,50 @@ def test_wan22_t2v_template_gives_the_native_two_expert_frames(
         **_prompts(template, registry),
     }
     ours = run_graph(_native(REPO / "resources/workflows/txt2video.json"), tmp_path / "native", sets)
+    assert theirs[0].std() > 5
+    assert _max_diff(theirs, ours) <= 1  # as the image-to-video case
+
+
+@pytest.fixture(scope="module")
+def t2v21_root(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    from pipelines.diffusion.demo_models import save_demo_model
+
+    tmp = tmp_path_factory.mktemp("wan21-t2v-template")
+    folder = save_demo_model("tiny-wan", tmp / "tiny-wan")
+    return folder, wan_template_root(folder, "text_to_video_wan", tmp / "ComfyUI")
+
+
+@pytest.mark.slow  # as the image-to-video case, one expert
+def test_wan21_t2v_template_runs_comfyuis_uni_pc_as_the_native_graph(
+    t2v21_root: tuple[Path, Path], registry, tmp_path: Path
+) -> None:
+    """text_to_video_wan: KSampler uni_pc / simple at ModelSamplingSD3 shift 8, cfg 6 (the template's)."""
+    folder, root = t2v21_root
+    template = "text_to_video_wan"
+    sets = {
+        "empty_hunyuan_latent_video.width": 48,
+        "empty_hunyuan_latent_video.height": 32,
+        "empty_hunyuan_latent_video.frames": 5,
+        "ksampler.steps": STEPS,
+        "ksampler.seed": 42,
+        "save_video.format": "png",
+    }
+    theirs = run_graph(template_path(template), tmp_path / "template", sets, ("--models-dir", str(root)))
+    native = _native(REPO / "resources/workflows/txt2video.json")
+    native["nodes"]["shift"]["params"]["shift"] = 8
+    sets = {
+        "load.path": str(folder),
+        "latent.width": 48,
+        "latent.height": 32,
+        "latent.frames": 5,
+        "sampler.scheduler": "k_uni_pc",
+        "sampler.sigma_schedule": "simple",
+        "sampler.steps": STEPS,
+        "sampler.cfg": 6,
+        "sampler.seed": 42,
+        "save.format": "png",
+        **_prompts(template, registry),
+    }
+    ours = run_graph(native, tmp_path / "native", sets)
     assert theirs[0].std() > 5
     assert _max_diff(theirs, ours) <= 1  # as the image-to-video case

@@ -4,7 +4,7 @@ template asks for, and the template run with the CLI.
 Lives here: `TEMPLATE_FILES`, `wan_template_root`, `template_path`, `run_template`. May import: stdlib, shutil,
 safetensors, diffusers, PIL, app.main, pipelines.diffusion, benchmarks.comfy_templates, tests.comfy_layout_support.
 
-Both experts of a Wan 2.2 A14B demo folder are written in ComfyUI's tensor names (`transformer` as the
+The transformer (both experts of a Wan 2.2 A14B demo folder) is written in ComfyUI's tensor names (`transformer` as the
 high-noise file, `transformer_2` as the low-noise one), in the folder's float32, so a run on them can equal
 the folder's own two-expert run. The text encoder and VAE come from `write_comfy_files`, renamed. The files
 carry the template's names only: the loaders read what a file is from its tensors (a plain file named
@@ -30,6 +30,11 @@ TEMPLATE_FILES: dict[str, dict[str, str]] = {
         "text_encoder": "umt5_xxl_fp8_e4m3fn_scaled.safetensors",
         "vae": "wan_2.1_vae.safetensors",
         "image": "video_wan2_2_14B_i2v_input_image.jpg",
+    },
+    "text_to_video_wan": {
+        "transformer": "wan2.1_t2v_1.3B_fp16.safetensors",
+        "text_encoder": "umt5_xxl_fp8_e4m3fn_scaled.safetensors",
+        "vae": "wan_2.1_vae.safetensors",
     },
     "video_wan2_2_14B_t2v": {
         "transformer": "wan2.2_t2v_high_noise_14B_fp8_scaled.safetensors",
@@ -59,7 +64,7 @@ def wan_template_root(folder: Path, template: str, root: Path, image: Path | Non
     models = root / "models"
     for sub in ("diffusion_models", "text_encoders", "vae"):
         (models / sub).mkdir(parents=True, exist_ok=True)
-    for part in ("transformer", "transformer_2"):
+    for part in (p for p in ("transformer", "transformer_2") if p in names):
         expert = WanTransformer3DModel.from_pretrained(str(folder), subfolder=part, dtype=torch.float32)
         state = transformer_from_diffusers(LAYOUTS["wan"], expert.state_dict())
         save_file(
