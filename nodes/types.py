@@ -45,6 +45,10 @@ BOOL = PortType("BOOL", "#ce93d8")
 VIDEO = PortType("VIDEO", "#7986cb")
 # A `pipelines.video.value.Audio`: waveform (C, N) float32 in [-1, 1] and its sample rate.
 AUDIO = PortType("AUDIO", "#a1887f")
+# Wan 2.1 I2V's CLIP vision encoder (`pipelines.diffusion.wan_image.ImageEncoderRef`), and a picture paired
+# with it (`wan_image.ClipVisionOutput`, ComfyUI's CLIP_VISION_OUTPUT): nodes/clip_vision.py.
+CLIP_VISION = PortType("CLIP_VISION", "#9575cd")
+CLIP_VISION_OUTPUT = PortType("CLIP_VISION_OUTPUT", "#7e57c2")
 # Accepts anything: for generic sinks such as a preview of any value.
 ANY = PortType("ANY", "#e0e0e0")
 
@@ -67,6 +71,8 @@ BUILTIN_TYPES: tuple[PortType, ...] = (
     VIDEO,
     AUDIO,
     ANY,
+    CLIP_VISION,
+    CLIP_VISION_OUTPUT,
 )
 
 

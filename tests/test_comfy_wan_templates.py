@@ -4,7 +4,8 @@ that are other models (Animate, SCAIL, Alpha) are refused as families naming the
 templates (two UNETLoaders, two KSamplerAdvanced segments) run on tiny fixtures written under the templates'
 own file names, giving the frames of the same demo folder's native two-expert graph with the same settings,
 the two experts never resident together under `--offload sequential`; and Wan 2.1's text-to-video template
-(KSampler uni_pc) gives the native graph's frames with the same sampler.
+(KSampler uni_pc) and image-to-video one (a CLIP vision file) give the native graph's frames with the same
+sampler.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ pytest.importorskip("comfyui_workflow_templates_json", reason="pip install comfy
 
 RUNNABLE = (
     "video_wan2_2_14B_i2v",
+    "image_to_video_wan",
+    "wan2.1_flf2v_720_f16",
     "video_wan2_2_14B_t2v",
     "video_wan2_2_14B_flf2v",
     "video_wan2_2_5B_ti2v",
@@ -259,6 +262,53 @@ def test_wan21_t2v_template_runs_comfyuis_uni_pc_as_the_native_graph(
         "latent.width": 48,
         "latent.height": 32,
         "latent.frames": 5,
+        "sampler.scheduler": "k_uni_pc",
+        "sampler.sigma_schedule": "simple",
+        "sampler.steps": STEPS,
+        "sampler.cfg": 6,
+        "sampler.seed": 42,
+        "save.format": "png",
+        **_prompts(template, registry),
+    }
+    ours = run_graph(native, tmp_path / "native", sets)
+    assert theirs[0].std() > 5
+    assert _max_diff(theirs, ours) <= 1  # as the image-to-video case
+
+
+@pytest.fixture(scope="module")
+def i2v21_root(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    from pipelines.diffusion.demo_models import save_demo_model
+
+    tmp = tmp_path_factory.mktemp("wan21-i2v-template")
+    folder = save_demo_model("tiny-wan-i2v", tmp / "tiny-wan-i2v")
+    return folder, wan_template_root(folder, "image_to_video_wan", tmp / "ComfyUI", START)
+
+
+@pytest.mark.slow  # as the image-to-video case, one expert
+def test_wan21_i2v_template_with_a_clip_vision_file_gives_the_native_frames(
+    i2v21_root: tuple[Path, Path], registry, tmp_path: Path
+) -> None:
+    """image_to_video_wan: the CLIP vision file (models/clip_vision/) through CLIP Vision Encode gives the
+    states the folder's own image encoder gives; uni_pc / simple at shift 8, cfg 6 (the template's)."""
+    folder, root = i2v21_root
+    template = "image_to_video_wan"
+    sets = {
+        "wan_image_to_video.width": 48,
+        "wan_image_to_video.height": 32,
+        "wan_image_to_video.length": 5,
+        "ksampler.steps": STEPS,
+        "ksampler.seed": 42,
+        "save_video.format": "png",
+    }
+    theirs = run_graph(template_path(template), tmp_path / "template", sets, ("--models-dir", str(root)))
+    native = _native(REPO / "resources/workflows/img2video.json")
+    native["nodes"]["shift"]["params"]["shift"] = 8
+    sets = {
+        "load.path": str(folder),
+        "image.path": str(root / "input/image_to_video_wan_start_image.png"),
+        "i2v.width": 48,
+        "i2v.height": 32,
+        "i2v.length": 5,
         "sampler.scheduler": "k_uni_pc",
         "sampler.sigma_schedule": "simple",
         "sampler.steps": STEPS,

@@ -6,7 +6,8 @@ safetensors, diffusers, PIL, app.main, pipelines.diffusion, benchmarks.comfy_tem
 
 The transformer (both experts of a Wan 2.2 A14B demo folder) is written in ComfyUI's tensor names (`transformer` as the
 high-noise file, `transformer_2` as the low-noise one), in the folder's float32, so a run on them can equal
-the folder's own two-expert run. The text encoder and VAE come from `write_comfy_files`, renamed. The files
+the folder's own two-expert run. The text encoder and VAE come from `write_comfy_files`, renamed; a CLIP vision encoder (Wan 2.1 I2V) is
+its transformers state. The files
 carry the template's names only: the loaders read what a file is from its tensors (a plain file named
 `*_fp8_scaled` loads as plain).
 """
@@ -30,6 +31,13 @@ TEMPLATE_FILES: dict[str, dict[str, str]] = {
         "text_encoder": "umt5_xxl_fp8_e4m3fn_scaled.safetensors",
         "vae": "wan_2.1_vae.safetensors",
         "image": "video_wan2_2_14B_i2v_input_image.jpg",
+    },
+    "image_to_video_wan": {
+        "transformer": "wan2.1_i2v_480p_14B_fp16.safetensors",
+        "text_encoder": "umt5_xxl_fp8_e4m3fn_scaled.safetensors",
+        "vae": "wan_2.1_vae.safetensors",
+        "clip_vision": "clip_vision_h.safetensors",
+        "image": "image_to_video_wan_start_image.png",
     },
     "text_to_video_wan": {
         "transformer": "wan2.1_t2v_1.3B_fp16.safetensors",
@@ -70,6 +78,13 @@ def wan_template_root(folder: Path, template: str, root: Path, image: Path | Non
         save_file(
             {k: v.contiguous() for k, v in state.items()}, str(models / "diffusion_models" / names[part])
         )
+    if "clip_vision" in names:  # Wan 2.1 I2V's image encoder, in transformers' names as ComfyUI's file is
+        from transformers import CLIPVisionModel
+
+        encoder = CLIPVisionModel.from_pretrained(str(folder), subfolder="image_encoder")
+        (models / "clip_vision").mkdir(exist_ok=True)
+        state = {f"vision_model.{k}": v.contiguous() for k, v in encoder.state_dict().items()}
+        save_file(state, str(models / "clip_vision" / names["clip_vision"]))
     written = COMFY_FILES["wan"]
     shutil.copy(
         staging / "models/text_encoders" / written.text_encoder,

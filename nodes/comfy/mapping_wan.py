@@ -6,9 +6,10 @@ Lives here: `WAN_MAPPERS`. Imports `nodes.comfy.graph` and `nodes.comfy.mapping`
   widgets: width, height, length, batch_size; the same outputs). ComfyUI carries the start/last frames on the
   conditioning; ours carries them on the latent wire, which reaches both samplers of a Wan 2.2 A14B template
   (the high-noise KSamplerAdvanced hands its latent, frames included, to the low-noise one).
-- A `clip_vision_output` wire (Wan 2.1 I2V's CLIP image states) is not taken: our sampler encodes the start
-  (and last) frame with the image encoder of the model it runs, which only a diffusers folder has. The
-  CLIP Vision nodes themselves stay unsupported placeholders, so `app check` names them.
+- CLIPVisionLoader / CLIPVisionEncode -> Load CLIP Vision / CLIP Vision Encode (nodes/clip_vision.py): Wan 2.1
+  I2V's image encoder from `models/clip_vision/`, wired into Wan Image To Video's `clip_vision_output` (First
+  Last Frame's two); the sampler encodes the picture with it. Crop "none" (a stretch to the encoder's size) is
+  center-cropped here, said.
 - The two-file Wan 2.2 A14B layout (two UNETLoaders, two KSamplerAdvanced with start/end steps) needs no
   mapper of its own: each expert is a LoadDenoiser, each segment a SamplerAdvanced, and the Wan loop runs
   the segment [start, end) of the one schedule (pipelines/diffusion/wan_sampling.py), so the two segments
@@ -30,15 +31,6 @@ def _size_params(node: ComfyNode) -> dict[str, object]:
     return {name: node.inputs[name] for name in _SIZE if name in node.inputs}
 
 
-def _clip_vision_note(node: ComfyNode, ctx: MapContext, *names: str) -> None:
-    if any(isinstance(node.inputs.get(n), LinkRef) for n in names):
-        ctx.graph.note(
-            node,
-            "CLIP vision output not used: the sampler encodes the frames with the image encoder of the "
-            "model it runs (a Wan 2.1 I2V diffusers folder has one)",
-        )
-
-
 def _missing(node: ComfyNode, *images: str) -> str | None:
     absent = [name for name in images if not isinstance(node.inputs.get(name), LinkRef)]
     return ", ".join(absent) or None
@@ -47,7 +39,6 @@ def _missing(node: ComfyNode, *images: str) -> str | None:
 def _wan_i2v(node: ComfyNode, ctx: MapContext) -> Emit:
     if (absent := _missing(node, "start_image")) is not None:
         return unsupported_emit(node, f"no {absent} wired: Nodeloom's Wan Image To Video needs a start image")
-    _clip_vision_note(node, ctx, "clip_vision_output")
     return _emit(
         node,
         "WanImageToVideo",
@@ -57,6 +48,7 @@ def _wan_i2v(node: ComfyNode, ctx: MapContext) -> Emit:
         negative="negative",
         vae="vae",
         start_image="start_image",
+        clip_vision_output="clip_vision_output",
     )
 
 
@@ -65,7 +57,6 @@ def _wan_flf(node: ComfyNode, ctx: MapContext) -> Emit:
         return unsupported_emit(
             node, f"no {absent} wired: Nodeloom's Wan First Last Frame To Video needs both frames"
         )
-    _clip_vision_note(node, ctx, "clip_vision_start_image", "clip_vision_end_image")
     return _emit(
         node,
         "WanFirstLastFrameToVideo",
@@ -76,6 +67,8 @@ def _wan_flf(node: ComfyNode, ctx: MapContext) -> Emit:
         vae="vae",
         start_image="start_image",
         end_image="end_image",
+        clip_vision_start_image="clip_vision_start_image",
+        clip_vision_end_image="clip_vision_end_image",
     )
 
 
@@ -87,7 +80,23 @@ def _wan22_latent(node: ComfyNode, ctx: MapContext) -> Emit:
     )
 
 
+def _clip_vision_loader(node: ComfyNode, ctx: MapContext) -> Emit:
+    return _emit(node, "LoadCLIPVision", {}, ("clip_vision",))  # path: clip_name (declared)
+
+
+def _clip_vision_encode(node: ComfyNode, ctx: MapContext) -> Emit:
+    if _get(node, "crop", "center") == "none":
+        ctx.graph.note(
+            node, "crop 'none': the picture is center-cropped here, as the encoder's processor does"
+        )
+    return _emit(
+        node, "CLIPVisionEncode", {}, ("clip_vision_output",), clip_vision="clip_vision", image="image"
+    )
+
+
 WAN_MAPPERS: dict[str, Mapper] = {
+    "CLIPVisionLoader": _clip_vision_loader,
+    "CLIPVisionEncode": _clip_vision_encode,
     "WanImageToVideo": _wan_i2v,
     "WanFirstLastFrameToVideo": _wan_flf,
     "Wan22ImageToVideoLatent": _wan22_latent,

@@ -140,9 +140,11 @@ def _image_inputs(
         condition = condition.repeat(batch // condition.shape[0], 1, 1, 1, 1)
     if denoiser.config.get("image_dim") is None:  # Wan 2.2 I2V: the frames alone condition it
         return condition, None
-    if denoiser.image_encoder is None:
+    encoder = latents.clip_encoder or denoiser.image_encoder  # a CLIP vision file's, else the folder's
+    if encoder is None:
         raise ValueError(
-            f"{title}: this transformer takes CLIP image states but the folder has no image_encoder"
+            f"{title}: this transformer takes CLIP image states but the folder has no image_encoder: wire a "
+            "CLIP Vision Encode (Load CLIP Vision) into Wan Image To Video's clip_vision_output"
         )
     if not latents.clip_images:
         raise ValueError(
@@ -153,7 +155,7 @@ def _image_inputs(
             f"{title}: this image-to-video model takes one start image; a first and a last frame need a "
             "first-last-frame model (Wan 2.1 FLF2V, or Wan 2.2 I2V)"
         )
-    states = encode_clip_images(mm, denoiser.image_encoder, latents.clip_images)
+    states = encode_clip_images(mm, encoder, latents.clip_images)
     return condition, states.repeat(batch, 1, 1).to(device=mm.device, dtype=denoiser.dtype)
 
 
