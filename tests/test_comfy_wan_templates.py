@@ -56,8 +56,24 @@ def test_wan_template_imports_and_checks_clean_but_for_its_model_files(
     assert result.unsupported == [] and result.families == [], name
     (tmp_path / "models").mkdir()
     problems = _check_json(template_path(name), tmp_path, capsys)
-    assert problems, "an empty models folder: the template's files are missing"
     assert {p["kind"] for p in problems} == {"missing-model"}, problems
+    # Every model file the run needs is named, the ones a subgraph's promoted widgets keep on inner nodes too.
+    loaders = ("LoadDenoiser", "LoadTextEncoder", "LoadVAE", "LoadCLIPVision")
+    files = {n["params"]["path"] for n in result.workflow["nodes"].values() if n["type"] in loaders}
+    assert files and all(isinstance(f, str) and f.endswith(".safetensors") for f in files), files
+    assert all(any(f in p["message"] for p in problems) for f in files), (files, problems)
+
+
+def test_the_i2v_templates_length_is_its_duration_times_fps_plus_one(registry) -> None:
+    """The template's length: ComfyMathExpression `floor (a * b + 1)` over two primitives (5 s, 16 fps), which
+    the import writes into the expression (our Math Expression takes a-d as wires)."""
+    nodes = import_comfy(template_path("video_wan2_2_14B_i2v"), registry).workflow["nodes"]
+    math = nodes["comfy_math_expression"]
+    assert nodes["wan_image_to_video"]["inputs"]["length"] == ["comfy_math_expression", "int"]
+    out = registry["MathExpression"].run(
+        None, expression=math["params"]["expression"], a=None, b=None, c=None, d=None
+    )
+    assert out["int"] == 81
 
 
 @pytest.mark.parametrize("name", sorted(VARIANTS))
