@@ -19,6 +19,11 @@ euler, cfg 1 (one call per step), its RSS read from /proc/PID/statm at `--hz` (>
 /proc/PID/io; s/step is the report's sampler step time. The folder lives in a temp dir under the user data dir
 and is deleted at the end; free disk is checked first; the run is stopped after `--timeout` seconds.
 
+Measured 2026-12-02 on the 2-core / 23.5 GiB box at load average ~16 (shared): 4.99B parameters, 9.3 GiB
+written in 228 s; 160x96x9, 1 step, `--ram-budget 4GiB`: 246.9 s/step, peak RSS 3.91 GiB sampled at 33 Hz
+(0.98x the budget; the run's own figure the same), 9.3 GiB read from disk (8.6 s at the 1.08 GiB/s cold
+bandwidth: the step is compute, on a loaded machine), whole run 302 s, 9 frames.
+
     PYTHONPATH=$PWD nice -n 10 python benchmarks/wan_ti2v_stream.py            # full size (~10 GB on disk)
     PYTHONPATH=$PWD python benchmarks/wan_ti2v_stream.py --layers 2            # a small trial
 """
