@@ -1,7 +1,8 @@
 """ComfyUI's published Wan templates (the `comfyui-workflow-templates-json` package): the ones whose models run
 here import with every node mapped and pass `app check` but for their missing model files; the Wan variants
 that are other models (Animate, SCAIL, Alpha) are refused as families naming the node; and the Wan 2.2 A14B
-templates (two UNETLoaders, two KSamplerAdvanced segments) run on tiny fixtures written under the templates'
+templates (two UNETLoaders, two KSamplerAdvanced segments: image, first-last frame and text to video) run on
+tiny fixtures written under the templates'
 own file names, giving the frames of the same demo folder's native two-expert graph with the same settings,
 the two experts never resident together under `--offload sequential`; and Wan 2.1's text-to-video template
 (KSampler uni_pc) and image-to-video one (a CLIP vision file) give the native graph's frames with the same
@@ -90,7 +91,7 @@ def test_wan_variants_are_refused_as_families_naming_the_node(
     )
 
 
-def _split_step(folder: Path) -> int:
+def _split_step(folder: Path, shift: float = SHIFT) -> int:
     """Where the folder's own two-expert run switches experts at these settings (t >= boundary x 1000 on the
     high-noise expert): the step the template's two segments are set to meet at."""
     from diffusers import FlowMatchEulerDiscreteScheduler
@@ -98,7 +99,7 @@ def _split_step(folder: Path) -> int:
     from nodes.comfy.sampling_nodes import sampling_config
 
     config = json.loads((folder / "scheduler/scheduler_config.json").read_text())
-    config = sampling_config(config, "sd3", shift=SHIFT)
+    config = sampling_config(config, "sd3", shift=shift)
     scheduler = FlowMatchEulerDiscreteScheduler.from_config(config, shift=config["flow_shift"])
     scheduler.set_timesteps(STEPS)
     boundary = json.loads((folder / "model_index.json").read_text())["boundary_ratio"] * 1000
@@ -107,19 +108,21 @@ def _split_step(folder: Path) -> int:
     return split
 
 
-def _template_sets(split: int, latent: str) -> dict:
+def _template_sets(
+    split: int, latent: str, high: str = "ksampler_advanced_2", low: str = "ksampler_advanced"
+) -> dict:
     """The template at a tiny size and few steps: 48x32, 5 frames (the math node's length), STEPS steps, the
     high-noise segment [0, split) and the low-noise one [split, STEPS), seed 42, PNG frames."""
     return {
         f"{latent}.width": 48,
         f"{latent}.height": 32,
         "comfy_math_expression.expression": "5",
-        "ksampler_advanced_2.steps": STEPS,
-        "ksampler_advanced_2.end_step": split,
-        "ksampler_advanced_2.seed": 42,
-        "ksampler_advanced.steps": STEPS,
-        "ksampler_advanced.start_step": split,
-        "ksampler_advanced.end_step": STEPS,
+        f"{high}.steps": STEPS,
+        f"{high}.end_step": split,
+        f"{high}.seed": 42,
+        f"{low}.steps": STEPS,
+        f"{low}.start_step": split,
+        f"{low}.end_step": STEPS,
         "save_video.format": "png",
     }
 
@@ -329,6 +332,55 @@ def test_wan21_i2v_template_with_a_clip_vision_file_gives_the_native_frames(
         "sampler.sigma_schedule": "simple",
         "sampler.steps": STEPS,
         "sampler.cfg": 6,
+        "sampler.seed": 42,
+        "save.format": "png",
+        **_prompts(template, registry),
+    }
+    ours = run_graph(native, tmp_path / "native", sets)
+    assert theirs[0].std() > 5
+    assert _max_diff(theirs, ours) <= 1  # as the image-to-video case
+
+
+@pytest.mark.slow  # as the image-to-video case, on its fixture
+def test_wan22_flf2v_template_gives_the_native_first_last_frame_frames(
+    i2v_root: tuple[Path, Path], registry, tmp_path: Path
+) -> None:
+    """video_wan2_2_14B_flf2v on the same two expert files (its names are the I2V template's): a first and a
+    last frame, shift 8, cfg 4; its length is a constant on the node, its high-noise sampler the first."""
+    import shutil
+
+    from PIL import Image
+
+    folder, root = i2v_root
+    template = "video_wan2_2_14B_flf2v"
+    start, end = (
+        root / "input/video_wan2_2_14B_flf2v_start_image.png",
+        root / "input/video_wan2_2_14B_flf2v_end_image.png",
+    )
+    shutil.copy(root / "input/video_wan2_2_14B_i2v_input_image.jpg", tmp_path / "start.jpg")
+    Image.open(tmp_path / "start.jpg").save(start)
+    Image.open(tmp_path / "start.jpg").transpose(Image.Transpose.FLIP_LEFT_RIGHT).save(end)  # the ends differ
+    split = _split_step(folder, shift=8.000000000000002)
+    sets = _template_sets(
+        split, "wan_first_last_frame_to_video", high="ksampler_advanced", low="ksampler_advanced_2"
+    )
+    del sets["comfy_math_expression.expression"]
+    sets["wan_first_last_frame_to_video.length"] = 5
+    theirs = run_graph(template_path(template), tmp_path / "template", sets, ("--models-dir", str(root)))
+    native = _native(REPO / "resources/workflows/img2video.json")
+    native["nodes"]["shift"]["params"]["shift"] = 8.000000000000002
+    native["nodes"]["end"] = {"type": "LoadImage", "params": {"path": str(end)}, "inputs": {}}
+    native["nodes"]["i2v"]["type"] = "WanFirstLastFrameToVideo"
+    native["nodes"]["i2v"]["inputs"]["end_image"] = ["end", "image"]
+    sets = {
+        "load.path": str(folder),
+        "image.path": str(start),
+        "i2v.width": 48,
+        "i2v.height": 32,
+        "i2v.length": 5,
+        "sampler.scheduler": "euler",
+        "sampler.steps": STEPS,
+        "sampler.cfg": 4,
         "sampler.seed": 42,
         "save.format": "png",
         **_prompts(template, registry),
