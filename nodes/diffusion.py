@@ -290,6 +290,16 @@ class Sampler(KSamplerFields):
         return {"latent": out}
 
 
+def _video_frames(ctx: NodeContext, vae: VaeRef, latent: Latents) -> Any:
+    """A Wan video latent -> its frames as an image batch (T, H, W, 3), as ComfyUI's VAE Decode gives them
+    (the templates wire them to Create Video); decoded in chunks or tiles when a whole decode won't fit."""
+    from pipelines.diffusion.video_tiling import decode_video_planned, video_plan_for
+
+    plan = video_plan_for(ctx.memory, vae, latent)
+    ctx.metric("vae_tiled", 0.0 if plan.mode == "full" else 1.0)
+    return decode_video_planned(ctx.memory, vae, latent, plan)
+
+
 @node_type("VAEDecode", title="VAE Decode", category="diffusion/latent", outputs=[Output("image", IMAGE)])
 class VAEDecode(Node):
     vae: VaeRef = wire(VAE)
@@ -300,7 +310,9 @@ class VAEDecode(Node):
         from pipelines.diffusion.vae import decode
 
         if self.latent.samples.ndim == 5:  # (B, C, frames, h, w): a video model's latent
-            raise ValueError("input 'latent': a video latent; decode it with VAE Decode Video")
+            if self.vae.family.name == "ltx2":  # its frames come with a sound track: VAE Decode Video
+                raise ValueError("input 'latent': a video latent; decode it with VAE Decode Video")
+            return {"image": _video_frames(ctx, self.vae, self.latent)}
         # Tiles only when the memory manager predicts a full decode won't fit (VAEDecodeTiled gives control).
         plan = plan_decode(ctx.memory, self.vae, self.latent)
         if plan.tiled:

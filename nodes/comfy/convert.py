@@ -30,6 +30,7 @@ from nodes.model_names import COMFY_META_KEY, imported_names
 from nodes.registry import NodeRegistry
 from nodes.workflow import FORMAT, VERSION
 from pipelines.diffusion.families import FAMILIES
+from pipelines.diffusion.schedulers import FLOW_K_SAMPLERS
 
 __all__ = ["COMFY_META_KEY", "ImportResult", "Unsupported", "convert_graph", "unsupported_nodes"]
 _SAMPLERS = ("Sampler", "SamplerAdvanced")
@@ -191,7 +192,8 @@ class _Converter:
             if family in FAMILIES and FAMILIES[family].flow:
                 # Flow models run their own flow-matching Euler loop here (k_euler maps onto it).
                 scheduler, schedule = data["params"].get("scheduler"), data["params"].get("sigma_schedule")
-                if scheduler != "k_euler":
+                wan_k = family == "wan" and str(scheduler).removeprefix("k_") in FLOW_K_SAMPLERS
+                if scheduler != "k_euler" and not wan_k:  # Wan runs ComfyUI's flow-model samplers too
                     self.graph.note(
                         self.graph.nodes[nid],
                         f"{family} runs with flow-matching Euler here; {scheduler!r} needs a DDPM model "

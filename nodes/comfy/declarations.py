@@ -153,6 +153,16 @@ COMFY_CLASSES: dict[str, ComfyClass] = {
         ),
         ("generated_text",),
     ),
+    # Wan (nodes/comfy/mapping_wan.py).
+    "WanImageToVideo": ComfyClass(
+        ("width", "height", "length", "batch_size"), ("positive", "negative", "latent")
+    ),
+    "WanFirstLastFrameToVideo": ComfyClass(
+        ("width", "height", "length", "batch_size"), ("positive", "negative", "latent")
+    ),
+    "Wan22ImageToVideoLatent": ComfyClass(("width", "height", "length", "batch_size"), ("LATENT",)),
+    "CLIPVisionLoader": ComfyClass(("clip_name",), ("CLIP_VISION",)),
+    "CLIPVisionEncode": ComfyClass(("crop",), ("CLIP_VISION_OUTPUT",)),
 }
 
 

@@ -279,6 +279,40 @@ EXPORTERS: dict[str, _Out | Callable[[NodeInstance], _Out]] = {
     "LLMGenerate": _Out(
         "TextGenerate", {"clip": "llm"}, {"prompt": "prompt"}, {"text": 0}, convert=_text_generate
     ),
+    # Wan (nodes/comfy/mapping_wan.py): the same widgets and inputs.
+    "WanImageToVideo": _Out(
+        "WanImageToVideo",
+        {
+            "positive": "positive",
+            "negative": "negative",
+            "vae": "vae",
+            "start_image": "start_image",
+            "clip_vision_output": "clip_vision_output",
+        },
+        {},
+        {"positive": 0, "negative": 1, "latent": 2},
+    ),
+    "WanFirstLastFrameToVideo": _Out(
+        "WanFirstLastFrameToVideo",
+        {
+            "positive": "positive",
+            "negative": "negative",
+            "vae": "vae",
+            "start_image": "start_image",
+            "end_image": "end_image",
+            "clip_vision_start_image": "clip_vision_start_image",
+            "clip_vision_end_image": "clip_vision_end_image",
+        },
+        {},
+        {"positive": 0, "negative": 1, "latent": 2},
+    ),
+    "LoadCLIPVision": _Out("CLIPVisionLoader", {}, {}, {"clip_vision": 0}),
+    "CLIPVisionEncode": _Out(
+        "CLIPVisionEncode", {"clip_vision": "clip_vision", "image": "image"}, {}, {"clip_vision_output": 0}
+    ),
+    "Wan22ImageToVideoLatent": _Out(
+        "Wan22ImageToVideoLatent", {"vae": "vae", "start_image": "start_image"}, {}, {"latent": 0}
+    ),
 }
 
 

@@ -2,8 +2,8 @@
 
 Lives here: `ALL_MAPPERS`. Imports `nodes.comfy.mapping`, `nodes.comfy.mapping_sampling`,
 `nodes.comfy.mapping_media`, `nodes.comfy.mapping_text`, `nodes.comfy.mapping_values`,
-`nodes.comfy.mapping_ltx2`, `nodes.comfy.mapping_sigmas`, `nodes.comfy.mapping_cache` (later tables win:
-they delegate to the earlier).
+`nodes.comfy.mapping_ltx2`, `nodes.comfy.mapping_sigmas`, `nodes.comfy.mapping_cache`,
+`nodes.comfy.mapping_wan` (later tables win: they delegate to the earlier).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from nodes.comfy.mapping_sampling import SAMPLING_MAPPERS
 from nodes.comfy.mapping_sigmas import SIGMA_MAPPERS
 from nodes.comfy.mapping_text import TEXT_MAPPERS
 from nodes.comfy.mapping_values import VALUE_MAPPERS
+from nodes.comfy.mapping_wan import WAN_MAPPERS
 
 ALL_MAPPERS: dict[str, Mapper] = {
     **MAPPERS,
@@ -26,4 +27,5 @@ ALL_MAPPERS: dict[str, Mapper] = {
     **LTX2_MAPPERS,  # LTX-2's nodes; CLIPLoader, guiders and VAE decodes of LTX-2 graphs (issue 32)
     **SIGMA_MAPPERS,  # SIGMAS nodes; custom samplers with one, the rest delegated (issue 32)
     **CACHE_MAPPERS,
+    **WAN_MAPPERS,
 }

@@ -43,6 +43,7 @@ from pipelines.diffusion.sampling import (
 from pipelines.diffusion.schedulers import K_PREFIX, make_scheduler
 from pipelines.diffusion.step_cache import step_cache
 from pipelines.diffusion.values import Conditioning, DenoiserRef, Latents
+from pipelines.diffusion.wan_k_sampling import sample_wan_k
 from pipelines.diffusion.wan_sampling import sample_wan
 from pipelines.diffusion.zimage_sampling import sample_zimage
 from pipelines.steps import OnStep, Step
@@ -147,6 +148,8 @@ def sample(
             f"input 'sigmas': a hand-given schedule runs in the loops of {', '.join(SIGMA_LOOPS)} here, "
             f"not {denoiser.family.title}'s yet (disconnect it and set steps)"
         )
+    if wan and settings.scheduler.startswith(K_PREFIX) and settings.scheduler != "k_euler":
+        return sample_wan_k(mm, denoiser, positive, negative, latents, settings, on_step=on_step)
     if denoiser.family.denoiser_call == "wan":  # video latents: its own loop, its own scheduler checks
         return sample_wan(mm, denoiser, positive, negative, latents, settings, on_step=on_step)
     if denoiser.family.denoiser_call == "ltx2":  # video + sound latents: its own loop and checks
