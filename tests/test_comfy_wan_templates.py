@@ -66,15 +66,12 @@ def test_wan_template_imports_and_checks_clean_but_for_its_model_files(
 
 
 def test_the_i2v_templates_length_is_its_duration_times_fps_plus_one(registry) -> None:
-    """The template's length: ComfyMathExpression `floor (a * b + 1)` over two primitives (5 s, 16 fps), which
-    the import writes into the expression (our Math Expression takes a-d as wires)."""
+    """The template's length: ComfyMathExpression `floor (a * b + 1)` over two primitives (5 s, 16 fps). Every
+    value a constant, so the import resolves it (nodes/comfy/mapping_values.py) and the latent takes 81."""
     nodes = import_comfy(template_path("video_wan2_2_14B_i2v"), registry).workflow["nodes"]
-    math = nodes["comfy_math_expression"]
-    assert nodes["wan_image_to_video"]["inputs"]["length"] == ["comfy_math_expression", "int"]
-    out = registry["MathExpression"].run(
-        None, expression=math["params"]["expression"], a=None, b=None, c=None, d=None
-    )
-    assert out["int"] == 81
+    wan = nodes["wan_image_to_video"]
+    assert "length" not in wan["inputs"] and wan["params"]["length"] == 81
+    assert not any(node["type"] == "MathExpression" for node in nodes.values())
 
 
 @pytest.mark.parametrize("name", sorted(VARIANTS))
