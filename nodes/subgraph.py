@@ -206,10 +206,15 @@ def set_definition_workflow(wf: Workflow, def_id: str, inner: Workflow) -> Workf
     d = out.subgraphs[def_id]
     d["nodes"] = {nid: node.to_json() for nid, node in inner.nodes.items()}
     d["ui"] = {"nodes": copy.deepcopy(inner.ui.get("nodes", {}))}
+    if inner.ui.get("groups"):
+        d["ui"]["groups"] = copy.deepcopy(inner.ui["groups"])
     for entry in d.get("inputs", []):
         entry["targets"] = [t for t in entry["targets"] if t[0] in inner.nodes]
     d["outputs"] = [e for e in d.get("outputs", []) if e["source"][0] in inner.nodes]
     d["widgets"] = [w for w in d.get("widgets", []) if w["node"] in inner.nodes]
-    for k, v in inner.subgraphs.items():  # a subgraph made inside this one
-        out.subgraphs.setdefault(k, copy.deepcopy(v))
+    # The inner graph carries copies of the other definitions (definition_workflow): a subgraph made inside
+    # this one, or one nested in it and edited there, is newer than the outer copy.
+    for k, v in inner.subgraphs.items():
+        if k != def_id:
+            out.subgraphs[k] = copy.deepcopy(v)
     return out

@@ -1,0 +1,303 @@
+"""Subgraphs in the editor: Make Subgraph (Ctrl+Shift+G, as in ComfyUI), open one to edit inside (with a
+breadcrumb to go back), show an inner field on the subgraph node, expand it back, save it as a blueprint and
+add blueprints from the palette. Each edit is one undo step on the window's undo stack.
+
+Lives here: `Breadcrumb`, `SubgraphOps`, `install`. Imports Qt, `app.gui.subgraph_commands`,
+`app.gui.subgraph_blueprints`, `app.gui.node_item`, `nodes.subgraph`, `nodes.subgraph_edit` (the window's
+model is a `NestedGraphModel`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from PySide6.QtCore import QEvent, QObject, QPointF, Qt
+from PySide6.QtGui import QAction, QContextMenuEvent, QKeySequence, QUndoCommand
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QMenu, QToolButton, QWidget
+
+from app.gui import theme
+from app.gui.inspector import ParamEditor
+from app.gui.node_item import ROW, NodeItem
+from app.gui.subgraph_blueprints import BlueprintLibrary
+from app.gui.subgraph_commands import EnterCommand, LeaveCommand, PromoteCommand, ReplaceLevelCommand
+from nodes.subgraph import expand_instance, is_instance, make_subgraph
+from nodes.subgraph_edit import NestedGraphModel
+
+if TYPE_CHECKING:
+    from app.gui.main_window import MainWindow
+
+ROOT_NAME = "Graph"
+DEFAULT_TITLE = "New Subgraph"  # ComfyUI's name for a subgraph made from a selection
+
+
+class Breadcrumb(QWidget):
+    """ "Graph > My subgraph" over the canvas's top-left corner while a subgraph is open; each earlier crumb
+    is a button that goes back to that level."""
+
+    def __init__(self, ops: SubgraphOps, parent: QWidget) -> None:
+        super().__init__(parent)
+        self.ops = ops
+        self.setObjectName("subgraphBreadcrumb")
+        self.setAttribute(Qt.WidgetAttribute.WA_StyledBackground, True)
+        self.setStyleSheet(
+            f"#subgraphBreadcrumb {{ background: rgba(20, 21, 25, 225); border: 1px solid {theme.NODE_BORDER};"
+            " border-radius: 6px; }"
+            f" QToolButton {{ color: {theme.TEXT}; border: none; padding: 2px 6px; }}"
+            f" QToolButton:hover {{ color: {theme.SELECTED}; text-decoration: underline; }}"
+            f" QLabel {{ color: {theme.TEXT_DIM}; }}"
+        )
+        self.row = QHBoxLayout(self)
+        self.row.setContentsMargins(6, 3, 8, 3)
+        self.row.setSpacing(2)
+        self.crumbs: list[QToolButton] = []
+
+    def refresh(self) -> None:
+        while self.row.count():
+            item = self.row.takeAt(0)
+            if item.widget() is not None:
+                item.widget().deleteLater()
+        self.crumbs = []
+        names = [ROOT_NAME, *(level.title for level in self.ops.model.levels())]
+        for depth, name in enumerate(names):
+            if depth:
+                self.row.addWidget(QLabel("›"))
+            if depth == len(names) - 1:
+                current = QLabel(f"<b style='color:{theme.TEXT}'>{name}</b>")
+                current.setObjectName("currentCrumb")
+                self.row.addWidget(current)
+                continue
+            button = QToolButton()
+            button.setText(name)
+            button.setToolTip(f"Back to {name}")
+            button.setCursor(Qt.CursorShape.PointingHandCursor)
+            button.clicked.connect(lambda _checked=False, d=depth: self.ops.leave_to(d))
+            self.row.addWidget(button)
+            self.crumbs.append(button)
+        self.setVisible(len(names) > 1)
+        self.adjustSize()
+        self.move(12, 12)
+
+    def text(self) -> str:
+        return " > ".join([ROOT_NAME, *(level.title for level in self.ops.model.levels())])
+
+
+class _InspectorMenus(QObject):
+    """Right-click on a field's label in the inspector: "Show on subgraph node" while a subgraph is open."""
+
+    def __init__(self, ops: SubgraphOps) -> None:
+        super().__init__(ops.window)
+        self.ops = ops
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if event.type() == QEvent.Type.ContextMenu and isinstance(event, QContextMenuEvent):
+            viewport = self.ops.window.inspector.viewport()
+            widget = viewport.childAt(event.pos())
+            menu = self.ops.inspector_menu(widget)
+            if menu is not None:
+                menu.exec(event.globalPos())
+                return True
+        return False
+
+
+class SubgraphOps:
+    """The window's subgraph actions; `install` builds one and adds its menu entries."""
+
+    def __init__(self, window: MainWindow) -> None:
+        self.window = window
+        self.model: NestedGraphModel = window.model  # type: ignore[assignment]
+        self.library = BlueprintLibrary(window)
+        self.breadcrumb = Breadcrumb(self, window.view)
+        self._views: dict[int, dict[str, object]] = {}  # depth -> the view there, to come back to
+        self._depth = 0
+        self.model.subscribe("reset", self._level_changed)
+        window.scene.subgraph_open_requested.connect(self.open_subgraph)
+        self.breadcrumb.refresh()
+
+    # -- levels -----------------------------------------------------------------------------------
+
+    def _level_changed(self) -> None:
+        depth = self.model.depth()
+        if depth != self._depth:
+            view = self.window.view
+            if depth > self._depth:
+                self._views[self._depth] = view.view_state()
+                view.fit()
+            elif not view.restore_view_state(self._views.get(depth, {})):
+                view.fit()
+            self._depth = depth
+        self.breadcrumb.refresh()
+
+    def _push_navigation(self, command: QUndoCommand) -> None:
+        """Opening or leaving a subgraph changes nothing in the file: a saved graph stays saved."""
+        stack = self.window.undo_stack
+        clean = stack.isClean()
+        stack.push(command)
+        if clean:
+            stack.setClean()
+
+    def open_subgraph(self, instance_id: str | None = None) -> bool:
+        ids = [instance_id] if instance_id else self.window.scene.selected_node_ids()
+        ids = [nid for nid in ids if is_instance(self.model.workflow, nid)]
+        if not ids:
+            self.window.status("Select a subgraph node to open it")
+            return False
+        title = self.window.scene.node_items[ids[0]].title()
+        self._push_navigation(EnterCommand(self.model, ids[0], title))
+        self.window.status(f"Editing inside {title}: edits change every instance · {self.breadcrumb.text()}")
+        return True
+
+    def leave_to(self, depth: int = 0) -> None:
+        levels = self.model.depth() - depth
+        if levels <= 0:
+            return
+        names = [ROOT_NAME, *(level.title for level in self.model.levels())]
+        self._push_navigation(LeaveCommand(self.model, levels, names[depth]))
+
+    # -- edits ------------------------------------------------------------------------------------
+
+    def make_subgraph(self, title: str = DEFAULT_TITLE) -> str | None:
+        ids = self.window.scene.selected_node_ids()
+        if not ids:
+            self.window.status("Select the nodes to put in a subgraph")
+            return None
+        wf, instance = make_subgraph(self.model.workflow, ids, title=title)
+        count = len(ids)
+        self.window.undo_stack.push(
+            ReplaceLevelCommand(self.model, wf, f"Make subgraph of {count} node{'s' if count != 1 else ''}")
+        )
+        self._select([instance])
+        self.window.status(f"Made {instance} from {count} node(s): double-click it to edit inside")
+        return instance
+
+    def expand_selected(self) -> list[str]:
+        ids = [nid for nid in self.window.scene.selected_node_ids() if is_instance(self.model.workflow, nid)]
+        if not ids:
+            self.window.status("Select a subgraph node to expand it")
+            return []
+        wf, added = self.model.workflow, []
+        for nid in ids:
+            wf, new = expand_instance(wf, nid)
+            added += new
+        self.window.undo_stack.push(ReplaceLevelCommand(self.model, wf, f"Expand {', '.join(ids)}"))
+        self._select(added)
+        self.window.status(f"Expanded {', '.join(ids)} into {len(added)} node(s)")
+        return added
+
+    def promote(self, node_id: str, param: str) -> bool:
+        if self.model.depth() == 0:
+            self.window.status("Open a subgraph to show its fields on the subgraph node")
+            return False
+        if (node_id, param) in self.model.promoted():
+            self.window.status(f"{node_id}.{param} is already on the subgraph node")
+            return False
+        self.window.undo_stack.push(PromoteCommand(self.model, node_id, param))
+        self.window.status(f"{node_id}.{param} now shows on {self.model.levels()[-1].title}")
+        return True
+
+    def _select(self, ids: list[str]) -> None:
+        scene = self.window.scene
+        scene.clearSelection()
+        for nid in ids:
+            if nid in scene.node_items:
+                scene.node_items[nid].setSelected(True)
+
+    # -- menus ------------------------------------------------------------------------------------
+
+    def param_at(self, scene_pos: QPointF) -> tuple[str, str] | None:
+        """(node, param) of the field row under `scene_pos` on the canvas, if any."""
+        for item in self.window.scene.items(scene_pos):
+            while item.parentItem() is not None:
+                item = item.parentItem()
+            if isinstance(item, NodeItem) and item.spec is not None and not item.is_collapsed():
+                y = item.mapFromScene(scene_pos).y()
+                for param in item.spec.params:
+                    port = item.inputs.get(param.name)
+                    if port is not None and abs(port.y() - y) <= ROW / 2:
+                        return item.node_id, param.name
+                return None
+        return None
+
+    def fill_context_menu(self, menu: QMenu, scene_pos: QPointF) -> None:
+        """Added after the window's own entries (app/gui/edit_ops.py) for the item under the cursor."""
+        ids = self.window.scene.selected_node_ids()
+        menu.addSeparator()
+        field = self.param_at(scene_pos) if self.model.depth() else None
+        if field is not None:
+            action = menu.addAction("Show on subgraph node", lambda: self.promote(*field))
+            action.setEnabled(field not in self.model.promoted())
+        if ids:
+            menu.addAction(self.make_action)
+        if any(is_instance(self.model.workflow, nid) for nid in ids):
+            menu.addAction(self.open_action)
+            menu.addAction(self.expand_action)
+            menu.addAction(self.library.save_action)
+        if self.model.depth():
+            menu.addAction(self.back_action)
+
+    def inspector_menu(self, widget: QWidget | None) -> QMenu | None:
+        """The menu for a right-click on `widget` in the inspector: a field of an inner node while open."""
+        node_id = self.window.inspector.node_id
+        spec = self.model.spec(node_id) if node_id is not None else None
+        if self.model.depth() == 0 or spec is None:
+            return None
+        names = {p.name for p in spec.params}
+        param = None
+        while widget is not None and param is None:
+            if isinstance(widget, ParamEditor):
+                param = widget.param.name
+            elif isinstance(widget, QLabel) and widget.text() in names:
+                param = widget.text()
+            widget = widget.parentWidget()
+        if param is None:
+            return None
+        menu = QMenu(self.window.inspector)
+        action = menu.addAction("Show on subgraph node", lambda: self.promote(node_id, param))
+        action.setEnabled((node_id, param) not in self.model.promoted())
+        return menu
+
+
+def install(window: MainWindow) -> SubgraphOps:
+    """Edit > Make Subgraph, Open / Expand Subgraph, Save as Blueprint; the breadcrumb and right-click menus."""
+    ops = SubgraphOps(window)
+
+    def action(text: str, slot: object, keys: str | None, tip: str) -> QAction:
+        act = QAction(text, window)
+        if keys:
+            act.setShortcut(QKeySequence(keys))
+            act.setShortcutContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
+            tip += f" ({keys})"
+        act.setToolTip(tip)
+        act.triggered.connect(slot)  # type: ignore[arg-type]
+        window.view.addAction(act)
+        return act
+
+    ops.make_action = action(
+        "Make Su&bgraph",
+        lambda: ops.make_subgraph(),
+        "Ctrl+Shift+G",
+        "Put the selected nodes in one subgraph node (wires across the selection become its ports)",
+    )
+    ops.open_action = action(
+        "&Open Subgraph", lambda: ops.open_subgraph(), "Ctrl+Shift+O", "Edit inside the selected subgraph"
+    )
+    ops.expand_action = action(
+        "E&xpand Subgraph",
+        lambda: ops.expand_selected(),
+        "Ctrl+Shift+E",
+        "Put the selected subgraph's nodes back in the graph",
+    )
+    ops.back_action = action(
+        "Back to &Parent Graph",
+        lambda: ops.leave_to(ops.model.depth() - 1),
+        "Alt+Up",
+        "Leave the open subgraph",
+    )
+    menu = window.edit_menu.addMenu("S&ubgraph")
+    for act in (ops.make_action, ops.open_action, ops.expand_action, ops.back_action):
+        menu.addAction(act)
+    menu.addSeparator()
+    menu.addAction(ops.library.save_action)
+    window.view.context_menu_requested.connect(ops.fill_context_menu)
+    ops.inspector_filter = _InspectorMenus(ops)
+    window.inspector.viewport().installEventFilter(ops.inspector_filter)
+    return ops

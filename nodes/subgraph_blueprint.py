@@ -1,0 +1,114 @@
+"""Subgraph blueprints: a subgraph saved on its own, to reuse in any graph (ComfyUI's "Save as blueprint").
+
+Lives here: `BLUEPRINT_KEY`, `blueprint_document`, `read_blueprint`, `blueprint_entries`, `insert_blueprint`.
+Imports `nodes.subgraph`, `nodes.subgraph_spec`, `nodes.workflow`, `nodes.workflow_json`. No Qt; the folder
+is chosen by the caller (the editor: `<user data dir>/blueprints`).
+
+A blueprint file is an ordinary workflow file (it opens like one) holding one instance, its definition and
+every definition nested in it, with `meta.blueprint` set. Inserting it merges those definitions into the
+graph (one already there with the same content is shared, a different one under the same id is renamed) and
+adds an instance with the saved promoted values.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from nodes.subgraph import _unique
+from nodes.subgraph_spec import definition_problems
+from nodes.workflow import FORMAT, VERSION, NodeInstance, Workflow
+
+BLUEPRINT_KEY = "blueprint"
+
+
+def _used(subgraphs: dict[str, Any], def_id: str) -> list[str]:
+    """`def_id` and every definition its inner graph uses, nested ones too."""
+    out, todo = [], [def_id]
+    while todo:
+        d = todo.pop()
+        if d in out or d not in subgraphs:
+            continue
+        out.append(d)
+        todo.extend(raw.get("type") for raw in subgraphs[d].get("nodes", {}).values())
+    return out
+
+
+def blueprint_document(wf: Workflow, instance_id: str) -> dict[str, Any]:
+    """The blueprint file for the instance `instance_id` of `wf` (its definition, nested ones, its values)."""
+    node = wf.nodes[instance_id]
+    if node.type not in wf.subgraphs:
+        raise ValueError(f"{instance_id!r} is not a subgraph instance")
+    d = wf.subgraphs[node.type]
+    title = str(wf.ui.get("nodes", {}).get(instance_id, {}).get("title") or d.get("title") or node.type)
+    slug = re.sub(r"[^a-z0-9]+", "_", title.lower()).strip("_") or "subgraph"
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "meta": {"title": title, BLUEPRINT_KEY: True},
+        "nodes": {slug: {"type": node.type, "params": copy.deepcopy(node.params), "inputs": {}}},
+        "ui": {"nodes": {slug: {"pos": [0.0, 0.0]}}},
+        "subgraphs": {k: copy.deepcopy(wf.subgraphs[k]) for k in _used(wf.subgraphs, node.type)},
+    }
+
+
+def read_blueprint(path: Path) -> dict[str, Any]:
+    """A blueprint file's document; ValueError with a one-line reason naming the file when it is not one."""
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: not a readable blueprint ({exc})") from exc
+    subgraphs = doc.get("subgraphs") if isinstance(doc, dict) else None
+    nodes = doc.get("nodes") if isinstance(doc, dict) else None
+    if not isinstance(subgraphs, dict) or not isinstance(nodes, dict) or len(nodes) != 1:
+        raise ValueError(f"{path}: a blueprint holds one subgraph node and its definitions")
+    (raw,) = nodes.values()
+    if not isinstance(raw, dict) or raw.get("type") not in subgraphs:
+        raise ValueError(f"{path}: its node is not an instance of a subgraph it defines")
+    problems = [p for k, v in subgraphs.items() for p in definition_problems(str(path), k, v)]
+    if problems:
+        raise ValueError(str(problems[0]))
+    return doc
+
+
+def blueprint_entries(folder: Path) -> list[tuple[str, Path]]:
+    """(title, file) for every readable blueprint in `folder`, by title."""
+    out = []
+    for path in sorted(Path(folder).glob("*.json")) if Path(folder).is_dir() else []:
+        try:
+            doc = read_blueprint(path)
+        except ValueError:
+            continue  # a stray or damaged file is not listed; inserting it would say why
+        out.append((str(doc.get("meta", {}).get("title") or path.stem), path))
+    return sorted(out, key=lambda e: e[0].lower())
+
+
+def blueprint_file_name(title: str) -> str:
+    return (re.sub(r"[^A-Za-z0-9_-]+", "_", title).strip("_") or "subgraph") + ".json"
+
+
+def insert_blueprint(wf: Workflow, doc: dict[str, Any], pos: tuple[float, float]) -> tuple[Workflow, str]:
+    """`wf` with the blueprint's definitions merged in and one instance of it at `pos`; returns the new
+    instance's id."""
+    out = wf.copy()
+    incoming: dict[str, Any] = copy.deepcopy(doc["subgraphs"])
+    renamed: dict[str, str] = {}
+    taken = set(out.subgraphs) | set(out.nodes)
+    for def_id in incoming:
+        if def_id in out.subgraphs and out.subgraphs[def_id] != incoming[def_id]:
+            renamed[def_id] = _unique(def_id, taken)
+    for d in incoming.values():  # nested instances point at the renamed definitions
+        for raw in d.get("nodes", {}).values():
+            if raw.get("type") in renamed:
+                raw["type"] = renamed[raw["type"]]
+    for def_id, d in incoming.items():
+        out.subgraphs.setdefault(renamed.get(def_id, def_id), d)
+    ((slug, raw),) = doc["nodes"].items()
+    instance_id = _unique(slug, set(out.nodes))
+    def_id = renamed.get(raw["type"], raw["type"])
+    out.nodes[instance_id] = NodeInstance(instance_id, def_id, copy.deepcopy(raw.get("params", {})), {})
+    out.ui.setdefault("nodes", {})[instance_id] = {"pos": [float(pos[0]), float(pos[1])]}
+    return out, instance_id
