@@ -1,6 +1,6 @@
 """Subgraph blueprints: a subgraph saved on its own, to reuse in any graph (ComfyUI's "Save as blueprint").
 
-Lives here: `BLUEPRINT_KEY`, `blueprint_document`, `read_blueprint`, `blueprint_entries`, `insert_blueprint`.
+Lives here: `BLUEPRINT_KEY`, `blueprint_title`, `blueprint_document`, `blueprint_file_name`, `read_blueprint`, `blueprint_entries`, `insert_blueprint`.
 Imports `nodes.subgraph`, `nodes.subgraph_spec`, `nodes.workflow`, `nodes.workflow_json`. No Qt; the folder
 is chosen by the caller (the editor: `<user data dir>/blueprints`).
 
@@ -37,13 +37,18 @@ def _used(subgraphs: dict[str, Any], def_id: str) -> list[str]:
     return out
 
 
-def blueprint_document(wf: Workflow, instance_id: str) -> dict[str, Any]:
-    """The blueprint file for the instance `instance_id` of `wf` (its definition, nested ones, its values)."""
+def blueprint_title(wf: Workflow, instance_id: str) -> str:
+    d = wf.subgraphs.get(wf.nodes[instance_id].type, {})
+    return str(wf.ui.get("nodes", {}).get(instance_id, {}).get("title") or d.get("title") or instance_id)
+
+
+def blueprint_document(wf: Workflow, instance_id: str, title: str | None = None) -> dict[str, Any]:
+    """The blueprint file for the instance `instance_id` of `wf` (its definition, nested ones, its values),
+    called `title` (else the instance's title); its instances are called that too."""
     node = wf.nodes[instance_id]
     if node.type not in wf.subgraphs:
         raise ValueError(f"{instance_id!r} is not a subgraph instance")
-    d = wf.subgraphs[node.type]
-    title = str(wf.ui.get("nodes", {}).get(instance_id, {}).get("title") or d.get("title") or node.type)
+    title = title or blueprint_title(wf, instance_id)
     slug = re.sub(r"[^a-z0-9]+", "_", title.lower()).strip("_") or "subgraph"
     return {
         "format": FORMAT,
@@ -51,7 +56,10 @@ def blueprint_document(wf: Workflow, instance_id: str) -> dict[str, Any]:
         "meta": {"title": title, BLUEPRINT_KEY: True},
         "nodes": {slug: {"type": node.type, "params": copy.deepcopy(node.params), "inputs": {}}},
         "ui": {"nodes": {slug: {"pos": [0.0, 0.0]}}},
-        "subgraphs": {k: copy.deepcopy(wf.subgraphs[k]) for k in _used(wf.subgraphs, node.type)},
+        "subgraphs": {
+            k: copy.deepcopy(wf.subgraphs[k]) | ({"title": title} if k == node.type else {})
+            for k in _used(wf.subgraphs, node.type)
+        },
     }
 
 

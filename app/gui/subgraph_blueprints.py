@@ -22,6 +22,7 @@ from nodes.subgraph_blueprint import (
     blueprint_document,
     blueprint_entries,
     blueprint_file_name,
+    blueprint_title,
     insert_blueprint,
     read_blueprint,
 )
@@ -60,25 +61,23 @@ class BlueprintLibrary:
         if not ids:
             w.status("Select a subgraph node to save it as a blueprint")
             return None
-        doc = blueprint_document(w.model.workflow, ids[0])
         if title is None:
             title, ok = QInputDialog.getText(
-                w, "Save as blueprint", "Blueprint name:", text=doc["meta"]["title"]
+                w, "Save as blueprint", "Blueprint name:", text=blueprint_title(w.model.workflow, ids[0])
             )
             if not ok or not title.strip():
                 return None
-        doc["meta"]["title"] = title.strip()
-        (node,) = doc["nodes"].values()
-        doc["subgraphs"][node["type"]]["title"] = title.strip()  # its instances are called that too
+        title = title.strip()
+        doc = blueprint_document(w.model.workflow, ids[0], title)
         folder = blueprint_folder()
-        path = folder / blueprint_file_name(title.strip())
+        path = folder / blueprint_file_name(title)
         try:
             folder.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(doc, indent=1), encoding="utf-8")
         except OSError as exc:
             w.status(f"Could not save the blueprint to {path}: {exc.strerror or exc}")
             return None
-        w.status(f"Saved blueprint {title.strip()!r} to {path}: in the palette under {BLUEPRINT_CATEGORY}")
+        w.status(f"Saved blueprint {title!r} to {path}: in the palette under {BLUEPRINT_CATEGORY}")
         return path
 
     def insert(self, file: str, pos: QPointF) -> str | None:
