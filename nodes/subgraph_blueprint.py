@@ -103,18 +103,23 @@ def insert_blueprint(wf: Workflow, doc: dict[str, Any], pos: tuple[float, float]
     instance's id."""
     out = wf.copy()
     incoming: dict[str, Any] = copy.deepcopy(doc["subgraphs"])
-    renamed: dict[str, str] = {}
-    taken = set(out.subgraphs) | set(out.nodes)
-    for def_id in incoming:
-        if def_id in out.subgraphs and out.subgraphs[def_id] != incoming[def_id]:
-            renamed[def_id] = _unique(def_id, taken)
-    for d in incoming.values():  # nested instances point at the renamed definitions
-        for raw in d.get("nodes", {}).values():
-            if raw.get("type") in renamed:
-                raw["type"] = renamed[raw["type"]]
-    for def_id, d in incoming.items():
-        out.subgraphs.setdefault(renamed.get(def_id, def_id), d)
     ((slug, raw),) = doc["nodes"].items()
+    order = _used(incoming, raw["type"])
+    order += [k for k in incoming if k not in order]
+    renamed: dict[str, str] = {}
+    for def_id in reversed(order):  # nested definitions first: the ones using them name them as merged
+        d = incoming[def_id]
+        for inner in d.get("nodes", {}).values():
+            if inner.get("type") in renamed:
+                inner["type"] = renamed[inner["type"]]
+        same = next((k for k, v in out.subgraphs.items() if v == d), None)
+        if same is not None:
+            renamed[def_id] = same
+        elif def_id in out.subgraphs or def_id in out.nodes:
+            renamed[def_id] = _unique(def_id, set(out.subgraphs) | set(out.nodes))
+            out.subgraphs[renamed[def_id]] = d
+        else:
+            out.subgraphs[def_id] = d
     instance_id = _unique(slug, set(out.nodes))
     def_id = renamed.get(raw["type"], raw["type"])
     out.nodes[instance_id] = NodeInstance(instance_id, def_id, copy.deepcopy(raw.get("params", {})), {})

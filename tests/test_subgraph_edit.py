@@ -1,0 +1,98 @@
+"""The model under the editor's subgraphs, without Qt: a NestedGraphModel opens a definition, edits inside
+reach every instance and the saved file, nested subgraphs fold back, blueprints merge their definitions, and a
+ComfyUI file's instances fold into shared definitions."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from nodes.comfy.subgraph_fold import comfy_instances
+from nodes.registry import default_registry
+from nodes.subgraph import expand_subgraphs, make_subgraph
+from nodes.subgraph_blueprint import blueprint_document, blueprint_entries, insert_blueprint, read_blueprint
+from nodes.subgraph_edit import NestedGraphModel
+from nodes.workflow import Workflow, load_workflow, validate
+from tests.comfy_subgraph_fixtures import prompts_subgraph_file, shared_encode_file
+
+REPO = Path(__file__).resolve().parent.parent
+TXT2IMG = REPO / "resources/workflows/txt2img.json"
+
+
+@pytest.fixture(scope="module")
+def reg():  # noqa: ANN201
+    return default_registry(entry_point_packs=False)
+
+
+def _texts(wf: Workflow) -> list[str]:
+    return sorted(n.params["text"] for n in expand_subgraphs(wf).nodes.values() if n.type == "TextEncode")
+
+
+def test_edits_inside_reach_every_instance_and_the_saved_workflow(reg) -> None:  # noqa: ANN001
+    wf, one = make_subgraph(load_workflow(TXT2IMG, reg), ["positive"], title="Prompt")
+    model = NestedGraphModel(reg, wf)
+    two = model.paste(model.snapshot([one]))[0]
+    assert model.spec(two) is not None and model.spec(two).category == "subgraphs"
+    model.enter(one)
+    assert model.node_ids() == ["positive"] and model.depth() == 1
+    model.set_param("positive", "text", "inside")
+    saved = model.to_workflow()  # while still inside
+    assert validate(saved, reg) == []
+    assert _texts(saved).count("inside") == 2
+    assert model.leave() == [one] and model.depth() == 0
+    assert _texts(model.to_workflow()).count("inside") == 2
+
+
+def test_a_nested_subgraph_edited_two_levels_down_folds_into_the_root(reg) -> None:  # noqa: ANN001
+    wf, inner = make_subgraph(load_workflow(TXT2IMG, reg), ["positive"], title="Inner")
+    wf, outer = make_subgraph(wf, [inner, "negative"], title="Outer")
+    model = NestedGraphModel(reg, wf)
+    model.enter(outer)
+    model.enter(inner)
+    assert [level.title for level in model.levels()] == ["Outer", "Inner"]
+    model.set_param("positive", "text", "deep")
+    assert "deep" in _texts(model.to_workflow())
+    model.leave(2)
+    assert "deep" in _texts(model.to_workflow()) and model.depth() == 0
+
+
+def test_promote_inside_puts_the_field_on_every_instance(reg) -> None:  # noqa: ANN001
+    wf, one = make_subgraph(load_workflow(TXT2IMG, reg), ["sampler"], title="S")
+    model = NestedGraphModel(reg, wf)
+    model.enter(one)
+    model.set_parent_workflow(model.promote("sampler", "steps"))
+    assert model.promoted() == {("sampler", "steps")}
+    model.leave()
+    spec = model.spec(one)
+    assert [p.name for p in spec.params] == ["sampler.steps"]
+    model.set_param(one, "sampler.steps", 3)
+    assert expand_subgraphs(model.to_workflow()).nodes[f"{one}/sampler"].params["steps"] == 3
+
+
+def test_blueprint_round_trip_and_a_clashing_definition_is_renamed(tmp_path: Path, reg) -> None:  # noqa: ANN001
+    wf, one = make_subgraph(load_workflow(TXT2IMG, reg), ["positive", "negative"], title="Pair")
+    doc = blueprint_document(wf, one, "My pair")
+    path = tmp_path / "My_pair.json"
+    path.write_text(json.dumps(doc))
+    assert blueprint_entries(tmp_path) == [("My pair", path)]
+    doc = read_blueprint(path)
+    # Into the graph it came from: the retitled definition differs from the one there, so it gets its own id.
+    merged, added = insert_blueprint(wf, doc, (5.0, 6.0))
+    assert len(merged.subgraphs) == 2 and merged.nodes[added].type != merged.nodes[one].type
+    assert validate(merged, reg) == []
+    # Twice into one graph: the second shares the first's definition.
+    again, second = insert_blueprint(merged, doc, (50.0, 6.0))
+    assert len(again.subgraphs) == 2 and again.nodes[second].type == again.nodes[added].type
+    (tmp_path / "broken.json").write_text("{")
+    assert [title for title, _ in blueprint_entries(tmp_path)] == ["My pair"]  # a damaged file is not listed
+    with pytest.raises(ValueError, match="broken.json"):
+        read_blueprint(tmp_path / "broken.json")
+
+
+def test_comfy_instances_are_found_with_their_names_and_places() -> None:
+    assert [(i.path, i.title, i.pos) for i in comfy_instances(prompts_subgraph_file())] == [
+        ("10", "Prompts", (350.0, 0.0))
+    ]
+    assert [i.path for i in comfy_instances(shared_encode_file())] == ["10", "11"]
