@@ -61,13 +61,23 @@ def make_subgraph(
         inner_nodes[nid] = raw
     outputs: dict[Link, str] = {}
     out_names: set[str] = set()
+    leaving = {
+        ln
+        for nid, n in out.nodes.items()
+        if nid not in inside
+        for ln in n.inputs.values()
+        if ln.node in inside
+    }
+    # Two inner outputs of one name ("conditioning" of both prompts) are named by their nodes instead.
+    shared = {o for o in (ln.output for ln in leaving) if sum(ln.output == o for ln in leaving) > 1}
     for nid, node in out.nodes.items():
         if nid in inside:
             continue
         for port, link in list(node.inputs.items()):
             if link.node in inside:
                 if link not in outputs:
-                    outputs[link] = _unique(link.output, out_names)
+                    name = link.node if link.output in shared else link.output
+                    outputs[link] = _unique(name, out_names)
                 node.inputs[port] = Link(instance_id, outputs[link])
     ui_nodes = out.ui.get("nodes", {})
     inner_ui = {nid: ui_nodes.pop(nid) for nid in chosen if nid in ui_nodes}

@@ -20,6 +20,7 @@ from app.gui.inspector import ParamEditor
 from app.gui.node_item import ROW, NodeItem
 from app.gui.subgraph_blueprints import BlueprintLibrary
 from app.gui.subgraph_commands import EnterCommand, LeaveCommand, PromoteCommand, ReplaceLevelCommand
+from app.gui.subgraph_item import BoundaryTag
 from nodes.subgraph import expand_instance, is_instance, make_subgraph
 from nodes.subgraph_edit import NestedGraphModel
 
@@ -54,7 +55,8 @@ class Breadcrumb(QWidget):
     def refresh(self) -> None:
         while self.row.count():
             item = self.row.takeAt(0)
-            if item.widget() is not None:
+            if item.widget() is not None:  # hidden now: deleteLater leaves it painted until the loop runs
+                item.widget().hide()
                 item.widget().deleteLater()
         self.crumbs = []
         names = [ROOT_NAME, *(level.title for level in self.ops.model.levels())]
@@ -126,6 +128,27 @@ class SubgraphOps:
                 view.fit()
             self._depth = depth
         self.breadcrumb.refresh()
+        self.tag_boundary()
+
+    def tag_boundary(self) -> list[BoundaryTag]:
+        """Inside a subgraph: tag the inner ports its node's inputs feed and its outputs come from."""
+        if not self.model.depth():
+            return []
+        level = self.model.levels()[-1]
+        d = level.outer.subgraphs.get(level.def_id, {})
+        items = self.window.scene.node_items
+        tags = [
+            BoundaryTag(items[node], port, "in", entry["name"])
+            for entry in d.get("inputs", [])
+            for node, port in entry["targets"]
+            if node in items
+        ]
+        tags += [
+            BoundaryTag(items[e["source"][0]], e["source"][1], "out", e["name"])
+            for e in d.get("outputs", [])
+            if e["source"][0] in items
+        ]
+        return tags
 
     def _push_navigation(self, command: QUndoCommand) -> None:
         """Opening or leaving a subgraph changes nothing in the file: a saved graph stays saved."""
