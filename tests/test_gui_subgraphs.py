@@ -7,11 +7,12 @@ subgraphs and runs the graph its flattened import runs."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
 from PySide6.QtCore import QPoint, QPointF, Qt
-from PySide6.QtWidgets import QLabel
+from PySide6.QtWidgets import QApplication, QLabel
 from pytestqt.qtbot import QtBot
 
 from app.gui.palette import BLUEPRINT_ROLE
@@ -25,6 +26,7 @@ from tests.gui_support import make_window
 
 REPO = Path(__file__).resolve().parent.parent
 TXT2IMG = REPO / "resources/workflows/txt2img.json"
+TEXT_DEMO = REPO / "resources/workflows/text_demo.json"
 
 pytestmark = pytest.mark.slow  # each builds a main window (~0.6-1 s here)
 
@@ -254,3 +256,24 @@ def test_comfy_subgraphs_open_as_subgraphs_and_run_the_flattened_graph(
     win.subgraph_ops.open_subgraph(instances[0])
     assert {win.model.node(n).type for n in win.model.node_ids()} == {"TextEncode"}
     assert win.subgraph_ops.breadcrumb.text() == f"Graph > {title}"
+
+
+def test_a_run_shows_the_inner_nodes_on_the_subgraph_node(qtbot: QtBot, tmp_path: Path, registry) -> None:
+    win = make_window(qtbot, tmp_path, registry, for_runs=True)
+    win.set_workflow(load_workflow(TEXT_DEMO, registry), None)
+    _select(win, ["name", "greeting"])
+    instance = win.subgraph_ops.make_subgraph("Greeting")
+    assert win.run_workflow()
+    deadline = time.monotonic() + 60
+    while (
+        win.last_result is None or win.runner.running
+    ):  # processEvents + sleep: the run thread needs the GIL
+        assert time.monotonic() < deadline, "the run did not finish"
+        QApplication.processEvents()
+        time.sleep(0.01)
+    assert win.last_result.ok
+    state = win.scene.run_states[instance]
+    inner = [win.scene.run_states[f"{instance}/{n}"] for n in ("name", "greeting")]
+    assert state.status == "done" and state.seconds == pytest.approx(sum(s.seconds for s in inner))
+    assert "Ran in" in win.scene.node_items[instance].toolTip()
+    assert win.output.text_by_node["show"] == "Hello from Nodeloom!"  # what the flat graph shows

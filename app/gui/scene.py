@@ -47,6 +47,7 @@ class GraphScene(WiringMixin, QGraphicsScene):
     # the palette filtered to nodes that can take it, and wires the chosen one.
     wire_dropped = Signal(str, str, str, str, QPointF)
     subgraph_open_requested = Signal(str)  # a subgraph instance's Open row or body double-clicked
+    hidden_run_state = Signal(str)  # a run state for a node not on the canvas (inside a subgraph instance)
 
     def __init__(self, model: GraphModel, undo_stack: QUndoStack, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -191,6 +192,8 @@ class GraphScene(WiringMixin, QGraphicsScene):
         self.run_states[node_id] = state
         if node_id in self.node_items:
             self.node_items[node_id].set_state(state)
+        else:
+            self.hidden_run_state.emit(node_id)
 
     def clear_run_states(self) -> None:
         for nid in list(self.run_states):

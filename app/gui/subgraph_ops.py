@@ -17,7 +17,7 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QMenu, QToolButton, QWidget
 
 from app.gui import theme
 from app.gui.inspector import ParamEditor
-from app.gui.node_item import ROW, NodeItem
+from app.gui.node_item import ROW, NodeItem, NodeRunState
 from app.gui.subgraph_blueprints import BlueprintLibrary
 from app.gui.subgraph_commands import EnterCommand, LeaveCommand, PromoteCommand, ReplaceLevelCommand
 from app.gui.subgraph_item import BoundaryTag
@@ -113,6 +113,7 @@ class SubgraphOps:
         self._depth = 0
         self.model.subscribe("reset", self._level_changed)
         window.scene.subgraph_open_requested.connect(self.open_subgraph)
+        window.scene.hidden_run_state.connect(self.show_inner_state)
         self.breadcrumb.refresh()
 
     # -- levels -----------------------------------------------------------------------------------
@@ -175,6 +176,25 @@ class SubgraphOps:
             return
         names = [ROOT_NAME, *(level.title for level in self.model.levels())]
         self._push_navigation(LeaveCommand(self.model, levels, names[depth]))
+
+    # -- run states -------------------------------------------------------------------------------
+
+    def show_inner_state(self, run_id: str) -> None:
+        """A run names the nodes it runs by their path ("prompts/positive"): show each on the node the
+        canvas has for it, an instance summing up its inner nodes (running while one runs, done with their
+        total time once all are done, the first error)."""
+        scene = self.window.scene
+        prefix = "".join(f"{level.instance}/" for level in self.model.levels())
+        if not run_id.startswith(prefix):
+            return
+        shown = run_id[len(prefix) :].split("/", 1)[0]
+        if shown not in scene.node_items or prefix + shown == run_id:
+            return
+        inner = f"{prefix}{shown}/"
+        states = [s for k, s in scene.run_states.items() if k.startswith(inner)]
+        planned = [n for n in getattr(self.window, "_planned", []) if n.startswith(inner)]
+        scene.run_states[shown] = state = summary_state(states, len(planned))
+        scene.node_items[shown].set_state(state)
 
     # -- edits ------------------------------------------------------------------------------------
 
@@ -277,6 +297,27 @@ class SubgraphOps:
         action = menu.addAction("Show on subgraph node", lambda: self.promote(node_id, param))
         action.setEnabled((node_id, param) not in self.model.promoted())
         return menu
+
+
+def summary_state(states: list[NodeRunState], planned: int) -> NodeRunState:
+    """One state for a subgraph instance from its inner nodes' states (`planned` of them in the run)."""
+    by = {s.status for s in states}
+    if "error" in by:
+        return next(s for s in states if s.status == "error")
+    running = [s for s in states if s.status == "running"]
+    if running:
+        return running[-1]
+    finished = [s for s in states if s.status in ("done", "cached")]
+    if finished and len(finished) >= planned:
+        if all(s.status == "cached" for s in finished):
+            return NodeRunState("cached")
+        return NodeRunState("done", seconds=sum(s.seconds for s in finished))
+    if finished:  # between two inner nodes
+        return NodeRunState("running", len(finished), planned)
+    for status in ("cancelled", "queued", "skipped"):
+        if status in by:
+            return NodeRunState(status)
+    return NodeRunState()
 
 
 def install(window: MainWindow) -> SubgraphOps:
