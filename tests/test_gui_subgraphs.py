@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import QPoint, QPointF, Qt
-from PySide6.QtWidgets import QApplication, QLabel
+from PySide6.QtCore import QPoint, QPointF, Qt, QUrl
+from PySide6.QtWidgets import QApplication, QLabel, QMenu
 from pytestqt.qtbot import QtBot
 
 from app.gui.palette import BLUEPRINT_ROLE
@@ -157,8 +157,13 @@ def test_promote_from_the_canvas_row_context_menu(qtbot: QtBot, tmp_path: Path, 
     win.subgraph_ops.open_subgraph(instance)
     item = win.scene.node_items["sampler"]
     steps = item.inputs["steps"]
-    assert win.subgraph_ops.param_at(item.mapToScene(QPointF(60, steps.y()))) == ("sampler", "steps")
-    assert win.subgraph_ops.promote("sampler", "steps")
+    at = item.mapToScene(QPointF(60, steps.y()))
+    assert win.subgraph_ops.param_at(at) == ("sampler", "steps")
+    menu = QMenu()
+    win.view.context_menu_requested.emit(menu, at)  # what a right-click there builds
+    (show,) = [a for a in menu.actions() if a.text() == "Show on subgraph node"]
+    show.trigger()
+    assert ("sampler", "steps") in win.model.promoted()
     assert not win.subgraph_ops.promote("sampler", "steps")  # once is enough
     win.undo_stack.undo()
     assert ("sampler", "steps") not in win.model.promoted()
@@ -179,6 +184,7 @@ def test_blueprint_saved_listed_in_the_palette_and_added_to_another_graph(
     first = win.palette.list.item(0)
     assert first.text().startswith("Prompt pair") and "Blueprints" in first.text()
     assert first.data(BLUEPRINT_ROLE) == str(path)
+    assert win.palette.list.mimeData([first]).urls() == [QUrl.fromLocalFile(str(path))]  # what a drag carries
     win.palette.search.setText("prompt pa")
     win.palette.list.setCurrentRow(0)
     win.palette.accept_current()  # Enter, a click or a double-click
@@ -277,3 +283,17 @@ def test_a_run_shows_the_inner_nodes_on_the_subgraph_node(qtbot: QtBot, tmp_path
     assert state.status == "done" and state.seconds == pytest.approx(sum(s.seconds for s in inner))
     assert "Ran in" in win.scene.node_items[instance].toolTip()
     assert win.output.text_by_node["show"] == "Hello from Nodeloom!"  # what the flat graph shows
+    # Run again from inside: the whole graph runs (all cached), its inner nodes' states on the inner nodes.
+    win.subgraph_ops.open_subgraph(instance)
+    win.last_result = None
+    assert win.run_workflow()
+    deadline = time.monotonic() + 60
+    while win.last_result is None or win.runner.running:
+        assert time.monotonic() < deadline, "the run did not finish"
+        QApplication.processEvents()
+        time.sleep(0.01)
+    assert win.last_result.ok
+    assert {nid: item.state.status for nid, item in win.scene.node_items.items()} == {
+        "name": "cached",
+        "greeting": "cached",
+    }

@@ -188,7 +188,11 @@ class SubgraphOps:
         if not run_id.startswith(prefix):
             return
         shown = run_id[len(prefix) :].split("/", 1)[0]
-        if shown not in scene.node_items or prefix + shown == run_id:
+        if shown not in scene.node_items:
+            return
+        if prefix + shown == run_id:  # a node of the open subgraph itself
+            scene.run_states[shown] = scene.run_states[run_id]
+            scene.node_items[shown].set_state(scene.run_states[run_id])
             return
         inner = f"{prefix}{shown}/"
         states = [s for k, s in scene.run_states.items() if k.startswith(inner)]
