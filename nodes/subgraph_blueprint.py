@@ -1,6 +1,7 @@
 """Subgraph blueprints: a subgraph saved on its own, to reuse in any graph (ComfyUI's "Save as blueprint").
 
-Lives here: `BLUEPRINT_KEY`, `blueprint_title`, `blueprint_document`, `blueprint_file_name`, `read_blueprint`, `blueprint_entries`, `insert_blueprint`.
+Lives here: `BLUEPRINT_KEY`, `used_definitions`, `blueprint_title`, `blueprint_document`, `blueprint_file_name`,
+`merge_definitions`, `read_blueprint`, `blueprint_entries`, `insert_blueprint`.
 Imports `nodes.subgraph`, `nodes.subgraph_spec`, `nodes.workflow`, `nodes.workflow_json`. No Qt; the folder
 is chosen by the caller (the editor: `<user data dir>/blueprints`).
 
@@ -25,7 +26,7 @@ from nodes.workflow import FORMAT, VERSION, NodeInstance, Workflow
 BLUEPRINT_KEY = "blueprint"
 
 
-def _used(subgraphs: dict[str, Any], def_id: str) -> list[str]:
+def used_definitions(subgraphs: dict[str, Any], def_id: str) -> list[str]:
     """`def_id` and every definition its inner graph uses, nested ones too."""
     out, todo = [], [def_id]
     while todo:
@@ -58,7 +59,7 @@ def blueprint_document(wf: Workflow, instance_id: str, title: str | None = None)
         "ui": {"nodes": {slug: {"pos": [0.0, 0.0]}}},
         "subgraphs": {
             k: copy.deepcopy(wf.subgraphs[k]) | ({"title": title} if k == node.type else {})
-            for k in _used(wf.subgraphs, node.type)
+            for k in used_definitions(wf.subgraphs, node.type)
         },
     }
 
@@ -98,28 +99,43 @@ def blueprint_file_name(title: str) -> str:
     return (re.sub(r"[^A-Za-z0-9_-]+", "_", title).strip("_") or "subgraph") + ".json"
 
 
-def insert_blueprint(wf: Workflow, doc: dict[str, Any], pos: tuple[float, float]) -> tuple[Workflow, str]:
-    """`wf` with the blueprint's definitions merged in and one instance of it at `pos`; returns the new
-    instance's id."""
-    out = wf.copy()
-    incoming: dict[str, Any] = copy.deepcopy(doc["subgraphs"])
-    ((slug, raw),) = doc["nodes"].items()
-    order = _used(incoming, raw["type"])
-    order += [k for k in incoming if k not in order]
+def merge_definitions(
+    existing: dict[str, Any],
+    incoming: dict[str, Any],
+    taken: set[str] = frozenset(),  # type: ignore[assignment]
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """`existing` definitions plus `incoming` ones (a new dict; neither is changed): one already there with the
+    same content is shared, a different one under a used id (or one in `taken`) is renamed. Returns (merged,
+    incoming id -> id in merged)."""
+    merged = dict(existing)
+    incoming = copy.deepcopy(incoming)
+    order: list[str] = []
+    for def_id in incoming:
+        order += [k for k in used_definitions(incoming, def_id) if k not in order]
     renamed: dict[str, str] = {}
     for def_id in reversed(order):  # nested definitions first: the ones using them name them as merged
         d = incoming[def_id]
         for inner in d.get("nodes", {}).values():
             if inner.get("type") in renamed:
                 inner["type"] = renamed[inner["type"]]
-        same = next((k for k, v in out.subgraphs.items() if v == d), None)
+        same = next((k for k, v in merged.items() if v == d), None)
         if same is not None:
             renamed[def_id] = same
-        elif def_id in out.subgraphs or def_id in out.nodes:
-            renamed[def_id] = _unique(def_id, set(out.subgraphs) | set(out.nodes))
-            out.subgraphs[renamed[def_id]] = d
+        elif def_id in merged or def_id in taken:
+            renamed[def_id] = _unique(def_id, set(merged) | set(taken))
+            merged[renamed[def_id]] = d
         else:
-            out.subgraphs[def_id] = d
+            renamed[def_id] = def_id
+            merged[def_id] = d
+    return merged, renamed
+
+
+def insert_blueprint(wf: Workflow, doc: dict[str, Any], pos: tuple[float, float]) -> tuple[Workflow, str]:
+    """`wf` with the blueprint's definitions merged in and one instance of it at `pos`; returns the new
+    instance's id."""
+    out = wf.copy()
+    out.subgraphs, renamed = merge_definitions(out.subgraphs, doc["subgraphs"], set(out.nodes))
+    ((slug, raw),) = doc["nodes"].items()
     instance_id = _unique(slug, set(out.nodes))
     def_id = renamed.get(raw["type"], raw["type"])
     out.nodes[instance_id] = NodeInstance(instance_id, def_id, copy.deepcopy(raw.get("params", {})), {})

@@ -2,7 +2,7 @@
 graph, opened from an instance), while saves and runs see the whole workflow.
 
 Lives here: `Level`, `NestedGraphModel`. Imports `nodes.graph_model`, `nodes.registry`, `nodes.subgraph`,
-`nodes.subgraph_spec`, `nodes.workflow`. No Qt (app/gui/subgraph_*.py wraps these calls in undo commands).
+`nodes.subgraph_spec`, `nodes.subgraph_blueprint` (merging pasted definitions), `nodes.workflow`. No Qt (app/gui/subgraph_*.py wraps these calls in undo commands).
 
 `NestedGraphModel.workflow` is the level on the canvas, so every existing edit (add, wire, move, set a
 param...) edits it unchanged; an edit inside an opened subgraph changes its definition, which every instance
@@ -14,6 +14,8 @@ was made on.
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +23,7 @@ from nodes.graph_model import GraphModel
 from nodes.registry import NodeRegistry
 from nodes.spec import NodeSpec
 from nodes.subgraph import definition_workflow, promote_widget, set_definition_workflow
+from nodes.subgraph_blueprint import merge_definitions, used_definitions
 from nodes.subgraph_spec import SubgraphRegistry
 from nodes.workflow import Workflow
 
@@ -145,6 +148,41 @@ class NestedGraphModel(GraphModel):
         """The graph around the open subgraph with `node_id.param` shown on its instances (not applied)."""
         outer = self.parent_workflow()
         return promote_widget(outer, self.registry_for(outer), self._stack[-1].def_id, node_id, param)
+
+    # -- copy and paste carry the definitions their instances need ---------------------------------
+
+    def snapshot(
+        self,
+        node_ids: Iterable[str],
+        group_indices: Iterable[int] = (),
+        inputs: Iterable[tuple[str, str]] = (),
+    ) -> dict[str, Any]:
+        out = super().snapshot(node_ids, group_indices, inputs)
+        defs = self.workflow.subgraphs
+        used = [raw["type"] for raw in out["nodes"].values() if raw["type"] in defs]
+        if used:
+            out["subgraphs"] = {k: copy.deepcopy(defs[k]) for d in used for k in used_definitions(defs, d)}
+        return out
+
+    def _with_definitions(self, snapshot: dict[str, Any]) -> dict[str, Any]:
+        """Merge a snapshot's definitions into the shown level (into another file, they may be new there);
+        returns the snapshot with its instances pointing at the merged ids."""
+        incoming = snapshot.get("subgraphs")
+        if not isinstance(incoming, dict) or not incoming:
+            return snapshot
+        merged, renamed = merge_definitions(self.workflow.subgraphs, incoming, set(self.workflow.nodes))
+        self.workflow.subgraphs = merged  # a new dict: the registry rebuilds
+        snapshot = copy.deepcopy(snapshot)
+        for raw in snapshot.get("nodes", {}).values():
+            if isinstance(raw, dict) and raw.get("type") in renamed:
+                raw["type"] = renamed[raw["type"]]
+        return snapshot
+
+    def paste(self, snapshot: dict[str, Any], offset: tuple[float, float] = (40.0, 40.0)) -> list[str]:
+        return super().paste(self._with_definitions(snapshot), offset)
+
+    def restore(self, snapshot: dict[str, Any]) -> None:
+        super().restore(self._with_definitions(snapshot))
 
     def registry_for(self, wf: Workflow) -> NodeRegistry:
         return SubgraphRegistry(self.base_registry, wf.subgraphs) if wf.subgraphs else self.base_registry

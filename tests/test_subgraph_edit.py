@@ -96,3 +96,30 @@ def test_comfy_instances_are_found_with_their_names_and_places() -> None:
         ("10", "Prompts", (350.0, 0.0))
     ]
     assert [i.path for i in comfy_instances(shared_encode_file())] == ["10", "11"]
+
+
+def test_a_copied_instance_pastes_into_another_graph_with_its_definition(reg) -> None:  # noqa: ANN001
+    wf, one = make_subgraph(load_workflow(TXT2IMG, reg), ["positive", "negative"], title="Pair")
+    source = NestedGraphModel(reg, wf)
+    clip = json.loads(json.dumps(source.snapshot([one])))  # through the clipboard's JSON
+    other = NestedGraphModel(reg, Workflow())
+    (pasted,) = other.paste(clip)
+    assert other.spec(pasted) is not None and other.spec(pasted).category == "subgraphs"
+    assert len(expand_subgraphs(other.to_workflow()).nodes) == 2
+    (again,) = other.paste(clip)  # a second paste shares the definition
+    assert len(other.to_workflow().subgraphs) == 1 and other.node(again).type == other.node(pasted).type
+
+
+def test_make_a_subgraph_inside_a_subgraph(reg) -> None:  # noqa: ANN001
+    wf, outer = make_subgraph(load_workflow(TXT2IMG, reg), ["positive", "negative", "sampler"], title="Outer")
+    model = NestedGraphModel(reg, wf)
+    model.enter(outer)
+    inner_wf, inner = make_subgraph(model.workflow, ["positive", "negative"], title="Inner")
+    model.replace(inner_wf)
+    assert model.spec(inner) is not None
+    model.leave()
+    root = model.to_workflow()
+    assert len(root.subgraphs) == 2 and validate(root, reg) == []
+    assert sorted(n.type for n in expand_subgraphs(root).nodes.values()) == sorted(
+        n.type for n in load_workflow(TXT2IMG, reg).nodes.values()
+    )
