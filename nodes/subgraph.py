@@ -1,6 +1,6 @@
 """Subgraph edits on a workflow, without Qt: make one from a selection, expand it back, promote a widget, flatten.
 
-Lives here: `make_subgraph`, `expand_instance`, `expand_subgraphs`, `promote_widget`, `definition_workflow`,
+Lives here: `make_subgraph`, `expand_instance`, `expand_subgraphs`, `promote_widget`, `demote_widget`, `definition_workflow`,
 `set_definition_workflow`, `is_instance`. Imports `nodes.workflow`, `nodes.registry`, `nodes.subgraph_spec`.
 
 Each edit is a pure function from a workflow to a new one (the input is never changed), so the editor's undo
@@ -190,6 +190,24 @@ def promote_widget(wf: Workflow, registry: NodeRegistry, def_id: str, node_id: s
     for node in out.nodes.values():
         if node.type == def_id:
             node.params[name] = copy.deepcopy(value)
+    return out
+
+
+def demote_widget(wf: Workflow, def_id: str, node_id: str, param: str) -> Workflow:
+    """The workflow with inner `node_id.param` no longer on the instances of `def_id`; the inner node takes
+    the value of the first instance that had it, so a graph with one instance runs as before."""
+    out = wf.copy()
+    d = out.subgraphs[def_id]
+    gone = [w for w in d.get("widgets", []) if (w["node"], w["param"]) == (node_id, param)]
+    d["widgets"] = [w for w in d.get("widgets", []) if w not in gone]
+    for widget in gone:
+        values = [
+            n.params.pop(widget["name"])
+            for n in out.nodes.values()
+            if n.type == def_id and widget["name"] in n.params
+        ]
+        if values:
+            d["nodes"][node_id].setdefault("params", {})[param] = values[0]
     return out
 
 

@@ -22,7 +22,7 @@ from typing import Any
 from nodes.graph_model import GraphModel
 from nodes.registry import NodeRegistry
 from nodes.spec import NodeSpec
-from nodes.subgraph import definition_workflow, promote_widget, set_definition_workflow
+from nodes.subgraph import definition_workflow, demote_widget, promote_widget, set_definition_workflow
 from nodes.subgraph_blueprint import merge_definitions, used_definitions
 from nodes.subgraph_spec import SubgraphRegistry
 from nodes.workflow import Workflow
@@ -132,10 +132,11 @@ class NestedGraphModel(GraphModel):
         return set_definition_workflow(level.outer, level.def_id, self.workflow)
 
     def set_parent_workflow(self, outer: Workflow) -> None:
-        """Replace the graph around the open subgraph (a promoted widget changes the definition's instances);
-        the canvas keeps showing the inner graph."""
-        self._stack[-1].outer = outer.copy()
-        self._notify("reset")
+        """Replace the graph around the open subgraph (a promoted widget changes the definition's instances,
+        one taken off gives its value back to the inner node); the canvas shows the inner graph it holds."""
+        level = self._stack[-1]
+        level.outer = outer.copy()
+        self._show(definition_workflow(level.outer, level.def_id))
 
     def promoted(self) -> set[tuple[str, str]]:
         """(inner node, param) pairs of the open definition shown on its instances."""
@@ -183,6 +184,10 @@ class NestedGraphModel(GraphModel):
 
     def restore(self, snapshot: dict[str, Any]) -> None:
         super().restore(self._with_definitions(snapshot))
+
+    def demote(self, node_id: str, param: str) -> Workflow:
+        """The graph around the open subgraph with `node_id.param` taken off its instances (not applied)."""
+        return demote_widget(self.parent_workflow(), self._stack[-1].def_id, node_id, param)
 
     def registry_for(self, wf: Workflow) -> NodeRegistry:
         return SubgraphRegistry(self.base_registry, wf.subgraphs) if wf.subgraphs else self.base_registry

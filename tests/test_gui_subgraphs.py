@@ -141,7 +141,21 @@ def test_promote_an_inner_field_into_the_instance_inspector(qtbot: QtBot, tmp_pa
     wf = win.model.to_workflow()
     assert "a green star" in _text_of(wf, "TextEncode")
     assert win.scene.node_items[instance].port("positive.text", "in") is not None  # a row on the node too
-    # Undo the edit, the way out, and the promotion: the instance has no field again.
+    # Taken off again (right-click inside: "Remove from subgraph node"): the inner node keeps the value.
+    win.subgraph_ops.open_subgraph(instance)
+    win.show_in_inspector("positive")
+    label = next(w for w in win.inspector.widget().findChildren(QLabel) if w.text() == "text")
+    (remove,) = [a for a in win.subgraph_ops.inspector_menu(label).actions()]
+    assert remove.text() == "Remove from subgraph node"
+    remove.trigger()
+    assert win.model.node("positive").params["text"] == "a green star"
+    win.subgraph_ops.leave_to(0)
+    assert [p.name for p in win.model.spec(instance).params] == []
+    assert "a green star" in _text_of(win.model.to_workflow(), "TextEncode")
+    # Undo: the field is back on the instance; then the edit, the way out and the promotion go.
+    for _ in range(3):  # back, remove, open
+        win.undo_stack.undo()
+    assert [p.name for p in win.model.spec(instance).params] == ["positive.text"]
     win.undo_stack.undo()
     win.undo_stack.undo()
     assert win.model.depth() == 1
@@ -297,3 +311,17 @@ def test_a_run_shows_the_inner_nodes_on_the_subgraph_node(qtbot: QtBot, tmp_path
         "name": "cached",
         "greeting": "cached",
     }
+
+
+def test_a_problem_inside_marks_the_subgraph_node(qtbot: QtBot, tmp_path: Path, registry) -> None:
+    win = make_window(qtbot, tmp_path, registry)
+    win.set_workflow(load_workflow(TEXT_DEMO, registry), None)
+    _select(win, ["greeting", "save"])
+    instance = win.subgraph_ops.make_subgraph("Greeting")
+    win.subgraph_ops.open_subgraph(instance)
+    win.scene.add_node("SaveText", QPointF(0, 300))  # an output with nothing wired in
+    win.subgraph_ops.leave_to(0)
+    assert not win.run_workflow()
+    state = win.scene.run_states[instance]
+    assert state.status == "error" and state.message.startswith("save_text: text: required input")
+    assert f"{instance}/save_text" in win.problem_dialog.informativeText()

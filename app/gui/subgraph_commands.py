@@ -33,13 +33,14 @@ class ReplaceLevelCommand(QUndoCommand):
 
 
 class PromoteCommand(QUndoCommand):
-    """An inner widget shown on every instance: the graph around the open subgraph changes."""
+    """An inner widget shown on every instance (or, `show` off, taken off them): the graph around the open
+    subgraph changes."""
 
-    def __init__(self, model: NestedGraphModel, node_id: str, param: str) -> None:
-        super().__init__(f"Show {node_id}.{param} on the subgraph node")
+    def __init__(self, model: NestedGraphModel, node_id: str, param: str, show: bool = True) -> None:
+        super().__init__(f"{'Show' if show else 'Hide'} {node_id}.{param} on the subgraph node")
         self.model = model
         self.old = model.parent_workflow()
-        self.new = model.promote(node_id, param)
+        self.new = model.promote(node_id, param) if show else model.demote(node_id, param)
 
     def redo(self) -> None:
         self.model.set_parent_workflow(self.new)

@@ -195,7 +195,7 @@ class SubgraphOps:
             scene.node_items[shown].set_state(scene.run_states[run_id])
             return
         inner = f"{prefix}{shown}/"
-        states = [s for k, s in scene.run_states.items() if k.startswith(inner)]
+        states = {k[len(inner) :]: s for k, s in scene.run_states.items() if k.startswith(inner)}
         planned = [n for n in getattr(self.window, "_planned", []) if n.startswith(inner)]
         scene.run_states[shown] = state = summary_state(states, len(planned))
         scene.node_items[shown].set_state(state)
@@ -241,6 +241,20 @@ class SubgraphOps:
         self.window.status(f"{node_id}.{param} now shows on {self.model.levels()[-1].title}")
         return True
 
+    def demote(self, node_id: str, param: str) -> bool:
+        if (node_id, param) not in self.model.promoted():
+            return False
+        self.window.undo_stack.push(PromoteCommand(self.model, node_id, param, show=False))
+        self.window.status(f"{node_id}.{param} is no longer on {self.model.levels()[-1].title}")
+        return True
+
+    def _field_action(self, menu: QMenu, node_id: str, param: str) -> None:
+        """ "Show on subgraph node", or "Remove from subgraph node" for a field already there."""
+        if (node_id, param) in self.model.promoted():
+            menu.addAction("Remove from subgraph node", lambda: self.demote(node_id, param))
+        else:
+            menu.addAction("Show on subgraph node", lambda: self.promote(node_id, param))
+
     def _select(self, ids: list[str]) -> None:
         scene = self.window.scene
         scene.clearSelection()
@@ -270,8 +284,7 @@ class SubgraphOps:
         menu.addSeparator()
         field = self.param_at(scene_pos) if self.model.depth() else None
         if field is not None:
-            action = menu.addAction("Show on subgraph node", lambda: self.promote(*field))
-            action.setEnabled(field not in self.model.promoted())
+            self._field_action(menu, *field)
         if ids:
             menu.addAction(self.make_action)
         if any(is_instance(self.model.workflow, nid) for nid in ids):
@@ -298,16 +311,18 @@ class SubgraphOps:
         if param is None:
             return None
         menu = QMenu(self.window.inspector)
-        action = menu.addAction("Show on subgraph node", lambda: self.promote(node_id, param))
-        action.setEnabled((node_id, param) not in self.model.promoted())
+        self._field_action(menu, node_id, param)
         return menu
 
 
-def summary_state(states: list[NodeRunState], planned: int) -> NodeRunState:
-    """One state for a subgraph instance from its inner nodes' states (`planned` of them in the run)."""
+def summary_state(by_node: dict[str, NodeRunState], planned: int) -> NodeRunState:
+    """One state for a subgraph instance from its inner nodes' states (`planned` of them in the run); an
+    error names the inner node."""
+    states = list(by_node.values())
     by = {s.status for s in states}
     if "error" in by:
-        return next(s for s in states if s.status == "error")
+        node, first = next((n, s) for n, s in by_node.items() if s.status == "error")
+        return NodeRunState("error", seconds=first.seconds, message=f"{node}: {first.message}")
     running = [s for s in states if s.status == "running"]
     if running:
         return running[-1]
