@@ -15,6 +15,7 @@ was made on.
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -149,6 +150,16 @@ class NestedGraphModel(GraphModel):
         """The graph around the open subgraph with `node_id.param` shown on its instances (not applied)."""
         outer = self.parent_workflow()
         return promote_widget(outer, self.registry_for(outer), self._stack[-1].def_id, node_id, param)
+
+    def new_id(self, type_name: str, taken: Iterable[str] = ()) -> str:
+        """A subgraph instance is named after its definition's title ("prompts_2"), never its id: a "/" in a
+        node id would read as a path into a subgraph (`nodes.subgraph.expand_subgraphs` names "inst/inner")."""
+        d = self.workflow.subgraphs.get(type_name)
+        if d is not None:
+            type_name = (
+                re.sub(r"[^a-z0-9]+", "_", str(d.get("title") or "subgraph").lower()).strip("_") or "subgraph"
+            )
+        return super().new_id(type_name, taken)
 
     # -- copy and paste carry the definitions their instances need ---------------------------------
 

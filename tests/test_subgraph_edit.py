@@ -34,6 +34,7 @@ def test_edits_inside_reach_every_instance_and_the_saved_workflow(reg) -> None: 
     wf, one = make_subgraph(load_workflow(TXT2IMG, reg), ["positive"], title="Prompt")
     model = NestedGraphModel(reg, wf)
     two = model.paste(model.snapshot([one]))[0]
+    assert two == "prompt_2"  # named after the subgraph, no "/" (that would read as a path into one)
     assert model.spec(two) is not None and model.spec(two).category == "subgraphs"
     model.enter(one)
     assert model.node_ids() == ["positive"] and model.depth() == 1
