@@ -72,6 +72,8 @@ def test_make_subgraph_with_the_shortcut_then_undo_and_redo(qtbot: QtBot, tmp_pa
     sampler = win.model.node("sampler").inputs
     assert {sampler["positive"].node, sampler["negative"].node} == {instance}
     assert win.undo_stack.undoText() == "Make subgraph of 2 nodes"
+    # ComfyUI's own key for it works too.
+    assert "Ctrl+Shift+E" in [k.toString() for k in win.subgraph_ops.make_action.shortcuts()]
     win.undo_stack.undo()
     assert win.model.to_workflow().to_dict() == before
     win.undo_stack.redo()

@@ -343,12 +343,13 @@ def install(window: MainWindow) -> SubgraphOps:
     """Edit > Make Subgraph, Open / Expand Subgraph, Save as Blueprint; the breadcrumb and right-click menus."""
     ops = SubgraphOps(window)
 
-    def action(text: str, slot: object, keys: str | None, tip: str) -> QAction:
+    def action(text: str, slot: object, keys: str | list[str] | None, tip: str) -> QAction:
         act = QAction(text, window)
         if keys:
-            act.setShortcut(QKeySequence(keys))
+            keys = keys if isinstance(keys, list) else [keys]
+            act.setShortcuts([QKeySequence(k) for k in keys])
             act.setShortcutContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
-            tip += f" ({keys})"
+            tip += f" ({' or '.join(keys)})"
         act.setToolTip(tip)
         act.triggered.connect(slot)  # type: ignore[arg-type]
         window.view.addAction(act)
@@ -357,7 +358,8 @@ def install(window: MainWindow) -> SubgraphOps:
     ops.make_action = action(
         "Make Su&bgraph",
         lambda: ops.make_subgraph(),
-        "Ctrl+Shift+G",
+        # ComfyUI's frontend binds its "Convert Selection to Subgraph" to Ctrl+Shift+E; G as in "group".
+        ["Ctrl+Shift+G", "Ctrl+Shift+E"],
         "Put the selected nodes in one subgraph node (wires across the selection become its ports)",
     )
     ops.open_action = action(
@@ -366,8 +368,8 @@ def install(window: MainWindow) -> SubgraphOps:
     ops.expand_action = action(
         "E&xpand Subgraph",
         lambda: ops.expand_selected(),
-        "Ctrl+Shift+E",
-        "Put the selected subgraph's nodes back in the graph",
+        "Ctrl+Shift+U",
+        "Put the selected subgraph's nodes back in the graph (ComfyUI's Unpack Subgraph)",
     )
     ops.back_action = action(
         "Back to &Parent Graph",
