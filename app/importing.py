@@ -45,5 +45,5 @@ def import_file(path: Path, registry: NodeRegistry, keep_subgraphs: bool = True)
         from nodes.comfy.sources import read_comfy_data
         from nodes.comfy.subgraph_fold import fold_comfy_subgraphs
 
-        wf = fold_comfy_subgraphs(wf, read_comfy_data(Path(path)))
+        wf = fold_comfy_subgraphs(wf, read_comfy_data(Path(path)), registry)
     return wf

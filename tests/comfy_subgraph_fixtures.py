@@ -2,7 +2,8 @@
 object links inside, -10/-20 boundary nodes), built in memory for the subgraph tests.
 
 Lives here: `prompts_subgraph_file` (one "Prompts" subgraph: two text encodes), `shared_encode_file` (two
-instances of one "Encode" subgraph). Imports nothing from Nodeloom.
+instances of one "Encode" subgraph), `prompt_widget_file` (two instances of an "Encode" subgraph whose prompt is
+a widget on the instance, as ComfyUI's templates show it). Imports nothing from Nodeloom.
 """
 
 from __future__ import annotations
@@ -172,3 +173,16 @@ def shared_encode_file() -> dict[str, Any]:
         [5, 11, 0, 3, 2, "CONDITIONING"],
     ]
     return _outer([instance(10, 3, 4, 0), instance(11, 6, 5, 250)], links, [sub])
+
+
+def prompt_widget_file() -> dict[str, Any]:
+    """Two instances of "Encode" whose text is a STRING subgraph input set by each instance's own widget."""
+    data = shared_encode_file()
+    sub = data["definitions"]["subgraphs"][0]
+    sub["inputs"].append({"id": "in-1", "name": "text", "type": "STRING", "linkIds": [103]})
+    encode = sub["nodes"][0]
+    encode["inputs"].append({"name": "text", "type": "STRING", "widget": {"name": "text"}, "link": 103})
+    sub["links"].append(_link(103, -10, 1, 1, 1, "STRING"))
+    for node, text in zip(data["nodes"][-2:], ("a red square", "blurry"), strict=True):
+        node["widgets_values"] = [text]  # one per widget-typed subgraph input
+    return data

@@ -21,7 +21,7 @@ from app.importing import import_file
 from nodes.modes import prepare_run
 from nodes.subgraph import expand_subgraphs
 from nodes.workflow import Workflow, load_workflow
-from tests.comfy_subgraph_fixtures import prompts_subgraph_file, shared_encode_file
+from tests.comfy_subgraph_fixtures import prompt_widget_file, prompts_subgraph_file, shared_encode_file
 from tests.gui_support import make_window
 
 REPO = Path(__file__).resolve().parent.parent
@@ -253,7 +253,7 @@ def _signatures(wf: Workflow) -> list[str]:
     return sorted(sig(nid) for nid in wf.nodes)
 
 
-@pytest.mark.parametrize("make", [prompts_subgraph_file, shared_encode_file])
+@pytest.mark.parametrize("make", [prompts_subgraph_file, shared_encode_file, prompt_widget_file])
 def test_comfy_subgraphs_open_as_subgraphs_and_run_the_flattened_graph(
     qtbot: QtBot, tmp_path: Path, registry, make
 ) -> None:  # noqa: ANN001
@@ -265,6 +265,11 @@ def test_comfy_subgraphs_open_as_subgraphs_and_run_the_flattened_graph(
     shown = win.model.to_workflow()
     instances = [nid for nid, item in win.scene.node_items.items() if isinstance(item, SubgraphNodeItem)]
     comfy_instances = 1 if make is prompts_subgraph_file else 2
+    if make is prompt_widget_file:  # each instance shows its own prompt, as in ComfyUI
+        texts = sorted(win.model.node(n).params.get("text_encode.text", "") for n in instances)
+        assert texts == ["a red square", "blurry"]
+        _select(win, [instances[0]])
+        assert "text_encode.text" in win.inspector.editors
     assert len(instances) == comfy_instances
     assert not any(n.type == "TextEncode" for n in shown.nodes.values())  # they are inside
     assert len(shown.subgraphs) == 1  # two instances of one ComfyUI subgraph share its definition

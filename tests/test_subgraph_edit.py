@@ -15,7 +15,7 @@ from nodes.subgraph import expand_subgraphs, make_subgraph
 from nodes.subgraph_blueprint import blueprint_document, blueprint_entries, insert_blueprint, read_blueprint
 from nodes.subgraph_edit import NestedGraphModel
 from nodes.workflow import Workflow, load_workflow, validate
-from tests.comfy_subgraph_fixtures import prompts_subgraph_file, shared_encode_file
+from tests.comfy_subgraph_fixtures import prompt_widget_file, prompts_subgraph_file, shared_encode_file
 
 REPO = Path(__file__).resolve().parent.parent
 TXT2IMG = REPO / "resources/workflows/txt2img.json"
@@ -97,6 +97,8 @@ def test_comfy_instances_are_found_with_their_names_and_places() -> None:
         ("10", "Prompts", (350.0, 0.0))
     ]
     assert [i.path for i in comfy_instances(shared_encode_file())] == ["10", "11"]
+    # The prompt is a widget on each instance: the fold shows it on ours.
+    assert [i.widgets for i in comfy_instances(prompt_widget_file())] == [(("1", "text"),), (("1", "text"),)]
 
 
 def test_a_copied_instance_pastes_into_another_graph_with_its_definition(reg) -> None:  # noqa: ANN001
