@@ -3,12 +3,17 @@ object links inside, -10/-20 boundary nodes), built in memory for the subgraph t
 
 Lives here: `prompts_subgraph_file` (one "Prompts" subgraph: two text encodes), `shared_encode_file` (two
 instances of one "Encode" subgraph), `prompt_widget_file` (two instances of an "Encode" subgraph whose prompt is
-a widget on the instance, as ComfyUI's templates show it). Imports nothing from Nodeloom.
+a widget on the instance, as ComfyUI's templates show it); `run_signatures` (a graph's nodes without their ids,
+to compare what two graphs run). Imports nothing from Nodeloom at run time.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import json
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from nodes.workflow import Workflow
 
 SUB_PROMPTS = "5d1e8a3c-0000-4aaa-9bbb-000000000001"
 SUB_ENCODE = "5d1e8a3c-0000-4aaa-9bbb-000000000002"
@@ -186,3 +191,18 @@ def prompt_widget_file() -> dict[str, Any]:
     for node, text in zip(data["nodes"][-2:], ("a red square", "blurry"), strict=True):
         node["widgets_values"] = [text]  # one per widget-typed subgraph input
     return data
+
+
+def run_signatures(wf: Workflow) -> list[str]:
+    """Each node as its type, values and (recursively) what feeds each input, ids left out: two graphs with
+    the same signatures run the same nodes on the same inputs."""
+    memo: dict[str, str] = {}
+
+    def sig(nid: str) -> str:
+        if nid not in memo:
+            node = wf.nodes[nid]
+            feeds = {port: [sig(link.node), link.output] for port, link in sorted(node.inputs.items())}
+            memo[nid] = json.dumps([node.type, node.params, feeds], sort_keys=True, default=str)
+        return memo[nid]
+
+    return sorted(sig(nid) for nid in wf.nodes)

@@ -21,7 +21,12 @@ from app.importing import import_file
 from nodes.modes import prepare_run
 from nodes.subgraph import expand_subgraphs
 from nodes.workflow import Workflow, load_workflow
-from tests.comfy_subgraph_fixtures import prompt_widget_file, prompts_subgraph_file, shared_encode_file
+from tests.comfy_subgraph_fixtures import (
+    prompt_widget_file,
+    prompts_subgraph_file,
+    run_signatures,
+    shared_encode_file,
+)
 from tests.gui_support import make_window
 
 REPO = Path(__file__).resolve().parent.parent
@@ -238,21 +243,6 @@ def test_expand_puts_the_nodes_back_and_undoes(qtbot: QtBot, tmp_path: Path, reg
     assert instance not in win.model.node_ids()
 
 
-def _signatures(wf: Workflow) -> list[str]:
-    """Each node as its type, values and (recursively) what feeds each input, ids left out: two graphs with
-    the same signatures run the same nodes on the same inputs."""
-    memo: dict[str, str] = {}
-
-    def sig(nid: str) -> str:
-        if nid not in memo:
-            node = wf.nodes[nid]
-            feeds = {port: [sig(link.node), link.output] for port, link in sorted(node.inputs.items())}
-            memo[nid] = json.dumps([node.type, node.params, feeds], sort_keys=True, default=str)
-        return memo[nid]
-
-    return sorted(sig(nid) for nid in wf.nodes)
-
-
 @pytest.mark.parametrize("make", [prompts_subgraph_file, shared_encode_file, prompt_widget_file])
 def test_comfy_subgraphs_open_as_subgraphs_and_run_the_flattened_graph(
     qtbot: QtBot, tmp_path: Path, registry, make
@@ -277,7 +267,7 @@ def test_comfy_subgraphs_open_as_subgraphs_and_run_the_flattened_graph(
     assert win.scene.node_items[instances[0]].title() == title
     # The ComfyUI instance's place on the canvas.
     assert win.model.pos(instances[0]) == (350.0, 0.0)
-    assert _signatures(prepare_run(shown, registry).workflow) == _signatures(
+    assert run_signatures(prepare_run(shown, registry).workflow) == run_signatures(
         prepare_run(flat, registry).workflow
     )
     win.subgraph_ops.open_subgraph(instances[0])

@@ -15,7 +15,12 @@ from nodes.subgraph import expand_subgraphs, make_subgraph
 from nodes.subgraph_blueprint import blueprint_document, blueprint_entries, insert_blueprint, read_blueprint
 from nodes.subgraph_edit import NestedGraphModel
 from nodes.workflow import Workflow, load_workflow, validate
-from tests.comfy_subgraph_fixtures import prompt_widget_file, prompts_subgraph_file, shared_encode_file
+from tests.comfy_subgraph_fixtures import (
+    prompt_widget_file,
+    prompts_subgraph_file,
+    run_signatures,
+    shared_encode_file,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 TXT2IMG = REPO / "resources/workflows/txt2img.json"
@@ -125,4 +130,24 @@ def test_make_a_subgraph_inside_a_subgraph(reg) -> None:  # noqa: ANN001
     assert len(root.subgraphs) == 2 and validate(root, reg) == []
     assert sorted(n.type for n in expand_subgraphs(root).nodes.values()) == sorted(
         n.type for n in load_workflow(TXT2IMG, reg).nodes.values()
+    )
+
+
+@pytest.mark.slow  # ~1 s a template: imports and prepares two runs each
+@pytest.mark.parametrize("name", ["image_z_image_turbo", "image_qwen_image", "image_netayume_lumina_t2i"])
+def test_published_templates_fold_into_subgraphs_that_run_their_flat_graph(reg, tmp_path: Path, name) -> None:  # noqa: ANN001
+    pytest.importorskip(
+        "comfyui_workflow_templates_json", reason="pip install comfyui-workflow-templates-json"
+    )
+    from app.importing import import_file
+    from benchmarks.comfy_templates import templates_folder
+    from nodes.modes import prepare_run
+
+    path = templates_folder() / f"{name}.json"
+    flat = import_file(path, reg, keep_subgraphs=False)
+    folded = import_file(path, reg)
+    assert folded.subgraphs and len(folded.nodes) < len(flat.nodes)
+    assert any(d.get("widgets") for d in folded.subgraphs.values())  # ComfyUI's instance widgets shown
+    assert run_signatures(prepare_run(folded, reg).workflow) == run_signatures(
+        prepare_run(flat, reg).workflow
     )
