@@ -1,11 +1,12 @@
-"""Subgraphs in the editor: Make Subgraph (Ctrl+Shift+G, as in ComfyUI), open one to edit inside (with a
-breadcrumb to go back), show an inner field on the subgraph node, expand it back, save it as a blueprint and
-add blueprints from the palette. Each edit is one undo step on the window's undo stack.
+"""Subgraphs in the editor: Make Subgraph (Ctrl+Shift+G, or ComfyUI's Ctrl+Shift+E), open one to edit inside
+(with a breadcrumb to go back), show an inner field on the subgraph node, expand it back, save it as a
+blueprint and add blueprints from the palette, and a run's inner states on the subgraph node. Each edit is
+one undo step on the window's undo stack.
 
-Lives here: `Breadcrumb`, `SubgraphOps`, `install`. Imports Qt, `app.gui.subgraph_commands`,
-`app.gui.subgraph_blueprints`, `app.gui.node_item`, `nodes.subgraph`, `nodes.subgraph_edit` (the window's
-model is a `NestedGraphModel`).
-"""
+Lives here: `Breadcrumb`, `SubgraphOps`, `summary_state`, `install`. Imports Qt, `app.gui.theme`,
+`app.gui.inspector` (ParamEditor), `app.gui.node_item`, `app.gui.subgraph_commands`, `app.gui.subgraph_item`,
+`app.gui.subgraph_blueprints`, `nodes.subgraph`, `nodes.subgraph_edit` (the window's model is a
+`NestedGraphModel`)."""
 
 from __future__ import annotations
 
