@@ -322,3 +322,21 @@ def test_a_problem_inside_marks_the_subgraph_node(qtbot: QtBot, tmp_path: Path, 
     state = win.scene.run_states[instance]
     assert state.status == "error" and state.message.startswith("save_text: text: required input")
     assert f"{instance}/save_text" in win.problem_dialog.informativeText()
+
+
+def test_a_picture_saved_inside_shows_on_the_subgraph_node(qtbot: QtBot, tmp_path: Path, registry) -> None:
+    from PIL import Image
+
+    from app.gui.run_worker import TimedEvent
+    from nodes.events import NodePreview
+
+    win = _window(qtbot, tmp_path, registry)
+    _select(win, ["decode", "save"])
+    instance = win.subgraph_ops.make_subgraph("Decode and save")
+    picture = Image.new("RGB", (16, 16), (255, 200, 0))
+    # What the run sends: a sampler's last preview is not an output's picture; the inner Save's is.
+    win.runner.run_event.emit(TimedEvent(0.0, NodePreview("sampler", picture, final=True)))
+    assert win.scene.node_items[instance].thumbnail is None
+    win.runner.run_event.emit(TimedEvent(0.0, NodePreview(f"{instance}/save", picture, final=True)))
+    item = win.scene.node_items[instance]
+    assert item.thumbnail is not None and item.height > item._expanded_height

@@ -3,9 +3,9 @@
 blueprint and add blueprints from the palette, and a run's inner states on the subgraph node. Each edit is
 one undo step on the window's undo stack.
 
-Lives here: `Breadcrumb`, `SubgraphOps`, `summary_state`, `install`. Imports Qt, `app.gui.theme`,
+Lives here: `SubgraphOps`, `install`. Imports Qt, `app.gui.theme`,
 `app.gui.inspector` (ParamEditor), `app.gui.node_item`, `app.gui.subgraph_commands`, `app.gui.subgraph_item`,
-`app.gui.subgraph_blueprints`, `nodes.subgraph`, `nodes.subgraph_edit` (the window's model is a
+`app.gui.subgraph_blueprints`, `app.gui.subgraph_view` (breadcrumb, run states), `nodes.subgraph`, `nodes.subgraph_edit` (the window's model is a
 `NestedGraphModel`)."""
 
 from __future__ import annotations
@@ -14,74 +14,24 @@ from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QEvent, QObject, QPointF, Qt
 from PySide6.QtGui import QAction, QContextMenuEvent, QKeySequence, QUndoCommand
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QMenu, QToolButton, QWidget
+from PySide6.QtWidgets import QLabel, QMenu, QWidget
 
-from app.gui import theme
 from app.gui.inspector import ParamEditor
-from app.gui.node_item import ROW, NodeItem, NodeRunState
+from app.gui.node_item import ROW, NodeItem
+from app.gui.node_thumbnail import thumbnail_image
+from app.gui.run_worker import TimedEvent
 from app.gui.subgraph_blueprints import BlueprintLibrary
 from app.gui.subgraph_commands import EnterCommand, LeaveCommand, PromoteCommand, ReplaceLevelCommand
 from app.gui.subgraph_item import BoundaryTag
-from nodes.subgraph import expand_instance, is_instance, make_subgraph
+from app.gui.subgraph_view import ROOT_NAME, Breadcrumb, summary_state
+from nodes.events import NodePreview
+from nodes.subgraph import expand_instance, expand_subgraphs, is_instance, make_subgraph
 from nodes.subgraph_edit import NestedGraphModel
 
 if TYPE_CHECKING:
     from app.gui.main_window import MainWindow
 
-ROOT_NAME = "Graph"
 DEFAULT_TITLE = "New Subgraph"  # ComfyUI's name for a subgraph made from a selection
-
-
-class Breadcrumb(QWidget):
-    """ "Graph > My subgraph" over the canvas's top-left corner while a subgraph is open; each earlier crumb
-    is a button that goes back to that level."""
-
-    def __init__(self, ops: SubgraphOps, parent: QWidget) -> None:
-        super().__init__(parent)
-        self.ops = ops
-        self.setObjectName("subgraphBreadcrumb")
-        self.setAttribute(Qt.WidgetAttribute.WA_StyledBackground, True)
-        self.setStyleSheet(
-            f"#subgraphBreadcrumb {{ background: rgba(20, 21, 25, 225); border: 1px solid {theme.NODE_BORDER};"
-            " border-radius: 6px; }"
-            f" QToolButton {{ color: {theme.TEXT}; border: none; padding: 2px 6px; }}"
-            f" QToolButton:hover {{ color: {theme.SELECTED}; text-decoration: underline; }}"
-            f" QLabel {{ color: {theme.TEXT_DIM}; }}"
-        )
-        self.row = QHBoxLayout(self)
-        self.row.setContentsMargins(6, 3, 8, 3)
-        self.row.setSpacing(2)
-        self.crumbs: list[QToolButton] = []
-
-    def refresh(self) -> None:
-        while self.row.count():
-            item = self.row.takeAt(0)
-            if item.widget() is not None:  # hidden now: deleteLater leaves it painted until the loop runs
-                item.widget().hide()
-                item.widget().deleteLater()
-        self.crumbs = []
-        names = [ROOT_NAME, *(level.title for level in self.ops.model.levels())]
-        for depth, name in enumerate(names):
-            if depth:
-                self.row.addWidget(QLabel("›"))
-            if depth == len(names) - 1:
-                current = QLabel(f"<b style='color:{theme.TEXT}'>{name}</b>")
-                current.setObjectName("currentCrumb")
-                self.row.addWidget(current)
-                continue
-            button = QToolButton()
-            button.setText(name)
-            button.setToolTip(f"Back to {name}")
-            button.setCursor(Qt.CursorShape.PointingHandCursor)
-            button.clicked.connect(lambda _checked=False, d=depth: self.ops.leave_to(d))
-            self.row.addWidget(button)
-            self.crumbs.append(button)
-        self.setVisible(len(names) > 1)
-        self.adjustSize()
-        self.move(12, 12)
-
-    def text(self) -> str:
-        return " > ".join([ROOT_NAME, *(level.title for level in self.ops.model.levels())])
 
 
 class _InspectorMenus(QObject):
@@ -115,6 +65,7 @@ class SubgraphOps:
         self.model.subscribe("reset", self._level_changed)
         window.scene.subgraph_open_requested.connect(self.open_subgraph)
         window.scene.hidden_run_state.connect(self.show_inner_state)
+        window.runner.run_event.connect(self._run_event)
         self.breadcrumb.refresh()
 
     # -- levels -----------------------------------------------------------------------------------
@@ -185,11 +136,8 @@ class SubgraphOps:
         canvas has for it, an instance summing up its inner nodes (running while one runs, done with their
         total time once all are done, the first error)."""
         scene = self.window.scene
-        prefix = "".join(f"{level.instance}/" for level in self.model.levels())
-        if not run_id.startswith(prefix):
-            return
-        shown = run_id[len(prefix) :].split("/", 1)[0]
-        if shown not in scene.node_items:
+        prefix, shown = self._prefix(), self.shown_for(run_id)
+        if shown is None:
             return
         if prefix + shown == run_id:  # a node of the open subgraph itself
             scene.run_states[shown] = scene.run_states[run_id]
@@ -200,6 +148,32 @@ class SubgraphOps:
         planned = [n for n in getattr(self.window, "_planned", []) if n.startswith(inner)]
         scene.run_states[shown] = state = summary_state(states, len(planned))
         scene.node_items[shown].set_state(state)
+
+    def _prefix(self) -> str:
+        """How a run names the nodes of the open level: "prompts/" inside Prompts, "" at the root."""
+        return "".join(f"{level.instance}/" for level in self.model.levels())
+
+    def shown_for(self, run_id: str) -> str | None:
+        """The node on the canvas a run's node id ("prompts/save") is, or is inside; None if neither."""
+        prefix = self._prefix()
+        if not run_id.startswith(prefix):
+            return None
+        shown = run_id[len(prefix) :].split("/", 1)[0]
+        return shown if shown in self.window.scene.node_items else None
+
+    def _run_event(self, timed: TimedEvent) -> None:
+        """A Save or Preview node's last picture from inside a subgraph shows on the subgraph node too, as
+        ComfyUI shows its inner previews there."""
+        event = timed.event
+        if not isinstance(event, NodePreview) or not event.final:
+            return
+        shown = self.shown_for(event.node_id)
+        if shown is None or event.node_id == self._prefix() + shown:  # on the canvas itself: run_ops shows it
+            return
+        inner = expand_subgraphs(self.model.to_workflow()).nodes.get(event.node_id)
+        spec = self.model.base_registry.get(inner.type) if inner is not None else None
+        if spec is not None and spec.is_output:
+            self.window.scene.node_items[shown].set_thumbnail(thumbnail_image(event.image))
 
     # -- edits ------------------------------------------------------------------------------------
 
@@ -314,30 +288,6 @@ class SubgraphOps:
         menu = QMenu(self.window.inspector)
         self._field_action(menu, node_id, param)
         return menu
-
-
-def summary_state(by_node: dict[str, NodeRunState], planned: int) -> NodeRunState:
-    """One state for a subgraph instance from its inner nodes' states (`planned` of them in the run); an
-    error names the inner node."""
-    states = list(by_node.values())
-    by = {s.status for s in states}
-    if "error" in by:
-        node, first = next((n, s) for n, s in by_node.items() if s.status == "error")
-        return NodeRunState("error", seconds=first.seconds, message=f"{node}: {first.message}")
-    running = [s for s in states if s.status == "running"]
-    if running:
-        return running[-1]
-    finished = [s for s in states if s.status in ("done", "cached")]
-    if finished and len(finished) >= planned:
-        if all(s.status == "cached" for s in finished):
-            return NodeRunState("cached")
-        return NodeRunState("done", seconds=sum(s.seconds for s in finished))
-    if finished:  # between two inner nodes
-        return NodeRunState("running", len(finished), planned)
-    for status in ("cancelled", "queued", "skipped"):
-        if status in by:
-            return NodeRunState(status)
-    return NodeRunState()
 
 
 def install(window: MainWindow) -> SubgraphOps:
