@@ -1,7 +1,7 @@
 """ComfyUI's UI format (the LiteGraph file the editor saves): nodes, links, widgets_values, groups,
 subgraphs, muted/bypassed nodes, reroutes and primitive nodes, reduced to a `ComfyGraph`.
 
-Lives here: `is_ui_format`, `parse_ui`. Imports `nodes.comfy.graph`, `nodes.comfy.declarations`,
+Lives here: `is_ui_format`, `parse_ui`, `WIDGET_TYPES`. Imports `nodes.comfy.graph`, `nodes.comfy.declarations`,
 `nodes.comfy.subgraph_limits` (the totals), `nodes.workflow_json` (quoting).
 
 What gets resolved here, so that the mapping sees plain nodes and links:
@@ -136,7 +136,7 @@ def _widget_names(class_type: str, raw: dict[str, Any]) -> list[str] | None:
 _UNFED = object()
 
 # Subgraph input types that are widgets on the instance (the rest are sockets only: IMAGE, MODEL, ...).
-_WIDGET_TYPES = frozenset({"INT", "FLOAT", "STRING", "BOOLEAN", "COMBO"})
+WIDGET_TYPES = frozenset({"INT", "FLOAT", "STRING", "BOOLEAN", "COMBO"})  # inputs a widget can set
 
 
 def _read_node(raw: dict[str, Any], prefix: str, graph: ComfyGraph) -> _RawNode | None:
@@ -295,7 +295,7 @@ class _Resolver:
         widget_slots = [
             slot
             for slot, sub_input in enumerate(sub_inputs)
-            if isinstance(sub_input, dict) and sub_input.get("type") in _WIDGET_TYPES
+            if isinstance(sub_input, dict) and sub_input.get("type") in WIDGET_TYPES
         ]
         one_per_input = bool(widget_slots) and len(values) == len(widget_slots)
         slot_values = dict(zip(widget_slots, values, strict=False)) if one_per_input else {}
