@@ -45,10 +45,15 @@ def _switch_ancestors(graph: ComfyGraph) -> set[str]:
 
 
 def drop_unused(
-    nodes: dict[str, dict[str, Any]], registry: NodeRegistry, graph: ComfyGraph
+    nodes: dict[str, dict[str, Any]],
+    registry: NodeRegistry,
+    graph: ComfyGraph,
+    keep: frozenset[str] = frozenset(),
 ) -> dict[str, Any]:
     """`nodes` less those no output node (nor placeholder) depends on that fed a switch; each left out is said.
-    A workflow with no output at all is kept whole (the executor then runs every node)."""
+    A workflow with no output at all is kept whole (the executor then runs every node). `keep`: ids that stay
+    whatever feeds them (a text-encoder loader whose file a Load LLM the import added also reads: the export
+    writes the two as that one loader again)."""
     roots = [nid for nid, node in nodes.items() if _is_root(node, registry)]
     if not roots:
         return nodes
@@ -63,7 +68,7 @@ def drop_unused(
             if isinstance(link, list) and link and isinstance(link[0], str):
                 stack.append(link[0])
     fed_switch = _switch_ancestors(graph)
-    dropped = [nid for nid in nodes if nid not in needed and nid in fed_switch]
+    dropped = [nid for nid in nodes if nid not in needed and nid in fed_switch and nid not in keep]
     for nid in dropped:
         graph.note(
             graph.nodes.get(nid),
