@@ -252,6 +252,18 @@ def load_diffusers_folder(
 
         audio = register_audio_decoder(mm, root, torch_dtype, _register_pretrained, allow_pickle=allow_pickle)
         loaded = replace(loaded, vae=replace(loaded.vae, audio=audio))
+    if family.name == "minimax":  # the stereo sound track's VAE, and the audio rows' own schedule
+        from pipelines.diffusion.minimax_sampling import AUDIO_SCHEDULER_KEY
+        from pipelines.diffusion.minimax_vae import register_minimax_audio
+
+        audio = register_minimax_audio(mm, root, torch_dtype, _register_pretrained, allow_pickle=allow_pickle)
+        audio_scheduler = read_json(root / "audio_scheduler" / "scheduler_config.json")
+        schedulers = {**loaded.denoiser.scheduler_config, AUDIO_SCHEDULER_KEY: audio_scheduler}
+        loaded = replace(
+            loaded,
+            vae=replace(loaded.vae, audio=audio),
+            denoiser=replace(loaded.denoiser, scheduler_config=schedulers),
+        )
     return loaded
 
 
