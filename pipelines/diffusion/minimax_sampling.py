@@ -32,7 +32,6 @@ from pipelines.diffusion.minimax_layout import (
     unpatchify_video_rows,
 )
 from pipelines.diffusion.sampling import SamplerSettings
-from pipelines.diffusion.schedulers import K_PREFIX
 from pipelines.diffusion.values import Conditioning, DenoiserRef, Latents
 from pipelines.steps import OnStep, Step
 
@@ -91,8 +90,8 @@ def _check(
         )
     if latents.keyframes and positive.token_tags is not None and not (positive.token_tags == 0).any():
         raise ValueError(
-            f"input 'positive': the latent has keyframes but the prompt was encoded without them: wire the "
-            f"conditioning of the same MiniMax H3 Image to Video node"
+            "input 'positive': the latent has keyframes but the prompt was encoded without them: wire the "
+            "conditioning of the same MiniMax H3 Image to Video node"
         )
 
 
@@ -152,12 +151,12 @@ def sample_minimax(
         dtype=torch.float32,
     )
 
-    # 4. Prepare timesteps: one schedule per modality
+    # 4. Prepare timesteps: one schedule per modality (zip: the pipeline walks the video schedule)
     scheduler.set_timesteps(settings.steps, device=device)
     audio_scheduler.set_timesteps(settings.steps, device=device)
     plan = [
         tuple(v.to(device) for v in row_timesteps(layout, float(t), float(ta)))
-        for t, ta in zip(scheduler.timesteps, audio_scheduler.timesteps)
+        for t, ta in zip(scheduler.timesteps, audio_scheduler.timesteps, strict=False)
     ]
 
     # 5. Denoising loop: one forward per step, no guidance
@@ -165,7 +164,7 @@ def sample_minimax(
     text = positive.embeds.to(device)
     tokens = int(layout.token_tags.numel())
     with use_denoiser(mm, denoiser, working=minimax_working(denoiser, tokens)) as model:
-        for i, (t, ta) in enumerate(zip(scheduler.timesteps, audio_scheduler.timesteps)):
+        for i, (t, ta) in enumerate(zip(scheduler.timesteps, audio_scheduler.timesteps, strict=False)):
             unique, index = plan[i]
             v, va = model(
                 hidden_states=x[None],
