@@ -108,6 +108,9 @@ def default_registry(*, entry_point_packs: bool = True) -> NodeRegistry:
     from nodes.ltx2 import NODES as LTX2_NODES  # LTXV Image to Video (issue 27)
 
     registry.register_all(LTX2_NODES)
+    from nodes.minimax import NODES as MINIMAX_NODES  # MiniMax H3 Image to Video (issue 27)
+
+    registry.register_all(MINIMAX_NODES)
     if entry_point_packs:
         registry.load_entry_points()
     return registry

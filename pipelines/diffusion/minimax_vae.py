@@ -2,9 +2,9 @@
 decode to frames (video VAE) and a stereo waveform (audio VAE).
 
 Lives here: `register_minimax_audio`, `geometry_of`, `minimax_latent_shapes`, `empty_minimax_latent`,
-`keyframe_minimax_latent`, `prepare_keyframe`, `decode_minimax`, `minimax_vae_working`,
+`keyframe_minimax_latent`, `prepare_keyframe`, `image_to_video`, `decode_minimax`, `minimax_vae_working`,
 `minimax_audio_working`. May import: stdlib, numpy, torch, PIL, diffusers, memory, pipelines.video.value,
-pipelines.diffusion.values / assembly / minimax_layout.
+pipelines.diffusion.values / assembly / minimax_layout / minimax_text.
 
 Mirrors the ends of diffusers' MiniMax H3 blocks: the video latents (1, C, F, h, w) are as the transformer sees
 them (normalised by the VAE config's `latents_mean` / `latents_std`); decode denormalises, decodes, undoes the
@@ -38,7 +38,14 @@ from pipelines.diffusion.minimax_layout import (
     minimax_geometry,
     video_latent_num_frames,
 )
-from pipelines.diffusion.values import AudioDecoderRef, DenoiserRef, Latents, VaeRef
+from pipelines.diffusion.values import (
+    AudioDecoderRef,
+    Conditioning,
+    DenoiserRef,
+    Latents,
+    TextEncoderRef,
+    VaeRef,
+)
 from pipelines.video.value import Audio, Video
 
 
@@ -228,3 +235,34 @@ def decode_minimax(mm: MemoryManager, vae: VaeRef, latents: Latents, fps: float)
     rate = int(ref.vae_config.get("sampling_rate", 32000))
     waveform = wave.float().permute(1, 0, 2)[0].cpu()  # (2, samples), the pipeline's (1, 2, samples)[0]
     return Video(frames, fps, Audio(waveform.clamp(-1.0, 1.0), rate))
+
+
+def image_to_video(
+    mm: MemoryManager,
+    text_encoder: TextEncoderRef,
+    vae: VaeRef,
+    denoiser: DenoiserRef | None,
+    text: str,
+    first: torch.Tensor | None,
+    last: torch.Tensor | None,
+    width: int,
+    height: int,
+    frames: int,
+) -> tuple[Conditioning, Latents]:
+    """MiniMax H3's fl2va request (or t2va without pictures): the prompt encoded with the keyframes shown to
+    Qwen3-VL, and the latent carrying them as anchors ("first" before "last", the pipeline's packed order)."""
+    from pipelines.diffusion.minimax_text import encode_minimax
+
+    geometry = geometry_of(vae, denoiser)
+    minimax_latent_shapes(geometry, width, height, frames)  # the fields' errors before any model runs
+    given = [(anchor, image) for anchor, image in (("first", first), ("last", last)) if image is not None]
+    pictures = []
+    for index, (anchor, image) in enumerate(given):
+        try:  # the first of the list is stretched onto the canvas, a follower cover-cropped (the pipeline's)
+            pictures.append((anchor, prepare_keyframe(image, width, height, first=index == 0)))
+        except ValueError as exc:
+            raise ValueError(f"input '{anchor}_frame': {exc}") from None
+    conditioning = encode_minimax(mm, text_encoder, text, tuple(p for _, p in pictures))
+    if not pictures:
+        return conditioning, empty_minimax_latent(vae, denoiser, width, height, frames)
+    return conditioning, keyframe_minimax_latent(mm, vae, denoiser, pictures, width, height, frames)
