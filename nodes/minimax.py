@@ -1,7 +1,8 @@
 """MiniMax H3 video nodes: the prompt and the latent of a text-, first-frame- or first-and-last-frame-to-video
 request, shaped like ComfyUI's `MiniMaxH3ImageToVideo`.
 
-Lives here: the node type `MiniMaxH3ImageToVideo` and the `NODES` tuple of its spec. Imports `nodes.declare`,
+Lives here: the node types `MiniMaxH3ImageToVideo`, `MiniMaxH3SigmaShift`, `VAEDecodeAudio` and the `NODES`
+tuple of their specs. Imports `nodes.declare`,
 `nodes.kinds`, `nodes.spec`, `nodes.types`, `nodes.context`; torch and pipelines.diffusion inside the run
 function, so listing node types stays light.
 
@@ -9,6 +10,9 @@ MiniMax H3 shows its keyframes to the text encoder (each labelled `<Picture i>` 
 them into the sequence as anchors, so one node makes both the conditioning and the latent, as ComfyUI's does
 (clip, vae, first_frame, last_frame, prompt, width, height, length -> positive, latent). Without pictures
 it is text to video. Frames are snapped up to the VAE's 17n + 5 and must make 5 to 15 s at 24 fps.
+MiniMax H3 Sigma Shift sets the two schedules' shifts (ComfyUI's node of that name; the folder's are 12 and
+3); VAE Decode Audio is the sound track half of VAE Decode Video (ComfyUI's templates decode the frames with
+VAE Decode and the sound with it, then Create Video), for MiniMax H3 and LTX-2 latents.
 """
 
 from __future__ import annotations
@@ -17,14 +21,14 @@ from typing import TYPE_CHECKING, Any
 
 from nodes.context import NodeContext
 from nodes.declare import Node, node_type, param, wire
-from nodes.kinds import INT, TEXT
+from nodes.kinds import FLOAT, INT, TEXT
 from nodes.spec import NodeSpec, Output
-from nodes.types import CONDITIONING, DENOISER, IMAGE, LATENT, TEXT_ENCODER, VAE
+from nodes.types import AUDIO, CONDITIONING, DENOISER, IMAGE, LATENT, TEXT_ENCODER, VAE
 
 if TYPE_CHECKING:
     import torch
 
-    from pipelines.diffusion.values import DenoiserRef, TextEncoderRef, VaeRef
+    from pipelines.diffusion.values import DenoiserRef, Latents, TextEncoderRef, VaeRef
 
 
 @node_type(
@@ -72,4 +76,62 @@ class MiniMaxH3ImageToVideo(Node):
         return {"positive": positive, "latent": latent}
 
 
-NODES: tuple[NodeSpec, ...] = (MiniMaxH3ImageToVideo.spec,)
+@node_type(
+    "MiniMaxH3SigmaShift",
+    tags=("MiniMaxH3SigmaShift", "shift", "schedule"),
+    title="MiniMax H3 Sigma Shift",
+    category="diffusion/model",
+    outputs=[Output("denoiser", DENOISER)],
+    description="The shifts of MiniMax H3's video and audio schedules (the folder's: 12 and 3).",
+)
+class MiniMaxH3SigmaShift(Node):
+    denoiser: DenoiserRef = wire(DENOISER)
+    shift_video: float = param(FLOAT, 12.0, min=0.01, max=100.0, step=0.01, comfy="shift_video")
+    shift_audio: float = param(FLOAT, 3.0, min=0.01, max=100.0, step=0.01, comfy="shift_audio")
+
+    def run(self, ctx: NodeContext) -> dict[str, Any]:
+        from dataclasses import replace
+
+        from pipelines.diffusion.minimax_sampling import AUDIO_SCHEDULER_KEY
+
+        if self.denoiser.family.name != "minimax":
+            raise ValueError(
+                f"input 'denoiser': MiniMax H3 Sigma Shift needs a MiniMax H3 model, got {self.denoiser.family.title}"
+            )
+        config = dict(self.denoiser.scheduler_config)
+        audio = {**config.get(AUDIO_SCHEDULER_KEY, {}), "shift": float(self.shift_audio)}
+        config.update(shift=float(self.shift_video), **{AUDIO_SCHEDULER_KEY: audio})
+        return {"denoiser": replace(self.denoiser, scheduler_config=config)}
+
+
+@node_type(
+    "VAEDecodeAudio",
+    tags=("VAEDecodeAudio", "audio", "sound"),
+    title="VAE Decode Audio",
+    category="diffusion/latent",
+    outputs=[Output("audio", AUDIO)],
+    description="A video latent's sound track -> AUDIO, with the model's audio VAE (MiniMax H3, LTX-2).",
+)
+class VAEDecodeAudio(Node):
+    vae: VaeRef = wire(VAE, help="the model's VAE (its folder's audio VAE decodes)")
+    latent: Latents = wire(LATENT)
+
+    def run(self, ctx: NodeContext) -> dict[str, Any]:
+        if self.latent.audio is None or self.vae.audio is None:
+            raise ValueError(
+                "input 'latent': no sound track to decode (a MiniMax H3 or LTX-2 latent, with the VAE of its folder)"
+            )
+        if self.vae.family.name == "minimax":
+            from pipelines.diffusion.minimax_vae import decode_minimax_audio
+
+            return {"audio": decode_minimax_audio(ctx.memory, self.vae.audio, self.latent.audio)}
+        if self.vae.family.name == "ltx2":
+            from pipelines.diffusion.ltx2_vae import decode_ltx2_audio
+            from pipelines.video.value import Audio
+
+            wave, rate = decode_ltx2_audio(ctx.memory, self.vae.audio, self.latent.audio)
+            return {"audio": Audio(wave.clamp(-1.0, 1.0), rate)}
+        raise ValueError(f"input 'vae': {self.vae.family.title} makes no sound")
+
+
+NODES: tuple[NodeSpec, ...] = (MiniMaxH3ImageToVideo.spec, MiniMaxH3SigmaShift.spec, VAEDecodeAudio.spec)

@@ -114,6 +114,10 @@ COMFY_CLASSES: dict[str, ComfyClass] = {
     "ImageCompare": ComfyClass((), ()),
     "DifferentialDiffusion": ComfyClass(("strength",), ("MODEL",)),
     "VAEEncodeTiled": ComfyClass(("tile_size", "overlap", "temporal_size", "temporal_overlap"), ("LATENT",)),
+    # ComfyUI's MiniMax H3 nodes (comfy_extras/nodes_minimax_h3.py) and the audio decode its templates use.
+    "MiniMaxH3SigmaShift": ComfyClass(("shift_video", "shift_audio"), ("MODEL",)),
+    "VAEDecodeAudio": ComfyClass((), ("AUDIO",)),
+    "LTXVSeparateAVLatent": ComfyClass((), ("video_latent", "audio_latent")),
 }
 
 

@@ -1,13 +1,15 @@
 """Every ComfyUI class the importer maps: the core table and the newer nodes' tables, merged.
 
 Lives here: `ALL_MAPPERS`. Imports `nodes.comfy.mapping`, `nodes.comfy.mapping_sampling`,
-`nodes.comfy.mapping_media`, `nodes.comfy.mapping_text`, `nodes.comfy.mapping_values`.
+`nodes.comfy.mapping_media`, `nodes.comfy.mapping_text`, `nodes.comfy.mapping_values`,
+`nodes.comfy.mapping_minimax`.
 """
 
 from __future__ import annotations
 
 from nodes.comfy.mapping import MAPPERS, Mapper
 from nodes.comfy.mapping_media import MEDIA_MAPPERS
+from nodes.comfy.mapping_minimax import MINIMAX_MAPPERS
 from nodes.comfy.mapping_sampling import SAMPLING_MAPPERS
 from nodes.comfy.mapping_text import TEXT_MAPPERS
 from nodes.comfy.mapping_values import VALUE_MAPPERS
@@ -18,4 +20,5 @@ ALL_MAPPERS: dict[str, Mapper] = {
     **MEDIA_MAPPERS,
     **TEXT_MAPPERS,
     **VALUE_MAPPERS,
+    **MINIMAX_MAPPERS,
 }

@@ -2,7 +2,8 @@
 decode to frames (video VAE) and a stereo waveform (audio VAE).
 
 Lives here: `register_minimax_audio`, `geometry_of`, `minimax_latent_shapes`, `empty_minimax_latent`,
-`keyframe_minimax_latent`, `prepare_keyframe`, `image_to_video`, `decode_minimax`, `minimax_vae_working`,
+`keyframe_minimax_latent`, `prepare_keyframe`, `image_to_video`, `decode_minimax`,
+`decode_minimax_frames`, `decode_minimax_audio`, `minimax_vae_working`,
 `minimax_audio_working`. May import: stdlib, numpy, torch, PIL, diffusers, memory, pipelines.video.value,
 pipelines.diffusion.values / assembly / minimax_layout / minimax_text.
 
@@ -204,8 +205,8 @@ def keyframe_minimax_latent(
 
 
 @torch.no_grad()
-def decode_minimax(mm: MemoryManager, vae: VaeRef, latents: Latents, fps: float) -> Video:
-    """Frames (T, H, W, 3) in [0, 1] and, when the latent carries one, the stereo sound track."""
+def decode_minimax_frames(mm: MemoryManager, vae: VaeRef, latents: Latents) -> torch.Tensor:
+    """Video latents -> frames (T, H, W, 3) float32 in [0, 1], CPU."""
     samples = latents.samples
     if samples.ndim != 5 or samples.shape[0] != 1:
         raise ValueError(f"input 'latent': one video latent (1, C, frames, h, w), got {tuple(samples.shape)}")
@@ -222,19 +223,32 @@ def decode_minimax(mm: MemoryManager, vae: VaeRef, latents: Latents, fps: float)
         pixel_mean = torch.tensor(PIXEL_MEAN, device=device).view(1, -1, 1, 1, 1)
         pixel_std = torch.tensor(PIXEL_STD, device=device).view(1, -1, 1, 1, 1)
         video = (video.float() * pixel_std + pixel_mean).clamp(0, 1)  # (1, 3, T, H, W)
-    frames = video[0].permute(1, 2, 3, 0).to(dtype=torch.float32, device="cpu")
-    if latents.audio is None or vae.audio is None:
-        return Video(frames, fps)
-    ref = vae.audio
-    with mm.use(ref.vae, working=minimax_audio_working(ref, latents.audio.shape[-1])) as audio_vae:
+    return video[0].permute(1, 2, 3, 0).to(dtype=torch.float32, device="cpu")
+
+
+@torch.no_grad()
+def decode_minimax_audio(mm: MemoryManager, ref: AudioDecoderRef, audio: torch.Tensor) -> Audio:
+    """Audio latents (2, C, L) -> the stereo sound track (the waveform clipped to [-1, 1], the VIDEO value's
+    range; the decoder may overshoot it)."""
+    if audio.ndim != 3 or audio.shape[0] != MINIMAX_H3_AUDIO_CHANNELS:
+        raise ValueError(f"input 'latent': MiniMax H3 audio latents are (2, C, L), got {tuple(audio.shape)}")
+    with mm.use(ref.vae, working=minimax_audio_working(ref, audio.shape[-1])) as audio_vae:
         device = mm.device
         mean = torch.tensor(ref.vae_config["latents_mean"], device=device).view(1, -1, 1)
         std = torch.tensor(ref.vae_config["latents_std"], device=device).view(1, -1, 1)
-        a = latents.audio.to(device=device, dtype=torch.float32) * std + mean
+        a = audio.to(device=device, dtype=torch.float32) * std + mean
         wave = audio_vae.decode(a.to(ref.dtype), return_dict=False)[0]  # (2, 1, samples)
     rate = int(ref.vae_config.get("sampling_rate", 32000))
     waveform = wave.float().permute(1, 0, 2)[0].cpu()  # (2, samples), the pipeline's (1, 2, samples)[0]
-    return Video(frames, fps, Audio(waveform.clamp(-1.0, 1.0), rate))
+    return Audio(waveform.clamp(-1.0, 1.0), rate)
+
+
+def decode_minimax(mm: MemoryManager, vae: VaeRef, latents: Latents, fps: float) -> Video:
+    """Frames (T, H, W, 3) in [0, 1] and, when the latent carries one, the stereo sound track."""
+    frames = decode_minimax_frames(mm, vae, latents)
+    if latents.audio is None or vae.audio is None:
+        return Video(frames, fps)
+    return Video(frames, fps, decode_minimax_audio(mm, vae.audio, latents.audio))
 
 
 def image_to_video(
