@@ -31,8 +31,9 @@ REPO = Path(__file__).resolve().parent.parent
 TXT2VIDEO = REPO / "resources/workflows/txt2video.json"
 PROMPT = "a small yellow square moving on a black background"
 # 48x32 px = 6x4 latents with the tiny 8x VAE (3x2 patches a frame); 124 frames = 37 latent frames, the
-# shortest the pipeline makes (5 s at 24 fps, rounded up to 17n + 5). 3 grid points = 2 model calls.
-WIDTH, HEIGHT, FRAMES, STEPS, FPS = 48, 32, 124, 3, 24.0
+# shortest the pipeline makes (5 s at 24 fps, rounded up to 17n + 5). 2 steps = 2 model calls: the
+# pipeline's num_inference_steps counts the sigma grid's points, the final 0 included (STEPS + 1).
+WIDTH, HEIGHT, FRAMES, STEPS, FPS = 48, 32, 124, 2, 24.0
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +44,7 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def expected(folder: Path) -> tuple[np.ndarray, torch.Tensor, int]:
     return reference_video(
-        folder, prompt=PROMPT, num_inference_steps=STEPS, height=HEIGHT, width=WIDTH, num_frames=FRAMES
+        folder, prompt=PROMPT, num_inference_steps=STEPS + 1, height=HEIGHT, width=WIDTH, num_frames=FRAMES
     )
 
 
@@ -134,7 +135,7 @@ def test_folder_is_detected_as_minimax(folder: Path) -> None:
         ({"latent.frames": 100}, "field 'frames': MiniMax H3 makes 5 to 15 seconds"),
         ({"latent.width": 40}, "must be multiples of 16 for MiniMax H3"),
         ({"sampler.scheduler": "dpmpp_2m"}, "scheduler default or euler"),
-        ({"sampler.steps": 1}, "field 'steps'"),
+        ({"latent.frames": 400}, "got 400 (rounded up to 413)"),
     ],
 )
 def test_bad_settings_fail_the_run_with_one_line_naming_the_field(

@@ -8,8 +8,8 @@ What differs from the other video loops: one transformer call per step serves te
 and video rows at once (`minimax_layout`), with a timestep per row; the checkpoint is guidance-distilled, so
 there is no unconditional pass, `cfg` and the negative prompt are not used (as the pipeline has neither).
 Two `MiniMaxH3Scheduler`s step the video and audio rows (the folder's `scheduler` and `audio_scheduler`,
-shift 12 and 3); `steps` is the pipeline's `num_inference_steps`, the sigma grid's points including the
-terminal 0, so it makes `steps - 1` model calls. Noise is drawn from one CPU generator seeded with `seed`
+shift 12 and 3); `steps` counts model calls, as everywhere in Nodeloom and in ComfyUI: the pipeline's
+`num_inference_steps` counts the sigma grid's points including the terminal 0, i.e. `steps + 1`. Noise is drawn from one CPU generator seeded with `seed`
 in the pipeline's order: one draw per keyframe anchor (noised to t = 0.999), then the video latent, then
 the audio rows. Anchors are never stepped.
 """
@@ -66,11 +66,8 @@ def _check(
         raise ValueError(
             f"{title} runs with its own rectified-flow Euler (scheduler default or euler), not {settings.scheduler!r}"
         )
-    if settings.steps < 2:
-        raise ValueError(
-            f"field 'steps': {title} counts the sigma grid's points, the final 0 included (steps - 1 model "
-            f"calls): at least 2, got {settings.steps}"
-        )
+    if settings.steps < 1:
+        raise ValueError(f"field 'steps': at least 1, got {settings.steps}")
     if settings.denoise < 1.0:
         raise ValueError(f"{title}: denoise below 1 (video-to-video) is not supported yet")
     if settings.step_cache.on:
@@ -152,8 +149,8 @@ def sample_minimax(
     )
 
     # 4. Prepare timesteps: one schedule per modality (zip: the pipeline walks the video schedule)
-    scheduler.set_timesteps(settings.steps, device=device)
-    audio_scheduler.set_timesteps(settings.steps, device=device)
+    scheduler.set_timesteps(settings.steps + 1, device=device)  # grid points: the calls and the final 0
+    audio_scheduler.set_timesteps(settings.steps + 1, device=device)
     plan = [
         tuple(v.to(device) for v in row_timesteps(layout, float(t), float(ta)))
         for t, ta in zip(scheduler.timesteps, audio_scheduler.timesteps, strict=False)
