@@ -2,7 +2,7 @@
 `MiniMaxH3ModularPipeline`'s frames and stereo sound.
 
 The folder is the tiny `demo:tiny-minimax` fixture (random weights, fixed seeds, a byte-level Qwen tokenizer,
-a video VAE that is 8x in space, 8-channel latents, a 160 Hz audio VAE), saved to a plain folder and loaded
+a video VAE that is 8x in space, 8-channel latents, an 8 kHz audio VAE), saved to a plain folder and loaded
 by path as a user's folder would be. Our side is the CLI: Qwen3-VL through the memory manager, our loop
 (`pipelines.diffusion.minimax_sampling`), VAE Decode Video (frames + the audio VAE) and Save Video; theirs
 is the modular pipeline (tests/minimax_reference.py) with the same seed, steps, size and frames. MiniMax H3
@@ -100,7 +100,7 @@ def test_the_sound_track_is_the_pipelines(folder: Path, tmp_path: Path, expected
         video = decode_minimax(
             mm, loaded.vae, sample(mm, loaded.denoiser, positive, None, empty, settings), FPS
         )
-    assert video.audio is not None and video.audio.sample_rate == rate == 160  # the tiny audio VAE's rate
+    assert video.audio is not None and video.audio.sample_rate == rate == 8000  # the tiny audio VAE's rate
     assert video.audio.waveform.shape == wave.shape and wave.shape[0] == 2 and wave.abs().max() > 1e-3
     # float32 rounding of the same ops (0 measured); the clip to [-1, 1] is ours (the VIDEO value's range).
     torch.testing.assert_close(video.audio.waveform, wave.clamp(-1, 1), rtol=0, atol=1e-5)

@@ -8,8 +8,8 @@ MiniMax H3 is modular only in diffusers (`MiniMaxH3ModularPipeline`), so there i
 save: `TinyMiniMaxH3` holds the components and writes them as a diffusers folder (one subfolder each, a
 `model_index.json` naming `MiniMaxH3ModularPipeline` and the component classes). Sizes are chosen to catch
 hard-coded assumptions: a video VAE that is 8x in space (H3's own is 16x: the canvas multiple becomes 16,
-not 32), 8 latent channels (not 24), an audio VAE with 8 latent channels (not 32) and a 4-sample hop at
-160 Hz (not 800 at 32 kHz). The Qwen3-VL text encoder has 51 tiny layers because the pipeline reads
+not 32), 8 latent channels (not 24), an audio VAE with 8 latent channels (not 32) and a 200-sample hop at
+8 kHz (not 800 at 32 kHz). The Qwen3-VL text encoder has 51 tiny layers because the pipeline reads
 `hidden_states[50]` and refuses a shallower stack. The processor subfolder holds the image processor's config
 only (Qwen3-VL's video processor needs torchvision, which is not installed here).
 """
@@ -79,16 +79,16 @@ TINY_MINIMAX_VAE = dict(
 )
 TINY_MINIMAX_AUDIO_VAE = dict(
     encoder_dim=4,
-    encoder_rates=(2, 2),
+    encoder_rates=(4, 5, 10),
     latent_dim=16,
     latent_channels=8,
     num_attention_heads=2,
     decoder_dim=8,
-    decoder_rates=(2, 2),
-    decoder_kernel_sizes=(4, 4),
+    decoder_rates=(10, 5, 4),
+    decoder_kernel_sizes=(20, 9, 8),  # kernel - rate even: exactly `rate` samples out per sample in
     resblock_kernel_sizes=(3,),
     resblock_dilation_sizes=((1,),),
-    sampling_rate=160,  # 40 latents a second x the 4-sample hop
+    sampling_rate=8000,  # 40 latents a second x the 200-sample hop (a rate AAC takes, for the mp4)
     latents_mean=[0.05] * 8,
     latents_std=[0.9] * 8,
 )
