@@ -41,9 +41,10 @@ AUDIO_SCHEDULER_KEY = "_minimax_audio_scheduler"
 _SCHEDULERS = ("default", "euler", "k_euler")  # the model's own rectified-flow Euler
 
 # Fitted on the meta device (tests/test_family_minimax_working.py, tests/live_tensors.py) at MiniMax H3's
-# widths (5376 hidden, 56 x 128 heads, 14336 FFN): a block keeps about this many values per token alive,
-# per hidden channel and per FFN channel (one batch: no CFG pass).
-_PER_TOKEN_HIDDEN, _PER_TOKEN_FFN = 9, 3
+# widths (5376 hidden, 56 x 128 heads, 14336 FFN), 15k to 110k packed rows: a block keeps its SwiGLU's four
+# FFN-wide values per row alive beside about five hidden-wide ones (1.004x of the live tensors). One batch:
+# the checkpoint is guidance-distilled, there is no CFG pass.
+_PER_ROW_FFN, _PER_ROW_HIDDEN = 4, 5
 _FIXED = 64 * 2**20
 
 
@@ -51,10 +52,9 @@ def minimax_working(denoiser: DenoiserRef, tokens: int) -> Working:
     """One transformer call's activations over `tokens` packed rows."""
     config = denoiser.config
     hidden = int(config.get("hidden_size", 5376))
-    inner = int(config.get("num_attention_heads", 56)) * int(config.get("attention_head_dim", 128))
     ffn = int(config.get("ffn_dim", 14336))
-    per_token = _PER_TOKEN_HIDDEN * max(hidden, inner) + _PER_TOKEN_FFN * ffn
-    nbytes = tokens * per_token * torch.finfo(denoiser.dtype).bits // 8
+    per_row = _PER_ROW_FFN * ffn + _PER_ROW_HIDDEN * hidden + hidden // 8
+    nbytes = tokens * per_row * torch.finfo(denoiser.dtype).bits // 8
     return Working(nbytes + _FIXED, f"1x{tokens}")
 
 

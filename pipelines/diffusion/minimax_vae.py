@@ -18,6 +18,7 @@ through float16 and normalised (`encode_vae_condition`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from pathlib import Path
 
@@ -135,33 +136,46 @@ def prepare_keyframe(image: torch.Tensor, width: int, height: int, *, first: boo
     return picture.resize(size, Image.Resampling.LANCZOS).crop((left, top, left + width, top + height))
 
 
-# Measured on the meta device (tests/test_family_minimax.py's working check): the video VAE's ViT decoder
-# keeps about 14 values per output pixel x its widest patch-embedding channel count, per frame of one
-# 17-frame chunk; the encoder (one keyframe) about as many per input pixel x `block_out_channels[0]`.
-_DECODE_PER_PIXEL = 14
+# Measured on the meta device (tests/test_family_minimax_working.py, at the release's VAE, 512x256 to
+# 1344x768, 124 and 243 frames): the decode keeps about 6.5-6.9 values per output pixel of the whole video
+# alive (the frames are assembled whole) plus one chunk's ViT activations, ~110 MiB at the decoder's 2048
+# width; a keyframe encode runs the tiled spatial encoder, whose peak is one tile's, about 61M values at the
+# release's 128 base channels whatever the picture's size.
+_DECODE_PER_PIXEL = 7
+_DECODE_CHUNK_VALUES_PER_WIDTH = 110 * 2**20 // 4 // 2048
+_ENCODE_VALUES_PER_BASE_CHANNEL = 64_000_000 // 128
 _FIXED = 16 * 2**20
 
 
-def minimax_vae_working(ref: VaeRef, height: int, width: int, frames: int) -> Working:
-    """A decode's (or a keyframe encode's) live activations, from the pixel size of one chunk."""
-    config = ref.config
-    widest = int(config.get("decoder_num_attention_heads", 32)) * int(
-        config.get("decoder_attention_head_dim", 64)
+def minimax_vae_working(
+    ref: VaeRef, height: int, width: int, frames: int, *, encode: bool = False
+) -> Working:
+    """A decode's (or, `encode`, a keyframe encode's) live activations."""
+    if encode:
+        base = int(ref.config.get("block_out_channels", (128,))[0])
+        elements = _ENCODE_VALUES_PER_BASE_CHANNEL * base
+        return Working(elements * torch.finfo(ref.dtype).bits // 8 + _FIXED, f"encode 1x{height}x{width}")
+    width_vit = int(ref.config.get("decoder_num_attention_heads", 32)) * int(
+        ref.config.get("decoder_attention_head_dim", 64)
     )
-    channels = max(widest // 8, int(max(config.get("block_out_channels", (128,)))))
-    chunk = min(frames, int(config.get("clip_length", 17)) + 4)
-    elements = _DECODE_PER_PIXEL * channels * chunk * height * width + 3 * frames * height * width
+    elements = _DECODE_PER_PIXEL * frames * height * width + _DECODE_CHUNK_VALUES_PER_WIDTH * width_vit
     return Working(elements * torch.finfo(ref.dtype).bits // 8 + _FIXED, f"1x{frames}x{height}x{width}")
 
 
+# Measured on the meta device (tests/test_family_minimax_working.py, at the release's audio VAE, 207 and 600
+# latents): its BigVGAN decoder keeps about 0.095 values per output sample per `decoder_dim` channel, plus a
+# fixed ~66M values at the release's 1024 channels (the weight-normed kernels are rebuilt on every call).
+_AUDIO_PER_SAMPLE_PER_DIM = 0.095
+_AUDIO_FIXED_VALUES = 66_000_000
+
+
 def minimax_audio_working(ref: AudioDecoderRef, latents: int) -> Working:
-    """The audio VAE decode: its BigVGAN decoder's widest stage over every output sample of both channels."""
+    """The audio VAE decode of both stereo channels' `latents` audio latents."""
     config = ref.vae_config
-    hop = 1
-    for rate in config.get("decoder_rates", (5, 5, 2, 2, 2, 2, 2)):
-        hop *= int(rate)
+    hop = math.prod(int(rate) for rate in config.get("decoder_rates", (5, 5, 2, 2, 2, 2, 2)))
+    dim = int(config.get("decoder_dim", 1024))
     samples = MINIMAX_H3_AUDIO_CHANNELS * latents * hop
-    elements = 4 * int(config.get("decoder_dim", 1024)) * samples // 2 + 8 * samples
+    elements = int(_AUDIO_PER_SAMPLE_PER_DIM * dim * samples + _AUDIO_FIXED_VALUES * (dim / 1024) ** 2)
     return Working(elements * torch.finfo(ref.dtype).bits // 8 + _FIXED, f"2x{latents}")
 
 
@@ -183,7 +197,7 @@ def keyframe_minimax_latent(
     encoded: list[tuple[str, torch.Tensor]] = []
     mean = torch.tensor(vae.config["latents_mean"]).view(1, -1, 1, 1, 1)
     std = torch.tensor(vae.config["latents_std"]).view(1, -1, 1, 1, 1)
-    with mm.use(vae.handle, working=minimax_vae_working(vae, height, width, 1)) as model:
+    with mm.use(vae.handle, working=minimax_vae_working(vae, height, width, 1, encode=True)) as model:
         device = mm.device
         pixel_mean = torch.tensor(PIXEL_MEAN, device=device).view(1, -1, 1, 1, 1)
         pixel_std = torch.tensor(PIXEL_STD, device=device).view(1, -1, 1, 1, 1)
