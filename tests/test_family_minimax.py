@@ -145,3 +145,41 @@ def test_bad_settings_fail_the_run_with_one_line_naming_the_field(
     err = capsys.readouterr().err
     (line,) = [line for line in err.splitlines() if line.startswith("run failed:")]  # one line, unwrapped
     assert message in line and "Traceback" not in err
+
+
+def test_the_transformer_streams_block_by_block_with_the_same_latents(folder: Path, tmp_path: Path) -> None:
+    """In a budget that holds one call's working memory, the weights outside `transformer_blocks` and a
+    window of two blocks (not all three), `stream` moves the blocks in per call; the latents are unchanged."""
+    from safetensors import safe_open
+
+    from pipelines.diffusion.conditioning import encode_prompt
+    from pipelines.diffusion.loading import load_model
+    from pipelines.diffusion.minimax_sampling import minimax_working, sample_minimax
+    from pipelines.diffusion.minimax_vae import empty_minimax_latent
+    from pipelines.diffusion.sampling import SamplerSettings
+
+    settings = SamplerSettings(scheduler="default", steps=STEPS, seed=42)
+
+    def run(policy: str, budget: str | None = None) -> tuple[torch.Tensor, torch.Tensor, list, int]:
+        config = MemoryConfig(device="cpu", policy=policy, ram_budget=budget, data_dir=tmp_path / policy)
+        with MemoryManager(config) as mm:
+            loaded = load_model(mm, str(folder))
+            positive = encode_prompt(mm, loaded.text_encoder, PROMPT)
+            empty = empty_minimax_latent(loaded.vae, loaded.denoiser, WIDTH, HEIGHT, FRAMES)
+            out = sample_minimax(mm, loaded.denoiser, positive, None, empty, settings)
+            rows = positive.embeds.shape[1] + 37 * 3 * 2 + 2 * empty.audio.shape[-1]  # text, video, audio
+            working = minimax_working(loaded.denoiser, rows).formula_bytes
+            return out.samples, out.audio, mm.report()["transfers"], working
+
+    with safe_open(str(folder / "transformer" / "diffusion_pytorch_model.safetensors"), framework="pt") as f:
+        nbytes = {k: 4 * int(np.prod(f.get_slice(k).get_shape())) for k in f.keys()}  # float32
+    block = max(
+        sum(n for k, n in nbytes.items() if k.startswith(f"transformer_blocks.{i}.")) for i in range(3)
+    )
+    fixed = sum(n for k, n in nbytes.items() if not k.startswith("transformer_blocks."))
+    whole, whole_audio, _, working = run("none")
+    budget = working + fixed + 2 * block + 2048  # 2 KiB of slack for the small tensors beside the weights
+    assert budget < working + sum(nbytes.values())  # the whole transformer would not fit beside its working
+    streamed, streamed_audio, transfers, _ = run("stream", str(budget))
+    assert "transformer (streamed)" in {t["component"] for t in transfers}
+    assert torch.equal(whole, streamed) and torch.equal(whole_audio, streamed_audio)
