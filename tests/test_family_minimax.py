@@ -183,3 +183,20 @@ def test_the_transformer_streams_block_by_block_with_the_same_latents(folder: Pa
     streamed, streamed_audio, transfers, _ = run("stream", str(budget))
     assert "transformer (streamed)" in {t["component"] for t in transfers}
     assert torch.equal(whole, streamed) and torch.equal(whole_audio, streamed_audio)
+
+
+def test_a_modular_pipeline_folder_loads_and_runs(folder: Path, tmp_path: Path) -> None:
+    """A folder as `ModularPipeline.save_pretrained` writes it (`modular_model_index.json`, no
+    `model_index.json`) is detected and runs the same frames."""
+    import shutil
+
+    modular = tmp_path / "modular"
+    shutil.copytree(folder, modular)
+    index = json.loads((modular / "model_index.json").read_text())
+    (modular / "model_index.json").unlink()
+    index["_blocks_class_name"] = "MiniMaxH3Blocks"
+    (modular / "modular_model_index.json").write_text(json.dumps(index))
+    assert detect_family(modular) == "minimax"
+    assert run_cli(modular, tmp_path / "a") == 0
+    assert run_cli(folder, tmp_path / "b") == 0
+    assert np.array_equal(frames_in(tmp_path / "a"), frames_in(tmp_path / "b"))

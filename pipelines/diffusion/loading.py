@@ -169,8 +169,11 @@ def load_diffusers_folder(
     dtype: str = "auto",
     allow_pickle: bool = False,
 ) -> LoadedModel:
-    """A folder with `model_index.json` (what `DiffusionPipeline.save_pretrained` writes)."""
-    index = read_json(root / "model_index.json")
+    """A folder with `model_index.json` (what `DiffusionPipeline.save_pretrained` writes), or a modular
+    pipeline's `modular_model_index.json` with the components in subfolders."""
+    from pipelines.diffusion.family_detect import folder_index
+
+    index = read_json(folder_index(root) or root / "model_index.json")
     family = family_for_pipeline_class(index["_class_name"])
     torch_dtype, storage = resolve_precision(dtype, family, mm.device)  # "int8": "auto", kept in int8
 
@@ -322,7 +325,9 @@ def load_model(
     if kind == "auto":
         kind = "folder" if path.is_dir() else "single_file"
     if kind == "folder":
-        if not (path / "model_index.json").exists():
+        from pipelines.diffusion.family_detect import folder_index
+
+        if folder_index(path) is None:
             raise FileNotFoundError(f"{path}: not a diffusers folder (no model_index.json)")
         return load_diffusers_folder(mm, path, dtype=dtype, allow_pickle=allow_pickle)
     if kind == "single_file":

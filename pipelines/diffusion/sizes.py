@@ -62,7 +62,11 @@ def size_for_model(spec: str) -> ImageSize | None:
     try:
         path = resolve_model_path(spec)
         if path.is_dir():
-            family = family_for_pipeline_class(_read(path / "model_index.json")["_class_name"])
+            from pipelines.diffusion.family_detect import folder_index
+
+            family = family_for_pipeline_class(
+                _read(folder_index(path) or path / "model_index.json")["_class_name"]
+            )
             config = _read(path / family.denoiser_subfolder / "config.json")
             return size_from_configs(family, config, vae_scale_factor(_read(path / "vae" / "config.json")))
         if path.suffix == ".safetensors":
