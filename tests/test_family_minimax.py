@@ -200,3 +200,14 @@ def test_a_modular_pipeline_folder_loads_and_runs(folder: Path, tmp_path: Path) 
     assert run_cli(modular, tmp_path / "a") == 0
     assert run_cli(folder, tmp_path / "b") == 0
     assert np.array_equal(frames_in(tmp_path / "a"), frames_in(tmp_path / "b"))
+
+
+@pytest.mark.parametrize("workflow", ["txt2video.json", "img2video_minimax.json"])
+def test_app_plan_reads_the_minimax_workflows(folder: Path, capsys, workflow: str) -> None:
+    """`app plan` (configs and headers only, no run) takes a MiniMax H3 folder: the transformer's (t, h, w)
+    patch is read as its side."""
+    from app.main import main
+
+    args = ["plan", str(REPO / "resources/workflows" / workflow), "--set", f"load.path={folder}"]
+    assert main(args) == 0
+    assert "stream     fits" in capsys.readouterr().out

@@ -44,7 +44,8 @@ def config_patch_size(denoiser_config: dict[str, Any]) -> int:
     sizes = denoiser_config.get("all_patch_size")
     if isinstance(sizes, list | tuple) and sizes:
         return int(sizes[0])
-    return int(denoiser_config.get("patch_size") or 1)
+    patch = denoiser_config.get("patch_size") or 1
+    return int(patch[-1] if isinstance(patch, list | tuple) else patch)  # video DiTs: (t, h, w)
 
 
 def size_for_denoiser(denoiser: DenoiserRef) -> ImageSize:
