@@ -12,7 +12,7 @@ them into the sequence as anchors, so one node makes both the conditioning and t
 it is text to video. Frames are snapped up to the VAE's 17n + 5 and must make 5 to 15 s at 24 fps.
 MiniMax H3 Sigma Shift sets the two schedules' shifts (ComfyUI's node of that name; the folder's are 12 and
 3); VAE Decode Audio is the sound track half of VAE Decode Video (ComfyUI's templates decode the frames with
-VAE Decode and the sound with it, then Create Video), for MiniMax H3 and LTX-2 latents.
+VAE Decode and the sound with it, then Create Video).
 """
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ class MiniMaxH3SigmaShift(Node):
     title="VAE Decode Audio",
     category="diffusion/latent",
     outputs=[Output("audio", AUDIO)],
-    description="A video latent's sound track -> AUDIO, with the model's audio VAE (MiniMax H3, LTX-2).",
+    description="A MiniMax H3 latent's stereo sound track -> AUDIO, with its folder's audio VAE.",
 )
 class VAEDecodeAudio(Node):
     vae: VaeRef = wire(VAE, help="the model's VAE (its folder's audio VAE decodes)")
@@ -119,19 +119,15 @@ class VAEDecodeAudio(Node):
     def run(self, ctx: NodeContext) -> dict[str, Any]:
         if self.latent.audio is None or self.vae.audio is None:
             raise ValueError(
-                "input 'latent': no sound track to decode (a MiniMax H3 or LTX-2 latent, with the VAE of its folder)"
+                "input 'latent': no sound track to decode (a MiniMax H3 latent, with the VAE of its folder)"
             )
         if self.vae.family.name == "minimax":
             from pipelines.diffusion.minimax_vae import decode_minimax_audio
 
             return {"audio": decode_minimax_audio(ctx.memory, self.vae.audio, self.latent.audio)}
-        if self.vae.family.name == "ltx2":
-            from pipelines.diffusion.ltx2_vae import decode_ltx2_audio
-            from pipelines.video.value import Audio
-
-            wave, rate = decode_ltx2_audio(ctx.memory, self.vae.audio, self.latent.audio)
-            return {"audio": Audio(wave.clamp(-1.0, 1.0), rate)}
-        raise ValueError(f"input 'vae': {self.vae.family.title} makes no sound")
+        raise ValueError(
+            f"input 'vae': VAE Decode Audio decodes MiniMax H3's sound, not {self.vae.family.title}'s"
+        )
 
 
 NODES: tuple[NodeSpec, ...] = (MiniMaxH3ImageToVideo.spec, MiniMaxH3SigmaShift.spec, VAEDecodeAudio.spec)
