@@ -52,9 +52,15 @@ def reference_pipeline(folder: Path) -> Any:
     return pipe
 
 
-def reference_video(folder: Path, **inputs: Any) -> tuple[np.ndarray, torch.Tensor, int]:
-    """(frames (T, H, W, 3) uint8, waveform (2, samples), sample rate) of one pipeline call, seed 42."""
+def reference_video(
+    folder: Path, shifts: tuple[float, float] | None = None, **inputs: Any
+) -> tuple[np.ndarray, torch.Tensor, int]:
+    """(frames (T, H, W, 3) uint8, waveform (2, samples), sample rate) of one pipeline call, seed 42;
+    `shifts`: the (video, audio) schedules' shifts instead of the folder's (`MiniMaxH3Scheduler.set_shift`)."""
     pipe = reference_pipeline(folder)
+    if shifts is not None:
+        pipe.scheduler.set_shift(shifts[0])
+        pipe.audio_scheduler.set_shift(shifts[1])
     state = pipe(generator=torch.Generator("cpu").manual_seed(42), output_type="np", **inputs)
     frames = (np.asarray(state.get("videos"))[0] * 255).round().astype(np.uint8)
     return frames, state.get("audio")[0].float(), int(state.get("sampling_rate"))

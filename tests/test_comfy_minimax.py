@@ -48,7 +48,7 @@ def test_reference_to_video_is_refused_with_its_reason(registry) -> None:
     assert only.class_type == "MiniMaxH3ReferenceToVideo" and "ref2va" in str(only)
 
 
-def _api_graph(folder: Path, seed: int) -> dict:
+def _api_graph(folder: Path, seed: int, shifts: tuple[float, float] = (12.0, 3.0)) -> dict:
     return {
         "1": {"class_type": "CheckpointLoaderSimple", "inputs": {"ckpt_name": str(folder)}},
         "2": {
@@ -64,7 +64,7 @@ def _api_graph(folder: Path, seed: int) -> dict:
         },
         "3": {
             "class_type": "MiniMaxH3SigmaShift",
-            "inputs": {"model": ["1", 0], "shift_video": 12.0, "shift_audio": 3.0},
+            "inputs": {"model": ["1", 0], "shift_video": shifts[0], "shift_audio": shifts[1]},
         },
         "4": {"class_type": "RandomNoise", "inputs": {"noise_seed": seed}},
         "5": {"class_type": "BasicGuider", "inputs": {"model": ["3", 0], "conditioning": ["2", 0]}},
@@ -126,3 +126,26 @@ def test_a_comfyui_minimax_graph_runs_with_the_pipelines_frames_and_sound(tmp_pa
     with av.open(str(path)) as container:  # the sound track VAE Decode Audio made, muxed by Create Video
         (stream,) = container.streams.audio
         assert stream.channels == 2
+
+
+@pytest.mark.slow  # builds the tiny model and runs one video
+def test_the_sigma_shift_node_sets_the_pipelines_shifts(tmp_path: Path) -> None:
+    """MiniMaxH3SigmaShift at (6, 2): the pipeline's schedules with `set_shift(6)` / `set_shift(2)`."""
+    from pipelines.diffusion.demo_models import save_demo_model
+    from tests.minimax_reference import reference_video
+
+    models = tmp_path / "models"
+    folder = save_demo_model("tiny-minimax", models / "checkpoints" / "tiny-minimax")
+    graph = tmp_path / "h3_api.json"
+    graph.write_text(json.dumps(_api_graph(Path("tiny-minimax"), 42, (6.0, 2.0))), encoding="utf-8")
+    ours = tmp_path / "h3.nodeloom.json"
+    assert main(["import", str(graph), "-o", str(ours), "--models-dir", str(models)]) == 0
+    run = ["--run", str(ours), "--quiet", "--device", "cpu", "--models-dir", str(models)]
+    assert main([*run, "--out", str(tmp_path / "out"), "--set", "save_video.format=png"]) == 0
+    inputs = dict(prompt=PROMPT, num_inference_steps=3, height=32, width=48, num_frames=124)
+    expected, _, _ = reference_video(folder, shifts=(6.0, 2.0), **inputs)
+    default, _, _ = reference_video(folder, **inputs)
+    frames = frames_in(tmp_path / "out")
+    assert not np.array_equal(expected, default)  # the shifts change the video
+    # Same ops in the same order on the same CPU kernels (0 measured); 1 of 255 for a rounding edge.
+    assert np.abs(frames.astype(int) - expected.astype(int)).max() <= 1
