@@ -41,6 +41,16 @@ def test_the_minimax_templates_map_every_node_and_the_family_runs(registry, name
         assert {"MiniMaxH3ImageToVideo", "VAEDecodeAudio", "CreateVideo"} <= types
 
 
+@pytest.mark.parametrize("name", ["video_minimax_h3_t2v", "video_minimax_h3_i2v"])
+def test_app_check_passes_the_minimax_video_templates(tmp_path: Path, name: str) -> None:
+    """`app check` is clean: every node mapped, the family runnable; the i2v template's dangling
+    ImageScaleToTotalPixels (its input unwired, its output read by nothing an output needs) is skipped, as
+    ComfyUI and a Run skip it."""
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps(_template(name)), encoding="utf-8")
+    assert main(["check", str(path)]) == 0
+
+
 def test_reference_to_video_is_refused_with_its_reason(registry) -> None:
     name = "video_minimax_h3_r2v"
     result = import_comfy_data(_template(name), registry, name, title=name)
