@@ -106,23 +106,28 @@ def test_the_sound_track_is_the_pipelines(folder: Path, tmp_path: Path, expected
     torch.testing.assert_close(video.audio.waveform, wave.clamp(-1, 1), rtol=0, atol=1e-5)
 
 
-def test_seed_changes_the_video_and_cfg_does_not(folder: Path, tmp_path: Path) -> None:
+def test_seed_changes_the_video_and_cfg_does_not(folder: Path, tmp_path: Path, expected) -> None:
     """Guidance-distilled: the pipeline has no guidance scale and no negative prompt, so neither changes a
-    frame; the seed does."""
-    assert run_cli(folder, tmp_path / "a") == 0
+    frame (cfg 1 and another negative still give the pipeline's video); the seed does."""
     assert run_cli(folder, tmp_path / "b", sets={"sampler.cfg": 1.0, "negative.text": "red"}) == 0
     assert run_cli(folder, tmp_path / "c", sets={"sampler.seed": 7}) == 0
-    a, b, c = (frames_in(tmp_path / n) for n in "abc")
-    assert np.array_equal(a, b) and not np.array_equal(a, c)
+    assert_same_video(frames_in(tmp_path / "b"), expected[0])
+    assert not np.array_equal(frames_in(tmp_path / "c"), expected[0])
 
 
-def test_stream_in_a_small_budget_gives_the_same_frames(folder: Path, tmp_path: Path) -> None:
-    assert run_cli(folder, tmp_path / "none", extra=("--offload", "none")) == 0
+def test_stream_in_a_small_budget_gives_the_same_frames(folder: Path, tmp_path: Path, expected) -> None:
     report = tmp_path / "report.json"
     extra = ("--offload", "stream", "--ram-budget", "2GiB", "--report", str(report))
     assert run_cli(folder, tmp_path / "stream", extra=extra) == 0
-    assert np.array_equal(frames_in(tmp_path / "none"), frames_in(tmp_path / "stream"))
     assert json.loads(report.read_text())["memory"]["policy"] == "stream"
+    # `none` gives the pipeline's frames exactly (0 measured, test_cli_frames_match_the_minimax_pipeline);
+    # streaming moves the same weights, so the frames are those, bit for bit.
+    assert np.array_equal(frames_in(tmp_path / "stream"), frames_in_none(folder, tmp_path / "none"))
+
+
+def frames_in_none(folder: Path, out: Path) -> np.ndarray:
+    assert run_cli(folder, out, extra=("--offload", "none")) == 0
+    return frames_in(out)
 
 
 def test_folder_is_detected_as_minimax(folder: Path) -> None:
@@ -185,7 +190,7 @@ def test_the_transformer_streams_block_by_block_with_the_same_latents(folder: Pa
     assert torch.equal(whole, streamed) and torch.equal(whole_audio, streamed_audio)
 
 
-def test_a_modular_pipeline_folder_loads_and_runs(folder: Path, tmp_path: Path) -> None:
+def test_a_modular_pipeline_folder_loads_and_runs(folder: Path, tmp_path: Path, expected) -> None:
     """A folder as `ModularPipeline.save_pretrained` writes it (`modular_model_index.json`, no
     `model_index.json`) is detected and runs the same frames."""
     import shutil
@@ -198,8 +203,7 @@ def test_a_modular_pipeline_folder_loads_and_runs(folder: Path, tmp_path: Path) 
     (modular / "modular_model_index.json").write_text(json.dumps(index))
     assert detect_family(modular) == "minimax"
     assert run_cli(modular, tmp_path / "a") == 0
-    assert run_cli(folder, tmp_path / "b") == 0
-    assert np.array_equal(frames_in(tmp_path / "a"), frames_in(tmp_path / "b"))
+    assert_same_video(frames_in(tmp_path / "a"), expected[0])
 
 
 @pytest.mark.parametrize("workflow", ["txt2video.json", "img2video_minimax.json"])
