@@ -40,6 +40,7 @@ KIND_FOLDERS: dict[str, tuple[str, ...]] = {
     "controlnet": ("controlnet",),
     "upscale_models": ("upscale_models",),
     "embeddings": ("embeddings",),
+    "clip_vision": ("clip_vision",),
 }
 MODEL_KINDS: tuple[str, ...] = tuple(KIND_FOLDERS)
 MODEL_SUFFIXES = (".safetensors", ".gguf", ".ckpt", ".pt", ".pth", ".bin", ".sft")

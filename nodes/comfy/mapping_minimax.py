@@ -10,8 +10,6 @@ helpers).
   file here; ours decodes with the audio VAE of the model folder the VAE came from.
 - ModelAttentionBackend -> passes the model through (an attention kernel choice: the math is the same),
   noted.
-- LTXVSeparateAVLatent -> its video latent is the sampled latent itself (our latent carries the sound track
-  beside the frames); its audio output is not offered.
 - MiniMaxH3ReferenceToVideo is not mapped: the ref2va task (reference pictures, videos and sounds, the
   `transformer_ref` checkpoint) does not run here yet, and the check says so.
 """
@@ -44,10 +42,6 @@ def _attention_backend(node: ComfyNode, ctx: MapContext) -> PassThrough:
     return PassThrough({0: "model"})
 
 
-def _separate_av(node: ComfyNode, ctx: MapContext) -> PassThrough:
-    return PassThrough({0: "av_latent"})
-
-
 def _reference_to_video(node: ComfyNode, ctx: MapContext) -> Emit:
     return unsupported_emit(
         node,
@@ -61,6 +55,5 @@ MINIMAX_MAPPERS: dict[str, Mapper] = {
     "MiniMaxH3SigmaShift": _sigma_shift,
     "VAEDecodeAudio": _decode_audio,
     "ModelAttentionBackend": _attention_backend,
-    "LTXVSeparateAVLatent": _separate_av,
     "MiniMaxH3ReferenceToVideo": _reference_to_video,
 }

@@ -185,7 +185,7 @@ FAMILIES[MINIMAX.name] = MINIMAX
 # The order detection tries families in where one family's marker can occur in another's name: FLUX.2 [klein]
 # before FLUX.2 [dev] before Flux before SD3 before SDXL for file names (ComfyUI's `flux-2-klein-4b` has all three); SDXL's "XL" before SD3's "3", and SD's bare "StableDiffusion" last, for
 # diffusers class names.
-NAME_HINT_ORDER: tuple[Family, ...] = (FLUX2_KLEIN, FLUX2_DEV, FLUX, SD3, SDXL, ZIMAGE, QWENIMAGE, WAN)
+NAME_HINT_ORDER: tuple[Family, ...] = (FLUX2_KLEIN, FLUX2_DEV, FLUX, SD3, SDXL, ZIMAGE, QWENIMAGE, WAN, LTX2)
 NAME_HINT_ORDER += (MINIMAX,)  # "minimax_h3" is in no other family's names
 CLASS_MARKER_ORDER: tuple[Family, ...] = (
     FLUX2_KLEIN,

@@ -45,6 +45,9 @@ class SamplerSettings:
     # A step cache on the DiT families' blocks (pipelines.diffusion.step_cache): off gives the exact picture.
     cache: str = "off"
     cache_threshold: float = 0.1
+    # A hand-given schedule (a SIGMAS wire: ComfyUI's ManualSigmas and friends), stepped through as it is by the
+    # loops of `manual_sigmas.SIGMA_LOOPS`; None: the scheduler's own from `steps`.
+    sigmas: tuple[float, ...] | None = None
 
     @property
     def step_cache(self) -> StepCache:

@@ -118,6 +118,9 @@ class DenoiserRef:
     image_encoder: Any = None
     # Wan 2.2 TI2V (model_index.json `expand_timesteps`): a timestep per video token; 0 on an image's frame.
     expand_timesteps: bool = False
+    # LTX-2's guidance terms besides cfg (`ltx2_sampling.LTX2Guidance`, set by the LTX-2 Guidance node); None:
+    # the pipeline's defaults.
+    ltx2_guidance: Any = None
 
 
 @dataclass(frozen=True)
@@ -196,6 +199,8 @@ class Latents:
     concat: torch.Tensor | None = None
     # Wan 2.1 I2V: the start (and last) picture, each (H, W, 3) in [0, 1], for the denoiser's image encoder.
     clip_images: tuple[torch.Tensor, ...] = ()
+    # ...and the encoder for them when it is not the denoiser's own (a CLIP vision file: nodes/clip_vision.py).
+    clip_encoder: Any = None
     # LTX-2: the sound track's latents (B, C, audio latent frames, mel bins), normalised as the transformer
     # sees them once packed, and the frame rate both were sized for (it also conditions the positions).
     audio: torch.Tensor | None = None
