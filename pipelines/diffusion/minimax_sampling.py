@@ -8,10 +8,11 @@ What differs from the other video loops: one transformer call per step serves te
 and video rows at once (`minimax_layout`), with a timestep per row; the checkpoint is guidance-distilled, so
 there is no unconditional pass, `cfg` and the negative prompt are not used (as the pipeline has neither).
 Two `MiniMaxH3Scheduler`s step the video and audio rows (the folder's `scheduler` and `audio_scheduler`,
-shift 12 and 3); `steps` counts model calls, as everywhere in Nodeloom and in ComfyUI: the pipeline's
-`num_inference_steps` counts the sigma grid's points including the terminal 0, i.e. `steps + 1`. Noise is drawn from one CPU generator seeded with `seed`
-in the pipeline's order: one draw per keyframe anchor (noised to t = 0.999), then the video latent, then
-the audio rows. Anchors are never stepped.
+shift 12 and 3, or MiniMax H3 Sigma Shift's); `steps` counts model calls, as everywhere in Nodeloom and in
+ComfyUI: the pipeline's `num_inference_steps` counts the sigma grid's points including the terminal 0, i.e.
+`steps + 1`. The schedule is always the model's (a Sampler's `sigma_schedule` is not read here). Noise is
+drawn from one CPU generator seeded with `seed` in the pipeline's order: one draw per keyframe anchor (noised
+to t = 0.999), then the video latent, then the audio rows. Anchors are never stepped.
 """
 
 from __future__ import annotations
