@@ -3,7 +3,7 @@
 Lives here: `ALL_MAPPERS`. Imports `nodes.comfy.mapping`, `nodes.comfy.mapping_sampling`,
 `nodes.comfy.mapping_media`, `nodes.comfy.mapping_text`, `nodes.comfy.mapping_values`,
 `nodes.comfy.mapping_ltx2`, `nodes.comfy.mapping_sigmas`, `nodes.comfy.mapping_cache`,
-`nodes.comfy.mapping_wan` (later tables win: they delegate to the earlier).
+`nodes.comfy.mapping_wan`, `nodes.comfy.mapping_minimax` (later tables win: they delegate to the earlier).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from nodes.comfy.mapping import MAPPERS, Mapper
 from nodes.comfy.mapping_cache import CACHE_MAPPERS
 from nodes.comfy.mapping_ltx2 import LTX2_MAPPERS
 from nodes.comfy.mapping_media import MEDIA_MAPPERS
+from nodes.comfy.mapping_minimax import MINIMAX_MAPPERS
 from nodes.comfy.mapping_sampling import SAMPLING_MAPPERS
 from nodes.comfy.mapping_sigmas import SIGMA_MAPPERS
 from nodes.comfy.mapping_text import TEXT_MAPPERS
@@ -28,4 +29,5 @@ ALL_MAPPERS: dict[str, Mapper] = {
     **SIGMA_MAPPERS,  # SIGMAS nodes; custom samplers with one, the rest delegated (issue 32)
     **CACHE_MAPPERS,
     **WAN_MAPPERS,
+    **MINIMAX_MAPPERS,
 }
