@@ -27,6 +27,7 @@ from pipelines.llm.gguf_loader import (
     _IGNORED_TENSORS,
     UnsupportedGGUFError,
     _hf_name,
+    norm_shift,
     read_gguf,
     unpermute_qk,
 )
@@ -43,7 +44,7 @@ def gguf_llm_state(path: Path, config: PretrainedConfig) -> dict[str, torch.Tens
     _, permuted = _ARCHITECTURES[contents.architecture]
     state: dict[str, torch.Tensor] = {}
     for tensor in contents.reader.tensors:
-        name = _hf_name(tensor.name)
+        name = _hf_name(tensor.name, contents.architecture)
         if name is None:
             if tensor.name in _IGNORED_TENSORS:
                 continue
@@ -54,6 +55,7 @@ def gguf_llm_state(path: Path, config: PretrainedConfig) -> dict[str, torch.Tens
         else:
             shape = tuple(int(n) for n in reversed(tensor.shape.tolist()))
             data = dequantize(tensor.data, tensor.tensor_type).astype(np.float32).reshape(shape)
+            data = data - np.float32(norm_shift(contents.architecture, name))  # Gemma: 1 + w stored
         if permuted and name.endswith(("q_proj.weight", "k_proj.weight")):
             heads = config.num_attention_heads if "q_proj" in name else config.num_key_value_heads
             data = unpermute_qk(data, heads)  # whole rows move: valid on blocks as on floats

@@ -109,9 +109,10 @@ def end_of_turn_ids(files: LLMFiles, config: PretrainedConfig) -> tuple[int, ...
 
 
 def _tied_keys(model: torch.nn.Module) -> set[str]:
-    """Parameter names that share storage with an earlier one (e.g. lm_head tied to the embedding)."""
+    """Parameter names that share storage with an earlier one (e.g. lm_head tied to the embedding), or that
+    `tie_weights` will tie: a model built on the meta device is not tied yet (transformers 5)."""
     seen: dict[int, str] = {}
-    tied: set[str] = set()
+    tied: set[str] = set(getattr(model, "all_tied_weights_keys", None) or {})
     for name, param in model.named_parameters(remove_duplicate=False):
         if id(param) in seen:
             tied.add(name)
