@@ -1,7 +1,8 @@
 """The LLM families as GGUF files (Llama 3, Qwen2.5, Qwen3, Gemma 3, Mistral), unquantized and quantized.
 
 What a user checks: a family's GGUF loads through `open_llm` (what Load LLM runs) and answers with the tokens
-transformers gives on the weights the file holds (float32 copy: every token, for F32, F16, Q8_0 and Q4_0),
+transformers gives on the weights the file holds (float32 copy and kept blocks: every token, for F32, F16, Q8_0
+and Q4_0),
 its chat template gives the prompt ids the family's own tokenizer gives, the compact decoder (what packed GGUF
 weights run on) gives transformers' greedy tokens for every family, the packed model agrees with the float32
 copy, and a batch of prompts on Qwen3 and Gemma 3 (q/k norms, sliding window) gets each prompt's single run.
@@ -48,6 +49,9 @@ def test_gguf_greedy_tokens_equal_transformers_on_the_files_weights(tmp_path: Pa
             ids = build_prompt_ids(llm.tokenizer, REQUEST.prompt, system_prompt=REQUEST.system_prompt)
             assert ids == want_ids, qtype.name  # the file's tokenizer and chat template
             ours = generate_text(mm, llm, REQUEST).result.tokens
+            # the file's blocks kept and dequantized per layer (the accelerator path): the same float32 numbers
+            blocks = open_llm(mm, path, keep_quantized="blocks")
+            kept = generate_text(mm, blocks, REQUEST).result.tokens if qtype != Q.F32 else ours
         out = reference.generate(
             torch.tensor([ids]),
             max_new_tokens=16,
@@ -58,6 +62,7 @@ def test_gguf_greedy_tokens_equal_transformers_on_the_files_weights(tmp_path: Pa
         # The float32 copy runs transformers' own model on the weights the file holds (dequantized by gguf-py,
         # un-permuted, Gemma's norms shifted back): the same kernels on the same numbers, every token equal.
         assert ours == theirs, qtype.name
+        assert kept == theirs, qtype.name
         assert len(set(theirs)) >= 4, qtype.name  # a varied answer, so equal tokens mean the same model ran
 
 
