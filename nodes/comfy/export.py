@@ -274,7 +274,11 @@ EXPORTERS: dict[str, _Out | Callable[[NodeInstance], _Out]] = {
         {"float": 0, "int": 1, "bool": 2},
     ),
     "LLMGenerate": _Out(
-        "TextGenerate", {"clip": "llm"}, {"prompt": "prompt"}, {"text": 0}, convert=_text_generate
+        "TextGenerate",
+        {"clip": "llm", "image": "image"},
+        {"prompt": "prompt"},
+        {"text": 0},
+        convert=_text_generate,
     ),
 }
 
