@@ -1,4 +1,5 @@
-"""Pictures into the LLM: a tiny Qwen2.5-VL folder answers about an input picture, on the graph as in ComfyUI.
+"""Pictures into the LLM: tiny Qwen2.5-VL and Qwen3-VL folders answer about an input picture, on the graph as in
+ComfyUI.
 
 What a user checks: our prompt with pictures is what transformers' `Qwen2VLProcessor` makes (ids, image-token
 marks, patches, grids); the answer's greedy tokens are transformers' `generate` on those processor inputs; a
@@ -22,7 +23,7 @@ from nodes.executor import Executor
 from nodes.workflow import load_workflow
 from pipelines.llm.runtime import GenerationRequest, generate_text, open_llm
 from pipelines.llm.vision import vision_inputs, vision_messages
-from tests.llm_vision import picture, reference_processor, write_qwen25_vl_folder
+from tests.llm_vision import VL_FAMILIES, picture, reference_processor, tiny_tokenizer, write_vl_folder
 
 pytestmark = pytest.mark.slow  # builds and runs a model
 
@@ -31,17 +32,21 @@ REQUEST = GenerationRequest(prompt=PROMPT, max_new_tokens=16)
 
 
 @pytest.fixture(scope="session")
-def vl(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
-    """The tiny Qwen2.5-VL folder and its model, written once (training the tokenizer takes seconds)."""
-    folder = tmp_path_factory.mktemp("qwen25vl") / "tiny-qwen2.5-vl"
-    return folder, write_qwen25_vl_folder(folder)
+def vl_tokenizer() -> Any:
+    return tiny_tokenizer()  # trained offline once (seconds)
 
 
-def _theirs(
-    folder: Path, model: Any, images: list[Image.Image], prompt: str = PROMPT
-) -> tuple[Any, list[int]]:
+@pytest.fixture(scope="session", params=VL_FAMILIES)
+def vl(request: pytest.FixtureRequest, vl_tokenizer: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """(family, folder, model): each tiny VL folder written once for the session."""
+    folder = tmp_path_factory.mktemp("vl") / f"tiny-{request.param}"
+    return request.param, folder, write_vl_folder(request.param, folder, vl_tokenizer)
+
+
+def _theirs(vl: Any, images: list[Image.Image], prompt: str = PROMPT) -> tuple[Any, list[int]]:
     """transformers' processor inputs and `generate`'s greedy tokens on them."""
-    processor = reference_processor(folder)
+    family, folder, model = vl
+    processor = reference_processor(folder, family)
     text = processor.apply_chat_template(
         vision_messages(prompt, len(images)), add_generation_prompt=True, tokenize=False
     )
@@ -52,16 +57,16 @@ def _theirs(
 
 
 def test_prompt_with_pictures_is_the_processors_and_greedy_tokens_are_transformers(
-    vl: tuple[Path, Any], tmp_path: Path
+    vl: Any, tmp_path: Path
 ) -> None:
-    folder, model = vl
+    _, folder, model = vl
     one = [Image.open(picture(tmp_path / "a.png", seed=0)).convert("RGB")]
     two = one + [Image.open(picture(tmp_path / "b.png", seed=1, size=(56, 112))).convert("RGB")]
     with MemoryManager(MemoryConfig(device="cpu", policy="none")) as mm:
         llm = open_llm(mm, folder)
         assert llm.takes_images
         for images in (one, two):
-            inputs, theirs = _theirs(folder, model, images)
+            inputs, theirs = _theirs(vl, images)
             ours = vision_inputs(
                 llm.tokenizer, llm.image_processor, model.config.image_token_id, PROMPT, images
             )
@@ -107,8 +112,8 @@ def _run(registry: Any, wf_path: Path, out: Path) -> str:
     return Path(result.nodes["save"].files[0]).read_text()
 
 
-def test_the_graph_answers_about_the_input_picture(registry, vl: tuple[Path, Any], tmp_path: Path) -> None:
-    folder, model = vl
+def test_the_graph_answers_about_the_input_picture(registry, vl: Any, tmp_path: Path) -> None:
+    _, folder, _ = vl
     answers = []
     for seed in (0, 1):
         image = picture(tmp_path / f"in{seed}.png", seed=seed)
@@ -117,7 +122,7 @@ def test_the_graph_answers_about_the_input_picture(registry, vl: tuple[Path, Any
             llm = open_llm(mm, folder)
             pil = [Image.open(image).convert("RGB")]
             direct = generate_text(mm, llm, REQUEST, images=pil)
-        assert direct.result.tokens == _theirs(folder, model, pil)[1]  # transformers' tokens (as above)
+        assert direct.result.tokens == _theirs(vl, pil)[1]  # transformers' tokens (as above)
         assert text == direct.text.strip()  # the graph's answer is that generation's text
         answers.append(text)
     assert answers[0] != answers[1]  # the picture decides the answer

@@ -173,7 +173,8 @@ class VisionPrompt(torch.nn.Module):
 
 
 def vision_working_bytes_for(config: PretrainedConfig, inputs: VisionInputs, dtype: torch.dtype) -> int:
-    """The vision tower's peak over this prompt's patches (Qwen-Image-Edit's formula for the same tower)."""
+    """The vision tower's peak over this prompt's patches: Qwen-Image-Edit's formula for Qwen2.5-VL's tower,
+    checked against that tower only (Qwen3-VL's has no windowed blocks; not measured against it yet)."""
     from pipelines.diffusion.qwenimage_edit_working import vision_working_bytes
 
     vision = config.vision_config.to_dict() if hasattr(config, "vision_config") else {}
