@@ -5,7 +5,8 @@ transformers gives on the weights the file holds (float32 copy and kept blocks: 
 and Q4_0),
 its chat template gives the prompt ids the family's own tokenizer gives, the compact decoder (what packed GGUF
 weights run on) gives transformers' greedy tokens for every family, the packed model agrees with the float32
-copy, and a batch of prompts on Qwen3 and Gemma 3 (q/k norms, sliding window) gets each prompt's single run.
+copy, a batch of prompts on Qwen3 and Gemma 3 (q/k norms, sliding window) gets each prompt's single run, and
+transformers' own GGUF loader reads the same weights from the files as ours.
 """
 
 from __future__ import annotations
@@ -127,3 +128,28 @@ def test_a_batch_gets_each_prompts_single_run_on_qk_norm_and_sliding_window_fami
     scheduler.run()
     # float32 at batch 3 with a padding (and window) mask vs batch 1: roundings only, greedy picks the same
     assert [s.tokens for s in seqs] == singles
+
+
+# transformers' own GGUF loader reads these families too; its Qwen3 config mapping ignores
+# `attention.key_length` (it keeps Qwen3Config's default head_dim of 128), so the tiny Qwen3 (head_dim 16)
+# does not load there.
+TRANSFORMERS_READS = sorted(set(FAMILIES) - {"qwen3"})
+
+
+@pytest.mark.parametrize("family", TRANSFORMERS_READS)
+def test_our_gguf_reading_equals_transformers_gguf_loader(tmp_path: Path, family: str) -> None:
+    """An independent reading of llama.cpp's conventions (Q/K permutation, Gemma's 1 + w norms, names): the
+    fixture writer and our loader could share a mistake; transformers' `from_pretrained(gguf_file=)` would not."""
+    from transformers import AutoModelForCausalLM
+
+    from pipelines.llm.hf_loader import build_causal_lm, prepare_llm_files
+
+    path = tmp_path / "tiny.gguf"
+    write_family_gguf(family, tiny_family_model(family), path, Q.Q8_0)
+    theirs = AutoModelForCausalLM.from_pretrained(
+        tmp_path, gguf_file=path.name, dtype=torch.float32
+    ).state_dict()
+    ours = build_causal_lm(prepare_llm_files(path)).state_dict()
+    assert set(ours) == set(theirs)
+    for name, tensor in ours.items():
+        assert torch.equal(tensor, theirs[name]), name  # both dequantize with gguf-py: the same numbers
