@@ -2,8 +2,9 @@
 
 Lives here: the node types `LoadLLM`, `LLMGenerate` and the `NODES` tuple of their specs. Imports `nodes.declare`,
 `nodes.kinds`, `nodes.spec`, `nodes.types` (as `types`: its TEXT is a wire type, nodes.kinds' a parameter kind),
-`nodes.context`, `pipelines.paths` and `pipelines.llm.runtime` (inside the run functions: it imports torch
-and transformers, which listing node types must not pay for); the model code lives in pipelines/.
+`nodes.context`, `pipelines.paths` and `pipelines.llm.runtime` / `pipelines.llm.vision` (inside the run
+functions: they import torch and transformers, which listing node types must not pay for); the model code lives
+in pipelines/. LLM Generate's optional `image` input feeds a vision model (Qwen2.5-VL, Qwen3-VL) its pictures.
 """
 
 from __future__ import annotations
