@@ -309,6 +309,12 @@ class VAEDecode(Node):
         from pipelines.diffusion.tiled_vae import decode_tiled, plan_decode
         from pipelines.diffusion.vae import decode
 
+        if self.latent.samples.ndim == 5 and self.vae.family.name == "minimax":  # ComfyUI's H3 templates
+            from pipelines.diffusion.minimax_vae import decode_minimax_frames
+
+            return {
+                "image": decode_minimax_frames(ctx.memory, self.vae, self.latent)
+            }  # the frames as a batch
         if self.latent.samples.ndim == 5:  # (B, C, frames, h, w): a video model's latent
             if self.vae.family.name == "ltx2":  # its frames come with a sound track: VAE Decode Video
                 raise ValueError("input 'latent': a video latent; decode it with VAE Decode Video")

@@ -114,6 +114,10 @@ def default_registry(*, entry_point_packs: bool = True) -> NodeRegistry:
     from nodes.ltx2_comfy_nodes import NODES as LTX2_COMFY_NODES  # ComfyUI's LTX-2 steps, sigmas (issue 32)
 
     registry.register_all(LTX2_COMFY_NODES)
+
+    from nodes.minimax import NODES as MINIMAX_NODES  # MiniMax H3 Image to Video (issue 27)
+
+    registry.register_all(MINIMAX_NODES)
     if entry_point_packs:
         registry.load_entry_points()
     return registry

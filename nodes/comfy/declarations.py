@@ -163,6 +163,9 @@ COMFY_CLASSES: dict[str, ComfyClass] = {
     "Wan22ImageToVideoLatent": ComfyClass(("width", "height", "length", "batch_size"), ("LATENT",)),
     "CLIPVisionLoader": ComfyClass(("clip_name",), ("CLIP_VISION",)),
     "CLIPVisionEncode": ComfyClass(("crop",), ("CLIP_VISION_OUTPUT",)),
+    # ComfyUI's MiniMax H3 nodes (comfy_extras/nodes_minimax_h3.py) and the audio decode its templates use.
+    "MiniMaxH3SigmaShift": ComfyClass(("shift_video", "shift_audio"), ("MODEL",)),
+    "VAEDecodeAudio": ComfyClass((), ("AUDIO",)),
     "TextEncodeQwenImageEdit": ComfyClass(("prompt",), ("CONDITIONING",)),
     "TextEncodeQwenImageEditPlus": ComfyClass(("prompt",), ("CONDITIONING",)),
     "FluxKontextImageScale": ComfyClass((), ("IMAGE",)),

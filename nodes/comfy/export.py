@@ -277,7 +277,11 @@ EXPORTERS: dict[str, _Out | Callable[[NodeInstance], _Out]] = {
         {"float": 0, "int": 1, "bool": 2},
     ),
     "LLMGenerate": _Out(
-        "TextGenerate", {"clip": "llm"}, {"prompt": "prompt"}, {"text": 0}, convert=_text_generate
+        "TextGenerate",
+        {"clip": "llm", "image": "image"},
+        {"prompt": "prompt"},
+        {"text": 0},
+        convert=_text_generate,
     ),
     # Wan (nodes/comfy/mapping_wan.py): the same widgets and inputs.
     "WanImageToVideo": _Out(

@@ -3,7 +3,8 @@
 Lives here: `ALL_MAPPERS`. Imports `nodes.comfy.mapping`, `nodes.comfy.mapping_sampling`,
 `nodes.comfy.mapping_media`, `nodes.comfy.mapping_text`, `nodes.comfy.mapping_values`,
 `nodes.comfy.mapping_ltx2`, `nodes.comfy.mapping_sigmas`, `nodes.comfy.mapping_cache`,
-`nodes.comfy.mapping_wan` (later tables win: they delegate to the earlier), `nodes.comfy.mapping_edit`.
+`nodes.comfy.mapping_wan`, `nodes.comfy.mapping_minimax` (later tables win: they delegate to the earlier),
+`nodes.comfy.mapping_edit`.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from nodes.comfy.mapping_cache import CACHE_MAPPERS
 from nodes.comfy.mapping_edit import EDIT_MAPPERS
 from nodes.comfy.mapping_ltx2 import LTX2_MAPPERS
 from nodes.comfy.mapping_media import MEDIA_MAPPERS
+from nodes.comfy.mapping_minimax import MINIMAX_MAPPERS
 from nodes.comfy.mapping_sampling import SAMPLING_MAPPERS
 from nodes.comfy.mapping_sigmas import SIGMA_MAPPERS
 from nodes.comfy.mapping_text import TEXT_MAPPERS
@@ -29,5 +31,6 @@ ALL_MAPPERS: dict[str, Mapper] = {
     **SIGMA_MAPPERS,  # SIGMAS nodes; custom samplers with one, the rest delegated (issue 32)
     **CACHE_MAPPERS,
     **WAN_MAPPERS,
+    **MINIMAX_MAPPERS,
     **EDIT_MAPPERS,  # Qwen-Image-Edit's prompts, the Kontext nodes, ImageStitch alone (issue 32)
 }

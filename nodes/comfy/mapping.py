@@ -43,6 +43,7 @@ COMFY_TEXT_ENCODER_TYPES: dict[str, str] = {
     "qwen_image": "qwenimage",
     "wan": "wan",
     "flux2": "flux2_klein",  # FLUX.2 either way: a Mistral file loads as [dev] (comfy_layouts.loaders)
+    "minimax": "minimax",
     "krea2": "krea2",
 }
 # ComfyUI's UNETLoader weight_dtype -> our dtype choice (the rest load in the automatic dtype).

@@ -154,6 +154,10 @@ def sample(
         return sample_wan(mm, denoiser, positive, negative, latents, settings, on_step=on_step)
     if denoiser.family.denoiser_call == "ltx2":  # video + sound latents: its own loop and checks
         return sample_ltx2(mm, denoiser, positive, negative, latents, settings, on_step=on_step)
+    if denoiser.family.denoiser_call == "minimax":  # one packed sequence of text, sound and video rows
+        from pipelines.diffusion.minimax_sampling import sample_minimax
+
+        return sample_minimax(mm, denoiser, positive, negative, latents, settings, on_step=on_step)
     if settings.scheduler.startswith(K_PREFIX):
         if denoiser.family.flow and settings.scheduler == "k_euler":
             # Flow models keep their flow-matching Euler loop (ComfyUI's euler on a flow model is Euler too).
