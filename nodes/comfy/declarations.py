@@ -166,6 +166,13 @@ COMFY_CLASSES: dict[str, ComfyClass] = {
     # ComfyUI's MiniMax H3 nodes (comfy_extras/nodes_minimax_h3.py) and the audio decode its templates use.
     "MiniMaxH3SigmaShift": ComfyClass(("shift_video", "shift_audio"), ("MODEL",)),
     "VAEDecodeAudio": ComfyClass((), ("AUDIO",)),
+    "TextEncodeQwenImageEdit": ComfyClass(("prompt",), ("CONDITIONING",)),
+    "TextEncodeQwenImageEditPlus": ComfyClass(("prompt",), ("CONDITIONING",)),
+    "FluxKontextImageScale": ComfyClass((), ("IMAGE",)),
+    "FluxKontextMultiReferenceLatentMethod": ComfyClass(("reference_latents_method",), ("CONDITIONING",)),
+    "ImageStitch": ComfyClass(
+        ("direction", "match_image_size", "spacing_width", "spacing_color"), ("IMAGE",)
+    ),
 }
 
 

@@ -317,6 +317,20 @@ EXPORTERS: dict[str, _Out | Callable[[NodeInstance], _Out]] = {
     "Wan22ImageToVideoLatent": _Out(
         "Wan22ImageToVideoLatent", {"vae": "vae", "start_image": "start_image"}, {}, {"latent": 0}
     ),
+    # The editing nodes (nodes/comfy/mapping_edit.py); our resize areas have no ComfyUI widget (its are fixed).
+    "TextEncodeQwenImageEdit": _Out(
+        "TextEncodeQwenImageEdit",
+        {"clip": "text_encoder", "vae": "vae", "image": "image"},
+        {},
+        {"conditioning": 0},
+    ),
+    "TextEncodeQwenImageEditPlus": _Out(
+        "TextEncodeQwenImageEditPlus",
+        {"clip": "text_encoder", "vae": "vae", **{f"image{i}": f"image{i}" for i in (1, 2, 3)}},
+        {},
+        {"conditioning": 0},
+    ),
+    "FluxKontextImageScale": _Out("FluxKontextImageScale", {"image": "image"}, {}, {"image": 0}),
 }
 
 

@@ -3,13 +3,15 @@
 Lives here: `ALL_MAPPERS`. Imports `nodes.comfy.mapping`, `nodes.comfy.mapping_sampling`,
 `nodes.comfy.mapping_media`, `nodes.comfy.mapping_text`, `nodes.comfy.mapping_values`,
 `nodes.comfy.mapping_ltx2`, `nodes.comfy.mapping_sigmas`, `nodes.comfy.mapping_cache`,
-`nodes.comfy.mapping_wan`, `nodes.comfy.mapping_minimax` (later tables win: they delegate to the earlier).
+`nodes.comfy.mapping_wan`, `nodes.comfy.mapping_minimax` (later tables win: they delegate to the earlier),
+`nodes.comfy.mapping_edit`.
 """
 
 from __future__ import annotations
 
 from nodes.comfy.mapping import MAPPERS, Mapper
 from nodes.comfy.mapping_cache import CACHE_MAPPERS
+from nodes.comfy.mapping_edit import EDIT_MAPPERS
 from nodes.comfy.mapping_ltx2 import LTX2_MAPPERS
 from nodes.comfy.mapping_media import MEDIA_MAPPERS
 from nodes.comfy.mapping_minimax import MINIMAX_MAPPERS
@@ -30,4 +32,5 @@ ALL_MAPPERS: dict[str, Mapper] = {
     **CACHE_MAPPERS,
     **WAN_MAPPERS,
     **MINIMAX_MAPPERS,
+    **EDIT_MAPPERS,  # Qwen-Image-Edit's prompts, the Kontext nodes, ImageStitch alone (issue 32)
 }

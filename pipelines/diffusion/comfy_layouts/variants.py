@@ -54,6 +54,9 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("wan2.2-i2v-a14b", "wan", "a Wan 2.2 I2V A14B expert"),
     Variant("wan-i2v-tiny", "wan", "Wan 2.1 I2V (tiny demo)"),
     Variant("wan2.1-i2v-14b", "wan", "Wan 2.1 I2V 14B (CLIP ViT-H/14 image encoder)"),
+    # Qwen-Image-Edit 2509's tiny demo (its processor/ too). No released size: 2509 and 2511 differ only in a
+    # config flag (zero_cond_t) no tensor shows, so a real edit file takes its own folder as field 'config_dir'.
+    Variant("qwenimage-edit-tiny", "qwenimage_edit", "Qwen-Image-Edit 2509 (tiny demo)"),
 )
 
 # The demo model each tiny folder is made from (`writer.write_config_folder`).
@@ -65,6 +68,7 @@ TINY_SOURCES = {
     "wan-tiny": "tiny-wan",
     "wan22-i2v-tiny": "tiny-wan22-i2v",
     "wan-i2v-tiny": "tiny-wan-i2v",
+    "qwenimage-edit-tiny": "tiny-qwenimage-edit",
 }
 
 
