@@ -108,12 +108,14 @@ def _split_step(folder: Path, shift: float = SHIFT) -> int:
 def _template_sets(
     split: int, latent: str, high: str = "ksampler_advanced_2", low: str = "ksampler_advanced"
 ) -> dict:
-    """The template at a tiny size and few steps: 48x32, 5 frames (the math node's length), STEPS steps, the
-    high-noise segment [0, split) and the low-noise one [split, STEPS), seed 42, PNG frames."""
+    """The template at a tiny size and few steps: 48x32, 5 frames (the length its math node gives is resolved
+    at import into the latent's field), STEPS steps, the high-noise segment [0, split) and the low-noise one
+    [split, STEPS), seed 42, PNG frames."""
+    length = "frames" if latent.startswith("empty") else "length"  # our Empty Video Latent calls it frames
     return {
         f"{latent}.width": 48,
         f"{latent}.height": 32,
-        "comfy_math_expression.expression": "5",
+        f"{latent}.{length}": 5,
         f"{high}.steps": STEPS,
         f"{high}.end_step": split,
         f"{high}.seed": 42,
@@ -361,8 +363,6 @@ def test_wan22_flf2v_template_gives_the_native_first_last_frame_frames(
     sets = _template_sets(
         split, "wan_first_last_frame_to_video", high="ksampler_advanced", low="ksampler_advanced_2"
     )
-    del sets["comfy_math_expression.expression"]
-    sets["wan_first_last_frame_to_video.length"] = 5
     theirs = run_graph(template_path(template), tmp_path / "template", sets, ("--models-dir", str(root)))
     native = _native(REPO / "resources/workflows/img2video.json")
     native["nodes"]["shift"]["params"]["shift"] = 8.000000000000002

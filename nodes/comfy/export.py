@@ -283,6 +283,16 @@ EXPORTERS: dict[str, _Out | Callable[[NodeInstance], _Out]] = {
         {"text": 0},
         convert=_text_generate,
     ),
+    # MiniMax H3 (nodes/comfy/mapping_minimax.py): prompt and sizes are declared widgets.
+    "MiniMaxH3ImageToVideo": _Out(
+        "MiniMaxH3ImageToVideo",
+        {"clip": "text_encoder", "vae": "vae", "first_frame": "first_frame", "last_frame": "last_frame"},
+        {},
+        {"positive": 0, "latent": 1},
+        drop=frozenset({"denoiser"}),
+    ),
+    "MiniMaxH3SigmaShift": _Out("MiniMaxH3SigmaShift", {"model": "denoiser"}, {}, {"denoiser": 0}),
+    "VAEDecodeAudio": _Out("VAEDecodeAudio", {"samples": "latent", "vae": "vae"}, {}, {"audio": 0}),
     # Wan (nodes/comfy/mapping_wan.py): the same widgets and inputs.
     "WanImageToVideo": _Out(
         "WanImageToVideo",
