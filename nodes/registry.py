@@ -118,6 +118,9 @@ def default_registry(*, entry_point_packs: bool = True) -> NodeRegistry:
     from nodes.minimax import NODES as MINIMAX_NODES  # MiniMax H3 Image to Video (issue 27)
 
     registry.register_all(MINIMAX_NODES)
+    from nodes.image_batch import NODES as IMAGE_BATCH_NODES  # Batch Images, Image From Batch (issue 32)
+
+    registry.register_all(IMAGE_BATCH_NODES)
     if entry_point_packs:
         registry.load_entry_points()
     return registry

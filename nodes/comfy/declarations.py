@@ -40,6 +40,8 @@ COMFY_CLASSES: dict[str, ComfyClass] = {
     "ConditioningZeroOut": ComfyClass((), ("CONDITIONING",)),
     "FluxGuidance": ComfyClass(("guidance",), ("CONDITIONING",)),
     "ModelSamplingSD3": ComfyClass(("shift",), ("MODEL",)),
+    "ImageFromBatch": ComfyClass(("batch_index", "length"), ("IMAGE",)),
+    "BatchImagesNode": ComfyClass((), ("IMAGE",)),
     "EasyCache": ComfyClass(("reuse_threshold", "start_percent", "end_percent", "verbose"), ("MODEL",)),
     "LazyCache": ComfyClass(("reuse_threshold", "start_percent", "end_percent", "verbose"), ("MODEL",)),
     "ModelSamplingAuraFlow": ComfyClass(("shift",), ("MODEL",)),

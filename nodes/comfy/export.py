@@ -21,6 +21,7 @@ from typing import Any
 
 from nodes.comfy.export_ltx2 import fold_custom_samplers, ltx2_exporters
 from nodes.comfy.mapping import COMFY_TEXT_ENCODER_TYPES
+from nodes.image_batch import MAX_BATCH_INPUTS
 from nodes.model_names import COMFY_META_KEY
 from nodes.modes import without_reroutes
 from nodes.registry import NodeRegistry
@@ -283,6 +284,14 @@ EXPORTERS: dict[str, _Out | Callable[[NodeInstance], _Out]] = {
         {"text": 0},
         convert=_text_generate,
     ),
+    # Picture batches (nodes/comfy/mapping_batch.py).
+    "BatchImages": _Out(
+        "BatchImagesNode",
+        {f"images.image{i}": f"image{i}" for i in range(MAX_BATCH_INPUTS)},
+        {},
+        {"image": 0},
+    ),
+    "ImageFromBatch": _Out("ImageFromBatch", {"image": "image"}, {}, {"image": 0}),
     # MiniMax H3 (nodes/comfy/mapping_minimax.py): prompt and sizes are declared widgets.
     "MiniMaxH3ImageToVideo": _Out(
         "MiniMaxH3ImageToVideo",

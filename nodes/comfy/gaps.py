@@ -11,6 +11,5 @@ from __future__ import annotations
 
 GAP_REASONS: dict[str, str] = {
     "ManualSigmas": "a hand-written sigma list; Nodeloom's samplers take a named schedule",
-    "BatchImagesNode": "batches pictures of different sources; not in this build",
     "SplitSigmas": "splits a schedule between samplers; use Sampler (Advanced) with start/end steps",
 }

@@ -10,6 +10,7 @@ Lives here: `ALL_MAPPERS`. Imports `nodes.comfy.mapping`, `nodes.comfy.mapping_s
 from __future__ import annotations
 
 from nodes.comfy.mapping import MAPPERS, Mapper
+from nodes.comfy.mapping_batch import BATCH_MAPPERS
 from nodes.comfy.mapping_cache import CACHE_MAPPERS
 from nodes.comfy.mapping_edit import EDIT_MAPPERS
 from nodes.comfy.mapping_ltx2 import LTX2_MAPPERS
@@ -31,6 +32,7 @@ ALL_MAPPERS: dict[str, Mapper] = {
     **SIGMA_MAPPERS,  # SIGMAS nodes; custom samplers with one, the rest delegated (issue 32)
     **CACHE_MAPPERS,
     **WAN_MAPPERS,
+    **BATCH_MAPPERS,
     **MINIMAX_MAPPERS,
     **EDIT_MAPPERS,  # Qwen-Image-Edit's prompts, the Kontext nodes, ImageStitch alone (issue 32)
 }
