@@ -24,8 +24,6 @@ from pipelines.diffusion.tiling import TILING_CHOICES
 if TYPE_CHECKING:
     from pipelines.diffusion.values import DenoiserRef, Latents, VaeRef
 
-WAN_FPS = 16.0  # Wan 2.1/2.2 T2V's frame rate (the diffusers examples export at 16 fps)
-
 
 @node_type(
     "EmptyVideoLatent",
@@ -89,7 +87,14 @@ class EmptyVideoLatent(Node):
 class VAEDecodeVideo(Node):
     vae: VaeRef = wire(VAE)
     latent: Latents = wire(LATENT)
-    fps: float = param(FLOAT, WAN_FPS, min=0.01, max=1000.0, step=1.0, help="frames per second")
+    fps: float = param(
+        FLOAT,
+        0.0,
+        min=0.0,
+        max=1000.0,
+        step=1.0,
+        help="frames per second; 0 = the model's own (LTX-2: the latent's; Wan 16, LTX-2 and MiniMax H3 24)",
+    )
     tiling: str = param(
         CHOICE,
         "auto",
@@ -105,16 +110,17 @@ class VAEDecodeVideo(Node):
         from pipelines.diffusion.video_tiling import decode_video_planned, video_plan_for
         from pipelines.video.value import Video
 
+        fps = float(self.fps) or float(self.latent.fps or self.vae.family.video_fps)
         if self.vae.family.name == "ltx2":  # frames and the sound track (its own decode: no tiling plan yet)
             from pipelines.diffusion.ltx2_nodes import decode_ltx2
 
-            video = decode_ltx2(ctx.memory, self.vae, self.latent, float(self.fps))
+            video = decode_ltx2(ctx.memory, self.vae, self.latent, fps)
             ctx.metric("video_frames", float(video.count))
             return {"video": video}
         if self.vae.family.name == "minimax":  # frames and the stereo sound track (no tiling plan yet)
             from pipelines.diffusion.minimax_vae import decode_minimax
 
-            video = decode_minimax(ctx.memory, self.vae, self.latent, float(self.fps))
+            video = decode_minimax(ctx.memory, self.vae, self.latent, fps)
             ctx.metric("video_frames", float(video.count))
             return {"video": video}
         plan = video_plan_for(ctx.memory, self.vae, self.latent, tiling=self.tiling, tile_px=self.tile_size)
@@ -135,7 +141,7 @@ class VAEDecodeVideo(Node):
             )
         frames = decode_video_planned(ctx.memory, self.vae, self.latent, plan)
         ctx.metric("video_frames", float(frames.shape[0]))
-        return {"video": Video(frames, float(self.fps))}
+        return {"video": Video(frames, fps)}
 
 
 NODES: tuple[NodeSpec, ...] = (EmptyVideoLatent.spec, VAEDecodeVideo.spec)

@@ -43,6 +43,7 @@ WAN = Family(
 # folders only; the loop is `pipelines.diffusion.ltx2_sampling`.
 LTX2 = Family(
     name="ltx2",
+    video_fps=24.0,
     title="LTX-2",
     pipeline_classes=("LTX2Pipeline", "LTX2ImageToVideoPipeline"),
     denoiser_subfolder="transformer",
@@ -79,6 +80,7 @@ LTX2 = Family(
 # schedules (video shift 12, audio shift 3). Diffusers folders only; the loop is `pipelines.diffusion.minimax_sampling`.
 MINIMAX = Family(
     name="minimax",
+    video_fps=24.0,
     title="MiniMax H3",
     pipeline_classes=("MiniMaxH3ModularPipeline",),
     denoiser_subfolder="transformer",

@@ -98,6 +98,8 @@ class Family:
     name_markers: tuple[str, ...] = ()
     # A diffusers folder's `_class_name` containing this names the family (`family_detect`).
     class_marker: str = ""
+    # Video families: the frame rate their pipelines make and export at (VAE Decode Video's fps 0).
+    video_fps: float = 16.0
 
     @property
     def text_encoder_files(self) -> tuple[int, int]:
