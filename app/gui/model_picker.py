@@ -49,6 +49,8 @@ DEMO_NAMES = (
     "tiny-qwenimage-edit-2511",
     "tiny-krea2",
     "tiny-krea2-turbo",
+    "tiny-qwenimage21",
+    "tiny-qwenimage21-turbo",
     "tiny-ltx2",
 )
 

@@ -173,6 +173,8 @@ class Conditioning:
     references: tuple[Any, ...] = ()
     # LTX-2: the connectors' per-token embeddings for the audio stream (`embeds` are the video stream's).
     audio_embeds: torch.Tensor | None = None
+    # Qwen-Image 2.1: (1, S) bool, True at the prompt's image slots (each a 2x2 group of reference latents).
+    image_slots: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
