@@ -3,8 +3,8 @@ KV-cache switch its templates put on the model.
 
 Lives here: the node types TextEncodeQwenImage21 (prompt, negative prompt and 0-3 pictures -> positive,
 negative and an empty latent of the output size) and QwenImage21Cache (a pass-through: the loop always caches
-the prefix's keys and values), and the `NODES` tuple of their specs. May import: nodes.*, pipelines.*
-(torch-heavy code only inside `run`).
+the prefix's keys and values), and the `NODES` tuple of their specs. May import: nodes.*, pipelines.* (torch-heavy
+code only inside `run`).
 
 As ComfyUI's TextEncodeQwenImage21: `clip` is our `text_encoder` wire, `vae` (optional) makes the pictures'
 reference latents, `resolution` is the pipeline's `output_resolution` (each picture, and the output, is

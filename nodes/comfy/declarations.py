@@ -114,6 +114,12 @@ COMFY_CLASSES: dict[str, ComfyClass] = {
     "ImageCompare": ComfyClass((), ()),
     "DifferentialDiffusion": ComfyClass(("strength",), ("MODEL",)),
     "VAEEncodeTiled": ComfyClass(("tile_size", "overlap", "temporal_size", "temporal_overlap"), ("LATENT",)),
+    # Qwen-Image 2.1 (nodes/comfy/mapping_qwen21.py)
+    "TextEncodeQwenImage21": ComfyClass(
+        ("prompt", "negative_prompt", "resolution"), ("positive", "negative", "latent")
+    ),
+    "QwenImage21Cache": ComfyClass(("device", "dtype"), ("MODEL",)),
+    "ManualSigmas": ComfyClass(("sigmas",), ("SIGMAS",)),
 }
 
 

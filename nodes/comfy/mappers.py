@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from nodes.comfy.mapping import MAPPERS, Mapper
 from nodes.comfy.mapping_media import MEDIA_MAPPERS
+from nodes.comfy.mapping_qwen21 import QWEN21_MAPPERS
 from nodes.comfy.mapping_sampling import SAMPLING_MAPPERS
 from nodes.comfy.mapping_text import TEXT_MAPPERS
 from nodes.comfy.mapping_values import VALUE_MAPPERS
@@ -18,4 +19,5 @@ ALL_MAPPERS: dict[str, Mapper] = {
     **MEDIA_MAPPERS,
     **TEXT_MAPPERS,
     **VALUE_MAPPERS,
+    **QWEN21_MAPPERS,  # last: it refines CLIPLoader and SamplerCustomAdvanced for Qwen-Image 2.1 graphs
 }

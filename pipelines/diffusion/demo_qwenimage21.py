@@ -3,8 +3,8 @@ weights, fixed seeds, built offline.
 
 Lives here: `build_tiny_qwenimage21`, `build_tiny_qwenimage21_turbo`, `tiny_qwenimage21_tokenizer`,
 `tiny_qwen3vl_image_processor`, `qwen3vl_processor`, `TINY_QWENIMAGE21`, `TINY_QWENIMAGE21_VAE`,
-`TURBO_SIGMAS`, `CHAT_TEMPLATE`. May import: stdlib, torch, transformers, diffusers,
-pipelines.diffusion.demo_zimage (the tiny byte-level BPE and its Qwen2 tokenizer form).
+`CHAT_TEMPLATE`. May import: stdlib, torch, transformers, diffusers, pipelines.diffusion.demo_zimage
+(the tiny byte-level BPE and its Qwen2 tokenizer form), pipelines.diffusion.families_qwen21 (Turbo's grid).
 
 Qwen-Image 2.1 (`QwenImage21Pipeline`): a Qwen3-VL text encoder (`Qwen3VLForConditionalGeneration`) behind a
 `processor/` (Qwen3-VL's image processor, 16 px patches merged 2x2, and the tokenizer), the single-stream
@@ -42,6 +42,7 @@ from transformers import (
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
 from pipelines.diffusion.demo_zimage import qwen2_tokenizer, train_byte_bpe
+from pipelines.diffusion.families_qwen21 import TURBO_SIGMAS
 
 # The pipeline's system turn (whole-word tokens, as Qwen's vocabulary has them) and words demo prompts use.
 _CORPUS = (
@@ -122,8 +123,6 @@ _SCHEDULER = dict(
     max_image_seq_len=4096,
     time_shift_type="exponential",
 )
-# ComfyUI's Turbo templates' ManualSigmas without the final 0 (the pipeline's `sample_sigmas` exclude it).
-TURBO_SIGMAS = (1.0, 0.978453, 0.95418, 0.926626, 0.89508, 0.845148, 0.704534, 0.414568)
 
 
 def tiny_qwenimage21_tokenizer() -> Qwen2Tokenizer:

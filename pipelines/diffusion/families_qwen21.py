@@ -1,6 +1,6 @@
 """The Qwen-Image 2.1 family's registry entry (text to image, editing and Turbo: one pipeline class).
 
-Lives here: `QWENIMAGE21`. The registry that lists it is `pipelines.diffusion.families`.
+Lives here: `QWENIMAGE21`, `TURBO_SIGMAS`. The registry that lists it is `pipelines.diffusion.families`.
 May import: stdlib and pipelines.diffusion.family_types (classes are named, resolved on first use).
 
 Qwen-Image 2.1 is not a config of Qwen-Image: Qwen3-VL (with a `processor/`, no `tokenizer/`) encodes the
@@ -13,6 +13,10 @@ model_index.json.
 from __future__ import annotations
 
 from pipelines.diffusion.family_types import Family, TextEncoderSlot, _diffusers, _transformers
+
+# Qwen-Image 2.1 Turbo's shipped sampling grid (model_index.json `sample_sigmas`, without the final 0; ComfyUI's
+# Turbo templates write the same list, with the 0, in a ManualSigmas node).
+TURBO_SIGMAS = (1.0, 0.978453, 0.95418, 0.926626, 0.89508, 0.845148, 0.704534, 0.414568)
 
 QWENIMAGE21 = Family(
     name="qwenimage21",

@@ -38,7 +38,11 @@ TOKENS_PER_SLOT = 4  # an image slot of the prompt stands for 2x2 latent tokens
 
 
 def sample_sigmas(denoiser: DenoiserRef) -> list[float] | None:
-    """The folder's `sample_sigmas` (model_index.json; Turbo's shipped grid), None when it has none."""
+    """The model's `sample_sigmas`: set on it (QwenImage21Sigmas, a ComfyUI-layout config folder's) or its
+    folder's model_index.json (Turbo's shipped grid); None when it has none."""
+    given = denoiser.scheduler_config.get("sample_sigmas")
+    if given:
+        return [float(s) for s in given]
     folder = model_folder(denoiser.handle.spec.files)
     if folder is None:
         return None
@@ -136,10 +140,11 @@ def sample_qwenimage21(
 
     # 3. Prepare timesteps: the folder's sigmas (default scheduler) or 1 -> 1/steps, shifted by token count
     shipped = sample_sigmas(denoiser) if settings.scheduler == "default" else None
+    scheduler_config = {k: v for k, v in denoiser.scheduler_config.items() if k != "sample_sigmas"}
     if settings.scheduler == "default":
-        scheduler = make_scheduler("default", denoiser.scheduler_config)
+        scheduler = make_scheduler("default", scheduler_config)
     else:
-        scheduler = FlowMatchEulerDiscreteScheduler.from_config(denoiser.scheduler_config)
+        scheduler = FlowMatchEulerDiscreteScheduler.from_config(scheduler_config)
     config = scheduler.config
     sigmas = shipped if shipped is not None else np.linspace(1.0, 1 / settings.steps, settings.steps)
     mu = calculate_shift(
