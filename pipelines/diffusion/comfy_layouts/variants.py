@@ -46,6 +46,8 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("flux2-klein-tiny", "flux2_klein", "FLUX.2 [klein] (tiny demo)"),
     Variant("flux2-dev-tiny", "flux2_dev", "FLUX.2 [dev] (tiny demo)"),
     Variant("wan-tiny", "wan", "Wan 2.1 (tiny demo)"),
+    Variant("qwenimage21-tiny", "qwenimage21", "Qwen-Image 2.1 (tiny demo)"),
+    Variant("qwenimage21-turbo-tiny", "qwenimage21", "Qwen-Image 2.1 Turbo (tiny demo)"),
     Variant("zimage-turbo", "zimage", "Z-Image-Turbo (6B)"),
     Variant("qwen-image", "qwenimage", "Qwen-Image (20B)"),
     Variant("wan2.1-t2v-1.3b", "wan", "Wan 2.1 T2V 1.3B"),
@@ -59,6 +61,8 @@ TINY_SOURCES = {
     "flux2-klein-tiny": "tiny-flux2-klein",
     "flux2-dev-tiny": "tiny-flux2-dev",
     "wan-tiny": "tiny-wan",
+    "qwenimage21-tiny": "tiny-qwenimage21",
+    "qwenimage21-turbo-tiny": "tiny-qwenimage21-turbo",
 }
 
 
