@@ -172,8 +172,8 @@ def sample_qwenimage21(
     text_tokens = max(c[3].shape[1] for c in calls)
     ref_tokens = max(refs_tokens(c[1][0]) for c in calls)
     working = Working(
-        qwenimage21_working_bytes(denoiser, h, w, batch, text_tokens, ref_tokens),
-        f"{batch}x{h}x{w}+{text_tokens}t+{ref_tokens}r",
+        qwenimage21_working_bytes(denoiser, h, w, batch, text_tokens, ref_tokens, prompts=len(calls)),
+        f"{batch}x{h}x{w}+{text_tokens}t+{ref_tokens}r" + ("+cfg" if len(calls) > 1 else ""),
     )
     with use_denoiser(mm, denoiser, working=working) as model:
         caches = [QwenImage21KVCache(len(model.transformer_blocks)) if causal else None for _ in calls]
