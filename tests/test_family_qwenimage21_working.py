@@ -130,3 +130,46 @@ def test_the_text_encoder_declares_its_layers_at_full_size() -> None:
     assert len(blocks) == 36 + 27
     # Outside the blocks: the 151936 x 4096 embedding table and LM head (7% each) and small parts (16% in all).
     assert max(sizes) < 0.03 * total and total - sum(sizes) < 0.17 * total
+
+
+@pytest.mark.slow  # builds the full-size transformer and Qwen3-VL-8B on the meta device (~5 s)
+def test_a_released_size_file_in_comfyui_names_picks_its_shipped_config() -> None:
+    """A transformer file of the released size in ComfyUI's names (SwiGLU halves fused) fits the shipped
+    released config, Turbo's when its name says so (the shapes are the same); the text encoder (Qwen3-VL-8B)
+    and VAE configs build."""
+    from accelerate import init_empty_weights
+
+    from pipelines.diffusion.assembly import read_json
+    from pipelines.diffusion.comfy_layouts.keys import transformer_from_diffusers, transformer_to_diffusers
+    from pipelines.diffusion.comfy_layouts.qwen21 import by_name, scheduler_config
+    from pipelines.diffusion.comfy_layouts.variants import (
+        folder_of,
+        module_shapes,
+        pick_variant,
+        variants_for,
+    )
+    from pipelines.quant.split import module_factory
+
+    fam = FAMILIES["qwenimage21"]
+    candidates = variants_for(["qwenimage21"])
+    [base] = [v for v in candidates if v.name == "qwen-image-2.1"]
+    with init_empty_weights():
+        model = fam.denoiser_class.from_config(read_json(base.folder / "transformer" / "config.json"))
+    comfy = transformer_from_diffusers("qwenimage21", model.state_dict())
+    assert any(".img_mlp.gate_up." in k for k in comfy)
+    shapes = {k: tuple(v.shape) for k, v in transformer_to_diffusers("qwenimage21", comfy).items()}
+
+    def wanted(v: object) -> dict:
+        c = read_json(folder_of(v) / "transformer" / "config.json")
+        return module_shapes(lambda: fam.denoiser_class.from_config(c))
+
+    for name, folder in (
+        ("qwen_image_2.1_bf16.safetensors", "qwen-image-2.1"),
+        ("qwen_image_2.1_turbo_int8_convrot.safetensors", "qwen-image-2.1-turbo"),
+    ):
+        picked = pick_variant(by_name(candidates, name), shapes, wanted, what="transformer", file_name=name)
+        assert picked.name == folder
+        assert bool(scheduler_config(picked.folder).get("sample_sigmas")) == ("turbo" in folder)
+    slot = fam.text_encoders[0]
+    assert module_shapes(module_factory(slot.model_class, base.folder / slot.subfolder))
+    assert module_shapes(lambda: fam.vae_class.from_config(read_json(base.folder / "vae" / "config.json")))

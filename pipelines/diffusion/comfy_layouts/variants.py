@@ -52,6 +52,8 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("qwen-image", "qwenimage", "Qwen-Image (20B)"),
     Variant("wan2.1-t2v-1.3b", "wan", "Wan 2.1 T2V 1.3B"),
     Variant("wan2.1-t2v-14b", "wan", "Wan 2.1 T2V 14B / a Wan 2.2 A14B expert"),
+    Variant("qwen-image-2.1", "qwenimage21", "Qwen-Image 2.1 (8B)"),
+    Variant("qwen-image-2.1-turbo", "qwenimage21", "Qwen-Image 2.1 Turbo (8B)"),
 )
 
 # The demo model each tiny folder is made from (`writer.write_config_folder`).
