@@ -173,3 +173,41 @@ def test_a_released_size_file_in_comfyui_names_picks_its_shipped_config() -> Non
     slot = fam.text_encoders[0]
     assert module_shapes(module_factory(slot.model_class, base.folder / slot.subfolder))
     assert module_shapes(lambda: fam.vae_class.from_config(read_json(base.folder / "vae" / "config.json")))
+
+
+@pytest.mark.slow  # ~1 s a case on the meta device
+@pytest.mark.parametrize("tokens", [100, 600])
+def test_the_text_prompt_formula_covers_qwen3vl_8b(tokens: int) -> None:
+    """A text prompt through Qwen3-VL-8B's widths (12 of its 36 layers) as `encode_qwenimage21` calls it: every
+    hidden state kept, logits at every position, the final norm bypassed by a hook. The mask is left out and
+    the positions are given (transformers' mask and rope code read tensor values, which meta has none of)."""
+    from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
+
+    from pipelines.diffusion.qwenimage_text import qwenimage_text_working_bytes
+    from tests.live_tensors import live_tensor_peak
+
+    text = dict(hidden_size=4096, intermediate_size=12288, num_hidden_layers=12, num_attention_heads=32)
+    text |= dict(num_key_value_heads=8, head_dim=128, vocab_size=151936)
+    vision = dict(depth=1, hidden_size=1152, intermediate_size=4304, num_heads=16, out_hidden_size=4096)
+    config = Qwen3VLConfig(
+        text_config=text,
+        vision_config={**vision, "deepstack_visual_indexes": [0]},
+        attn_implementation="sdpa",
+    )
+    with META:
+        model = Qwen3VLForConditionalGeneration(config)
+    ids = torch.zeros(1, tokens, dtype=torch.long, device=META)
+    positions = torch.arange(tokens, device=META).view(1, 1, -1).expand(3, 1, -1)
+
+    def call() -> torch.Tensor:
+        norm = model.model.language_model.norm
+        handle = norm.register_forward_hook(lambda module, args, output: args[0])
+        try:
+            return model(input_ids=ids, position_ids=positions, output_hidden_states=True).hidden_states[-1]
+        finally:
+            handle.remove()
+
+    measured = live_tensor_peak(model, call)
+    formula = qwenimage_text_working_bytes(config.to_dict(), tokens, torch.float32)
+    print(f"qwenimage21 text encoder working, {tokens} tokens: {formula / measured:.3f}x")
+    assert measured <= formula <= 1.15 * measured, f"{formula / measured:.3f}x of {measured / 2**20:.0f} MiB"
