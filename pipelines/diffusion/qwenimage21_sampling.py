@@ -17,6 +17,7 @@ sets the steps) when the scheduler is `default`, else sigmas 1 -> 1/steps; the s
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -35,6 +36,17 @@ from pipelines.diffusion.values import Conditioning, DenoiserRef, Latents
 from pipelines.steps import OnStep, Step
 
 TOKENS_PER_SLOT = 4  # an image slot of the prompt stands for 2x2 latent tokens
+
+
+@dataclass(frozen=True)
+class _PromptCall:
+    """One prompt's transformer inputs, fixed for the loop."""
+
+    refs: torch.Tensor | None  # (B, reference tokens, C): its pictures' latents, flattened and joined
+    img_shapes: list[list[tuple[int, int, int]]]  # per sample: references first, the target last
+    img_mask: torch.Tensor  # (1, S + target slots): True at image slots
+    embeds: torch.Tensor  # (B, S, D)
+    text_mask: torch.Tensor | None  # (B, S), None when nothing is padded
 
 
 def sample_sigmas(denoiser: DenoiserRef) -> list[float] | None:
@@ -163,14 +175,21 @@ def sample_qwenimage21(
     calls = []
     for cond in prompts:
         refs, shapes, mask = call_inputs(cond, batch, h, w, channels, title)
-        embeds = cond.embeds.to(device=device, dtype=dtype).expand(batch, -1, -1)
-        text_mask = cond.attention_mask
-        calls.append((refs, [shapes] * batch, mask.to(device), embeds, text_mask))
+        text_mask = cond.attention_mask  # None for one prompt: nothing is padded
+        calls.append(
+            _PromptCall(
+                refs=None if refs is None else refs.to(device=device, dtype=dtype),
+                img_shapes=[shapes] * batch,
+                img_mask=mask.to(device),
+                embeds=cond.embeds.to(device=device, dtype=dtype).expand(batch, -1, -1),
+                text_mask=None if text_mask is None else text_mask.to(device),
+            )
+        )
     causal = bool(denoiser.config.get("causal_condition", True))
 
     # 5. Denoising loop
-    text_tokens = max(c[3].shape[1] for c in calls)
-    ref_tokens = max(refs_tokens(c[1][0]) for c in calls)
+    text_tokens = max(c.embeds.shape[1] for c in calls)
+    ref_tokens = max(refs_tokens(c.img_shapes[0]) for c in calls)
     working = Working(
         qwenimage21_working_bytes(denoiser, h, w, batch, text_tokens, ref_tokens, prompts=len(calls)),
         f"{batch}x{h}x{w}+{text_tokens}t+{ref_tokens}r" + ("+cfg" if len(calls) > 1 else ""),
@@ -178,23 +197,24 @@ def sample_qwenimage21(
     with use_denoiser(mm, denoiser, working=working) as model:
         caches = [QwenImage21KVCache(len(model.transformer_blocks)) if causal else None for _ in calls]
         for i, t in enumerate(timesteps):
+            # The first step fills each prompt's cache of its prefix; later steps run the target only.
             mode = None if not causal else ("extract" if i == 0 else "cached")
             timestep = t.expand(batch).to(x.dtype)
             preds = []
-            for (refs, shapes, mask, embeds, text_mask), cache in zip(calls, caches, strict=True):
-                hidden = x if refs is None else torch.cat([refs.to(device=device, dtype=dtype), x], dim=1)
+            for call, cache in zip(calls, caches, strict=True):
+                hidden = x if call.refs is None else torch.cat([call.refs, x], dim=1)
                 out = model(
                     hidden_states=hidden,
                     timestep=timestep / 1000,
-                    encoder_hidden_states=embeds,
-                    encoder_hidden_states_mask=None if text_mask is None else text_mask.to(device),
-                    img_shapes=shapes,
-                    img_mask=mask,
+                    encoder_hidden_states=call.embeds,
+                    encoder_hidden_states_mask=call.text_mask,
+                    img_shapes=call.img_shapes,
+                    img_mask=call.img_mask,
                     kv_cache=cache,
                     kv_cache_mode=mode,
                     return_dict=False,
                 )[0]
-                preds.append(out[:, -x.shape[1] :])
+                preds.append(out[:, -x.shape[1] :])  # the target's tokens (references come first)
             noise_pred = preds[0]
             if len(preds) == 2:
                 noise_pred = preds[1] + settings.cfg * (preds[0] - preds[1])
