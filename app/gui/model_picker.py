@@ -49,9 +49,9 @@ DEMO_NAMES = (
     "tiny-qwenimage-edit-2511",
     "tiny-krea2",
     "tiny-krea2-turbo",
+    "tiny-ltx2",
     "tiny-qwenimage21",
     "tiny-qwenimage21-turbo",
-    "tiny-ltx2",
 )
 
 # Models shipped with Nodeloom, by loader type (`builtin:` names, see pipelines/paths.py).
