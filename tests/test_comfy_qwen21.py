@@ -68,11 +68,15 @@ def test_turbo_manual_sigmas_fold_into_the_models_own_schedule(name: str, regist
     assert not [n for n in workflow["nodes"].values() if "Sigmas" in n["type"]]
 
 
-def test_another_manual_sigma_list_stays_unsupported(registry) -> None:
+def test_another_manual_sigma_list_takes_the_general_sigmas_path(registry) -> None:
+    """A list that is not Turbo's shipped grid is a hand-given schedule like any other family's (the general
+    ManualSigmas node on the Sampler's `sigmas` input), not folded into the model's own."""
     data = template("image_qwen_image_2_1_turbo_t2i")
     data = json.loads(json.dumps(data).replace(TURBO_GRID, "1.0, 0.7, 0.3, 0"))
-    result = import_comfy_data(data, registry, "t", title="t")
-    assert {u.class_type for u in result.unsupported} == {"ManualSigmas", "SamplerCustomAdvanced"}
+    workflow = import_comfy_data(data, registry, "t", title="t").workflow
+    (sigmas,) = nodes_of(workflow, "ManualSigmas")
+    (sampler,) = nodes_of(workflow, "Sampler")
+    assert sampler["inputs"]["sigmas"][1] == "sigmas" and sampler["params"]["scheduler"] != "default"
 
 
 @pytest.mark.parametrize("name", TEMPLATES)
@@ -148,8 +152,8 @@ def test_more_pictures_than_three_are_refused_with_the_reason(registry) -> None:
     assert unsupported.class_type == "TextEncodeQwenImage21" and "at most 3" in unsupported.reason
 
 
-def test_a_qwen_image_graph_keeps_qwen_image_and_manual_sigmas_stay_unsupported(registry) -> None:
-    """Outside a 2.1 graph the refinements do nothing: the CLIP type stays Qwen-Image, ManualSigmas a gap."""
+def test_a_qwen_image_graph_keeps_qwen_image_and_the_general_manual_sigmas(registry) -> None:
+    """Outside a 2.1 graph the refinements do nothing: the CLIP type stays Qwen-Image, ManualSigmas general."""
     graph = _graph(0, unet="qwen_image_bf16.safetensors")
     graph["3"]["inputs"]["vae_name"] = "qwen_image_vae.safetensors"
     graph["5"] = {"class_type": "CLIPTextEncode", "inputs": {"text": "a cat", "clip": ["2", 0]}}
@@ -157,6 +161,6 @@ def test_a_qwen_image_graph_keeps_qwen_image_and_manual_sigmas_stay_unsupported(
     graph["9"] = {"class_type": "EmptyLatentImage", "inputs": {"width": 512, "height": 512, "batch_size": 1}}
     workflow = import_comfy_data(graph, registry, "t.json", title="t").workflow
     assert nodes_of(workflow, "LoadTextEncoder")[0]["params"]["family"] == "qwenimage"
-    graph["20"] = {"class_type": "ManualSigmas", "inputs": {"sigmas": "1, 0.5, 0"}}
-    result = import_comfy_data(graph, registry, "t.json", title="t")
-    assert [u.class_type for u in result.unsupported] == ["ManualSigmas"]
+    graph["20"] = {"class_type": "ManualSigmas", "inputs": {"sigmas": TURBO_GRID}}
+    workflow = import_comfy_data(graph, registry, "t.json", title="t").workflow
+    assert nodes_of(workflow, "ManualSigmas")  # the general node: no Turbo folding outside a 2.1 graph

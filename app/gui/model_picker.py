@@ -50,6 +50,7 @@ DEMO_NAMES = (
     "tiny-krea2",
     "tiny-krea2-turbo",
     "tiny-ltx2",
+    "tiny-minimax",
     "tiny-qwenimage21",
     "tiny-qwenimage21-turbo",
 )

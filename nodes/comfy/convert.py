@@ -30,6 +30,7 @@ from nodes.model_names import COMFY_META_KEY, imported_names
 from nodes.registry import NodeRegistry
 from nodes.workflow import FORMAT, VERSION
 from pipelines.diffusion.families import FAMILIES
+from pipelines.diffusion.schedulers import FLOW_K_SAMPLERS
 
 __all__ = ["COMFY_META_KEY", "ImportResult", "Unsupported", "convert_graph", "unsupported_nodes"]
 _SAMPLERS = ("Sampler", "SamplerAdvanced")
@@ -159,6 +160,12 @@ class _Converter:
                 f"Flux guidance {guidance} (node {source}) becomes cfg: Nodeloom's Flux sampler takes the "
                 "distilled guidance as its cfg",
             )
+        if "cache" in annotations and emit.type in _SAMPLERS and port == "denoiser":
+            threshold, source = annotations["cache"]
+            params["cache"], params["cache_threshold"] = "easy", threshold
+            self.graph.note(
+                node, f"EasyCache (node {source}) becomes this sampler's cache easy at {threshold}"
+            )
 
     def _family(self, nodes: dict[str, dict[str, Any]], sampler: dict[str, Any]) -> str | None:
         """The family of the model a sampler runs: the loader its denoiser comes from (through LoRAs)."""
@@ -185,7 +192,8 @@ class _Converter:
             if family in FAMILIES and FAMILIES[family].flow:
                 # Flow models run their own flow-matching Euler loop here (k_euler maps onto it).
                 scheduler, schedule = data["params"].get("scheduler"), data["params"].get("sigma_schedule")
-                if scheduler != "k_euler":
+                wan_k = family == "wan" and str(scheduler).removeprefix("k_") in FLOW_K_SAMPLERS
+                if scheduler != "k_euler" and not wan_k:  # Wan runs ComfyUI's flow-model samplers too
                     self.graph.note(
                         self.graph.nodes[nid],
                         f"{family} runs with flow-matching Euler here; {scheduler!r} needs a DDPM model "

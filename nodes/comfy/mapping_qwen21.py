@@ -1,6 +1,6 @@
 """ComfyUI's Qwen-Image 2.1 nodes mapped onto Nodeloom's, and the refinements its templates need.
 
-Lives here: `QWEN21_MAPPERS`, `is_qwen21_graph`. Imports `nodes.comfy.graph`, `nodes.comfy.mapping` (Emit,
+Lives here: `qwen21_mappers`, `is_qwen21_graph`. Imports `nodes.comfy.graph`, `nodes.comfy.mapping` (Emit,
 PassThrough and helpers), `nodes.comfy.mapping_sampling` (the plain SamplerCustomAdvanced mapper) and
 `pipelines.diffusion.family_detect` (file-name markers), `pipelines.diffusion.families_qwen21` (Turbo's grid).
 
@@ -14,8 +14,8 @@ PassThrough and helpers), `nodes.comfy.mapping_sampling` (the plain SamplerCusto
   (the same list); any other list stays unsupported.
 - BatchImagesNode that only feeds TextGenerate (the prompt enhancer's pictures; our LLM Generate reads text
   only) emits nothing, with a note; any other use stays unsupported.
-These mappers replace the core CLIPLoader and SamplerCustomAdvanced ones (merged last in `mappers`), and
-delegate to them for every graph that is not Qwen-Image 2.1.
+`qwen21_mappers(earlier)` is merged last (`mappers`): its CLIPLoader, ManualSigmas, SamplerCustomAdvanced and
+BatchImagesNode delegate to the earlier tables' mappers of those classes outside these cases.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from typing import Any
 
 from nodes.comfy.gaps import GAP_REASONS
 from nodes.comfy.graph import ComfyGraph, ComfyNode, LinkRef
-from nodes.comfy.mapping import MAPPERS, Emit, MapContext, Mapper, PassThrough, _emit, _get, unsupported_emit
-from nodes.comfy.mapping_sampling import SAMPLING_MAPPERS, _part, _sampler
+from nodes.comfy.mapping import Emit, MapContext, Mapper, PassThrough, _emit, _get, unsupported_emit
+from nodes.comfy.mapping_sampling import _part, _sampler
 from pipelines.diffusion.families_qwen21 import TURBO_SIGMAS
 from pipelines.diffusion.family_detect import family_from_file_name
 
@@ -68,12 +68,14 @@ def _text_encode(node: ComfyNode, ctx: MapContext) -> Emit:
     return emit  # prompt, negative_prompt, resolution: declared (`comfy=`)
 
 
-def _clip_loader(node: ComfyNode, ctx: MapContext) -> Emit:
-    emit = MAPPERS["CLIPLoader"](node, ctx)
-    assert isinstance(emit, Emit)  # the core CLIPLoader mapper always emits
-    if emit.params.get("family") == "qwenimage" and is_qwen21_graph(ctx.graph):
-        emit.params["family"] = "qwenimage21"
-    return emit
+def _clip_loader(earlier: Mapper) -> Mapper:
+    def mapper(node: ComfyNode, ctx: MapContext) -> Any:
+        emit = earlier(node, ctx)
+        if isinstance(emit, Emit) and emit.params.get("family") == "qwenimage" and is_qwen21_graph(ctx.graph):
+            emit.params["family"] = "qwenimage21"
+        return emit
+
+    return mapper
 
 
 def _consumers(graph: ComfyGraph, node_id: str) -> list[ComfyNode]:
@@ -97,16 +99,28 @@ def _is_turbo_grid(node: ComfyNode) -> bool:
     return len(values) == len(grid) and all(abs(a - b) < 1e-6 for a, b in zip(values, grid, strict=True))
 
 
-def _manual_sigmas(node: ComfyNode, ctx: MapContext) -> Emit | PassThrough:
-    if is_qwen21_graph(ctx.graph) and _is_turbo_grid(node):
-        return PassThrough({})  # read by the SamplerCustomAdvanced it feeds (below); emits no node
-    return unsupported_emit(node, GAP_REASONS.get("ManualSigmas", "a hand-written sigma list"))
+def _manual_sigmas(earlier: Mapper | None) -> Mapper:
+    def mapper(node: ComfyNode, ctx: MapContext) -> Any:
+        if is_qwen21_graph(ctx.graph) and _is_turbo_grid(node):
+            return PassThrough({})  # read by the SamplerCustomAdvanced it feeds (below); emits no node
+        if earlier is not None:
+            return earlier(node, ctx)
+        return unsupported_emit(node, GAP_REASONS.get("ManualSigmas", "a hand-written sigma list"))
+
+    return mapper
 
 
-def _custom_advanced(node: ComfyNode, ctx: MapContext) -> Emit:
-    manual = _sigmas_source(node, ctx.graph)
-    if manual is None or not is_qwen21_graph(ctx.graph) or not _is_turbo_grid(manual):
-        return SAMPLING_MAPPERS["SamplerCustomAdvanced"](node, ctx)  # type: ignore[return-value]
+def _custom_advanced(earlier: Mapper) -> Mapper:
+    def mapper(node: ComfyNode, ctx: MapContext) -> Any:
+        manual = _sigmas_source(node, ctx.graph)
+        if manual is None or not is_qwen21_graph(ctx.graph) or not _is_turbo_grid(manual):
+            return earlier(node, ctx)
+        return _turbo_sampler(node, ctx, manual)
+
+    return mapper
+
+
+def _turbo_sampler(node: ComfyNode, ctx: MapContext, manual: ComfyNode) -> Emit:
     parts = {name: _part(node, ctx, name) for name in ("noise", "guider", "sampler")}
     why = [p for p in parts.values() if isinstance(p, str)]
     if why:
@@ -155,19 +169,29 @@ def _sigma_values(text: Any) -> list[float]:
         return []
 
 
-def _batch_images(node: ComfyNode, ctx: MapContext) -> Emit | PassThrough:
-    consumers = _consumers(ctx.graph, node.id)
-    if consumers and all(n.class_type == "TextGenerate" for n in consumers):
-        ctx.graph.note(node, "pictures for TextGenerate left out: Nodeloom's LLM Generate reads text only")
-        return PassThrough({})
-    return unsupported_emit(node, GAP_REASONS.get("BatchImagesNode", "batches pictures"))
+def _batch_images(earlier: Mapper | None) -> Mapper:
+    def mapper(node: ComfyNode, ctx: MapContext) -> Any:
+        consumers = _consumers(ctx.graph, node.id)
+        if consumers and all(n.class_type == "TextGenerate" for n in consumers):
+            ctx.graph.note(
+                node, "pictures for TextGenerate left out: Nodeloom's LLM Generate reads text only"
+            )
+            return PassThrough({})
+        if earlier is not None:
+            return earlier(node, ctx)
+        return unsupported_emit(node, GAP_REASONS.get("BatchImagesNode", "batches pictures"))
+
+    return mapper
 
 
-QWEN21_MAPPERS: dict[str, Mapper] = {
-    "TextEncodeQwenImage21": _text_encode,
-    "QwenImage21Cache": lambda node, ctx: PassThrough({0: "model"}),
-    "CLIPLoader": _clip_loader,
-    "ManualSigmas": _manual_sigmas,
-    "SamplerCustomAdvanced": _custom_advanced,
-    "BatchImagesNode": _batch_images,
-}
+def qwen21_mappers(earlier: dict[str, Mapper]) -> dict[str, Mapper]:
+    """The Qwen-Image 2.1 table over `earlier` (every table merged before it), whose mappers of the same
+    classes it delegates to outside a 2.1 graph."""
+    return {
+        "TextEncodeQwenImage21": _text_encode,
+        "QwenImage21Cache": lambda node, ctx: PassThrough({0: "model"}),
+        "CLIPLoader": _clip_loader(earlier["CLIPLoader"]),
+        "ManualSigmas": _manual_sigmas(earlier.get("ManualSigmas")),
+        "SamplerCustomAdvanced": _custom_advanced(earlier["SamplerCustomAdvanced"]),
+        "BatchImagesNode": _batch_images(earlier.get("BatchImagesNode")),
+    }

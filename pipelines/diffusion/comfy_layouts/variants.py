@@ -52,6 +52,10 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("qwen-image", "qwenimage", "Qwen-Image (20B)"),
     Variant("wan2.1-t2v-1.3b", "wan", "Wan 2.1 T2V 1.3B"),
     Variant("wan2.1-t2v-14b", "wan", "Wan 2.1 T2V 14B / a Wan 2.2 A14B expert"),
+    Variant("wan22-i2v-tiny", "wan", "Wan 2.2 I2V (tiny demo)"),
+    Variant("wan2.2-i2v-a14b", "wan", "a Wan 2.2 I2V A14B expert"),
+    Variant("wan-i2v-tiny", "wan", "Wan 2.1 I2V (tiny demo)"),
+    Variant("wan2.1-i2v-14b", "wan", "Wan 2.1 I2V 14B (CLIP ViT-H/14 image encoder)"),
     Variant("qwen-image-2.1", "qwenimage21", "Qwen-Image 2.1 (8B)"),
     Variant("qwen-image-2.1-turbo", "qwenimage21", "Qwen-Image 2.1 Turbo (8B)"),
 )
@@ -63,6 +67,8 @@ TINY_SOURCES = {
     "flux2-klein-tiny": "tiny-flux2-klein",
     "flux2-dev-tiny": "tiny-flux2-dev",
     "wan-tiny": "tiny-wan",
+    "wan22-i2v-tiny": "tiny-wan22-i2v",
+    "wan-i2v-tiny": "tiny-wan-i2v",
     "qwenimage21-tiny": "tiny-qwenimage21",
     "qwenimage21-turbo-tiny": "tiny-qwenimage21-turbo",
 }
