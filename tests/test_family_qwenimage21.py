@@ -152,3 +152,39 @@ def test_image_to_image_is_refused(
     assert run_workflow(REPO / "resources/workflows/img2img.json", tmp_path, sets) == 1  # one clear line
     err = capsys.readouterr().err
     assert "image-to-image" in err and "Traceback" not in err
+
+
+@pytest.mark.slow  # loads the tiny model twice
+def test_a_sigmas_wire_is_stepped_through_as_given(qwen21_folder: Path, tmp_path: Path) -> None:
+    """ComfyUI's ManualSigmas (our node of that name on the Sampler's `sigmas`) runs its list unshifted: the
+    pipeline's picture with the same list on a scheduler without its resolution shift."""
+    import json
+
+    from diffusers import FlowMatchEulerDiscreteScheduler
+
+    levels = "1.0, 0.8, 0.45, 0.0"
+    graph = json.loads(TXT2IMG.read_text(encoding="utf-8"))
+    graph["nodes"]["sigmas"] = {"type": "ManualSigmas", "params": {"sigmas": levels}, "inputs": {}}
+    graph["nodes"]["sampler"]["inputs"]["sigmas"] = ["sigmas", "sigmas"]
+    workflow = tmp_path / "sigmas.json"
+    workflow.write_text(json.dumps(graph), encoding="utf-8")
+    sets = txt2img_sets(
+        qwen21_folder, cfg=3.0, steps=3, seed=42, width=WIDTH, height=HEIGHT, prompt=PROMPT, negative=NEGATIVE
+    )
+    assert run_workflow(workflow, tmp_path / "out", sets) == 0
+    pipe = reference_pipeline(qwen21_folder)
+    pipe.scheduler = FlowMatchEulerDiscreteScheduler.from_config(
+        pipe.scheduler.config, use_dynamic_shifting=False, shift=1.0
+    )
+    image = pipe(
+        PROMPT,
+        negative_prompt=NEGATIVE,
+        true_cfg_scale=3.0,
+        height=HEIGHT,
+        width=WIDTH,
+        sigmas=[1.0, 0.8, 0.45],  # the pipeline's grid leaves the final 0 out (the scheduler appends it)
+        generator=torch.Generator("cpu").manual_seed(42),
+    ).images[0]
+    diff = np.abs(rgba_picture(tmp_path / "out").astype(int) - np.asarray(image).astype(int)).max()
+    print(f"qwenimage21 manual sigmas vs pipeline: max uint8 difference {diff}")
+    assert diff <= 1  # the same ops on the same kernels; 1 allows a rounding edge

@@ -12,6 +12,7 @@ so their keys and values are computed once, on the first step, and cached for th
 a rescale, `neg + cfg * (pos - neg)`, a second call for the negative prompt when cfg > 1 and a negative is
 wired. The schedule is the folder's `sample_sigmas` (model_index.json: Turbo's shipped grid, whose length
 sets the steps) when the scheduler is `default`, else sigmas 1 -> 1/steps; the shift is resolution-dependent.
+A SIGMAS wire (ComfyUI's ManualSigmas) is stepped through as given, unshifted, the latent noised to its first.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from diffusers.utils.torch_utils import randn_tensor
 from memory import MemoryManager, Working
 from pipelines.diffusion.flow_sampling import calculate_shift, check_flow_scheduler, flow_denoised
 from pipelines.diffusion.lora import use_denoiser
+from pipelines.diffusion.manual_sigmas import check_sigmas, noised_start, set_manual_sigmas
 from pipelines.diffusion.previews import model_folder
 from pipelines.diffusion.qwenimage21_working import qwenimage21_working_bytes
 from pipelines.diffusion.sampling import SamplerSettings
@@ -138,6 +140,8 @@ def sample_qwenimage21(
         )
     if settings.denoise < 1.0:
         raise ValueError(f"{title}: image-to-image (denoise below 1) is not supported (diffusers has none)")
+    if settings.sigmas is not None:
+        check_sigmas(settings.sigmas, "input 'sigmas'", flow=True)
     if settings.step_cache.on:
         raise ValueError(f"cache {settings.cache!r} is not supported for {title} (set cache to off)")
     do_cfg = settings.cfg > 1.0 and negative is not None  # the pipeline's `do_true_cfg`
@@ -166,9 +170,14 @@ def sample_qwenimage21(
         config.get("base_shift", 0.5),
         config.get("max_shift", 1.15),
     )
-    scheduler.set_timesteps(sigmas=sigmas, device=device, mu=mu)
-    timesteps = scheduler.timesteps
-    scheduler.set_begin_index(0)
+    if settings.sigmas is not None:  # a SIGMAS wire (ComfyUI's ManualSigmas): stepped through as given
+        timesteps = set_manual_sigmas(scheduler, settings.sigmas, device)
+        start = latents.samples.to(device=device, dtype=dtype)
+        x = flatten_latents(noised_start(start, noise.reshape(batch, channels, h, w), settings.sigmas[0]))
+    else:
+        scheduler.set_timesteps(sigmas=sigmas, device=device, mu=mu)
+        timesteps = scheduler.timesteps
+        scheduler.set_begin_index(0)
 
     # 4. Prepare conditioning: each prompt's references, image shapes and slot mask, and its KV cache
     prompts = [positive] + ([negative] if do_cfg and negative is not None else [])
