@@ -107,6 +107,9 @@ def default_registry(*, entry_point_packs: bool = True) -> NodeRegistry:
     from nodes.qwenimage_edit import NODES as QWENIMAGE_EDIT_NODES  # Qwen-Image-Edit prompts (issue 26)
 
     registry.register_all(QWENIMAGE_EDIT_NODES)
+    from nodes.qwenimage21 import NODES as QWENIMAGE21_NODES  # Qwen-Image 2.1 prompts (issue 26)
+
+    registry.register_all(QWENIMAGE21_NODES)
 
     from nodes.ltx2 import NODES as LTX2_NODES  # LTXV Image to Video (issue 27)
 

@@ -170,8 +170,8 @@ def test_folder_and_headers_are_detected_as_qwenimage(folder: Path) -> None:
     assert detect_family(folder) == "qwenimage"
     assert detect_family(folder / "transformer" / "diffusion_pytorch_model.safetensors") == "qwenimage"
     # The other Qwen-Image pipelines are different models (Qwen3-VL, other transformers): not this family;
-    # Qwen-Image-Edit is its own family (tests/test_family_qwenimage_edit.py).
-    assert family_from_class_name("QwenImage21Pipeline") is None
+    # Qwen-Image-Edit and Qwen-Image 2.1 are their own (tests/test_family_qwenimage_edit.py, _qwenimage21.py).
+    assert family_from_class_name("QwenImage21Pipeline") == "qwenimage21"
     assert family_from_class_name("QwenImageEditPipeline") == "qwenimage_edit"
     original = [
         "model.diffusion_model.txt_norm.weight",

@@ -85,6 +85,8 @@ def test_the_loader_field_lists_the_library_and_filters_as_you_type(
             "krea2-turbo",
             "ltx2",
             "minimax",
+            "qwenimage21",
+            "qwenimage21-turbo",
         )
     ]
     assert names == [

@@ -51,6 +51,8 @@ DEMO_NAMES = (
     "tiny-krea2-turbo",
     "tiny-ltx2",
     "tiny-minimax",
+    "tiny-qwenimage21",
+    "tiny-qwenimage21-turbo",
 )
 
 # Models shipped with Nodeloom, by loader type (`builtin:` names, see pipelines/paths.py).

@@ -175,6 +175,11 @@ COMFY_CLASSES: dict[str, ComfyClass] = {
     "ImageStitch": ComfyClass(
         ("direction", "match_image_size", "spacing_width", "spacing_color"), ("IMAGE",)
     ),
+    # Qwen-Image 2.1 (nodes/comfy/mapping_qwen21.py)
+    "TextEncodeQwenImage21": ComfyClass(
+        ("prompt", "negative_prompt", "resolution"), ("positive", "negative", "latent")
+    ),
+    "QwenImage21Cache": ComfyClass(("device", "dtype"), ("MODEL",)),
 }
 
 

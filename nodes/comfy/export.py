@@ -256,6 +256,12 @@ EXPORTERS: dict[str, _Out | Callable[[NodeInstance], _Out]] = {
         "VAEDecodeTiled", {"samples": "latent", "vae": "vae"}, {}, {"image": 0}, convert=_vae_decode_tiled
     ),
     "ShowText": _Out("PreviewAny", {"source": "text"}, {}, {}),
+    "TextEncodeQwenImage21": _Out(
+        "TextEncodeQwenImage21",
+        {"clip": "text_encoder", "vae": "vae", **{f"images.image_{i}": f"image{i}" for i in (1, 2, 3)}},
+        {},
+        {"positive": 0, "negative": 1, "latent": 2},
+    ),
     "ModelSamplingShift": _model_sampling,
     "StringConcatenate": _Out("StringConcatenate", {}, {}, {"text": 0}),
     "StringReplace": _Out("StringReplace", {}, {}, {"text": 0}),

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nodes.comfy.graph import ComfyGraph
+from nodes.comfy.mapping_qwen21 import is_qwen21_graph
 from nodes.comfy.wan_variants import wan_variant_findings
 from pipelines.diffusion.families import FAMILIES
 from pipelines.diffusion.family_detect import family_from_file_name
@@ -39,6 +40,9 @@ _OTHER_NAME_MARKERS: tuple[tuple[str, str], ...] = (
     ("flux2", "flux2"),
     ("flux-2", "flux2"),
     ("flux_2", "flux2"),
+    ("qwen_image_2.1", "qwenimage21"),  # before Qwen-Image's own marker, which it contains
+    ("qwen-image-2.1", "qwenimage21"),
+    ("qwen_image_2_1", "qwenimage21"),
     ("qwen_image", "qwen_image"),
     ("qwen-image", "qwen_image"),
     ("wan2", "wan"),
@@ -69,7 +73,8 @@ _FLUX2 = ("flux2", "flux2_klein", "flux2_dev")
 
 
 def _our_family(family: str, graph: ComfyGraph) -> str:
-    """A ComfyUI family id as the registry names it (qwen_image -> qwenimage; flux2 -> klein or dev)."""
+    """A ComfyUI family id as the registry names it (qwen_image -> qwenimage, or qwenimage21 in a 2.1 graph;
+    flux2 -> klein or dev)."""
     if family == _FLUX2[0]:
         names = " ".join(
             str(node.inputs.get(widget, "")).lower()
@@ -77,6 +82,8 @@ def _our_family(family: str, graph: ComfyGraph) -> str:
             for widget in _NAME_WIDGETS.get(node.class_type, ())
         )
         return _FLUX2[1] if "klein" in names else _FLUX2[2]
+    if family == "qwen_image" and is_qwen21_graph(graph):  # the same CLIP type names 2.1's Qwen3-VL
+        return "qwenimage21"
     return _COMFY_FAMILY_IDS.get(family, family)
 
 

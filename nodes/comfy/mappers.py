@@ -16,6 +16,7 @@ from nodes.comfy.mapping_edit import EDIT_MAPPERS
 from nodes.comfy.mapping_ltx2 import LTX2_MAPPERS
 from nodes.comfy.mapping_media import MEDIA_MAPPERS
 from nodes.comfy.mapping_minimax import MINIMAX_MAPPERS
+from nodes.comfy.mapping_qwen21 import qwen21_mappers
 from nodes.comfy.mapping_sampling import SAMPLING_MAPPERS
 from nodes.comfy.mapping_sigmas import SIGMA_MAPPERS
 from nodes.comfy.mapping_text import TEXT_MAPPERS
@@ -36,3 +37,6 @@ ALL_MAPPERS: dict[str, Mapper] = {
     **MINIMAX_MAPPERS,
     **EDIT_MAPPERS,  # Qwen-Image-Edit's prompts, the Kontext nodes, ImageStitch alone (issue 32)
 }
+# Last: Qwen-Image 2.1's nodes, and CLIPLoader / ManualSigmas / SamplerCustomAdvanced / BatchImagesNode in its
+# graphs, delegating to the mappers above elsewhere.
+ALL_MAPPERS |= qwen21_mappers(ALL_MAPPERS)

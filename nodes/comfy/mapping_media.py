@@ -116,7 +116,16 @@ def _vae_decode_tiled(node: ComfyNode, ctx: MapContext) -> Emit:
     return _emit(node, "VAEDecodeTiled", params, ("image",), vae="vae", latent="samples")
 
 
-def _preview_any(node: ComfyNode, ctx: MapContext) -> Emit:
+def _preview_any(node: ComfyNode, ctx: MapContext) -> Emit | PassThrough:
+    # Newer ComfyUI passes the value on: when another node reads it (the Qwen-Image 2.1 templates' prompt),
+    # the data flow is kept and the preview left out.
+    if any(
+        isinstance(v, LinkRef) and v.node == node.id
+        for n in ctx.graph.nodes.values()
+        for v in n.inputs.values()
+    ):
+        ctx.graph.note(node, "PreviewAny passes its value on here; its preview is left out")
+        return PassThrough({0: "source"})
     ctx.graph.note(node, "PreviewAny shows text here (Show Text); a value that is not text fails the check")
     return _emit(node, "ShowText", {}, (), text="source")
 

@@ -28,6 +28,7 @@ from pipelines.diffusion.krea2_text import encode_krea2
 from pipelines.diffusion.lora import use_text_encoder
 from pipelines.diffusion.ltx2_text import encode_ltx2
 from pipelines.diffusion.prompt_weights import WEIGHTINGS, strip_weights
+from pipelines.diffusion.qwenimage21_text import encode_qwenimage21
 from pipelines.diffusion.qwenimage_text import encode_qwenimage
 from pipelines.diffusion.values import Conditioning, TextEncoderRef
 from pipelines.diffusion.wan_text import encode_wan
@@ -49,6 +50,7 @@ PROMPT_ENCODERS = (
     "krea2",
     "gemma_ltx2",
     "minimax",
+    "qwenimage21",
 )
 
 
@@ -261,6 +263,8 @@ def encode_prompt(
         return encode_flux2_dev(mm, ref, text, max_tokens=max_tokens or ref.family.max_text_tokens or 512)
     if encoder == "qwen_flux2":
         return encode_flux2_klein(mm, ref, text, max_tokens=max_tokens or ref.family.max_text_tokens or 512)
+    if encoder == "qwenimage21":
+        return encode_qwenimage21(mm, ref, text)
     if encoder == "krea2":
         return encode_krea2(mm, ref, text, max_tokens=max_tokens or ref.family.max_text_tokens or 512)
     if encoder == "qwen_chat":

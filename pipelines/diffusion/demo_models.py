@@ -55,6 +55,7 @@ from pipelines.diffusion.demo_krea2 import build_tiny_krea2, build_tiny_krea2_tu
 from pipelines.diffusion.demo_ltx2 import build_tiny_ltx2
 from pipelines.diffusion.demo_minimax import build_tiny_minimax
 from pipelines.diffusion.demo_qwenimage import build_tiny_qwenimage
+from pipelines.diffusion.demo_qwenimage21 import build_tiny_qwenimage21, build_tiny_qwenimage21_turbo
 from pipelines.diffusion.demo_qwenimage_edit import build_tiny_qwenimage_edit, build_tiny_qwenimage_edit_2511
 from pipelines.diffusion.demo_wan import build_tiny_wan, build_tiny_wan22
 from pipelines.diffusion.demo_wan_i2v import build_tiny_wan22_i2v, build_tiny_wan_flf2v, build_tiny_wan_i2v
@@ -406,6 +407,8 @@ DEMO_MODELS: dict[str, Callable[[], DiffusionPipeline]] = {
     "tiny-krea2-turbo": build_tiny_krea2_turbo,
     "tiny-ltx2": build_tiny_ltx2,
     "tiny-minimax": build_tiny_minimax,
+    "tiny-qwenimage21": build_tiny_qwenimage21,
+    "tiny-qwenimage21-turbo": build_tiny_qwenimage21_turbo,
 }
 
 

@@ -32,6 +32,7 @@ from pipelines.diffusion.krea2_sampling import sample_krea2
 from pipelines.diffusion.lora import use_denoiser
 from pipelines.diffusion.ltx2_sampling import sample_ltx2
 from pipelines.diffusion.manual_sigmas import SIGMA_LOOPS
+from pipelines.diffusion.qwenimage21_sampling import sample_qwenimage21
 from pipelines.diffusion.qwenimage_sampling import sample_qwenimage
 from pipelines.diffusion.sampling import (
     SamplerSettings,
@@ -172,6 +173,8 @@ def sample(
     if denoiser.family.flow:
         if denoiser.family.denoiser_call == "qwenimage":
             return sample_qwenimage(mm, denoiser, positive, negative, latents, settings, on_step=on_step)
+        if denoiser.family.denoiser_call == "qwenimage21":
+            return sample_qwenimage21(mm, denoiser, positive, negative, latents, settings, on_step=on_step)
         if denoiser.family.denoiser_call == "krea2":
             return sample_krea2(mm, denoiser, positive, negative, latents, settings, on_step=on_step)
         if denoiser.family.denoiser_call == "flux2":

@@ -66,6 +66,8 @@ def family_from_keys(keys: list[str], shapes: dict[str, list[int]]) -> str | Non
         return "krea2"
     if has("double_stream_modulation_img."):  # FLUX.2, diffusers or ComfyUI names; [dev] embeds a guidance
         return "flux2_dev" if has("guidance_embedder.") or has("guidance_in.") else "flux2_klein"
+    if has("txt_in.text_norm.") and has(".img_mlp.gate_layer."):  # Qwen-Image 2.1 (diffusers key names)
+        return "qwenimage21"
     if has("txt_norm.") and has(".img_mod.") and not has("double_blocks."):  # Qwen-Image (not Flux's img_mod)
         return "qwenimage"
     if has("head.modulation") or (has("condition_embedder.") and has("scale_shift_table")):  # Wan

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     import torch
 
 # The denoiser_call of each loop that steps through a SIGMAS input (the others refuse one, naming the family).
-SIGMA_LOOPS = ("ltx2", "qwenimage")
+SIGMA_LOOPS = ("ltx2", "qwenimage", "qwenimage21")
 
 # ComfyUI's ManualSigmas reads every number in its text (comfy_extras/nodes_custom_sampler.py).
 _NUMBER = re.compile(r"[-+]?(?:\d*\.*\d+)")

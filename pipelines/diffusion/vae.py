@@ -52,12 +52,20 @@ def _frames(ref: VaeRef) -> bool:
     return "temperal_downsample" in ref.config
 
 
+def _qwen21(ref: VaeRef) -> bool:
+    """Qwen-Image 2.1's VAE, whose pipeline multiplies by the std (Qwen-Image's divides by its inverse)."""
+    return ref.family.vae_ref.name == "AutoencoderKLQwenImage21"
+
+
 # _unscale and _scale keep diffusers' exact operation order, so decode/encode stay bit-identical to it.
 def _unscale(ref: VaeRef, latents: torch.Tensor, vae: torch.nn.Module) -> torch.Tensor:
     if is_batch_norm_vae(ref.config):  # FLUX.2: the VAE's batch-norm statistics, not a scaling factor
         return bn_denormalize(vae, latents)
     scaling = ref.config.get("scaling_factor", 0.18215)
     stats = _mean_std(ref, latents)
+    if stats is not None and _qwen21(ref):  # QwenImage21Pipeline's own order
+        mean, std = stats
+        return latents * std + mean
     if stats is not None and "scaling_factor" not in ref.config:  # Qwen-Image's VAE: no scaling factor
         mean, std = stats
         return latents / (1.0 / std) + mean
@@ -74,6 +82,9 @@ def _scale(ref: VaeRef, latents: torch.Tensor, vae: torch.nn.Module) -> torch.Te
         return bn_normalize(vae, latents)
     scaling = ref.config.get("scaling_factor", 0.18215)
     stats = _mean_std(ref, latents)
+    if stats is not None and _qwen21(ref):  # QwenImage21Pipeline._encode_vae_image's order
+        mean, std = stats
+        return (latents - mean) / std
     if stats is not None and "scaling_factor" not in ref.config:  # Qwen-Image's VAE: no scaling factor
         mean, std = stats
         return (latents - mean) * (1.0 / std)
@@ -112,7 +123,12 @@ def encode(mm: MemoryManager, ref: VaeRef, image: torch.Tensor) -> Latents:
         VaeImageProcessor,
     )  # here: `app plan` imports this module, not diffusers
 
-    processor = VaeImageProcessor(vae_scale_factor=ref.scale_factor)
+    if int(ref.config.get("in_channels", 3)) == 4 and image.shape[-1] == 3:
+        # Qwen-Image 2.1's VAE reads RGBA: an RGB picture is opaque (as the pipeline's `convert("RGBA")`)
+        image = torch.cat([image, torch.ones_like(image[..., :1])], dim=-1)
+    # The latent channel count as the pipelines set it: preprocess passes a tensor with that many channels
+    # through untouched (as latents), which an RGBA picture for a 4-channel latent would be taken for.
+    processor = VaeImageProcessor(vae_scale_factor=ref.scale_factor, vae_latent_channels=ref.latent_channels)
     pixels = processor.preprocess(
         image.permute(0, 3, 1, 2)
     )  # (B, C, H, W) in [-1, 1], sides multiple of scale

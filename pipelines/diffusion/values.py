@@ -182,6 +182,8 @@ class Conditioning:
     audio_embeds: torch.Tensor | None = None
     # MiniMax H3: each row's modality tag (1 text, 0 a keyframe's vision block), which the transformer reads.
     token_tags: torch.Tensor | None = None
+    # Qwen-Image 2.1: (1, S) bool, True at the prompt's image slots (each a 2x2 group of reference latents).
+    image_slots: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)

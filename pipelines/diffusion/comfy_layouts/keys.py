@@ -33,6 +33,7 @@ LAYOUTS = {
     "flux2_klein": "flux2",
     "flux2_dev": "flux2",
     "wan": "wan",
+    "qwenimage21": "qwenimage21",
 }
 PREFIXES = ("model.diffusion_model.", "diffusion_model.")
 
@@ -58,6 +59,8 @@ def transformer_to_diffusers(layout: str, state: Mapping[str, torch.Tensor]) -> 
         return sfu.convert_wan_transformer_to_diffusers(state)
     if layout == "qwenimage":
         return state
+    if layout == "qwenimage21":  # diffusers' names with the SwiGLU gate and up fused, gate rows first
+        return sfu.convert_qwen_image21_transformer_checkpoint_to_diffusers(dict(state))
     raise ValueError(f"unknown transformer layout {layout!r}")
 
 
@@ -217,7 +220,20 @@ def transformer_from_diffusers(layout: str, state: Mapping[str, torch.Tensor]) -
         return _wan_from_diffusers(state)
     if layout == "qwenimage":
         return dict(state)
+    if layout == "qwenimage21":
+        return _qwen21_from_diffusers(state)
     raise ValueError(f"unknown transformer layout {layout!r}")
+
+
+def _qwen21_from_diffusers(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Qwen-Image 2.1's SwiGLU gate and up projections fused as ComfyUI stores them (`img_mlp.gate_up`)."""
+    out = {
+        k: v for k, v in state.items() if not k.endswith(("img_mlp.gate_layer.weight", "img_mlp.proj.weight"))
+    }
+    for key in [k for k in state if k.endswith("img_mlp.gate_layer.weight")]:
+        up = state[key.replace("gate_layer", "proj")]
+        out[key.replace("gate_layer", "gate_up")] = torch.cat([state[key], up], dim=0)
+    return out
 
 
 # --- VAEs ---------------------------------------------------------------------------------------------
@@ -286,6 +302,8 @@ def vae_to_diffusers(
     if layout == "wan":
         table = wan_vae_table(module_keys)
         return {table.get(k, k): v for k, v in state.items()}
+    if layout == "diffusers":  # Qwen-Image 2.1's VAE, read in diffusers' names
+        return dict(state)
     from diffusers.loaders.single_file_utils import convert_ldm_vae_checkpoint
 
     # FLUX.2's batch-norm statistics have the same name in both layouts; the converter drops them.
@@ -299,6 +317,8 @@ def vae_from_diffusers(
     if layout == "wan":
         inverse = {d: o for o, d in wan_vae_table(list(state)).items()}
         return {inverse[k]: v for k, v in state.items()}
+    if layout == "diffusers":
+        return dict(state)
     from pipelines.diffusion.export import vae_to_original
 
     kept = {k: v for k, v in state.items() if k.startswith("bn.")}

@@ -25,6 +25,7 @@ from pipelines.diffusion.assembly import (
     denoiser_ref,
     resolve_precision,
 )
+from pipelines.diffusion.comfy_layouts import qwen21
 from pipelines.diffusion.comfy_layouts.common import (
     KeyMapTensors,
     config_of,
@@ -69,6 +70,8 @@ def denoiser_layout(keys: list[str]) -> tuple[str, str] | None:
             else "flux2_klein"
         )
         return family, "diffusers" if has("transformer_blocks.") else "comfy"
+    if has("txt_in.text_norm.") and has("transformer_blocks."):  # Qwen-Image 2.1: gate and up fused or not
+        return "qwenimage21", "comfy" if any(".img_mlp.gate_up." in k for k in names) else "diffusers"
     if has("txt_norm.") and has("img_in.") and has("transformer_blocks."):
         return "qwenimage", "comfy"  # ComfyUI's Qwen-Image names are diffusers'
     if has("blocks.") and (has("head.modulation") or has("condition_embedder.")):
@@ -125,9 +128,10 @@ def load_comfy_denoiser(
         config = config_of(v, fam.denoiser_subfolder)
         return module_shapes(lambda: fam.denoiser_class.from_config(config))
 
-    variant = pick_variant(
-        variants_for([detected], config_dir), shapes, wanted, what="transformer", file_name=path.name
-    )
+    candidates = variants_for([detected], config_dir)
+    if detected == "qwenimage21":  # Turbo and the base share shapes: the file's name picks (qwen21)
+        candidates = qwen21.by_name(candidates, path.name)
+    variant = pick_variant(candidates, shapes, wanted, what="transformer", file_name=path.name)
     folder = folder_of(variant)
     config = config_of(variant, fam.denoiser_subfolder)
     torch_dtype, storage = resolve_precision(dtype, fam, mm.device)
@@ -165,6 +169,8 @@ def load_comfy_denoiser(
         handle = _register_source(
             mm, path, fam.denoiser_subfolder, "denoiser", make, key_map, torch_dtype, blocks
         )
+    if detected == "qwenimage21" and scheduler_config is None:
+        scheduler_config = qwen21.scheduler_config(folder)  # with the config folder's sample_sigmas
     return denoiser_ref(handle, fam, config, folder, torch_dtype, scheduler_config), message
 
 

@@ -2,7 +2,7 @@
 
 Lives here: `RELEASED`, `write_released_folders`; run as `python -m pipelines.diffusion.comfy_layouts.released`
 to rewrite them under resources/configs/. May import: stdlib, json, diffusers, transformers,
-pipelines.paths.
+pipelines.paths, pipelines.diffusion.families_qwen21 (Turbo's grid).
 
 The sizes are the published ones (the models' own config.json files, and ComfyUI's comfy/model_detection.py
 for Z-Image: dim 3840, 30 heads, rotary axes 32/48/48 up to 1536/512/512, theta 256): where a diffusers class's
@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from pipelines.diffusion.families_qwen21 import TURBO_SIGMAS
 from pipelines.paths import RESOURCES_DIR
 
 _FLOW_SCHEDULER = {"_class_name": "FlowMatchEulerDiscreteScheduler", "num_train_timesteps": 1000}
@@ -70,6 +71,55 @@ QWEN25_VL_7B = {  # Qwen/Qwen2.5-VL-7B-Instruct (Qwen-Image's text_encoder)
     "video_token_id": 151656,
     "vision_start_token_id": 151652,
     "vision_end_token_id": 151653,
+}
+QWEN3_VL_8B = {  # Qwen/Qwen3-VL-8B-Instruct (Qwen-Image 2.1's text_encoder; its 4096 is the transformer's context)
+    "architectures": ["Qwen3VLForConditionalGeneration"],
+    "model_type": "qwen3_vl",
+    "text_config": {
+        "model_type": "qwen3_vl_text",
+        "hidden_size": 4096,
+        "intermediate_size": 12288,
+        "num_hidden_layers": 36,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "vocab_size": 151936,
+        "max_position_embeddings": 262144,
+        "rms_norm_eps": 1e-6,
+        "rope_parameters": {
+            "rope_type": "default",
+            "rope_theta": 5000000,
+            "mrope_section": [24, 20, 20],
+            "mrope_interleaved": True,
+        },
+    },
+    "vision_config": {
+        "depth": 27,
+        "hidden_size": 1152,
+        "intermediate_size": 4304,
+        "num_heads": 16,
+        "out_hidden_size": 4096,
+        "patch_size": 16,
+        "spatial_merge_size": 2,
+        "temporal_patch_size": 2,
+        "num_position_embeddings": 2304,
+        "deepstack_visual_indexes": [8, 16, 24],
+    },
+    "tie_word_embeddings": False,
+    "image_token_id": 151655,
+    "video_token_id": 151656,
+    "vision_start_token_id": 151652,
+    "vision_end_token_id": 151653,
+}
+# The pipeline's fallbacks for a resolution-dependent shift (QwenImage21Pipeline reads these keys with these
+# defaults); the released scheduler_config.json was not at hand.
+_QWEN21_SCHEDULER = {
+    **_FLOW_SCHEDULER,
+    "use_dynamic_shifting": True,
+    "base_shift": 0.5,
+    "max_shift": 1.15,
+    "base_image_seq_len": 256,
+    "max_image_seq_len": 4096,
 }
 UMT5_XXL = {  # google/umt5-xxl's encoder (Wan's text_encoder)
     "architectures": ["UMT5EncoderModel"],
@@ -161,6 +211,21 @@ RELEASED: dict[str, dict[str, Any]] = {
             "shift_terminal": 0.02,
         },
     },
+    # Qwen-Image 2.1 (and Turbo, its shipped sigma grid): the diffusers classes' defaults are the release's.
+    "qwen-image-2.1": {
+        "model_index.json": {"_class_name": "QwenImage21Pipeline"},
+        "transformer": {},
+        "text_encoder": QWEN3_VL_8B,
+        "vae": {},
+        "scheduler": _QWEN21_SCHEDULER,
+    },
+    "qwen-image-2.1-turbo": {
+        "model_index.json": {"_class_name": "QwenImage21Pipeline", "sample_sigmas": list(TURBO_SIGMAS)},
+        "transformer": {},
+        "text_encoder": QWEN3_VL_8B,
+        "vae": {},
+        "scheduler": _QWEN21_SCHEDULER,
+    },
     "wan2.1-t2v-1.3b": _wan(12, 8960, 30, 3.0),
     "wan2.1-t2v-14b": _wan(40, 13824, 40, 5.0),
     # Wan-AI/Wan2.2-I2V-A14B-Diffusers: each expert a 14B transformer over noise + mask (4) + frames (16).
@@ -177,6 +242,10 @@ _CLASSES = {  # the diffusers class of each subfolder, per pipeline
     "ZImagePipeline": {"transformer": "ZImageTransformer2DModel", "vae": "AutoencoderKL"},
     "QwenImagePipeline": {"transformer": "QwenImageTransformer2DModel", "vae": "AutoencoderKLQwenImage"},
     "WanPipeline": {"transformer": "WanTransformer3DModel", "vae": "AutoencoderKLWan"},
+    "QwenImage21Pipeline": {
+        "transformer": "QwenImage21Transformer2DModel",
+        "vae": "AutoencoderKLQwenImage21",
+    },
 }
 
 

@@ -44,6 +44,7 @@ from pipelines.diffusion.values import TextEncoderRef, TokenizerSource
 TEXT_ENCODER_FAMILIES: dict[str, tuple[str, ...]] = {
     "qwen3": ("zimage", "flux2_klein"),
     "qwen2.5-vl": ("qwenimage", "qwenimage_edit"),
+    "qwen3-vl": ("qwenimage21",),
     "mistral": ("flux2_dev",),
     "umt5": ("wan",),
 }
@@ -56,9 +57,9 @@ _MAY_MISS = (*_OPTIONAL, "lm_head.", "encoder.embed_tokens.")
 
 
 def text_encoder_kind(keys: list[str]) -> str | None:
-    """ "qwen3", "qwen2.5-vl", "mistral" or "umt5" from a text encoder file's names; None otherwise."""
+    """ "qwen3", "qwen2.5-vl", "qwen3-vl", "mistral" or "umt5" from a text encoder file's names; None otherwise."""
     if any(k.startswith(("visual.", "model.visual.")) for k in keys):
-        return "qwen2.5-vl"
+        return "qwen3-vl" if any(".self_attn.q_norm." in k for k in keys) else "qwen2.5-vl"
     if any(".self_attn.q_norm." in k for k in keys):
         return "qwen3"
     if any("encoder.block.1.layer.0.SelfAttention.relative_attention_bias" in k for k in keys):
@@ -70,7 +71,11 @@ def text_encoder_kind(keys: list[str]) -> str | None:
 
 def _text_encoder_names(name: str, class_name: str) -> str:
     """A ComfyUI text encoder name in the module's names (VLMs nest the LLM under `model.language_model.`)."""
-    if class_name in ("Qwen2_5_VLForConditionalGeneration", "Mistral3ForConditionalGeneration"):
+    if class_name in (
+        "Qwen2_5_VLForConditionalGeneration",
+        "Mistral3ForConditionalGeneration",
+        "Qwen3VLForConditionalGeneration",
+    ):
         if name.startswith("visual."):
             return "model.visual." + name.removeprefix("visual.")
         if name.startswith("model.") and not name.startswith(

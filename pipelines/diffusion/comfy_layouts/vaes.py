@@ -38,6 +38,7 @@ VAE_FAMILIES = {
     "wan": ("wan", "qwenimage", "qwenimage_edit"),
     "flux2": ("flux2_klein", "flux2_dev"),
     "ldm": ("zimage",),
+    "diffusers": ("qwenimage21",),
 }
 
 
@@ -47,6 +48,10 @@ def vae_layout(keys: list[str]) -> str | None:
     names = set(strip_prefix(dict.fromkeys(keys)))
     if any(k.startswith(("encoder.downsamples.", "decoder.upsamples.")) for k in names):
         return "wan"
+    if any(k.startswith("decoder.up_blocks.") and ".upsampler.resample." in k for k in names) and (
+        "decoder.norm_out.gamma" in names
+    ):
+        return "diffusers"  # Qwen-Image 2.1's VAE (Wan 2.2's block shape) in diffusers' names
     if "bn.running_mean" in names and any(k.startswith(("encoder.down.", "decoder.up.")) for k in names):
         return "flux2"
     return None
@@ -73,7 +78,7 @@ def load_comfy_vae(
                 + " / ".join(FAMILIES[f].title for f in families)
             )
         families = (family,)
-    convert_layout = "wan" if layout == "wan" else "ldm"
+    convert_layout = layout if layout in ("wan", "diffusers") else "ldm"
     stub_shapes = {k: tuple(v.shape) for k, v in header_stubs(path).items()}
 
     def module_for(v: Variant) -> tuple[dict[str, Any], Family]:
@@ -135,7 +140,7 @@ def _fitting_vae(
 
 
 # The families whose ComfyUI files these loaders read (the split loader nodes hand them over).
-COMFY_FAMILIES = ("zimage", "qwenimage", "flux2_klein", "flux2_dev", "wan", "qwenimage_edit")
+COMFY_FAMILIES = ("zimage", "qwenimage", "flux2_klein", "flux2_dev", "wan", "qwenimage_edit", "qwenimage21")
 
 
 def claims_vae(path: Path, family: str, config_dir: Path | None = None) -> bool:

@@ -46,6 +46,8 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("flux2-klein-tiny", "flux2_klein", "FLUX.2 [klein] (tiny demo)"),
     Variant("flux2-dev-tiny", "flux2_dev", "FLUX.2 [dev] (tiny demo)"),
     Variant("wan-tiny", "wan", "Wan 2.1 (tiny demo)"),
+    Variant("qwenimage21-tiny", "qwenimage21", "Qwen-Image 2.1 (tiny demo)"),
+    Variant("qwenimage21-turbo-tiny", "qwenimage21", "Qwen-Image 2.1 Turbo (tiny demo)"),
     Variant("zimage-turbo", "zimage", "Z-Image-Turbo (6B)"),
     Variant("qwen-image", "qwenimage", "Qwen-Image (20B)"),
     Variant("wan2.1-t2v-1.3b", "wan", "Wan 2.1 T2V 1.3B"),
@@ -57,6 +59,8 @@ VARIANTS: tuple[Variant, ...] = (
     # Qwen-Image-Edit 2509's tiny demo (its processor/ too). No released size: 2509 and 2511 differ only in a
     # config flag (zero_cond_t) no tensor shows, so a real edit file takes its own folder as field 'config_dir'.
     Variant("qwenimage-edit-tiny", "qwenimage_edit", "Qwen-Image-Edit 2509 (tiny demo)"),
+    Variant("qwen-image-2.1", "qwenimage21", "Qwen-Image 2.1 (8B)"),
+    Variant("qwen-image-2.1-turbo", "qwenimage21", "Qwen-Image 2.1 Turbo (8B)"),
 )
 
 # The demo model each tiny folder is made from (`writer.write_config_folder`).
@@ -69,6 +73,8 @@ TINY_SOURCES = {
     "wan22-i2v-tiny": "tiny-wan22-i2v",
     "wan-i2v-tiny": "tiny-wan-i2v",
     "qwenimage-edit-tiny": "tiny-qwenimage-edit",
+    "qwenimage21-tiny": "tiny-qwenimage21",
+    "qwenimage21-turbo-tiny": "tiny-qwenimage21-turbo",
 }
 
 
