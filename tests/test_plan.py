@@ -113,6 +113,24 @@ def test_a_plan_never_converts_a_gguf_it_counts_the_conversion(
     assert not [p for p in tmp_path.rglob("*.safetensors")]  # nothing was converted
 
 
+@pytest.mark.slow  # reads SmolLM2's GGUF metadata and builds its tokenizer (~6 s)
+def test_a_plan_never_repacks_a_gguf_it_counts_the_repack(
+    registry, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("NODELOOM_DATA_DIR", str(tmp_path))  # nothing repacked yet: a first run
+    # keep_quantized on: on a CPU the GGUF is repacked for the int4/int8 kernels (what `auto` picks here).
+    wf = load_for_plan(WORKFLOWS / "llm.json", ["llm.keep_quantized=on"], [], registry)
+    with MemoryManager(MemoryConfig(device="cpu", policy="none", ram_budget="8GiB")) as mm:
+        plan = make_plan(wf, registry, mm)
+    loader = plan.nodes[0]
+    (reserved,) = loader.working
+    assert loader.node_id == "llm" and not reserved["model"] and "repacking" in reserved["component"]
+    # The mapped Q4_1 data (92 MiB) twice and the 108 MiB embedding twice in float32, at the least.
+    assert reserved["bytes"] > 400 * MiB and "done by the run" in loader.note
+    assert loader.host_peak >= plan.baseline_rss + reserved["bytes"]
+    assert not [p for p in tmp_path.rglob("packed.safetensors")]  # nothing was repacked
+
+
 def test_app_plan_below_every_policys_need_exits_1_naming_the_need(capsys) -> None:
     code = main(["plan", str(TXT2IMG), "--device", "cpu", "--ram-budget", "1MiB", "--json"])
     captured = capsys.readouterr()
