@@ -21,7 +21,10 @@ from memory.plan import PlannedUse, PlanStep, least_budget, simulate
 from memory.policy import policy_named
 from nodes.executor import Executor
 from nodes.plan import make_plan
-from tests.llm_fixtures import smollm_files  # noqa: F401 (a session fixture: the GGUF converted once)
+from tests.llm_fixtures import (  # noqa: F401 (session fixtures: the GGUF converted / repacked once)
+    smollm_files,
+    smollm_packed,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 WORKFLOWS = REPO / "resources/workflows"
@@ -69,6 +72,9 @@ def test_plan_of_a_shipped_workflow_lists_every_node_in_run_order(
 ) -> None:
     if name.startswith("llm"):
         request.getfixturevalue("smollm_files")  # converted: the plan then sees the LLM's uses
+        request.getfixturevalue(
+            "smollm_packed"
+        )  # and repacked (`auto` on a CPU): a plan stops before a repack
     wf = load_for_plan(WORKFLOWS / f"{name}.json", [], [], registry)
     config = MemoryConfig(
         device="cpu", policy="none", ram_budget="8GiB", data_dir=tmp_path
