@@ -4,10 +4,11 @@ Lives here: the script. Imports stdlib, psutil. Runs `app --run` in subprocesses
 per workflow and policy, once with an empty data dir (a first run: nothing learned, GGUF conversions not
 cached) and once more with the same dir (working memory learned by the first). The prediction is the plan
 the run makes of itself before its first load (`report["plan"]`, the same code as `app plan`, its baseline
-measured in that process); the measurement is the process's RSS sampled from outside with psutil at
-`--hz` (default 40), children included.
+measured in that process); the measurement is the process's RSS read from /proc/PID/statm from outside on a
+fixed `--hz` clock (default 40), children included. Default: every shipped workflow; `--jobs N` runs N
+(workflow, policy) cases at once; `--sd-shaped DIR` adds txt2img on the 1.1 GB SD-shaped model (run first).
 
-    PYTHONPATH=$PWD python benchmarks/plan_accuracy.py [--workflows txt2img llm llm_to_image] [--steps 4]
+    PYTHONPATH=$PWD python benchmarks/plan_accuracy.py [--workflows txt2img llm] [--steps 2] [--jobs 4]
     PYTHONPATH=$PWD python benchmarks/plan_accuracy.py --refusal   # how long `app plan` takes to say "no"
 """
 
