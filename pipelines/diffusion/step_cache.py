@@ -221,5 +221,7 @@ def cache_bytes(
     hidden = _hidden(config)
     if cache.method == "first-block":
         return passes * (3 * image_tokens + 2 * text_tokens) * hidden * esize
-    returned = image_tokens if _is_wan(config) else image_tokens + text_tokens
-    return passes * _hooked_attentions(config) * 2 * returned * hidden * 4
+    if cache.method == "taylorseer":
+        returned = image_tokens if _is_wan(config) else image_tokens + text_tokens
+        return passes * _hooked_attentions(config) * 2 * returned * hidden * 4
+    return 0  # a method whose kept state is not declared here is not counted (the learned peak has it)
