@@ -40,6 +40,7 @@ from app.import_summary import ADD_ROOT_HINT
 from nodes.comfy.api_format import ComfyFormatError
 from nodes.comfy.sources import check_comfy
 from nodes.model_names import resolve_model_names
+from nodes.modes import unneeded
 from nodes.registry import NodeRegistry
 from nodes.workflow import Problem, WorkflowError, parse_workflow
 from pipelines.models_library import ModelsLibrary
@@ -124,7 +125,8 @@ def check_file(path: Path, registry: NodeRegistry, library: ModelsLibrary) -> Fi
         return report
     # Without a library an imported name is still refused when it says itself that it leaves (absolute, '..').
     names = resolve_model_names(wf, library, find=bool(library))
-    report.problems += [_checked(_name_kind(p), p) for p in names]
+    skipped = set(unneeded(wf, registry))  # a node no output needs is skipped at run time: its file too
+    report.problems += [_checked(_name_kind(p), p) for p in names if p.node not in skipped]
     if not library:
         report.notes.append(
             "model names not checked: no models folder set (--models-dir, or `app models add-root`)"

@@ -167,7 +167,8 @@ def load_run_workflow(
     if problems:
         raise WorkflowError(problems)
     # Always: names an imported file gave must be found inside the models folders, even with none set.
-    problems = resolve_model_names(wf, library)
+    # A skipped node's file is not needed either (ComfyUI validates only what its outputs need).
+    problems = [p for p in resolve_model_names(wf, library) if p.node not in skipped]
     if problems:
         raise WorkflowError(problems)
     return wf

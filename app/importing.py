@@ -22,8 +22,9 @@ class ImportUnavailable(Exception):
     """No importer handles this file (the message says what is supported)."""
 
 
-def import_file(path: Path, registry: NodeRegistry) -> Workflow:
-    """Read `path` (another tool's workflow) as a Workflow ready to open in the editor."""
+def import_file(path: Path, registry: NodeRegistry, keep_subgraphs: bool = True) -> Workflow:
+    """Read `path` (another tool's workflow) as a Workflow ready to open in the editor; ComfyUI subgraph
+    instances become subgraphs (nodes.comfy.subgraph_fold) unless `keep_subgraphs` is off."""
     from nodes.comfy.api_format import ComfyFormatError
     from nodes.comfy.sources import import_comfy, workflow_text
 
@@ -40,4 +41,9 @@ def import_file(path: Path, registry: NodeRegistry) -> Workflow:
         )
     # Opened like any unfinished graph: remaining problems (a model file not found here) show in the editor.
     wf, _ = parse_workflow(result.workflow, registry, source=str(path))
+    if keep_subgraphs:  # ComfyUI's subgraph instances stay subgraphs (they run as the flattened graph)
+        from nodes.comfy.sources import read_comfy_data
+        from nodes.comfy.subgraph_fold import fold_comfy_subgraphs
+
+        wf = fold_comfy_subgraphs(wf, read_comfy_data(Path(path)), registry)
     return wf

@@ -83,14 +83,18 @@ def main() -> int:
                 return 1
             batch_run(model, prompts[:2], 4)  # warm both paths (first-call allocations)
             single_runs(model, llm.config, prompts[:1], 4)
-            batch_s, single_s = [], []
+            batch_s, single_s, batch_cpu, single_cpu = [], [], [], []
+            load_before = os.getloadavg()[0]
             for _ in range(args.repeats):
-                started = time.perf_counter()
+                started, cpu = time.perf_counter(), time.process_time()
                 batched = batch_run(model, prompts, args.tokens)
                 batch_s.append(time.perf_counter() - started)
-                started = time.perf_counter()
+                batch_cpu.append(time.process_time() - cpu)
+                started, cpu = time.perf_counter(), time.process_time()
                 singles = single_runs(model, llm.config, prompts, args.tokens)
                 single_s.append(time.perf_counter() - started)
+                single_cpu.append(time.process_time() - cpu)
+            load_after = os.getloadavg()[0]
     total = len(prompts) * args.tokens
     b_rate, s_rate = total / statistics.median(batch_s), total / statistics.median(single_s)
     same = sum(b == s for b, s in zip(batched, singles, strict=True))
@@ -107,6 +111,11 @@ def main() -> int:
     print(f"one batch of 8: {b_rate:.1f} tok/s (median {statistics.median(batch_s):.2f} s)")
     print(
         f"ratio batch / single: {b_rate / s_rate:.2f}x (goal >= 3x); identical texts: {same} of {len(prompts)}"
+    )
+    b_cpu, s_cpu = statistics.median(batch_cpu), statistics.median(single_cpu)
+    print(
+        f"CPU time: batch {b_cpu:.2f} s, single runs {s_cpu:.2f} s, ratio {s_cpu / b_cpu:.2f}x "
+        f"(load average {load_before:.1f} before, {load_after:.1f} after, {os.cpu_count()} CPUs)"
     )
     return 0
 

@@ -14,6 +14,9 @@ the text encoder is gone before the denoiser loads, and the denoiser before the 
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +26,7 @@ from nodes.declare import Node, node_type, param, settings_from, shared_fields, 
 from nodes.kinds import CHOICE, FLOAT, INT, PATH, SEED, TEXT
 from nodes.spec import NodeSpec, Output
 from nodes.split_loaders import SPLIT_NODES
-from nodes.types import CONDITIONING, DENOISER, IMAGE, LATENT, TEXT_ENCODER, VAE
+from nodes.types import CONDITIONING, DENOISER, IMAGE, LATENT, SIGMAS, TEXT_ENCODER, VAE
 from pipelines.diffusion.families import DIFFUSION_IMPORTS
 from pipelines.diffusion.prompt_weights import WEIGHTINGS
 from pipelines.diffusion.schedulers import K_SCHEDULER_NAMES, SCHEDULER_NAMES, SIGMA_SCHEDULES
@@ -190,6 +193,11 @@ class KSamplerFields(Node):
     negative: Conditioning | None = wire(CONDITIONING, optional=True)
     # Unwired: an empty latent at the model's native size (as an Empty Latent with its defaults).
     latent: Latents | None = wire(LATENT, optional=True)
+    sigmas: tuple[float, ...] | None = wire(
+        SIGMAS,
+        optional=True,
+        help="a hand-given schedule (Manual Sigmas), stepped through as it is instead of `steps` (LTX-2)",
+    )
     scheduler: str = param(
         CHOICE,
         "dpmpp_2m",
@@ -227,7 +235,9 @@ class KSamplerFields(Node):
         choices=STEP_CACHES,
         help="step cache on a DiT's blocks (Flux, FLUX.2, SD3, Z-Image, Qwen-Image, Wan): first-block reuses the "
         "other blocks' last output while the first block's changes by less than cache_threshold; taylorseer "
-        "computes every cache_threshold steps and extrapolates in between; off = the exact picture",
+        "computes every cache_threshold steps and extrapolates in between; easy (EasyCache, also on SD 1.x/SDXL "
+        "UNets) reuses whole steps while their predicted change stays below cache_threshold (0.2 as ComfyUI); "
+        "off = the exact picture",
     )
     cache_threshold: float = param(
         FLOAT,
@@ -273,8 +283,21 @@ class Sampler(KSamplerFields):
             preview = latent_preview(seen, denoiser.family, decoder=decoder) if show else None
             ctx.progress(info.step, info.total, kind="sampler_step", preview=preview)  # raises Cancelled
 
-        out = sample(ctx.memory, denoiser, self.positive, self.negative, latent, settings, on_step=on_step)
+        with _cache_report(ctx):
+            out = sample(
+                ctx.memory, denoiser, self.positive, self.negative, latent, settings, on_step=on_step
+            )
         return {"latent": out}
+
+
+def _video_frames(ctx: NodeContext, vae: VaeRef, latent: Latents) -> Any:
+    """A Wan video latent -> its frames as an image batch (T, H, W, 3), as ComfyUI's VAE Decode gives them
+    (the templates wire them to Create Video); decoded in chunks or tiles when a whole decode won't fit."""
+    from pipelines.diffusion.video_tiling import decode_video_planned, video_plan_for
+
+    plan = video_plan_for(ctx.memory, vae, latent)
+    ctx.metric("vae_tiled", 0.0 if plan.mode == "full" else 1.0)
+    return decode_video_planned(ctx.memory, vae, latent, plan)
 
 
 @node_type("VAEDecode", title="VAE Decode", category="diffusion/latent", outputs=[Output("image", IMAGE)])
@@ -286,8 +309,16 @@ class VAEDecode(Node):
         from pipelines.diffusion.tiled_vae import decode_tiled, plan_decode
         from pipelines.diffusion.vae import decode
 
+        if self.latent.samples.ndim == 5 and self.vae.family.name == "minimax":  # ComfyUI's H3 templates
+            from pipelines.diffusion.minimax_vae import decode_minimax_frames
+
+            return {
+                "image": decode_minimax_frames(ctx.memory, self.vae, self.latent)
+            }  # the frames as a batch
         if self.latent.samples.ndim == 5:  # (B, C, frames, h, w): a video model's latent
-            raise ValueError("input 'latent': a video latent; decode it with VAE Decode Video")
+            if self.vae.family.name == "ltx2":  # its frames come with a sound track: VAE Decode Video
+                raise ValueError("input 'latent': a video latent; decode it with VAE Decode Video")
+            return {"image": _video_frames(ctx, self.vae, self.latent)}
         # Tiles only when the memory manager predicts a full decode won't fit (VAEDecodeTiled gives control).
         plan = plan_decode(ctx.memory, self.vae, self.latent)
         if plan.tiled:
@@ -324,3 +355,29 @@ NODES: tuple[NodeSpec, ...] = (
     VAEDecode.spec,
     VAEEncode.spec,
 )
+
+
+class _CacheRecords(logging.Handler):
+    def __init__(self, ctx: NodeContext) -> None:
+        super().__init__(logging.INFO)
+        self.ctx = ctx
+
+    def emit(self, record: logging.LogRecord) -> None:
+        reused = getattr(record, "cache_reused_steps", None)
+        if reused is not None:
+            self.ctx.metric("cache_reused_steps", reused)
+            self.ctx.log(record.getMessage())
+
+
+@contextmanager
+def _cache_report(ctx: NodeContext) -> Iterator[None]:
+    """What a step cache skipped during this node's run goes to its log and the report."""
+    logger = logging.getLogger("pipelines.diffusion.step_cache")
+    handler, level = _CacheRecords(ctx), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)

@@ -2,8 +2,9 @@
 
 Lives here: the node types `LoadLLM`, `LLMGenerate` and the `NODES` tuple of their specs. Imports `nodes.declare`,
 `nodes.kinds`, `nodes.spec`, `nodes.types` (as `types`: its TEXT is a wire type, nodes.kinds' a parameter kind),
-`nodes.context`, `pipelines.paths` and `pipelines.llm.runtime` (inside the run functions: it imports torch
-and transformers, which listing node types must not pay for); the model code lives in pipelines/.
+`nodes.context`, `pipelines.paths` and `pipelines.llm.runtime` / `pipelines.llm.vision` (inside the run
+functions: they import torch and transformers, which listing node types must not pay for); the model code lives
+in pipelines/. LLM Generate's optional `image` input feeds a vision model (Qwen2.5-VL, Qwen3-VL) its pictures.
 """
 
 from __future__ import annotations
@@ -89,6 +90,12 @@ class LLMGenerate(Node):
     """Its fields named as GenerationRequest's and SamplingParams' are passed to them by name."""
 
     llm: LLMModel = wire(types.LLM)
+    image: Any = wire(
+        types.IMAGE,
+        optional=True,
+        help="Pictures for a vision model (Qwen2.5-VL, Qwen3-VL) to look at: each image of the batch goes into "
+        'the prompt before its text ("describe this picture").',
+    )
     prompt: str = param(
         TEXT,
         "What is the capital of France? Answer in one sentence.",
@@ -172,7 +179,10 @@ class LLMGenerate(Node):
         from pipelines.llm.runtime import generate_text
 
         llm = self.llm
+        pictures = self._pictures()
         if self.prompts.strip():
+            if pictures:
+                raise ValueError("field 'image': pictures go with one prompt, not with the list in 'prompts'")
             return self._run_batch(ctx)
         if not self.prompt.strip():
             raise ValueError("field 'prompt': the prompt is empty")
@@ -184,6 +194,7 @@ class LLMGenerate(Node):
             request,
             on_text=ctx.text,
             on_step=lambda step: ctx.progress(step.step, step.total, kind="decode_token"),
+            images=pictures,
         )
         for name, value in out.metrics.items():
             ctx.metric(name, value)
@@ -192,6 +203,18 @@ class LLMGenerate(Node):
             f"then {out.result.decode_tokens_per_s:.1f} tokens/s"
         )
         return {"text": out.text.strip()}
+
+    def _pictures(self) -> list[Any]:
+        """The IMAGE input as PIL pictures (none when unconnected); a text-only model refuses them."""
+        if self.image is None:
+            return []
+        if not self.llm.takes_images:
+            raise ValueError(
+                f"field 'image': {self.llm.name} takes no pictures (load a Qwen2.5-VL or Qwen3-VL model folder)"
+            )
+        from pipelines.llm.vision import to_pil
+
+        return to_pil(self.image)
 
     def _run_batch(self, ctx: NodeContext) -> dict[str, Any]:
         import time

@@ -4,6 +4,8 @@ Lives here: the node types `EmptyLTXVLatentVideo`, `LTXVImageToVideo` and the `N
 `nodes.kinds`, `nodes.spec`, `nodes.types`, `nodes.context`; torch and pipelines.diffusion inside the run
 function, so listing node types stays light.
 
+With a video VAE that has no audio VAE beside it (ComfyUI's split files) Empty LTXV Latent Video makes the
+video latent alone, for LTXV Concat AV Latent to join with an Empty LTXV Audio Latent (nodes/ltx2_latents.py).
 The text-to-video latent is the Empty Video Latent (it sizes the sound track's latent too when the VAE is an
 LTX-2 one, for the pipeline's 24 fps) or Empty LTXV Latent Video (the same, at any frame rate); LTXV Image to
 Video makes the same pair with the picture encoded as the first latent frame, which the sampler keeps
@@ -57,6 +59,12 @@ class EmptyLTXVLatentVideo(Node):
         from pipelines.diffusion.ltx2_nodes import empty_ltx2_latent
 
         _check_vae(self.vae, "Empty LTXV Latent Video")
+        if self.vae.audio is None:  # a video VAE alone (ComfyUI's split files): the sound latent comes apart
+            from pipelines.diffusion.ltx2_comfy import empty_video_latent
+
+            return {
+                "latent": empty_video_latent(self.vae, self.width, self.height, self.frames, float(self.fps))
+            }
         latent = empty_ltx2_latent(
             self.vae, self.denoiser, self.width, self.height, self.frames, float(self.fps)
         )

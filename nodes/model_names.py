@@ -39,6 +39,7 @@ MODEL_PARAMS: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
     "LoadLoRA": (("path", ("loras",)),),
     "LoadControlNet": (("path", ("controlnet",)),),
     "LoadUpscaleModel": (("path", ("upscale_models",)),),
+    "LoadCLIPVision": (("path", ("clip_vision",)),),
 }
 # Model parameters that are names only when an import wrote them (a ComfyUI TextGenerate's LLM is its text
 # encoder's file: nodes/comfy/llm_loaders.py): confined and looked up like the others while the imported

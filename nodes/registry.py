@@ -98,6 +98,9 @@ def default_registry(*, entry_point_packs: bool = True) -> NodeRegistry:
     from nodes.wan_video import NODES as WAN_VIDEO_NODES  # Wan image-to-video conditioning (issue 27)
 
     registry.register_all(WAN_VIDEO_NODES)
+    from nodes.clip_vision import NODES as CLIP_VISION_NODES  # Wan 2.1 I2V's image encoder file
+
+    registry.register_all(CLIP_VISION_NODES)
     from nodes.flux2 import NODES as FLUX2_NODES  # FLUX.2 reference pictures (issue 26)
 
     registry.register_all(FLUX2_NODES)
@@ -108,6 +111,13 @@ def default_registry(*, entry_point_packs: bool = True) -> NodeRegistry:
     from nodes.ltx2 import NODES as LTX2_NODES  # LTXV Image to Video (issue 27)
 
     registry.register_all(LTX2_NODES)
+    from nodes.ltx2_comfy_nodes import NODES as LTX2_COMFY_NODES  # ComfyUI's LTX-2 steps, sigmas (issue 32)
+
+    registry.register_all(LTX2_COMFY_NODES)
+
+    from nodes.minimax import NODES as MINIMAX_NODES  # MiniMax H3 Image to Video (issue 27)
+
+    registry.register_all(MINIMAX_NODES)
     if entry_point_packs:
         registry.load_entry_points()
     return registry

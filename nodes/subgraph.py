@@ -1,6 +1,6 @@
 """Subgraph edits on a workflow, without Qt: make one from a selection, expand it back, promote a widget, flatten.
 
-Lives here: `make_subgraph`, `expand_instance`, `expand_subgraphs`, `promote_widget`, `definition_workflow`,
+Lives here: `make_subgraph`, `expand_instance`, `expand_subgraphs`, `promote_widget`, `demote_widget`, `definition_workflow`,
 `set_definition_workflow`, `is_instance`. Imports `nodes.workflow`, `nodes.registry`, `nodes.subgraph_spec`.
 
 Each edit is a pure function from a workflow to a new one (the input is never changed), so the editor's undo
@@ -61,13 +61,23 @@ def make_subgraph(
         inner_nodes[nid] = raw
     outputs: dict[Link, str] = {}
     out_names: set[str] = set()
+    leaving = {
+        ln
+        for nid, n in out.nodes.items()
+        if nid not in inside
+        for ln in n.inputs.values()
+        if ln.node in inside
+    }
+    # Two inner outputs of one name ("conditioning" of both prompts) are named by their nodes instead.
+    shared = {o for o in (ln.output for ln in leaving) if sum(ln.output == o for ln in leaving) > 1}
     for nid, node in out.nodes.items():
         if nid in inside:
             continue
         for port, link in list(node.inputs.items()):
             if link.node in inside:
                 if link not in outputs:
-                    outputs[link] = _unique(link.output, out_names)
+                    name = link.node if link.output in shared else link.output
+                    outputs[link] = _unique(name, out_names)
                 node.inputs[port] = Link(instance_id, outputs[link])
     ui_nodes = out.ui.get("nodes", {})
     inner_ui = {nid: ui_nodes.pop(nid) for nid in chosen if nid in ui_nodes}
@@ -183,6 +193,24 @@ def promote_widget(wf: Workflow, registry: NodeRegistry, def_id: str, node_id: s
     return out
 
 
+def demote_widget(wf: Workflow, def_id: str, node_id: str, param: str) -> Workflow:
+    """The workflow with inner `node_id.param` no longer on the instances of `def_id`; the inner node takes
+    the value of the first instance that had it, so a graph with one instance runs as before."""
+    out = wf.copy()
+    d = out.subgraphs[def_id]
+    gone = [w for w in d.get("widgets", []) if (w["node"], w["param"]) == (node_id, param)]
+    d["widgets"] = [w for w in d.get("widgets", []) if w not in gone]
+    for widget in gone:
+        values = [
+            n.params.pop(widget["name"])
+            for n in out.nodes.values()
+            if n.type == def_id and widget["name"] in n.params
+        ]
+        if values:
+            d["nodes"][node_id].setdefault("params", {})[param] = values[0]
+    return out
+
+
 def definition_workflow(wf: Workflow, def_id: str) -> Workflow:
     """A definition's inner graph as a workflow of its own, to edit in the canvas (other definitions kept, so
     nested instances read)."""
@@ -206,10 +234,15 @@ def set_definition_workflow(wf: Workflow, def_id: str, inner: Workflow) -> Workf
     d = out.subgraphs[def_id]
     d["nodes"] = {nid: node.to_json() for nid, node in inner.nodes.items()}
     d["ui"] = {"nodes": copy.deepcopy(inner.ui.get("nodes", {}))}
+    if inner.ui.get("groups"):
+        d["ui"]["groups"] = copy.deepcopy(inner.ui["groups"])
     for entry in d.get("inputs", []):
         entry["targets"] = [t for t in entry["targets"] if t[0] in inner.nodes]
     d["outputs"] = [e for e in d.get("outputs", []) if e["source"][0] in inner.nodes]
     d["widgets"] = [w for w in d.get("widgets", []) if w["node"] in inner.nodes]
-    for k, v in inner.subgraphs.items():  # a subgraph made inside this one
-        out.subgraphs.setdefault(k, copy.deepcopy(v))
+    # The inner graph carries copies of the other definitions (definition_workflow): a subgraph made inside
+    # this one, or one nested in it and edited there, is newer than the outer copy.
+    for k, v in inner.subgraphs.items():
+        if k != def_id:
+            out.subgraphs[k] = copy.deepcopy(v)
     return out

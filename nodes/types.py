@@ -45,6 +45,14 @@ BOOL = PortType("BOOL", "#ce93d8")
 VIDEO = PortType("VIDEO", "#7986cb")
 # A `pipelines.video.value.Audio`: waveform (C, N) float32 in [-1, 1] and its sample rate.
 AUDIO = PortType("AUDIO", "#a1887f")
+# A noise schedule: a tuple of floats, first level to last (ComfyUI's SIGMAS; nodes/sigmas.py).
+SIGMAS = PortType("SIGMAS", "#9575cd")
+# LTX-2's latent upsampler (`pipelines.diffusion.ltx2_upsample.LatentUpsamplerRef`; ComfyUI's LATENT_UPSCALE_MODEL).
+LATENT_UPSCALE_MODEL = PortType("LATENT_UPSCALE_MODEL", "#a1887f")
+# Wan 2.1 I2V's CLIP vision encoder (`pipelines.diffusion.wan_image.ImageEncoderRef`), and a picture paired
+# with it (`wan_image.ClipVisionOutput`, ComfyUI's CLIP_VISION_OUTPUT): nodes/clip_vision.py.
+CLIP_VISION = PortType("CLIP_VISION", "#80cbc4")
+CLIP_VISION_OUTPUT = PortType("CLIP_VISION_OUTPUT", "#7e57c2")
 # Accepts anything: for generic sinks such as a preview of any value.
 ANY = PortType("ANY", "#e0e0e0")
 
@@ -66,7 +74,11 @@ BUILTIN_TYPES: tuple[PortType, ...] = (
     BOOL,
     VIDEO,
     AUDIO,
+    SIGMAS,
+    LATENT_UPSCALE_MODEL,
     ANY,
+    CLIP_VISION,
+    CLIP_VISION_OUTPUT,
 )
 
 

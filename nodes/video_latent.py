@@ -54,6 +54,14 @@ class EmptyVideoLatent(Node):
             return {
                 "latent": empty_ltx2_latent(self.vae, self.denoiser, self.width, self.height, self.frames)
             }
+        if (
+            self.vae.family.name == "minimax"
+        ):  # with the stereo sound track's latent, frames snapped to 17n + 5
+            from pipelines.diffusion.minimax_vae import empty_minimax_latent
+
+            return {
+                "latent": empty_minimax_latent(self.vae, self.denoiser, self.width, self.height, self.frames)
+            }
         config = self.vae.config
         scale = self.vae.scale_factor
         multiple = scale
@@ -101,6 +109,12 @@ class VAEDecodeVideo(Node):
             from pipelines.diffusion.ltx2_nodes import decode_ltx2
 
             video = decode_ltx2(ctx.memory, self.vae, self.latent, float(self.fps))
+            ctx.metric("video_frames", float(video.count))
+            return {"video": video}
+        if self.vae.family.name == "minimax":  # frames and the stereo sound track (no tiling plan yet)
+            from pipelines.diffusion.minimax_vae import decode_minimax
+
+            video = decode_minimax(ctx.memory, self.vae, self.latent, float(self.fps))
             ctx.metric("video_frames", float(video.count))
             return {"video": video}
         plan = video_plan_for(ctx.memory, self.vae, self.latent, tiling=self.tiling, tile_px=self.tile_size)

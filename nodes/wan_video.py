@@ -10,7 +10,8 @@ Shaped like ComfyUI's nodes of the same names (positive, negative, vae, width, h
 positive, negative, latent). The prompts pass through unchanged; the start/last frames travel on the latent
 wire (`pipelines.diffusion.wan_image`), which is where the sampler reads them, and Wan 2.1 I2V's CLIP image
 states are made by the sampler with the model folder's own image encoder (ComfyUI wires a CLIP Vision Encode
-output instead: not needed here, the encoder is part of the diffusers folder). Wan 2.2 TI2V-5B takes its start
+output instead: a diffusers folder has the encoder; from ComfyUI's files, the optional `clip_vision_output`
+wires bring it, nodes/clip_vision.py). Wan 2.2 TI2V-5B takes its start
 image differently, as the first latent frame (`Wan22ImageToVideoLatent`, latent only, as ComfyUI's).
 """
 
@@ -22,12 +23,13 @@ from nodes.context import NodeContext
 from nodes.declare import Node, node_type, param, shared_fields, wire
 from nodes.kinds import INT
 from nodes.spec import NodeSpec, Output
-from nodes.types import CONDITIONING, IMAGE, LATENT, VAE
+from nodes.types import CLIP_VISION_OUTPUT, CONDITIONING, IMAGE, LATENT, VAE
 
 if TYPE_CHECKING:
     import torch
 
     from pipelines.diffusion.values import Conditioning, VaeRef
+    from pipelines.diffusion.wan_image import ClipVisionOutput
 
 _OUTPUTS = [Output("positive", CONDITIONING), Output("negative", CONDITIONING), Output("latent", LATENT)]
 
@@ -46,7 +48,13 @@ class _WanVideoFields(Node):
     )
     batch_size: int = param(INT, 1, min=1, max=64, help="videos per run", comfy="batch_size")
 
-    def _latent(self, ctx: NodeContext, start: torch.Tensor, last: torch.Tensor | None) -> dict[str, Any]:
+    def _latent(
+        self,
+        ctx: NodeContext,
+        start: torch.Tensor,
+        last: torch.Tensor | None,
+        clip: tuple[ClipVisionOutput | None, ...] = (),
+    ) -> dict[str, Any]:
         from pipelines.diffusion.wan_image import wan_image_latents
 
         scale = self.vae.scale_factor
@@ -64,6 +72,19 @@ class _WanVideoFields(Node):
             batch=self.batch_size,
             last=last,
         )
+        given = [c for c in clip if c is not None]
+        if (
+            given
+        ):  # CLIP Vision Encode's pictures and encoder instead of the start/last frame and the folder's
+            from dataclasses import replace
+
+            if len(given) != len(clip) or len({id(c.encoder.handle) for c in given}) > 1:
+                raise ValueError(
+                    "clip vision inputs: give one for each frame, from the same Load CLIP Vision"
+                )
+            latent = replace(
+                latent, clip_images=tuple(c.picture for c in given), clip_encoder=given[0].encoder
+            )
         return {"positive": self.positive, "negative": self.negative, "latent": latent}
 
 
@@ -77,9 +98,16 @@ class _WanVideoFields(Node):
 )
 class WanImageToVideo(_WanVideoFields):
     start_image: torch.Tensor = wire(IMAGE, help="the video's first frame (resized to width x height)")
+    clip_vision_output: ClipVisionOutput | None = wire(
+        CLIP_VISION_OUTPUT,
+        optional=True,
+        help="Wan 2.1 I2V from files: the CLIP vision encoder and its picture",
+    )
 
     def run(self, ctx: NodeContext) -> dict[str, Any]:
-        return self._latent(ctx, self.start_image, None)
+        return self._latent(
+            ctx, self.start_image, None, (self.clip_vision_output,) if self.clip_vision_output else ()
+        )
 
 
 @node_type(
@@ -93,9 +121,12 @@ class WanImageToVideo(_WanVideoFields):
 class WanFirstLastFrameToVideo(_WanVideoFields):
     start_image: torch.Tensor = wire(IMAGE, help="the video's first frame (resized to width x height)")
     end_image: torch.Tensor = wire(IMAGE, help="the video's last frame (resized to width x height)")
+    clip_vision_start_image: ClipVisionOutput | None = wire(CLIP_VISION_OUTPUT, optional=True)
+    clip_vision_end_image: ClipVisionOutput | None = wire(CLIP_VISION_OUTPUT, optional=True)
 
     def run(self, ctx: NodeContext) -> dict[str, Any]:
-        return self._latent(ctx, self.start_image, self.end_image)
+        clip = (self.clip_vision_start_image, self.clip_vision_end_image)
+        return self._latent(ctx, self.start_image, self.end_image, clip if any(clip) else ())
 
 
 @node_type(

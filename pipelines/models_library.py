@@ -40,6 +40,7 @@ KIND_FOLDERS: dict[str, tuple[str, ...]] = {
     "controlnet": ("controlnet",),
     "upscale_models": ("upscale_models",),
     "embeddings": ("embeddings",),
+    "clip_vision": ("clip_vision",),
 }
 MODEL_KINDS: tuple[str, ...] = tuple(KIND_FOLDERS)
 MODEL_SUFFIXES = (".safetensors", ".gguf", ".ckpt", ".pt", ".pth", ".bin", ".sft")
@@ -192,7 +193,8 @@ class ModelsLibrary:
             here = Path(dirpath)
             dirnames.sort()
             for d in list(dirnames):
-                if (here / d / "model_index.json").is_file():  # a diffusers folder is one model
+                if any((here / d / n).is_file() for n in ("model_index.json", "modular_model_index.json")):
+                    # a diffusers folder (or a modular pipeline's) is one model
                     dirnames.remove(d)
                     yield here / d
             for f in sorted(filenames):

@@ -24,6 +24,7 @@ DEMOS = {
     "flux2_klein": "tiny-flux2-klein",
     "flux2_dev": "tiny-flux2-dev",
     "wan": "tiny-wan",
+    "qwenimage_edit": "tiny-qwenimage-edit",
 }
 
 

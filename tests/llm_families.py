@@ -92,7 +92,13 @@ FAMILIES: dict[str, tuple[type, type, list[str], str, dict]] = {
         ["<bos>", "<end_of_turn>", "<pad>", "<start_of_turn>"],
         _GEMMA3,
         # layer 0 local (a 4-token window, shorter than the prompts, so the window matters), layer 1 global
-        {"head_dim": 16, "sliding_window": 4, "layer_types": ["sliding_attention", "full_attention"]},
+        # query_pre_attn_scalar = head_dim, as in Gemma 3 1B-12B and as llama.cpp assumes for a GGUF
+        {
+            "head_dim": 16,
+            "sliding_window": 4,
+            "layer_types": ["sliding_attention", "full_attention"],
+            "query_pre_attn_scalar": 16,
+        },
     ),
     "mistral": (
         MistralConfig,
@@ -143,7 +149,9 @@ def tiny_family_model(family: str, seed: int = 0) -> PreTrainedModel:
         num_key_value_heads=2,
         max_position_embeddings=256,
         rms_norm_eps=1e-6,
-        tie_word_embeddings=family in ("gemma3", "qwen3"),
+        # Gemma 3 ships tied, but Gemma scales the embedding by sqrt(hidden): at these weight sizes the token's own
+        # tied row then outweighs every layer and the greedy answer repeats one token, a weak parity check.
+        tie_word_embeddings=family == "qwen3",
         bos_token_id=tokens.index(specials[0]),
         eos_token_id=tokens.index(specials[1]),
         pad_token_id=tokens.index(specials[2]),

@@ -100,6 +100,7 @@ def _modes(path: Path, tmp_path: Path) -> dict[str, list[str]]:
 # --- subgraphs: self-containing and wide -------------------------------------------------------------
 
 
+@pytest.mark.slow  # over 5 s in the fast lane on a loaded 2-core machine
 @pytest.mark.parametrize("mode", ["import", "check", "run"])
 def test_a_subgraph_containing_itself_is_refused_at_once_in_every_command(tmp_path, mode) -> None:
     path = tmp_path / "loop.json"
@@ -151,6 +152,7 @@ def test_a_value_built_in_memory_has_the_depth_limit_the_reader_has() -> None:
     assert check_json_value(json.loads(past))  # what the editor would save could never be read back
 
 
+@pytest.mark.slow  # over 5 s in the fast lane on a loaded 2-core machine
 def test_subgraphs_fanning_out_are_refused_by_the_total_node_count(tmp_path) -> None:
     path = tmp_path / "wide.json"
     path.write_text(json.dumps(wide_subgraphs_ui(levels=6, width=10)))  # 10^6 nodes from ~6 KB

@@ -162,12 +162,12 @@ def test_import_tells_everything_at_once(tmp_path: Path, capsys) -> None:
 
 def test_the_largest_gaps_say_why_they_are_not_mapped(tmp_path: Path, capsys) -> None:
     graph = json.loads(json.dumps(SD15))
-    graph["20"] = {"class_type": "VAEDecodeAudio", "inputs": {"samples": ["3", 0]}}
+    graph["20"] = {"class_type": "BatchImagesNode", "inputs": {}}
     graph["21"] = {"class_type": "SomeCustomNode", "inputs": {}}
     assert main(["check", str(_write(tmp_path, "gaps.json", graph)), "--json"]) == 2
     (report,) = json.loads(capsys.readouterr().out)
     reasons = {p["node"]: p["message"] for p in report["problems"] if p["kind"] == "unsupported-node"}
-    assert "no audio model" in reasons["vae_decode_audio"]  # what is missing here
+    assert "batches pictures of different sources" in reasons["batch_images_node"]  # what is missing here
     assert (
         "no Nodeloom node does what this ComfyUI node does" in reasons["some_custom_node"]
     )  # the generic reason

@@ -60,7 +60,7 @@ def test_api_file_maps_every_node_to_its_nodeloom_type(registry) -> None:
         "33": "ApplyControlNet",
         "34": "LoadUpscaleModel",
         "35": "Sampler",
-        "36": "ComfyUI.CLIPVisionLoader",
+        "36": "ComfyUI.StyleModelLoader",
         "37": "UpscaleImage",
         "38": "SetLatentNoiseMask",
         "39": "InpaintConditioning",
@@ -175,8 +175,8 @@ def test_api_file_maps_every_node_to_its_nodeloom_type(registry) -> None:
     )
     # Only the class with no Nodeloom counterpart is refused.
     unsupported = {u.node: (u.class_type, u.reason) for u in result.unsupported}
-    assert list(unsupported) == ["load_clip_vision"]  # readable ids in the report
-    assert unsupported["load_clip_vision"][0] == "CLIPVisionLoader"
+    assert list(unsupported) == ["style_model_loader"]  # readable ids in the report
+    assert unsupported["style_model_loader"][0] == "StyleModelLoader"
 
 
 def test_unet_weight_dtype_and_clip_types_map_to_our_choices(registry, tmp_path: Path) -> None:
@@ -303,7 +303,7 @@ def test_check_lists_unsupported_nodes_and_exits_2(capsys) -> None:
     assert main(["check", str(DATA / "api_every_node.json")]) == 2
     err = capsys.readouterr().err
     assert "1 problem in the workflow" in err
-    assert "node 'load_clip_vision', field 'type': CLIPVisionLoader: no Nodeloom node" in err
+    assert "node 'style_model_loader', field 'type': StyleModelLoader: no Nodeloom node" in err
 
 
 def test_import_always_writes_the_file_and_a_run_of_it_is_refused_with_the_list(
@@ -311,13 +311,13 @@ def test_import_always_writes_the_file_and_a_run_of_it_is_refused_with_the_list(
 ) -> None:
     out = tmp_path / "imported.json"
     assert main(["import", str(DATA / "api_every_node.json"), "-o", str(out)]) == 0
-    assert json.loads(out.read_text())["nodes"]["load_clip_vision"]["type"] == "ComfyUI.CLIPVisionLoader"
+    assert json.loads(out.read_text())["nodes"]["style_model_loader"]["type"] == "ComfyUI.StyleModelLoader"
     captured = capsys.readouterr()
-    assert "unsupported: node load_clip_vision (CLIPVisionLoader)" in captured.err
+    assert "unsupported: node style_model_loader (StyleModelLoader)" in captured.err
     assert "1 unsupported node(s): it will not run here" in captured.out
     assert main(["--run", str(out), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
-    assert "node 'load_clip_vision', field 'type': CLIPVisionLoader: no Nodeloom node" in err
+    assert "node 'style_model_loader', field 'type': StyleModelLoader: no Nodeloom node" in err
     assert not (tmp_path / "o").exists()
 
 

@@ -109,13 +109,13 @@ def test_a_sampler_that_is_not_the_plain_case_is_refused_naming_the_part(registr
     graph = _custom_advanced(
         {"class_type": "RandomNoise", "inputs": {"noise_seed": 1}},
         {"class_type": "BasicGuider", "inputs": {"model": ["4", 0], "conditioning": ["6", 0]}},
-        {"class_type": "ManualSigmas", "inputs": {"sigmas": "1.0, 0.5, 0.0"}},
+        {"class_type": "SplitSigmas", "inputs": {"step": 2}},
     )
     result = _import(graph, registry)
     problems = [str(p) for p in check_comfy(result, registry, "test.json")]
     assert any(
         "node 'sampler_custom_advanced', field 'type': SamplerCustomAdvanced: not mapped" in p
-        and "ManualSigmas" in p
+        and "SplitSigmas" in p
         for p in problems
     ), problems
 

@@ -54,6 +54,7 @@ def test_latent_preview_is_a_small_rgb_image() -> None:
     assert image.size == (12 * 21, 8 * 21)  # nearest-neighbour upscale to at most 256 px
 
 
+@pytest.mark.slow  # over 5 s in the fast lane on a loaded 2-core machine
 def test_demo_models_are_deterministic(tmp_path: Path) -> None:
     a = ensure_demo_model("tiny-sd", root=tmp_path / "a")
     b = ensure_demo_model("tiny-sd", root=tmp_path / "b")

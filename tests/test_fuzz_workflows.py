@@ -20,6 +20,7 @@ def default_registry():
     return default_registry(entry_point_packs=False)
 
 
+@pytest.mark.slow  # over 5 s in the fast lane on a loaded 2-core machine
 def test_mutated_workflows_never_give_a_traceback(tmp_path, default_registry) -> None:
     failures: list[str] = []
     seen_kinds: set[str] = set()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
 from PySide6.QtCore import QPointF, QRectF, Qt
 from PySide6.QtGui import QColor, QImage, QPainter
 from PySide6.QtWidgets import QApplication, QGraphicsItem, QStyle, QStyleOptionGraphicsItem
@@ -55,6 +56,7 @@ def painted_outside(item: QGraphicsItem) -> int:
     return count
 
 
+@pytest.mark.slow  # over 5 s in the fast lane on a loaded 2-core machine
 def test_hint_fit_and_paint_bounds(qtbot, tmp_path: Path, registry) -> None:
     window = make_window(qtbot, tmp_path, registry)
     assert window.view.shows_hint()

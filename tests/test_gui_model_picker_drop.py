@@ -84,6 +84,7 @@ def test_the_loader_field_lists_the_library_and_filters_as_you_type(
             "krea2",
             "krea2-turbo",
             "ltx2",
+            "minimax",
         )
     ]
     assert names == [

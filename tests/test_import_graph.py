@@ -24,6 +24,8 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
 LAYERS = ("app", "nodes", "pipelines", "memory")  # top to bottom
 QT = ("PySide6", "shiboken6", "pyqtgraph", "PyQt5", "PyQt6", "qtpy")
@@ -157,6 +159,7 @@ def test_no_import_cycle_in_app_nodes_pipelines_or_memory() -> None:
     assert cycle is None, describe(cycle)
 
 
+@pytest.mark.slow  # over 5 s in the fast lane on a loaded 2-core machine
 def test_imports_point_down_the_layers_and_only_app_imports_qt() -> None:
     modules, edges = import_graph(REPO, LAYERS)
     wrong = []

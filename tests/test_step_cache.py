@@ -9,6 +9,7 @@ offline demo models (random weights, fixed seeds) through `app --run txt2img.jso
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -16,8 +17,10 @@ import pytest
 import torch
 
 from app.main import main
+from nodes.comfy.sources import import_comfy_data
 from pipelines.diffusion.demo_models import save_demo_model
 from pipelines.diffusion.step_cache import STEP_CACHES, StepCache
+from tests.comfy_ids import by_comfy_id
 from tests.family_support import only_picture, run_workflow
 
 REPO = Path(__file__).resolve().parent.parent
@@ -77,6 +80,11 @@ CASES = [
     ("tiny-qwenimage", 3.0, "first-block", 0.6),
     ("tiny-sd3", 4.0, "taylorseer", 3),
     ("tiny-zimage", 3.0, "taylorseer", 3),
+    # EasyCache on whole denoiser calls: Qwen-Image's separate passes follow the positive pass's decision;
+    # Z-Image's doubled CFG batch is one call. 0.5: the tiny models' outputs change faster than a trained
+    # model's, so ComfyUI's 0.2 skips nothing on Z-Image here.
+    ("tiny-qwenimage", 3.0, "easy", 0.5),
+    ("tiny-zimage", 3.0, "easy", 0.5),
 ]
 
 
@@ -125,5 +133,76 @@ def test_a_cache_on_a_unet_model_is_refused_naming_the_field(
     assert main(args + ["--set", "sampler.steps=2"]) == 1
     err = capsys.readouterr()
     text = err.out + err.err
-    assert "cache 'first-block'" in text and "set cache to off" in text
+    assert "cache 'first-block'" in text and "use cache easy, or off" in text
     assert "Traceback" not in text
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scheduler", ["dpmpp_2m", "k_euler"])  # diffusers' loop, and ComfyUI's KSampler's
+def test_the_easy_cache_reuses_whole_unet_steps_on_the_sd_demo_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scheduler: str
+) -> None:
+    """The shipped (trained) SD demo model, 20 steps as a user runs it: EasyCache needs no block list."""
+    from diffusers import UNet2DConditionModel
+
+    unet_calls = 0
+    forward = UNet2DConditionModel.forward
+
+    def counted(*args: object, **kwargs: object) -> object:
+        nonlocal unet_calls
+        unet_calls += 1
+        return forward(*args, **kwargs)
+
+    monkeypatch.setattr(UNet2DConditionModel, "forward", counted)
+    sets = {"sampler.steps": 20, "sampler.scheduler": scheduler, "latent.width": 64, "latent.height": 64}
+    assert run_workflow(TXT2IMG, tmp_path / "plain", sets) == 0
+    plain, plain_calls, unet_calls = only_picture(tmp_path / "plain").astype(np.float64), unet_calls, 0
+    report = tmp_path / "report.json"
+    cached_sets = {**sets, "sampler.cache": "easy", "sampler.cache_threshold": 0.2}
+    assert run_workflow(TXT2IMG, tmp_path / "cached", cached_sets, ["--report", str(report)]) == 0
+    cached = only_picture(tmp_path / "cached").astype(np.float64)
+    sampler = json.loads(report.read_text(encoding="utf-8"))["runs"][0]["nodes"]["sampler"]
+    reused = sampler["metrics"]["cache_reused_steps"]
+    print(f"SD demo {scheduler} easy@0.2: {reused:.0f} of 20 steps reused, PSNR {psnr(plain, cached):.1f} dB")
+
+    assert plain.std() > 5
+    assert plain_calls == 20  # one UNet call per step (CFG is one doubled batch)
+    assert reused >= 3  # measured 9 (dpmpp_2m) and 4 (k_euler) of 20 here
+    assert unet_calls == 20 - reused  # a reused step does not run the UNet: the report's count is true
+    assert psnr(plain, cached) >= 30  # measured 40 and 44 dB: the trained model's late steps change little
+
+
+def test_comfyuis_easycache_node_becomes_the_samplers_easy_cache(registry) -> None:
+    prompt = {
+        "1": {
+            "class_type": "CheckpointLoaderSimple",
+            "inputs": {"ckpt_name": "v1-5-pruned-emaonly.safetensors"},
+        },
+        "2": {
+            "class_type": "EasyCache",
+            "inputs": {
+                "model": ["1", 0],
+                "reuse_threshold": 0.25,
+                "start_percent": 0.15,
+                "end_percent": 0.95,
+            },
+        },
+        "3": {
+            "class_type": "KSampler",
+            "inputs": {
+                "seed": 1,
+                "steps": 20,
+                "cfg": 7.0,
+                "sampler_name": "euler",
+                "scheduler": "normal",
+                "denoise": 1.0,
+                "model": ["2", 0],
+            },
+        },
+    }
+    result = import_comfy_data(prompt, registry, "easy.json", title="easy")
+    nodes = by_comfy_id(result.workflow)
+    assert "2" not in nodes  # the patch is not a node here: the sampler carries the setting
+    assert nodes["3"]["inputs"]["denoiser"] == ["1", "denoiser"]
+    assert nodes["3"]["params"]["cache"] == "easy" and nodes["3"]["params"]["cache_threshold"] == 0.25
+    assert any("EasyCache" in str(note) for note in result.notes)

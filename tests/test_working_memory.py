@@ -58,6 +58,7 @@ def assert_covers(formula: int, measured: int, most: float) -> None:
     )
 
 
+@pytest.mark.slow  # over 5 s in the fast lane on a loaded 2-core machine
 @pytest.mark.parametrize(("family", "config", "size"), [("sd", SD15_UNET, 256), ("sdxl", SDXL_UNET, 512)])
 def test_unet_formula_covers_the_live_activations(family: str, config: dict, size: int) -> None:
     from diffusers import UNet2DConditionModel

@@ -81,7 +81,8 @@ def _video_has_workflow(path: Path) -> bool:
 
 
 def classify_drop(path: Path) -> str:
-    """ "workflow" (ours), "comfy" (to import), "image", "video", "weights", or "" for a file we do not take."""
+    """ "workflow" (ours), "blueprint" (a saved subgraph), "comfy" (to import), "image", "video", "weights", or ""
+    for a file we do not take."""
     suffix = path.suffix.lower()
     if suffix in (*VIDEO_SUFFIXES, ".webp") and _video_has_workflow(path):
         return "workflow"
@@ -96,6 +97,12 @@ def classify_drop(path: Path) -> str:
             data = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError):
             return "workflow"  # opening it explains what is wrong with it
+        if (
+            isinstance(data, dict)
+            and data.get("format") == FORMAT
+            and (data.get("meta") or {}).get("blueprint")
+        ):
+            return "blueprint"  # a saved subgraph (app/gui/subgraph_blueprints.py): added where it is dropped
         return "workflow" if not isinstance(data, dict) or data.get("format") == FORMAT else "comfy"
     if suffix == ".png":
         from nodes.png import EmbeddedWorkflowError, read_embedded_workflow_text
@@ -121,6 +128,9 @@ class DropOpsMixin:
 
         added: list[str] = []
         kinds = [(p, classify_drop(p)) for p in paths]
+        for i, path in enumerate(p for p, k in kinds if k == "blueprint"):
+            node = self.subgraph_ops.library.insert(str(path), QPointF(scene_pos.x() + 40 * i, scene_pos.y()))
+            added += [node] if node is not None else []
         for path, kind in kinds:
             if kind == "workflow":
                 self.open_path(path)

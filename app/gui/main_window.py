@@ -50,10 +50,11 @@ from app.gui.scene import GraphScene
 from app.gui.settings import AppSettings, SettingsDialog
 from app.gui.staples import StaplesMixin
 from app.gui.startup import Warmup
+from app.gui.subgraph_ops import install as install_subgraphs
 from app.gui.view import GraphView
-from nodes.graph_model import GraphModel
 from nodes.latent_sizing import sizing_link
 from nodes.registry import NodeRegistry
+from nodes.subgraph_edit import NestedGraphModel
 from nodes.workflow import Problem, Workflow
 from pipelines.models_library import ModelsLibrary, load_saved_roots, roots_from_env
 
@@ -96,7 +97,8 @@ class MainWindow(
         self.resize(1500, 950)
         self.setAcceptDrops(True)
 
-        self.model = GraphModel(registry, Workflow(source="Untitled"))  # messages name it as the title does
+        # Messages name it as the title does; a NestedGraphModel opens subgraphs (app/gui/subgraph_ops.py).
+        self.model = NestedGraphModel(registry, Workflow(source="Untitled"))
         self.undo_stack = QUndoStack(self)
         self.scene = GraphScene(self.model, self.undo_stack, self)
         self.view = GraphView(self.scene)
@@ -125,6 +127,7 @@ class MainWindow(
         self.remote = install_remote(self, self.file_menu)  # File > Connect to Server
         self.import_marks = install_import_marks(self)  # File > Import's summary banner and node marks
         self.arrange_action = install_arrange(self)  # Edit > Arrange
+        self.subgraph_ops = install_subgraphs(self)  # Edit > Subgraph, the breadcrumb, blueprints
 
         self.scene.status_message.connect(self.status)
         self.scene.selectionChanged.connect(self._selection_changed)

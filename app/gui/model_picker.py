@@ -50,6 +50,7 @@ DEMO_NAMES = (
     "tiny-krea2",
     "tiny-krea2-turbo",
     "tiny-ltx2",
+    "tiny-minimax",
 )
 
 # Models shipped with Nodeloom, by loader type (`builtin:` names, see pipelines/paths.py).

@@ -1,6 +1,7 @@
 """The node palette: a popup with fuzzy search over every registered node type.
 
-Lives here: `STRONG`, `fuzzy_score`, `USER_WORDS`, `NodePalette`. Imports Qt, `nodes.registry`. Tab or a double-click
+Lives here: `STRONG`, `fuzzy_score`, `USER_WORDS`, `BLUEPRINT_ROLE`, `NodePalette`. Imports Qt, `nodes.registry`.
+The user's blueprints (app/gui/subgraph_blueprints.py) come first, under "Blueprints", from `extra_entries`. Tab or a double-click
 on empty canvas opens it; Enter (or a click) inserts the highlighted node at the remembered position.
 Search covers titles, type names, categories, tags, the words users bring from other tools (checkpoint,
 ksampler, clip...), ComfyUI class names (tags on the specs) and descriptions. Exact, prefix and word
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from PySide6.QtCore import QPoint, QPointF, Qt, Signal
+from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QUrl, Signal
 from PySide6.QtGui import QGuiApplication, QKeyEvent
 from PySide6.QtWidgets import QFrame, QLabel, QLineEdit, QListWidget, QListWidgetItem, QVBoxLayout, QWidget
 
@@ -112,8 +113,23 @@ def description_score(query: str, spec: NodeSpec) -> float | None:
     return 20.0
 
 
+class _DragList(QListWidget):
+    """The palette's list; a blueprint entry drags out as its file, which the window takes on drop."""
+
+    def mimeData(self, items: list[QListWidgetItem]) -> QMimeData:  # noqa: N802 (Qt name)
+        data = QMimeData()
+        files = [i.data(BLUEPRINT_ROLE) for i in items if i.data(BLUEPRINT_ROLE)]
+        data.setUrls([QUrl.fromLocalFile(f) for f in files])
+        return data
+
+
+# Item data holding a blueprint's file (app/gui/subgraph_blueprints.py), where a node type has its type name.
+BLUEPRINT_ROLE = Qt.ItemDataRole.UserRole + 1
+
+
 class NodePalette(QFrame):
     node_chosen = Signal(str, QPointF)
+    blueprint_chosen = Signal(str, QPointF)  # a blueprint file and where it goes
 
     def __init__(self, registry: NodeRegistry, parent: QWidget | None = None) -> None:
         super().__init__(parent, Qt.WindowType.Popup)
@@ -121,13 +137,16 @@ class NodePalette(QFrame):
         self.at = QPointF()
         # Only node types that accept (or give) this wire, when opened from a dropped wire.
         self.accepts: Callable[[NodeSpec], bool] | None = None
+        # (title, category, file) entries that are not node types: the user's blueprints.
+        self.extra_entries: Callable[[], list[tuple[str, str, str]]] = list
         self.setFrameShape(QFrame.Shape.StyledPanel)
         self.setMinimumSize(340, 380)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(6, 6, 6, 6)
         self.search = QLineEdit()
         self.search.setPlaceholderText("Search nodes… (type, Enter to add, Esc to close)")
-        self.list = QListWidget()
+        self.list = _DragList()
+        self.list.setDragEnabled(True)
         self.hint = QLabel()
         self.hint.setObjectName("hint")
         self.hint.setWordWrap(True)
@@ -180,8 +199,25 @@ class NodePalette(QFrame):
             scored = [(score, spec) for score, spec in scored if score >= STRONG]
         return [s for _, s in sorted(scored, key=lambda p: (-p[0], p[1].title))]
 
+    def extra_matches(self, query: str) -> list[tuple[str, str, str]]:
+        """The blueprints matching `query` (all of them for an empty one); none for a dropped wire."""
+        if self.accepts is not None:
+            return []
+        scored = []
+        for entry in self.extra_entries():
+            scores = [fuzzy_score(query, entry[0]), fuzzy_score(query, f"{entry[1]} {entry[0]}")]
+            best = max((s for s in scores if s is not None), default=None)
+            if best is not None and (not query.strip() or best >= STRONG):
+                scored.append((best, entry))
+        return [e for _, e in sorted(scored, key=lambda p: (-p[0], p[1][0]))]
+
     def set_query(self, query: str) -> None:
         self.list.clear()
+        for title, category, file in self.extra_matches(query):
+            item = QListWidgetItem(f"{title}    ·  {category}")
+            item.setData(BLUEPRINT_ROLE, file)
+            item.setToolTip(f"A saved subgraph ({file}); click, Enter or drag it onto the canvas")
+            self.list.addItem(item)
         for spec in self.matches(query):
             item = QListWidgetItem(f"{spec.title}    ·  {spec.category}")
             item.setData(Qt.ItemDataRole.UserRole, spec.type)
@@ -191,6 +227,9 @@ class NodePalette(QFrame):
             self.list.setCurrentRow(0)
 
     def _show_hint(self, item: QListWidgetItem | None) -> None:
+        if item is not None and item.data(BLUEPRINT_ROLE):
+            self.hint.setText(f"Blueprint: a saved subgraph ({item.data(BLUEPRINT_ROLE)})")
+            return
         spec = self.registry.get(item.data(Qt.ItemDataRole.UserRole)) if item else None
         self.hint.setText(spec.description if spec else "")
 
@@ -200,6 +239,9 @@ class NodePalette(QFrame):
             return None
         type_name = item.data(Qt.ItemDataRole.UserRole)
         self.hide()
+        if item.data(BLUEPRINT_ROLE):
+            self.blueprint_chosen.emit(item.data(BLUEPRINT_ROLE), self.at)
+            return item.data(BLUEPRINT_ROLE)
         self.node_chosen.emit(type_name, self.at)
         return type_name
 

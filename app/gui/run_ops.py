@@ -165,7 +165,8 @@ class RunOpsMixin:
     def _mark_problems(self: MainWindow, problems: list[Problem]) -> None:
         self.scene.clear_run_states()
         for p in problems:
-            if p.node in self.scene.node_items:
+            # A node inside a subgraph ("prompts/positive") marks its subgraph node (app/gui/subgraph_ops.py).
+            if p.node is not None:
                 self.scene.set_run_state(p.node, NodeRunState("error", message=f"{p.field}: {p.reason}"))
         self.problem_marks_at = self.undo_stack.index()
 

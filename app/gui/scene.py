@@ -31,9 +31,11 @@ from app.gui.group_item import GROUP_COLORS, GroupItem
 from app.gui.node_item import NodeItem, NodeRunState
 from app.gui.port_item import PortItem
 from app.gui.reroute_item import DOT_H, DOT_W, RerouteItem
+from app.gui.subgraph_item import SubgraphNodeItem
 from app.gui.wiring import WiringMixin
 from nodes.graph_model import Connection, GraphModel
 from nodes.reroute import REROUTE_TYPE, is_pass_through
+from nodes.subgraph_spec import SUBGRAPH_CATEGORY
 from nodes.workflow import Link
 
 GRID = 20
@@ -44,6 +46,8 @@ class GraphScene(WiringMixin, QGraphicsScene):
     # A new wire dropped on empty canvas: (node, port, "out"|"in", type name, scene pos); the window offers
     # the palette filtered to nodes that can take it, and wires the chosen one.
     wire_dropped = Signal(str, str, str, str, QPointF)
+    subgraph_open_requested = Signal(str)  # a subgraph instance's Open row or body double-clicked
+    hidden_run_state = Signal(str)  # a run state for a node not on the canvas (inside a subgraph instance)
 
     def __init__(self, model: GraphModel, undo_stack: QUndoStack, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -88,7 +92,14 @@ class GraphScene(WiringMixin, QGraphicsScene):
         self._on_group_changed(None)
 
     def _on_node_created(self, node_id: str) -> None:
-        kind = RerouteItem if is_pass_through(self.model.spec(node_id)) else NodeItem
+        spec = self.model.spec(node_id)
+        kind = (
+            RerouteItem
+            if is_pass_through(spec)
+            else SubgraphNodeItem
+            if spec is not None and spec.category == SUBGRAPH_CATEGORY
+            else NodeItem
+        )
         item = kind(self.model, node_id)
         self.addItem(item)
         self.node_items[node_id] = item
@@ -181,6 +192,8 @@ class GraphScene(WiringMixin, QGraphicsScene):
         self.run_states[node_id] = state
         if node_id in self.node_items:
             self.node_items[node_id].set_state(state)
+        else:
+            self.hidden_run_state.emit(node_id)
 
     def clear_run_states(self) -> None:
         for nid in list(self.run_states):

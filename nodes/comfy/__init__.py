@@ -7,7 +7,8 @@ Modules: `node_types` (ZeroConditioning, SamplerAdvanced, ImageScale(By), Latent
 `size_nodes` (ImageScaleToTotalPixels and the size arithmetic), `gaps` (why the largest gaps are unmapped),
 `api_format`, `ui_format`, `sources` (files and PNG chunks), `mapping` (ComfyUI class -> our nodes),
 `mapping_sampling` (custom sampling folded onto Sampler), `mapping_media` (video, switch, sizes,
-primitives), `mappers` (all tables merged),
+primitives), `mapping_wan` (Wan image to video, CLIP vision), `wan_variants` (Wan models that run
+elsewhere, for the family check), `mappers` (all tables merged),
 `convert` (graph -> workflow, with the report), `export` (workflow -> API format).
 Imports `nodes.*` and `pipelines.*`; nothing here imports Qt.
 """

@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from nodes.comfy.dead_nodes import drop_unused
 from nodes.comfy.families import family_from_name
 from nodes.comfy.family_check import FamilyProblem, family_problems
 from nodes.comfy.gaps import GAP_REASONS
@@ -30,6 +31,7 @@ from nodes.model_names import COMFY_META_KEY, imported_names
 from nodes.registry import NodeRegistry
 from nodes.workflow import FORMAT, VERSION
 from pipelines.diffusion.families import FAMILIES
+from pipelines.diffusion.schedulers import FLOW_K_SAMPLERS
 
 __all__ = ["COMFY_META_KEY", "ImportResult", "Unsupported", "convert_graph", "unsupported_nodes"]
 _SAMPLERS = ("Sampler", "SamplerAdvanced")
@@ -74,6 +76,10 @@ def _declared_widgets(emit: Emit, node: ComfyNode, registry: NodeRegistry) -> Em
         elif value is not None:
             emit.params[param.name] = value
     return emit
+
+
+# Flow families whose own loop takes (or refuses, with its own message) ComfyUI's k-samplers: the video ones.
+_OWN_K_CHECKS = ("wan", "ltx2")
 
 
 class _Converter:
@@ -159,6 +165,12 @@ class _Converter:
                 f"Flux guidance {guidance} (node {source}) becomes cfg: Nodeloom's Flux sampler takes the "
                 "distilled guidance as its cfg",
             )
+        if "cache" in annotations and emit.type in _SAMPLERS and port == "denoiser":
+            threshold, source = annotations["cache"]
+            params["cache"], params["cache_threshold"] = "easy", threshold
+            self.graph.note(
+                node, f"EasyCache (node {source}) becomes this sampler's cache easy at {threshold}"
+            )
 
     def _family(self, nodes: dict[str, dict[str, Any]], sampler: dict[str, Any]) -> str | None:
         """The family of the model a sampler runs: the loader its denoiser comes from (through LoRAs)."""
@@ -185,11 +197,26 @@ class _Converter:
             if family in FAMILIES and FAMILIES[family].flow:
                 # Flow models run their own flow-matching Euler loop here (k_euler maps onto it).
                 scheduler, schedule = data["params"].get("scheduler"), data["params"].get("sigma_schedule")
-                if scheduler != "k_euler":
+                wan_k = family == "wan" and str(scheduler).removeprefix("k_") in FLOW_K_SAMPLERS
+                own_loop = FAMILIES[family].denoiser_call in _OWN_K_CHECKS
+                if scheduler != "k_euler" and own_loop and not wan_k:  # Wan runs ComfyUI's flow samplers too
                     self.graph.note(
                         self.graph.nodes[nid],
                         f"{family} runs with flow-matching Euler here; {scheduler!r} needs a DDPM model "
                         "(set the sampler to k_euler)",
+                    )
+                elif (
+                    not own_loop
+                    and isinstance(scheduler, str)
+                    and scheduler.startswith("k_")
+                    and scheduler != "k_euler"
+                ):
+                    # The image DiTs' loops refuse the other k-samplers (sample_k runs DDPM models only).
+                    data["params"]["scheduler"] = "k_euler"
+                    self.graph.note(
+                        self.graph.nodes[nid],
+                        f"approximated: {scheduler!r} runs as flow-matching Euler here (k_euler); Nodeloom's "
+                        f"other k-samplers run DDPM-trained models, {family} is a flow-matching one",
                     )
                 elif schedule not in ("simple", "normal", None):
                     self.graph.note(
@@ -285,6 +312,8 @@ def unsupported_nodes(workflow: dict[str, Any], registry: NodeRegistry) -> list[
 def convert_graph(graph: ComfyGraph, registry: NodeRegistry, ctx: MapContext, *, title: str) -> ImportResult:
     converter = _Converter(graph, ctx, registry)
     nodes = converter.workflow_nodes()
+    # What only a resolved switch's unchosen branch needed: left out, as ComfyUI leaves it unrun.
+    nodes = drop_unused(nodes, registry, graph, keep=frozenset(map(str, converter.llm_of.values())))
     workflow = {
         "format": FORMAT,
         "version": VERSION,

@@ -40,6 +40,8 @@ COMFY_CLASSES: dict[str, ComfyClass] = {
     "ConditioningZeroOut": ComfyClass((), ("CONDITIONING",)),
     "FluxGuidance": ComfyClass(("guidance",), ("CONDITIONING",)),
     "ModelSamplingSD3": ComfyClass(("shift",), ("MODEL",)),
+    "EasyCache": ComfyClass(("reuse_threshold", "start_percent", "end_percent", "verbose"), ("MODEL",)),
+    "LazyCache": ComfyClass(("reuse_threshold", "start_percent", "end_percent", "verbose"), ("MODEL",)),
     "ModelSamplingAuraFlow": ComfyClass(("shift",), ("MODEL",)),
     "ModelSamplingFlux": ComfyClass(("max_shift", "base_shift", "width", "height"), ("MODEL",)),
     "EmptyLatentImage": ComfyClass(("width", "height", "batch_size"), ("LATENT",)),
@@ -114,6 +116,63 @@ COMFY_CLASSES: dict[str, ComfyClass] = {
     "ImageCompare": ComfyClass((), ()),
     "DifferentialDiffusion": ComfyClass(("strength",), ("MODEL",)),
     "VAEEncodeTiled": ComfyClass(("tile_size", "overlap", "temporal_size", "temporal_overlap"), ("LATENT",)),
+    # Hand-given schedules and ComfyUI's LTX-2 nodes (issue 32: nodes/comfy/mapping_sigmas.py, mapping_ltx2.py).
+    "ManualSigmas": ComfyClass(("sigmas",), ("SIGMAS",)),
+    "SetFirstSigma": ComfyClass(("sigma",), ("SIGMAS",)),
+    "LTXVScheduler": ComfyClass(("steps", "max_shift", "base_shift", "stretch", "terminal"), ("SIGMAS",)),
+    "LTXVDualCFGGuider": ComfyClass(("cfg", "audio_cfg"), ("GUIDER",)),
+    "EmptyLTXVLatentVideo": ComfyClass(("width", "height", "length", "batch_size"), ("LATENT",)),
+    "LTXVEmptyLatentAudio": ComfyClass(("frames_number", "frame_rate", "batch_size"), ("Latent",)),
+    "LTXVConditioning": ComfyClass(("frame_rate",), ("positive", "negative")),
+    "LTXVPreprocess": ComfyClass(("img_compression",), ("output_image",)),
+    "LTXVImgToVideoInplace": ComfyClass(("strength", "bypass"), ("latent",)),
+    "LTXVConcatAVLatent": ComfyClass((), ("latent",)),
+    "LTXVSeparateAVLatent": ComfyClass((), ("video_latent", "audio_latent")),
+    "LTXVAudioVAEDecode": ComfyClass((), ("Audio",)),
+    "LTXVAudioVAELoader": ComfyClass(("ckpt_name",), ("Audio VAE",)),
+    "LTXAVTextEncoderLoader": ComfyClass(("text_encoder", "ckpt_name", "device"), ("CLIP",)),
+    "LTXVCropGuides": ComfyClass((), ("positive", "negative", "latent")),
+    "LatentUpscaleModelLoader": ComfyClass(("model_name",), ("LATENT_UPSCALE_MODEL",)),
+    "LTXVLatentUpsampler": ComfyClass((), ("LATENT",)),
+    "EmptyImage": ComfyClass(("width", "height", "batch_size", "color"), ("IMAGE",)),
+    # TextGenerate's widgets with sampling_mode "on" (the templates' setting; nodes/comfy/mapping_text.py).
+    "TextGenerateLTX2Prompt": ComfyClass(
+        (
+            "prompt",
+            "max_length",
+            "sampling_mode",
+            "sampling_mode.temperature",
+            "sampling_mode.top_k",
+            "sampling_mode.top_p",
+            "sampling_mode.min_p",
+            "sampling_mode.repetition_penalty",
+            "sampling_mode.seed",
+            "sampling_mode.presence_penalty",
+            "thinking",
+            "use_default_template",
+        ),
+        ("generated_text",),
+    ),
+    # Wan (nodes/comfy/mapping_wan.py).
+    "WanImageToVideo": ComfyClass(
+        ("width", "height", "length", "batch_size"), ("positive", "negative", "latent")
+    ),
+    "WanFirstLastFrameToVideo": ComfyClass(
+        ("width", "height", "length", "batch_size"), ("positive", "negative", "latent")
+    ),
+    "Wan22ImageToVideoLatent": ComfyClass(("width", "height", "length", "batch_size"), ("LATENT",)),
+    "CLIPVisionLoader": ComfyClass(("clip_name",), ("CLIP_VISION",)),
+    "CLIPVisionEncode": ComfyClass(("crop",), ("CLIP_VISION_OUTPUT",)),
+    # ComfyUI's MiniMax H3 nodes (comfy_extras/nodes_minimax_h3.py) and the audio decode its templates use.
+    "MiniMaxH3SigmaShift": ComfyClass(("shift_video", "shift_audio"), ("MODEL",)),
+    "VAEDecodeAudio": ComfyClass((), ("AUDIO",)),
+    "TextEncodeQwenImageEdit": ComfyClass(("prompt",), ("CONDITIONING",)),
+    "TextEncodeQwenImageEditPlus": ComfyClass(("prompt",), ("CONDITIONING",)),
+    "FluxKontextImageScale": ComfyClass((), ("IMAGE",)),
+    "FluxKontextMultiReferenceLatentMethod": ComfyClass(("reference_latents_method",), ("CONDITIONING",)),
+    "ImageStitch": ComfyClass(
+        ("direction", "match_image_size", "spacing_width", "spacing_color"), ("IMAGE",)
+    ),
 }
 
 

@@ -2,7 +2,7 @@
 of node types that have a ComfyUI counterpart.
 
 Lives here: `ExportError`, `export_api`, `comfy_ids`, `EXPORTERS`. Imports `nodes.workflow`, `nodes.registry`, `nodes.modes`, `nodes.model_names`,
-`nodes.comfy.mapping` (the text-encoder family names).
+`nodes.comfy.mapping` (the text-encoder family names), `nodes.comfy.export_ltx2` (the LTX-2 / SIGMAS types).
 
 Widget names come from the node types' declarations (`Param.comfy`, the one place they are written); this
 table adds what has no 1:1 widget: the counterpart class, its wired inputs and output slots, and converters
@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from nodes.comfy.export_ltx2 import fold_custom_samplers, ltx2_exporters
 from nodes.comfy.mapping import COMFY_TEXT_ENCODER_TYPES
 from nodes.model_names import COMFY_META_KEY
 from nodes.modes import without_reroutes
@@ -40,6 +41,8 @@ class _Out:
     # Our inputs ComfyUI's node does without (an empty latent reads its channels from a wired model).
     drop: frozenset[str] = frozenset()
     convert: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    # A function exporter's class that still takes the params' declared ComfyUI widgets (the KSampler).
+    declared_widgets: bool = False
 
 
 _NEAREST_K = {
@@ -274,9 +277,75 @@ EXPORTERS: dict[str, _Out | Callable[[NodeInstance], _Out]] = {
         {"float": 0, "int": 1, "bool": 2},
     ),
     "LLMGenerate": _Out(
-        "TextGenerate", {"clip": "llm"}, {"prompt": "prompt"}, {"text": 0}, convert=_text_generate
+        "TextGenerate",
+        {"clip": "llm", "image": "image"},
+        {"prompt": "prompt"},
+        {"text": 0},
+        convert=_text_generate,
     ),
+    # MiniMax H3 (nodes/comfy/mapping_minimax.py): prompt and sizes are declared widgets.
+    "MiniMaxH3ImageToVideo": _Out(
+        "MiniMaxH3ImageToVideo",
+        {"clip": "text_encoder", "vae": "vae", "first_frame": "first_frame", "last_frame": "last_frame"},
+        {},
+        {"positive": 0, "latent": 1},
+        drop=frozenset({"denoiser"}),
+    ),
+    "MiniMaxH3SigmaShift": _Out("MiniMaxH3SigmaShift", {"model": "denoiser"}, {}, {"denoiser": 0}),
+    "VAEDecodeAudio": _Out("VAEDecodeAudio", {"samples": "latent", "vae": "vae"}, {}, {"audio": 0}),
+    # Wan (nodes/comfy/mapping_wan.py): the same widgets and inputs.
+    "WanImageToVideo": _Out(
+        "WanImageToVideo",
+        {
+            "positive": "positive",
+            "negative": "negative",
+            "vae": "vae",
+            "start_image": "start_image",
+            "clip_vision_output": "clip_vision_output",
+        },
+        {},
+        {"positive": 0, "negative": 1, "latent": 2},
+    ),
+    "WanFirstLastFrameToVideo": _Out(
+        "WanFirstLastFrameToVideo",
+        {
+            "positive": "positive",
+            "negative": "negative",
+            "vae": "vae",
+            "start_image": "start_image",
+            "end_image": "end_image",
+            "clip_vision_start_image": "clip_vision_start_image",
+            "clip_vision_end_image": "clip_vision_end_image",
+        },
+        {},
+        {"positive": 0, "negative": 1, "latent": 2},
+    ),
+    "LoadCLIPVision": _Out("CLIPVisionLoader", {}, {}, {"clip_vision": 0}),
+    "CLIPVisionEncode": _Out(
+        "CLIPVisionEncode", {"clip_vision": "clip_vision", "image": "image"}, {}, {"clip_vision_output": 0}
+    ),
+    "Wan22ImageToVideoLatent": _Out(
+        "Wan22ImageToVideoLatent", {"vae": "vae", "start_image": "start_image"}, {}, {"latent": 0}
+    ),
+    # The editing nodes (nodes/comfy/mapping_edit.py); our resize areas have no ComfyUI widget (its are fixed).
+    "TextEncodeQwenImageEdit": _Out(
+        "TextEncodeQwenImageEdit",
+        {"clip": "text_encoder", "vae": "vae", "image": "image"},
+        {},
+        {"conditioning": 0},
+    ),
+    "TextEncodeQwenImageEditPlus": _Out(
+        "TextEncodeQwenImageEditPlus",
+        {"clip": "text_encoder", "vae": "vae", **{f"image{i}": f"image{i}" for i in (1, 2, 3)}},
+        {},
+        {"conditioning": 0},
+    ),
+    "FluxKontextImageScale": _Out("FluxKontextImageScale", {"image": "image"}, {}, {"image": 0}),
 }
+
+
+# The LTX-2 and SIGMAS types, and the Sampler with a schedule as a SamplerCustomAdvanced (issue 32).
+EXPORTERS = {**EXPORTERS, **ltx2_exporters(_Out, _sampler_widgets, _text_encoder_loader)}
 
 
 def _exporter(node: NodeInstance) -> _Out:
@@ -288,7 +357,7 @@ def _widget_names(node: NodeInstance, out: _Out, registry: NodeRegistry) -> dict
     """ComfyUI widget -> our param: the params' declared `comfy` names, for a type with one fixed
     counterpart class; an exporter that picks among classes (LoRA, ControlNet, CLIP loaders) lists its own."""
     names: dict[str, str] = {}
-    if isinstance(EXPORTERS[node.type], _Out):
+    if isinstance(EXPORTERS[node.type], _Out) or out.declared_widgets:
         names = {p.comfy: p.name for p in registry[node.type].params if p.comfy}
     return {**names, **out.params}
 
@@ -380,4 +449,4 @@ def export_api(wf: Workflow, registry: NodeRegistry) -> dict[str, Any]:
                 )
             inputs[theirs] = [ids[link.node], slot]
         prompt[ids[nid]] = {"class_type": out.class_type, "inputs": inputs, "_meta": {"title": nid}}
-    return prompt
+    return fold_custom_samplers(prompt)

@@ -1,7 +1,8 @@
 """Which model families a ComfyUI workflow needs, and which of them Nodeloom cannot run, without the files.
 
 Lives here: `FamilyProblem`, `family_problems`. Imports `nodes.comfy.graph`, `pipelines.diffusion.families`
-(FAMILIES: the list of what runs) and `pipelines.diffusion.family_detect` (our file-name markers).
+(FAMILIES: the list of what runs), `pipelines.diffusion.family_detect` (our file-name markers) and
+`nodes.comfy.wan_variants` (the Wan variants that are other models).
 
 The signals are what ComfyUI itself uses to pick a model: a CLIP loader's `type` widget ("qwen_image",
 "wan", "flux2", ...) and the loaders' file names (UNETLoader `unet_name`, checkpoint and VAE names). A
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nodes.comfy.graph import ComfyGraph
+from nodes.comfy.wan_variants import wan_variant_findings
 from pipelines.diffusion.families import FAMILIES
 from pipelines.diffusion.family_detect import family_from_file_name
 
@@ -30,8 +32,8 @@ _CLIP_TYPE_FAMILY = {
     "flux": "flux",
     "pixart": "pixart_sigma",
 }
-# ComfyUI runs Z-Image with a "lumina2" text encoder; the denoiser's name tells the two apart.
-_AMBIGUOUS_TYPES = {"lumina2": "zimage"}
+# ComfyUI runs Z-Image with a "lumina2" text encoder and LTX-2 with an "ltxv" one; the model files tell them apart.
+_AMBIGUOUS_TYPES = {"lumina2": "zimage", "ltxv": "ltx2"}  # "ltxv": LTX-Video 0.9 or LTX-2 (by the files)
 # File-name markers of families ComfyUI runs (ComfyUI's ids where we have no family), tried before ours.
 _OTHER_NAME_MARKERS: tuple[tuple[str, str], ...] = (
     ("flux2", "flux2"),
@@ -42,6 +44,9 @@ _OTHER_NAME_MARKERS: tuple[tuple[str, str], ...] = (
     ("wan2", "wan"),
     ("wan_", "wan"),
     ("hunyuan", "hunyuan_video"),
+    ("ltx-2", "ltx2"),  # LTX-2.x (ours) before LTX-Video 0.9.x ("ltxv": not run here)
+    ("ltx2", "ltx2"),
+    ("ltx_2", "ltx2"),
     ("ltx", "ltxv"),
     ("hidream", "hidream"),
     ("lumina", "lumina2"),
@@ -141,4 +146,5 @@ def family_problems(graph: ComfyGraph) -> list[FamilyProblem]:
             if family is not None and family not in FAMILIES:
                 name = node.inputs[widget]
                 out.append(FamilyProblem(node_id, node.class_type, widget, family, repr(name)))
+    out += [FamilyProblem(*finding) for finding in wan_variant_findings(graph)]  # Wan models run elsewhere
     return out

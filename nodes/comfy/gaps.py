@@ -10,7 +10,6 @@ a different node would do.
 from __future__ import annotations
 
 GAP_REASONS: dict[str, str] = {
-    "VAEDecodeAudio": "decodes audio latents; Nodeloom runs no audio model",
     "ManualSigmas": "a hand-written sigma list; Nodeloom's samplers take a named schedule",
     "BatchImagesNode": "batches pictures of different sources; not in this build",
     "SplitSigmas": "splits a schedule between samplers; use Sampler (Advanced) with start/end steps",

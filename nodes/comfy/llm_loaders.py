@@ -28,6 +28,12 @@ def give_llm_loaders(nodes: dict[str, dict[str, Any]], graph: ComfyGraph) -> dic
         if not link:
             continue
         source = nodes.get(link[0])
+        through_lora = source is not None and source["type"] == "LoadLoRA"
+        while source is not None and source["type"] == "LoadLoRA" and source["inputs"].get("text_encoder"):
+            link = source["inputs"]["text_encoder"]  # a LoRA on the text encoder: the loader under it
+            source = nodes.get(link[0])
+        if through_lora and source is not None:
+            graph.note(graph.nodes.get(nid), "the LoRA on its text encoder is not applied to the LLM")
         if (
             source is None
             or source["type"] != "LoadTextEncoder"

@@ -19,7 +19,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from nodes.comfy.families import family_from_name, graph_family_hint
+from nodes.comfy.families import (
+    denoiser_family,
+    edit_family,
+    family_from_name,
+    graph_family_hint,
+    text_encoder_family,
+)
 from nodes.comfy.graph import ComfyGraph, ComfyNode, LinkRef
 from pipelines.diffusion.schedulers import K_SCHEDULER_NAMES
 
@@ -37,6 +43,8 @@ COMFY_TEXT_ENCODER_TYPES: dict[str, str] = {
     "qwen_image": "qwenimage",
     "wan": "wan",
     "flux2": "flux2_klein",  # FLUX.2 either way: a Mistral file loads as [dev] (comfy_layouts.loaders)
+    "minimax": "minimax",
+    "krea2": "krea2",
 }
 # ComfyUI's UNETLoader weight_dtype -> our dtype choice (the rest load in the automatic dtype).
 _WEIGHT_DTYPES = {"fp8_e4m3fn": "fp8_e4m3fn", "fp8_e4m3fn_fast": "fp8_e4m3fn", "fp8_e5m2": "fp8_e5m2"}
@@ -131,7 +139,7 @@ def _model_name(name: Any) -> Any:
 
 def _loader_family(node: ComfyNode, ctx: MapContext, name: Any) -> str:
     """From the file's header when the library has it, else from the name, else from the graph."""
-    family = ctx.detect_family(name) if isinstance(name, str) else None
+    family = edit_family(ctx.detect_family(name) if isinstance(name, str) else None, ctx.graph)
     if family is not None:
         return family
     guess = family_from_name(name) or graph_family_hint(ctx.graph) or "sd"
@@ -166,6 +174,7 @@ def _clip_loader(*names: str) -> Mapper:
                 node, f"type {type_!r} is not a family Nodeloom runs: family 'auto' (from the files)"
             )
         params["family"] = COMFY_TEXT_ENCODER_TYPES.get(type_, "auto") if isinstance(type_, str) else "auto"
+        params["family"] = text_encoder_family(params["family"], ctx.graph, ctx.detect_family)
         return _emit(node, "LoadTextEncoder", params, ("text_encoder",))
 
     return mapper
@@ -173,9 +182,12 @@ def _clip_loader(*names: str) -> Mapper:
 
 def _vae(node: ComfyNode, ctx: MapContext) -> Emit:
     name = _get(node, "vae_name")
-    return _emit(
-        node, "LoadVAE", {"path": _model_name(name), "family": _loader_family(node, ctx, name)}, ("vae",)
-    )
+    family = denoiser_family(ctx.graph, ctx.detect_family)
+    if family is None:
+        family = _loader_family(node, ctx, name)
+    else:
+        ctx.graph.note(node, f"family {family!r}: the family of the denoiser it decodes for")
+    return _emit(node, "LoadVAE", {"path": _model_name(name), "family": family}, ("vae",))
 
 
 def _text_encode(node: ComfyNode, ctx: MapContext) -> Emit:

@@ -8,7 +8,8 @@ TextGenerate (ComfyUI 2026, comfy_extras/nodes_textgen.py) generates with the LL
 feeds a TextGenerate a Load LLM of the same file (nodes.comfy.llm_loaders), and export folds it back. Its
 `sampling_mode` is a dynamic combo: "on" brings temperature, top_k, top_p, min_p, repetition_penalty, seed
 (and presence_penalty), "off" none of them; API files name them `sampling_mode.<name>`, UI files keep them
-in the one widget list, which `textgen_widgets` reads.
+in the one widget list, which `textgen_widgets` reads. Its `image` input goes to LLM Generate's (a Qwen-VL
+model looks at the picture); video and audio are noted as unused.
 """
 
 from __future__ import annotations
@@ -78,12 +79,14 @@ def _text_generate(node: ComfyNode, ctx: MapContext) -> Emit:
             ctx.graph.note(node, f"approximated: presence_penalty {presence} is not applied")
     if inputs.get("thinking") is True:
         ctx.graph.note(node, "approximated: thinking mode is not switched on (the chat template's default)")
-    for media in ("image", "video", "audio"):
+    for media in ("video", "audio"):
         if isinstance(inputs.get(media), LinkRef):
-            ctx.graph.note(node, f"its {media} input is not used: LLM Generate takes text only")
+            ctx.graph.note(node, f"its {media} input is not used: LLM Generate takes text and pictures only")
     emit = _emit(node, "LLMGenerate", params, ("text",))
     if isinstance(inputs.get("clip"), LinkRef):
         emit.inputs["llm"] = inputs["clip"]  # a text encoder: the converter gives it a Load LLM
+    if isinstance(inputs.get("image"), LinkRef):  # a vision model (Qwen-VL) looks at it
+        emit.inputs["image"] = inputs["image"]
     return emit
 
 

@@ -1,10 +1,11 @@
 """ComfyUI's value, preview and patch nodes of the 2026 templates, mapped onto Nodeloom's.
 
 Lives here: `VALUE_MAPPERS`. Imports `nodes.comfy.graph`, `nodes.comfy.mapping` (Emit, PassThrough and
-helpers).
+helpers), `nodes.comfy.value_nodes` (`evaluate_expression`, for constant expressions).
 
 - GetImageSize -> Image Size; ComfyMathExpression -> Math Expression (its `values.a`, `values.b`, ... wires
-  are our a-d; nodes/comfy/value_nodes.py).
+  are our a-d; nodes/comfy/value_nodes.py); with constant values only it is resolved at import (its
+  consumers take the result), with some wired the constants are written into the expression.
 - SaveImageAdvanced -> Save Image (8-bit sRGB PNG; other formats and depths are said).
 - ImageCompare (an editor widget showing two pictures) -> Preview Image of the first, said.
 - DifferentialDiffusion (a soft-mask inpainting patch on the model) -> wired through, said.
@@ -16,8 +17,11 @@ helpers).
 
 from __future__ import annotations
 
+import re
+
 from nodes.comfy.graph import ComfyNode, LinkRef
 from nodes.comfy.mapping import (
+    Constant,
     Emit,
     MapContext,
     Mapper,
@@ -27,6 +31,7 @@ from nodes.comfy.mapping import (
     _save_image,
     unsupported_emit,
 )
+from nodes.comfy.value_nodes import evaluate_expression
 
 _EXPRESSION_VALUES = ("a", "b", "c", "d")
 
@@ -35,18 +40,38 @@ def _image_size(node: ComfyNode, ctx: MapContext) -> Emit:
     return _emit(node, "GetImageSize", {}, ("width", "height", "batch_size"), image="image")
 
 
-def _math_expression(node: ComfyNode, ctx: MapContext) -> Emit:
+def _math_expression(node: ComfyNode, ctx: MapContext) -> Emit | Constant:
     named = {k.removeprefix("values."): v for k, v in node.inputs.items() if k.startswith("values.")}
     extra = sorted(set(named) - set(_EXPRESSION_VALUES))
     if extra:
         return unsupported_emit(node, f"values {', '.join(extra)}: Math Expression takes a-d")
-    emit = _emit(node, "MathExpression", {}, ("float", "int", "bool"))  # expression: declared
+    expression = _get(node, "expression", "a")
+    numbers = {k: v for k, v in named.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+    if isinstance(expression, str) and numbers and not any(isinstance(v, LinkRef) for v in named.values()):
+        try:  # every value a constant: resolved at import, its consumers take the result
+            result = evaluate_expression(expression, numbers)
+        except (ValueError, TypeError, ZeroDivisionError, OverflowError):
+            pass
+        else:
+            ctx.graph.note(node, f"resolved at import: {expression} = {result!r} ({_shown(numbers)})")
+            return Constant({0: float(result), 1: int(result), 2: bool(result)})
+    if isinstance(expression, str) and numbers:  # some wired: the constants written into the expression
+        expression = re.sub(
+            r"\b([abcd])\b", lambda m: repr(numbers[m[1]]) if m[1] in numbers else m[0], expression
+        )
+        ctx.graph.note(node, f"constant values written into the expression: {expression}")
+    params = {"expression": expression} if numbers else {}
+    emit = _emit(node, "MathExpression", params, ("float", "int", "bool"))  # expression: declared
     for name, value in named.items():
         if isinstance(value, LinkRef):
             emit.inputs[name] = value
-        elif value is not None:
+        elif value is not None and name not in numbers:
             ctx.graph.note(node, f"value {name} is the constant {value!r}: wire a primitive into {name}")
     return emit
+
+
+def _shown(numbers: dict[str, int | float]) -> str:
+    return ", ".join(f"{k} = {v!r}" for k, v in sorted(numbers.items()))
 
 
 def _save_image_advanced(node: ComfyNode, ctx: MapContext) -> Emit:

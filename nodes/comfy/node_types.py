@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from nodes.comfy.edit_nodes import NODES as EDIT_NODES
 from nodes.comfy.sampling_nodes import NODES as SAMPLING_NODES
 from nodes.comfy.size_nodes import NODES as SIZE_NODES
 from nodes.comfy.text_nodes import NODES as TEXT_NODES
@@ -179,4 +180,5 @@ NODES: tuple[NodeSpec, ...] = (
     *SAMPLING_NODES,  # ModelSamplingShift (nodes/comfy/sampling_nodes.py)
     *TEXT_NODES,  # StringConcatenate, StringReplace (nodes/comfy/text_nodes.py)
     *VALUE_NODES,  # GetImageSize, MathExpression (nodes/comfy/value_nodes.py)
+    *EDIT_NODES,  # FluxKontextImageScale (nodes/comfy/edit_nodes.py)
 )

@@ -24,6 +24,7 @@ from nodes.comfy.graph import ComfyGraph
 from nodes.comfy.mapping import MapContext
 from nodes.comfy.readable_ids import use_readable_ids
 from nodes.comfy.ui_format import is_ui_format, parse_ui
+from nodes.modes import is_wiring_problem, unneeded
 from nodes.registry import NodeRegistry
 from nodes.workflow import Problem, parse_workflow
 from nodes.workflow_json import (
@@ -166,10 +167,15 @@ def check_comfy(result: ImportResult, registry: NodeRegistry, source: str) -> li
     problems = [Problem(source, u.node, "type", f"{u.class_type}: {u.reason}") for u in result.unsupported]
     problems += [Problem(source, f.node, f.field, f.message) for f in result.families]
     unsupported_ids = {u.node for u in result.unsupported}
-    _, validation = parse_workflow(result.workflow, registry, source=source)
+    wf, validation = parse_workflow(result.workflow, registry, source=source)
+    # ComfyUI runs only what an output node needs, and so does a Run here (nodes.modes.prepare_run): the
+    # wiring of a helper left dangling in a template (an unfed ImageScaleToTotalPixels) stops neither.
+    skipped = set(unneeded(wf, registry))
     for problem in validation:
         # An unsupported node's own "unknown type" is already said, with its reason.
         if problem.node in unsupported_ids and problem.field == "type":
+            continue
+        if problem.node in skipped and is_wiring_problem(wf, registry, problem):
             continue
         problems.append(problem)
     return problems

@@ -1,7 +1,7 @@
 """ComfyUI's UI format (the LiteGraph file the editor saves): nodes, links, widgets_values, groups,
 subgraphs, muted/bypassed nodes, reroutes and primitive nodes, reduced to a `ComfyGraph`.
 
-Lives here: `is_ui_format`, `parse_ui`. Imports `nodes.comfy.graph`, `nodes.comfy.declarations`,
+Lives here: `is_ui_format`, `parse_ui`, `WIDGET_TYPES`. Imports `nodes.comfy.graph`, `nodes.comfy.declarations`,
 `nodes.comfy.subgraph_limits` (the totals), `nodes.workflow_json` (quoting).
 
 What gets resolved here, so that the mapping sees plain nodes and links:
@@ -131,8 +131,12 @@ def _widget_names(class_type: str, raw: dict[str, Any]) -> list[str] | None:
     return names or None
 
 
+# What a subgraph input delivers when the instance neither wires nor sets it (newer editors keep such a
+# promoted widget's value on the inner node only, listing it in the instance's `proxyWidgets`).
+_UNFED = object()
+
 # Subgraph input types that are widgets on the instance (the rest are sockets only: IMAGE, MODEL, ...).
-_WIDGET_TYPES = frozenset({"INT", "FLOAT", "STRING", "BOOLEAN", "COMBO"})
+WIDGET_TYPES = frozenset({"INT", "FLOAT", "STRING", "BOOLEAN", "COMBO"})  # inputs a widget can set
 
 
 def _read_node(raw: dict[str, Any], prefix: str, graph: ComfyGraph) -> _RawNode | None:
@@ -291,7 +295,7 @@ class _Resolver:
         widget_slots = [
             slot
             for slot, sub_input in enumerate(sub_inputs)
-            if isinstance(sub_input, dict) and sub_input.get("type") in _WIDGET_TYPES
+            if isinstance(sub_input, dict) and sub_input.get("type") in WIDGET_TYPES
         ]
         one_per_input = bool(widget_slots) and len(values) == len(widget_slots)
         slot_values = dict(zip(widget_slots, values, strict=False)) if one_per_input else {}
@@ -363,8 +367,8 @@ class _Resolver:
         if origin == f"{prefix}{SUBGRAPH_INPUT_ID}":  # a subgraph input: continue outside the instance
             boundary = self.boundaries.get(prefix)
             feed = boundary.inputs.get(link.origin_slot) if boundary else None
-            if feed is None:
-                return None, None
+            if feed is None:  # nothing on the instance: the inner widget keeps its own value (proxyWidgets)
+                return _UNFED, None
             if feed[0] == "value":
                 return feed[1], None
             return None, (feed[1], feed[2])
@@ -420,7 +424,9 @@ class _Resolver:
                     continue
                 name = rn.input_names[slot]
                 value = self.source(prefix, link_id)
-                if value is None:
+                if value is _UNFED and name in widgets:
+                    continue  # a subgraph input the instance leaves unset: the widget's own value stands
+                if value is None or value is _UNFED:
                     self.graph.note(
                         node, f"input {name!r} is wired to a muted or missing node: left unconnected"
                     )

@@ -48,6 +48,7 @@ PROMPT_ENCODERS = (
     "mistral_flux2",
     "krea2",
     "gemma_ltx2",
+    "minimax",
 )
 
 
@@ -268,4 +269,8 @@ def encode_prompt(
         return encode_wan(mm, ref, text, max_tokens=max_tokens or ref.family.max_text_tokens or 512)
     if encoder == "gemma_ltx2":
         return encode_ltx2(mm, ref, text, max_tokens=max_tokens or ref.family.max_text_tokens or 1024)
+    if encoder == "minimax":  # the prompt verbatim: no padding, no truncation (the pipeline's)
+        from pipelines.diffusion.minimax_text import encode_minimax
+
+        return encode_minimax(mm, ref, text)
     return encode_clip(mm, ref, text, weighting, emb)

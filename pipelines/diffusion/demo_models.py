@@ -53,6 +53,7 @@ from transformers.convert_slow_tokenizer import bytes_to_unicode
 from pipelines.diffusion.demo_flux2 import build_tiny_flux2_dev, build_tiny_flux2_klein
 from pipelines.diffusion.demo_krea2 import build_tiny_krea2, build_tiny_krea2_turbo
 from pipelines.diffusion.demo_ltx2 import build_tiny_ltx2
+from pipelines.diffusion.demo_minimax import build_tiny_minimax
 from pipelines.diffusion.demo_qwenimage import build_tiny_qwenimage
 from pipelines.diffusion.demo_qwenimage_edit import build_tiny_qwenimage_edit, build_tiny_qwenimage_edit_2511
 from pipelines.diffusion.demo_wan import build_tiny_wan, build_tiny_wan22
@@ -404,6 +405,7 @@ DEMO_MODELS: dict[str, Callable[[], DiffusionPipeline]] = {
     "tiny-krea2": build_tiny_krea2,
     "tiny-krea2-turbo": build_tiny_krea2_turbo,
     "tiny-ltx2": build_tiny_ltx2,
+    "tiny-minimax": build_tiny_minimax,
 }
 
 

@@ -31,6 +31,7 @@ from pipelines.diffusion.k_sampling import sample_k
 from pipelines.diffusion.krea2_sampling import sample_krea2
 from pipelines.diffusion.lora import use_denoiser
 from pipelines.diffusion.ltx2_sampling import sample_ltx2
+from pipelines.diffusion.manual_sigmas import SIGMA_LOOPS
 from pipelines.diffusion.qwenimage_sampling import sample_qwenimage
 from pipelines.diffusion.sampling import (
     SamplerSettings,
@@ -40,7 +41,9 @@ from pipelines.diffusion.sampling import (
     unet_conditioning,
 )
 from pipelines.diffusion.schedulers import K_PREFIX, make_scheduler
+from pipelines.diffusion.step_cache import step_cache
 from pipelines.diffusion.values import Conditioning, DenoiserRef, Latents
+from pipelines.diffusion.wan_k_sampling import sample_wan_k
 from pipelines.diffusion.wan_sampling import sample_wan
 from pipelines.diffusion.zimage_sampling import sample_zimage
 from pipelines.steps import OnStep, Step
@@ -135,24 +138,35 @@ def sample(
         raise ValueError(f"a latent noise mask (inpainting) is not supported for {family!r} models yet")
     if denoiser.family.flow and (positive.controls or (negative is not None and negative.controls)):
         raise ValueError(f"ControlNet is not supported for {family!r} models yet (SD 1.x and SDXL are)")
-    if settings.step_cache.on and not denoiser.family.flow:
+    if settings.step_cache.on and settings.cache != "easy" and not denoiser.family.flow:
         raise ValueError(
             f"cache {settings.cache!r}: the step caches run in the flow-matching DiT families' loops (Flux, "
-            f"FLUX.2, SD3, Z-Image, Qwen-Image, Wan); {family!r} does not (set cache to off)"
+            f"FLUX.2, SD3, Z-Image, Qwen-Image, Wan); {family!r} does not (use cache easy, or off)"
         )
+    if settings.sigmas is not None and denoiser.family.denoiser_call not in SIGMA_LOOPS:
+        raise ValueError(
+            f"input 'sigmas': a hand-given schedule runs in the loops of {', '.join(SIGMA_LOOPS)} here, "
+            f"not {denoiser.family.title}'s yet (disconnect it and set steps)"
+        )
+    if wan and settings.scheduler.startswith(K_PREFIX) and settings.scheduler != "k_euler":
+        return sample_wan_k(mm, denoiser, positive, negative, latents, settings, on_step=on_step)
     if denoiser.family.denoiser_call == "wan":  # video latents: its own loop, its own scheduler checks
         return sample_wan(mm, denoiser, positive, negative, latents, settings, on_step=on_step)
     if denoiser.family.denoiser_call == "ltx2":  # video + sound latents: its own loop and checks
         return sample_ltx2(mm, denoiser, positive, negative, latents, settings, on_step=on_step)
+    if denoiser.family.denoiser_call == "minimax":  # one packed sequence of text, sound and video rows
+        from pipelines.diffusion.minimax_sampling import sample_minimax
+
+        return sample_minimax(mm, denoiser, positive, negative, latents, settings, on_step=on_step)
     if settings.scheduler.startswith(K_PREFIX):
         if denoiser.family.flow and settings.scheduler == "k_euler":
             # Flow models keep their flow-matching Euler loop (ComfyUI's euler on a flow model is Euler too).
             settings = replace(settings, scheduler="euler")
         else:
-            if settings.step_cache.on:
+            if settings.step_cache.on and settings.cache != "easy":
                 raise ValueError(
                     f"cache {settings.cache!r} works with the flow models' own loops (euler or default), "
-                    f"not the k-diffusion sampler {settings.scheduler}"
+                    f"not the k-diffusion sampler {settings.scheduler} (cache easy does)"
                 )
             return sample_k(mm, denoiser, positive, negative, latents, settings, on_step=on_step)
     if denoiser.family.flow:
@@ -218,8 +232,13 @@ def sample(
 
     # 5. Denoising loop (the ControlNets, if any, are held next to the denoiser for the whole loop)
     working = denoiser_working(denoiser, height, width, batch, do_cfg)
-    with use_denoiser(mm, denoiser, working=working) as model, controls:
+    with (
+        use_denoiser(mm, denoiser, working=working) as model,
+        controls,
+        step_cache(model, settings.step_cache, len(timesteps)) as cache,
+    ):
         for i, t in enumerate(timesteps):
+            cache.step(i)
             model_input = torch.cat([x] * 2) if do_cfg else x
             model_input = scheduler.scale_model_input(model_input, t)
 
@@ -230,7 +249,10 @@ def sample(
             )
             if concat is not None:  # inpainting UNet: [latents, mask, masked-picture latents]
                 model_input = torch.cat([model_input, concat], dim=1)
-            noise_pred = _predict_noise(model, denoiser, model_input, t, cond, added_cond_kwargs, residuals)
+            with cache.branch("cfg" if do_cfg else "cond"):
+                noise_pred = _predict_noise(
+                    model, denoiser, model_input, t, cond, added_cond_kwargs, residuals
+                )
 
             if do_cfg:
                 noise_pred_uncond, noise_pred_text = noise_pred.chunk(2)

@@ -31,7 +31,7 @@ from pipelines.diffusion.families_image import (  # re-exported: every family is
     QWENIMAGE_EDIT,
     ZIMAGE,
 )
-from pipelines.diffusion.families_video import LTX2, WAN
+from pipelines.diffusion.families_video import LTX2, MINIMAX, WAN
 from pipelines.diffusion.family_types import (  # re-exported: the registry's types
     Family,
     TextEncoderSlot,
@@ -181,10 +181,12 @@ FAMILIES: dict[str, Family] = {
 }
 FAMILIES[QWENIMAGE_EDIT.name] = QWENIMAGE_EDIT
 FAMILIES[KREA2.name] = KREA2
+FAMILIES[MINIMAX.name] = MINIMAX
 # The order detection tries families in where one family's marker can occur in another's name: FLUX.2 [klein]
 # before FLUX.2 [dev] before Flux before SD3 before SDXL for file names (ComfyUI's `flux-2-klein-4b` has all three); SDXL's "XL" before SD3's "3", and SD's bare "StableDiffusion" last, for
 # diffusers class names.
-NAME_HINT_ORDER: tuple[Family, ...] = (FLUX2_KLEIN, FLUX2_DEV, FLUX, SD3, SDXL, ZIMAGE, QWENIMAGE, WAN)
+NAME_HINT_ORDER: tuple[Family, ...] = (FLUX2_KLEIN, FLUX2_DEV, FLUX, SD3, SDXL, ZIMAGE, QWENIMAGE, WAN, LTX2)
+NAME_HINT_ORDER += (MINIMAX,)  # "minimax_h3" is in no other family's names
 CLASS_MARKER_ORDER: tuple[Family, ...] = (
     FLUX2_KLEIN,
     FLUX2_DEV,
@@ -194,6 +196,7 @@ CLASS_MARKER_ORDER: tuple[Family, ...] = (
     KREA2,
     WAN,
     LTX2,
+    MINIMAX,  # before SD3, whose marker "3" is in MiniMaxH3ModularPipeline
     SDXL,
     SD3,
     FLUX,

@@ -1,7 +1,7 @@
 """The video families' registry entries: Wan 2.1/2.2 (text and image to video, TI2V) and LTX-2 (video with
 sound), declared as data.
 
-Lives here: `WAN`, `LTX2`. The registry that lists them, the detection orders and the lookups are
+Lives here: `WAN`, `LTX2`, `MINIMAX`. The registry that lists them, the detection orders and the lookups are
 `pipelines.diffusion.families`; this file only holds the entries.
 May import: stdlib and pipelines.diffusion.family_types (classes are named, resolved on first use).
 """
@@ -70,4 +70,37 @@ LTX2 = Family(
     prompt_encoder="gemma_ltx2",
     denoiser_call="ltx2",
     class_marker="LTX2",
+    name_markers=("ltx-2", "ltx2", "ltx_2"),  # ComfyUI's files: ltx-2.3-22b-dev-fp8, ltx-2.5-video-vae-bf16
+)
+
+# MiniMax H3 (video with stereo sound, modular only in diffusers: `MiniMaxH3ModularPipeline`): Qwen3-VL read at
+# `hidden_states[50]` (the prompt verbatim, no template, no padding), one DiT over a packed sequence of text,
+# audio and video rows, guidance-distilled (no negative prompt, no guidance scale), two rectified-flow
+# schedules (video shift 12, audio shift 3). Diffusers folders only; the loop is `pipelines.diffusion.minimax_sampling`.
+MINIMAX = Family(
+    name="minimax",
+    title="MiniMax H3",
+    pipeline_classes=("MiniMaxH3ModularPipeline",),
+    denoiser_subfolder="transformer",
+    denoiser_ref=_diffusers("MiniMaxH3Transformer3DModel"),
+    text_encoders=(
+        TextEncoderSlot(
+            "text_encoder",
+            "tokenizer",
+            _transformers("Qwen3VLForConditionalGeneration"),
+            ("model.language_model.layers", "model.visual.blocks"),
+        ),
+    ),
+    cuda_dtype_name="bfloat16",  # MiniMax H3 is published in bf16 (its heads and timestep MLP in fp32)
+    max_text_tokens=None,  # the pipeline neither pads nor truncates the prompt
+    latent_rgb_factors=(),  # 24 latent channels: previews show the first three
+    vae_ref=_diffusers("AutoencoderKLMiniMaxH3"),
+    denoiser_blocks=("transformer_blocks",),
+    flow=True,
+    native_size=1344,  # the pipeline's 1344x768 (16:9) canvas
+    size_multiple=32,  # the VAE's 16 x the transformer's 2x2 patches (a folder's configs override it)
+    prompt_encoder="minimax",
+    denoiser_call="minimax",
+    class_marker="MiniMaxH3",
+    name_markers=("minimax_h3", "minimax-h3"),
 )

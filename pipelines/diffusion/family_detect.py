@@ -1,7 +1,7 @@
 """Which family a model is, from what it holds: the registry's one detector for folders, files and names.
 
 Lives here: `detect_family`, `family_from_keys`, `family_from_class_name`, `family_from_file_name`,
-`family_from_text_encoders`. May import: stdlib, pipelines.diffusion.families; safetensors when a header is
+`family_from_text_encoders`, `folder_index`, `INDEX_FILES`. May import: stdlib, pipelines.diffusion.families; safetensors when a header is
 read. (`detect_single_file_family`, the original-checkpoint layout, stays beside the layouts it returns.)
 
 Every answer is an id of `FAMILIES` (or, for a file that is no whole model, the kind the library lists it as:
@@ -18,6 +18,14 @@ from pipelines.diffusion.families import CLASS_MARKER_ORDER, FAMILIES, NAME_HINT
 
 # Kinds a header can show that are parts of a model, not a family.
 PART_KINDS = ("text_encoder", "lora")
+# What names a diffusers folder's pipeline: `DiffusionPipeline.save_pretrained`'s index, or a modular
+# pipeline's (MiniMax H3 has only a `ModularPipeline`), tried in this order.
+INDEX_FILES = ("model_index.json", "modular_model_index.json")
+
+
+def folder_index(path: Path) -> Path | None:
+    """The index file of a diffusers folder (`INDEX_FILES`), or None when `path` is not one."""
+    return next((path / name for name in INDEX_FILES if (path / name).is_file()), None)
 
 
 def family_from_class_name(name: str) -> str | None:
@@ -84,8 +92,8 @@ def detect_family(path: Path) -> str | None:
     """The family of a diffusers folder (model_index.json) or a safetensors file (its header only, never the
     weights); None when unknown."""
     if path.is_dir():
-        index = path / "model_index.json"
-        if index.is_file():
+        index = folder_index(path)
+        if index is not None:
             try:
                 name = json.loads(index.read_text(encoding="utf-8")).get("_class_name", "")
             except (OSError, json.JSONDecodeError):

@@ -2,14 +2,15 @@
 StableDiffusion3Pipeline.__call__.
 
 Lives here: `sample_flux`, `sample_sd3`, `calculate_shift`, `pack_latents`, `unpack_latents`,
-`latent_image_ids`.
+`latent_image_ids`, `kontext_reference`.
 May import: stdlib, numpy, torch, diffusers, memory, pipelines.diffusion.*.
 
 Differences from the DDPM-style loop in sampling.py: the scheduler is the model's flow-matching Euler and
 the noise is not scaled by `init_noise_sigma`; image-to-image mixes with `scale_noise`. Flux packs the latents
 as 2x2 patches (tokens), shifts its sigmas by the image size (`mu`), and takes guidance as an input of the
 transformer (distilled, Flux-dev) rather than a second batch: diffusers' default `true_cfg_scale=1`, so the
-negative prompt is not used. SD3 runs classic classifier-free guidance on a doubled batch.
+negative prompt is not used; a reference picture on the prompt (FLUX.1 Kontext, FluxKontextPipeline) joins
+the sequence after the noisy tokens. SD3 runs classic classifier-free guidance on a doubled batch.
 """
 
 from __future__ import annotations
@@ -80,6 +81,28 @@ def latent_image_ids(height: int, width: int, dtype: torch.dtype) -> torch.Tenso
     return ids.reshape(-1, 3).to(dtype=dtype)
 
 
+def kontext_reference(
+    cond: Conditioning, batch: int, dtype: torch.dtype, device: torch.device | str
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """FLUX.1 Kontext's reference picture (a Reference Latent on the prompt): its packed latent tokens, repeated
+    for the batch, and their ids (1, row, column): time coordinate 1 tells them from the noisy tokens, as
+    `FluxKontextPipeline.prepare_latents` sets `image_ids[..., 0] = 1`. (None, None) without a reference."""
+    if not cond.references:
+        return None, None
+    if len(cond.references) > 1:
+        raise ValueError(
+            f"FLUX.1 Kontext reads one reference picture here (as FluxKontextPipeline); the prompt has "
+            f"{len(cond.references)}: stitch them into one picture first (Image Stitch)"
+        )
+    ref = cond.references[0].samples[:1].to(device=device, dtype=dtype)
+    _, _, rh, rw = ref.shape
+    if rh % 2 or rw % 2:
+        raise ValueError(f"the reference latent must have even sides (2x2 patches), got {rh}x{rw}")
+    ids = latent_image_ids(rh, rw, dtype)
+    ids[..., 0] = 1
+    return pack_latents(ref).repeat(batch, 1, 1), ids.to(device)
+
+
 def check_flow_scheduler(denoiser: DenoiserRef, settings: SamplerSettings) -> None:
     if settings.scheduler not in FLOW_SCHEDULERS:
         raise ValueError(
@@ -131,6 +154,9 @@ def sample_flux(
     )
     img_ids = latent_image_ids(h, w, positive.embeds.dtype).to(device)
     txt_ids = torch.zeros(positive.embeds.shape[1], 3).to(device=device, dtype=positive.embeds.dtype)
+    refs, ref_ids = kontext_reference(positive, batch, noise.dtype, device)
+    if refs is not None:  # FLUX.1 Kontext: the picture's tokens follow the noisy ones, as FluxKontextPipeline
+        img_ids = torch.cat([img_ids, ref_ids], dim=0)
 
     # 3. Prepare timesteps: sigmas 1 -> 1/steps, shifted for the image's token count
     scheduler = FlowMatchEulerDiscreteScheduler.from_config(denoiser.scheduler_config)
@@ -174,7 +200,7 @@ def sample_flux(
 
             with cache.branch("cond"):
                 noise_pred = model(
-                    hidden_states=x,
+                    hidden_states=x if refs is None else torch.cat([x, refs], dim=1),
                     timestep=timestep / 1000,
                     guidance=guidance,
                     pooled_projections=pooled,
@@ -182,7 +208,7 @@ def sample_flux(
                     txt_ids=txt_ids,
                     img_ids=img_ids,
                     return_dict=False,
-                )[0]
+                )[0][:, : x.shape[1]]  # the reference tokens' predictions are dropped
 
             before = x
             x = scheduler.step(noise_pred, t, x, return_dict=False)[0]

@@ -19,6 +19,7 @@ Only DDPM-trained (UNet) families run here; flow-matching models keep their own 
 from __future__ import annotations
 
 import math
+from contextlib import nullcontext
 from typing import Any
 
 import torch
@@ -39,6 +40,7 @@ from pipelines.diffusion.sampling import (
     unet_conditioning,
 )
 from pipelines.diffusion.schedulers import K_PREFIX, K_SCHEDULER_NAMES, SIGMA_SCHEDULES
+from pipelines.diffusion.step_cache import CacheSession, step_cache
 from pipelines.diffusion.values import Conditioning, DenoiserRef, Latents
 from pipelines.steps import OnStep, Step
 
@@ -58,10 +60,15 @@ class KDenoiser:
         added_cond_kwargs: dict[str, Any] | None,
         cfg: float,
         do_cfg: bool,
+        cache: CacheSession | None = None,
+        sigmas: torch.Tensor | None = None,
     ) -> None:
         self.model, self.ref, self.model_sigmas = model, ref, model_sigmas
         self.cond, self.added_cond_kwargs = cond, added_cond_kwargs
         self.cfg, self.do_cfg = cfg, do_cfg
+        # The easy cache counts steps: a call's step is the nearest sigma of the run's schedule (a second
+        # evaluation of heun or dpm_2 lands on the next step's sigma).
+        self.cache, self.sigmas = cache, sigmas
         self.v_prediction = ref.scheduler_config.get("prediction_type", "epsilon") == "v_prediction"
 
     def __call__(self, x: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
@@ -71,7 +78,10 @@ class KDenoiser:
         model_input = (x * scale.to(x.device)).to(self.ref.dtype)  # the sampler itself stays float32
         if self.do_cfg:
             model_input = torch.cat([model_input] * 2)  # negative first, then positive
-        out = _predict_noise(self.model, self.ref, model_input, t, self.cond, self.added_cond_kwargs)
+        if self.cache is not None and self.sigmas is not None:
+            self.cache.step(int(torch.argmin((self.sigmas.cpu() - sigma).abs())))
+        with self.cache.branch("cfg" if self.do_cfg else "cond") if self.cache is not None else nullcontext():
+            out = _predict_noise(self.model, self.ref, model_input, t, self.cond, self.added_cond_kwargs)
         out = out.float()
         xs = torch.cat([x] * 2) if self.do_cfg else x
         s = sigma.to(x.device)
@@ -166,8 +176,13 @@ def sample_k(
         if on_step is not None:
             on_step(Step(i + 1, total, timestep=float(model_sigmas.timestep(sigmas[i])), latents=x_now))
 
-    with use_denoiser(mm, denoiser, working=working) as model:  # with the ref's LoRA patches
-        k_denoise = KDenoiser(model, denoiser, model_sigmas, cond, added_cond_kwargs, settings.cfg, do_cfg)
+    with (
+        use_denoiser(mm, denoiser, working=working) as model,  # with the ref's LoRA patches
+        step_cache(model, settings.step_cache, total) as cache,
+    ):
+        k_denoise = KDenoiser(
+            model, denoiser, model_sigmas, cond, added_cond_kwargs, settings.cfg, do_cfg, cache, sigmas
+        )
         x = K_SAMPLERS[name](k_denoise, x, sigmas.to(device), step_noise, done)
 
     return Latents(samples=x.cpu(), vae_scale_factor=latents.vae_scale_factor, source="sampled")

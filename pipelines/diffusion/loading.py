@@ -169,8 +169,11 @@ def load_diffusers_folder(
     dtype: str = "auto",
     allow_pickle: bool = False,
 ) -> LoadedModel:
-    """A folder with `model_index.json` (what `DiffusionPipeline.save_pretrained` writes)."""
-    index = read_json(root / "model_index.json")
+    """A folder with `model_index.json` (what `DiffusionPipeline.save_pretrained` writes), or a modular
+    pipeline's `modular_model_index.json` with the components in subfolders."""
+    from pipelines.diffusion.family_detect import folder_index
+
+    index = read_json(folder_index(root) or root / "model_index.json")
     family = family_for_pipeline_class(index["_class_name"])
     torch_dtype, storage = resolve_precision(dtype, family, mm.device)  # "int8": "auto", kept in int8
 
@@ -252,6 +255,18 @@ def load_diffusers_folder(
 
         audio = register_audio_decoder(mm, root, torch_dtype, _register_pretrained, allow_pickle=allow_pickle)
         loaded = replace(loaded, vae=replace(loaded.vae, audio=audio))
+    if family.name == "minimax":  # the stereo sound track's VAE, and the audio rows' own schedule
+        from pipelines.diffusion.minimax_sampling import AUDIO_SCHEDULER_KEY
+        from pipelines.diffusion.minimax_vae import register_minimax_audio
+
+        audio = register_minimax_audio(mm, root, torch_dtype, _register_pretrained, allow_pickle=allow_pickle)
+        audio_scheduler = read_json(root / "audio_scheduler" / "scheduler_config.json")
+        schedulers = {**loaded.denoiser.scheduler_config, AUDIO_SCHEDULER_KEY: audio_scheduler}
+        loaded = replace(
+            loaded,
+            vae=replace(loaded.vae, audio=audio),
+            denoiser=replace(loaded.denoiser, scheduler_config=schedulers),
+        )
     return loaded
 
 
@@ -310,7 +325,9 @@ def load_model(
     if kind == "auto":
         kind = "folder" if path.is_dir() else "single_file"
     if kind == "folder":
-        if not (path / "model_index.json").exists():
+        from pipelines.diffusion.family_detect import folder_index
+
+        if folder_index(path) is None:
             raise FileNotFoundError(f"{path}: not a diffusers folder (no model_index.json)")
         return load_diffusers_folder(mm, path, dtype=dtype, allow_pickle=allow_pickle)
     if kind == "single_file":

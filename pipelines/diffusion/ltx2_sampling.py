@@ -16,7 +16,14 @@ default (`LTX2Guidance`), so the audio stream is always guided (its CFG is 7) an
 needed. The schedule is the pipeline's: sigmas 1 -> 1/steps, the dynamic shift `mu` from the video token
 count. The frame rate the latent was made for (`Latents.fps`) conditions the video positions.
 Image-to-video (`Latents.keep_mask`, from LTXV Image to Video) is `LTX2ImageToVideoPipeline`'s: the first
-latent frame starts as the encoded picture, its tokens see timestep 0, and the Euler step skips it.
+latent frame starts as the encoded picture, its tokens see timestep 0, and the Euler step skips it. Any
+other mask (ComfyUI's LTXVImgToVideoInplace below strength 1: a share of a frame kept) is ComfyUI's noise mask:
+each token's timestep is scaled by its denoised share, and both the input and the prediction are blended with
+the clean latent by the kept share before the Euler step.
+ComfyUI's way (`settings.sigmas`, a SIGMAS wire; `DenoiserRef.ltx2_guidance`, the LTX-2 Guidance node): the
+given sigmas are stepped through unshifted, and both streams start from their input latents noised to the
+first sigma (`manual_sigmas.noised_start`), so a second stage refines the first one's (upscaled) result; a
+guidance whose video and audio CFG are 1 (ComfyUI's CFGGuider at cfg 1) runs one transformer call a step.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from diffusers.utils.torch_utils import randn_tensor
 from memory import MemoryManager, Working
 from pipelines.diffusion.flow_sampling import check_flow_scheduler
 from pipelines.diffusion.lora import use_denoiser
+from pipelines.diffusion.manual_sigmas import check_sigmas, noised_start, set_manual_sigmas
 from pipelines.diffusion.sampling import SamplerSettings
 from pipelines.diffusion.schedulers import K_PREFIX, make_scheduler
 from pipelines.diffusion.values import Conditioning, DenoiserRef, Latents
@@ -142,7 +150,11 @@ def ltx2_working(denoiser: DenoiserRef, video_tokens: int, audio_tokens: int, te
 
 
 def _check(
-    denoiser: DenoiserRef, latents: Latents, settings: SamplerSettings, negative: Conditioning | None
+    denoiser: DenoiserRef,
+    latents: Latents,
+    settings: SamplerSettings,
+    negative: Conditioning | None,
+    guidance: LTX2Guidance,
 ) -> None:
     title = denoiser.family.title
     if settings.scheduler.startswith(K_PREFIX) and settings.scheduler != "k_euler":
@@ -155,10 +167,8 @@ def _check(
         raise ValueError(
             f"cache {settings.cache!r}: the step caches do not run in {title}'s loop yet (set cache to off)"
         )
-    if latents.keep_mask is not None and (
-        latents.keep_mask[:, :, 1:].any() or not latents.keep_mask[:, :, 0].all()
-    ):
-        raise ValueError(f"{title}: only the first frame can be conditioned (LTX-2 Image to Video)")
+    if latents.keep_mask is not None and (latents.keep_mask.min() < 0 or latents.keep_mask.max() > 1):
+        raise ValueError(f"{title}: a conditioning mask keeps between 0 and 1 of a frame")
     if latents.samples.ndim != 5 or latents.audio is None:
         raise ValueError(
             f"{title} denoises a video latent with its sound track: feed the sampler from an Empty Video Latent "
@@ -166,11 +176,17 @@ def _check(
         )
     if latents.samples.shape[0] != 1:
         raise ValueError(f"{title}: one video at a time, got a batch of {latents.samples.shape[0]}")
-    if negative is None:
+    if settings.sigmas is not None:
+        check_sigmas(settings.sigmas, "input 'sigmas'", flow=True)
+    if negative is None and _uses_negative(settings, guidance):
         raise ValueError(
             f"input 'negative': {title} always guides its sound track (the pipeline's audio guidance is 7): "
             "wire a negative prompt (an empty text is the pipeline's default)"
         )
+
+
+def _uses_negative(settings: SamplerSettings, guidance: LTX2Guidance) -> bool:
+    return settings.cfg != 1.0 or guidance.audio_guidance_scale != 1.0
 
 
 @torch.no_grad()
@@ -183,11 +199,13 @@ def sample_ltx2(
     settings: SamplerSettings,
     *,
     on_step: OnStep | None = None,
-    guidance: LTX2Guidance = LTX2Guidance(),
+    guidance: LTX2Guidance | None = None,
 ) -> Latents:
     # 1. Check inputs
-    _check(denoiser, latents, settings, negative)
-    assert negative is not None and latents.audio is not None
+    guidance = guidance or denoiser.ltx2_guidance or LTX2Guidance()
+    _check(denoiser, latents, settings, negative, guidance)
+    do_cfg = _uses_negative(settings, guidance)
+    assert latents.audio is not None and (negative is not None or not do_cfg)
     device = mm.device
     dtype = denoiser.dtype
     config = denoiser.config
@@ -202,15 +220,22 @@ def sample_ltx2(
     x = randn_tensor(
         tuple(latents.samples.shape), generator=generator, device=torch.device(device), dtype=torch.float32
     )
-    keep = None  # image-to-video: the packed conditioning mask (1, F x h x w), 1 on the first frame's tokens
-    if latents.keep_mask is not None:  # the pipeline's interpolation: the encoded frame kept, noise elsewhere
-        mask = latents.keep_mask.to(device=device, dtype=torch.float32)
-        x = latents.samples.to(device=device, dtype=torch.float32) * mask + x * (1 - mask)
-        keep = pack_video(mask, p, pt).squeeze(-1)
-    x = pack_video(x, p, pt)  # (1, F x h x w, C)
     a = randn_tensor(
         tuple(latents.audio.shape), generator=generator, device=torch.device(device), dtype=torch.float32
     )
+    if settings.sigmas is not None:  # ComfyUI's: the input latents noised to the first sigma
+        x = noised_start(latents.samples.to(device), x, settings.sigmas[0])
+        a = noised_start(latents.audio.to(device), a, settings.sigmas[0])
+    keep = None  # image-to-video: the packed conditioning mask (1, F x h x w), 1 on the first frame's tokens
+    first_only = True  # the pipeline's case: the first frame kept whole, nothing else (else ComfyUI's blend)
+    if latents.keep_mask is not None:  # the pipeline's interpolation: the encoded frame kept, noise elsewhere
+        mask = latents.keep_mask.to(device=device, dtype=torch.float32)
+        first_only = bool(mask[:, :, 0].eq(1).all() and mask[:, :, 1:].eq(0).all())
+        clean = pack_video(latents.samples.to(device=device, dtype=torch.float32), p, pt)
+        if first_only:  # (a partial mask blends at every step instead, from the noised start)
+            x = latents.samples.to(device=device, dtype=torch.float32) * mask + x * (1 - mask)
+        keep = pack_video(mask, p, pt).squeeze(-1)
+    x = pack_video(x, p, pt)  # (1, F x h x w, C)
     a = pack_audio(a)  # (1, L, C x mel)
 
     # 3. Prepare timesteps: the pipeline's sigmas and dynamic shift, one scheduler per stream
@@ -225,20 +250,25 @@ def sample_ltx2(
         sconfig.get("max_shift", 2.05),
     )
     audio_scheduler = copy.deepcopy(scheduler)
-    audio_scheduler.set_timesteps(sigmas=sigmas, device=device, mu=mu)
-    scheduler.set_timesteps(sigmas=sigmas, device=device, mu=mu)
-    timesteps = scheduler.timesteps
-    scheduler.set_begin_index(0)
-    audio_scheduler.set_begin_index(0)
+    if settings.sigmas is not None:  # stepped through as given (ComfyUI applies no shift to a SIGMAS input)
+        set_manual_sigmas(audio_scheduler, settings.sigmas, device)
+        timesteps = set_manual_sigmas(scheduler, settings.sigmas, device)
+    else:
+        audio_scheduler.set_timesteps(sigmas=sigmas, device=device, mu=mu)
+        scheduler.set_timesteps(sigmas=sigmas, device=device, mu=mu)
+        timesteps = scheduler.timesteps
+        scheduler.set_begin_index(0)
+        audio_scheduler.set_begin_index(0)
 
-    # 4. Prepare conditioning: [negative, positive] for the CFG batch
-    video_text = torch.cat([negative.embeds, positive.embeds]).to(device=device, dtype=dtype)
-    audio_text = torch.cat([negative.audio_embeds, positive.audio_embeds]).to(device=device, dtype=dtype)
-    text_mask = torch.cat([negative.attention_mask, positive.attention_mask]).to(device)
-    pos_video_text, pos_audio_text, pos_mask = video_text[1:], audio_text[1:], text_mask[1:]
+    # 4. Prepare conditioning: [negative, positive] for the CFG batch (the positive alone without CFG)
+    conds = [negative, positive] if do_cfg and negative is not None else [positive]
+    video_text = torch.cat([c.embeds for c in conds]).to(device=device, dtype=dtype)
+    audio_text = torch.cat([c.audio_embeds for c in conds]).to(device=device, dtype=dtype)
+    text_mask = torch.cat([c.attention_mask for c in conds]).to(device)
+    pos_video_text, pos_audio_text, pos_mask = video_text[-1:], audio_text[-1:], text_mask[-1:]
 
     # 5. Denoising loop
-    working = ltx2_working(denoiser, x.shape[1], audio_frames, video_text.shape[1])
+    working = ltx2_working(denoiser, x.shape[1], audio_frames, video_text.shape[1])  # (the CFG batch)
     with use_denoiser(mm, denoiser, working=working) as model:
         video_coords = model.rope.prepare_video_coords(1, frames, height, width, x.device, fps=fps)
         audio_coords = model.audio_rope.prepare_audio_coords(1, audio_frames, a.device)
@@ -282,22 +312,8 @@ def sample_ltx2(
         do_modality = guidance.modality_scale > 1.0 or guidance.audio_modality_scale > 1.0
         cfg_coords = (video_coords.repeat(2, 1, 1, 1), audio_coords.repeat(2, 1, 1, 1))
         for i, t in enumerate(timesteps):
-            # CFG: one doubled batch, negative first
-            v, va = call(
-                torch.cat([x] * 2),
-                torch.cat([a] * 2),
-                t.expand(2),
-                video_text,
-                audio_text,
-                text_mask,
-                *cfg_coords,
-            )
-            v_uncond, v = v.chunk(2)
-            va_uncond, va = va.chunk(2)
-            x0 = to_x0(x, v, i, scheduler)
-            video_cfg = (settings.cfg - 1) * (x0 - to_x0(x, v_uncond, i, scheduler))
-            a0 = to_x0(a, va, i, audio_scheduler)
-            audio_cfg = (guidance.audio_guidance_scale - 1) * (a0 - to_x0(a, va_uncond, i, audio_scheduler))
+            if not first_only:  # ComfyUI's noise mask: the kept share of each token is the clean latent
+                x = x * (1 - keep.unsqueeze(-1)) + clean * keep.unsqueeze(-1)
             single = (
                 t.expand(2).chunk(2)[0],
                 pos_video_text,
@@ -306,6 +322,28 @@ def sample_ltx2(
                 video_coords,
                 audio_coords,
             )
+            if do_cfg:  # CFG: one doubled batch, negative first
+                v, va = call(
+                    torch.cat([x] * 2),
+                    torch.cat([a] * 2),
+                    t.expand(2),
+                    video_text,
+                    audio_text,
+                    text_mask,
+                    *cfg_coords,
+                )
+                v_uncond, v = v.chunk(2)
+                va_uncond, va = va.chunk(2)
+                x0 = to_x0(x, v, i, scheduler)
+                video_cfg = (settings.cfg - 1) * (x0 - to_x0(x, v_uncond, i, scheduler))
+                a0 = to_x0(a, va, i, audio_scheduler)
+                audio_cfg = (guidance.audio_guidance_scale - 1) * (
+                    a0 - to_x0(a, va_uncond, i, audio_scheduler)
+                )
+            else:  # both scales 1: the conditional prediction alone
+                v, va = call(x, a, *single)
+                x0, a0 = to_x0(x, v, i, scheduler), to_x0(a, va, i, audio_scheduler)
+                video_cfg = audio_cfg = 0
             video_stg = audio_stg = video_modality = audio_modality = 0
             if do_stg:  # self-attention skipped in the STG blocks
                 v_stg, va_stg = call(x, a, *single, stg=stg_blocks)
@@ -325,9 +363,11 @@ def sample_ltx2(
             if guidance.audio_guidance_rescale > 0:
                 a0_g = rescale_noise_cfg(a0_g, a0, guidance_rescale=guidance.audio_guidance_rescale)
             # back to velocities (the pipeline's convert_x0_to_velocity) for the Euler steps
+            if not first_only:  # ComfyUI's: the prediction blended with the clean latent by the same mask
+                x0_g = x0_g * (1 - keep.unsqueeze(-1)) + clean * keep.unsqueeze(-1)
             v_g = (x - x0_g) / scheduler.sigmas[i]
             va_g = (a - a0_g) / audio_scheduler.sigmas[i]
-            if keep is None:
+            if keep is None or not first_only:
                 x = scheduler.step(v_g, t, x, return_dict=False)[0]
             else:  # the pipeline steps every frame but the first, which stays the encoded picture
                 xs = unpack_video(x, frames, height, width, p, pt)

@@ -33,6 +33,7 @@ from pipelines.diffusion.flow_sampling import (
     unpack_latents,
 )
 from pipelines.diffusion.lora import use_denoiser
+from pipelines.diffusion.manual_sigmas import check_sigmas, noised_start, set_manual_sigmas
 from pipelines.diffusion.qwenimage_working import qwenimage_working
 from pipelines.diffusion.sampling import SamplerSettings, batched_conditioning
 from pipelines.diffusion.schedulers import make_scheduler
@@ -145,15 +146,25 @@ def sample_qwenimage(
         config.get("base_shift", 0.5),
         config.get("max_shift", 1.15),
     )
-    scheduler.set_timesteps(sigmas=np.linspace(1.0, 1 / settings.steps, settings.steps), device=device, mu=mu)
-    timesteps = start_partway(scheduler, settings)
-    if len(timesteps) == 0:
-        return latents
-    if settings.denoise >= 1.0:
-        x = pack_latents(noise)
+    if settings.sigmas is not None:  # a SIGMAS wire: stepped through as given, the latent noised to its first
+        if settings.denoise < 1.0:
+            raise ValueError("input 'sigmas': a schedule sets the strength itself (leave denoise at 1)")
+        check_sigmas(settings.sigmas, "input 'sigmas'", flow=True)
+        timesteps = set_manual_sigmas(scheduler, settings.sigmas, device)
+        start = latents.samples.to(device=device, dtype=dtype)
+        x = pack_latents(noised_start(start, noise, settings.sigmas[0]))
     else:
-        init = latents.samples.to(device=device, dtype=dtype)
-        x = pack_latents(scheduler.scale_noise(init, timesteps[:1].repeat(batch), noise))
+        scheduler.set_timesteps(
+            sigmas=np.linspace(1.0, 1 / settings.steps, settings.steps), device=device, mu=mu
+        )
+        timesteps = start_partway(scheduler, settings)
+        if len(timesteps) == 0:
+            return latents
+        if settings.denoise >= 1.0:
+            x = pack_latents(noise)
+        else:
+            init = latents.samples.to(device=device, dtype=dtype)
+            x = pack_latents(scheduler.scale_noise(init, timesteps[:1].repeat(batch), noise))
 
     # 4. Prepare conditioning: one caption per call, the patch grid for the rotary positions
     pos_embeds = batched_conditioning(positive, batch).embeds.to(device=device, dtype=dtype)

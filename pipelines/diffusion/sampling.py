@@ -45,6 +45,9 @@ class SamplerSettings:
     # A step cache on the DiT families' blocks (pipelines.diffusion.step_cache): off gives the exact picture.
     cache: str = "off"
     cache_threshold: float = 0.1
+    # A hand-given schedule (a SIGMAS wire: ComfyUI's ManualSigmas and friends), stepped through as it is by the
+    # loops of `manual_sigmas.SIGMA_LOOPS`; None: the scheduler's own from `steps`.
+    sigmas: tuple[float, ...] | None = None
 
     @property
     def step_cache(self) -> StepCache:
@@ -76,7 +79,10 @@ def denoiser_working_bytes(
     # pixels into a token itself (FluxPipeline._pack_latents), so its config says patch_size 1.
     hidden = int(config.get("num_attention_heads", 16)) * int(config.get("attention_head_dim", 72))
     hidden = int(config.get("dim", hidden))
-    patch = 2 if ref.family.packs_latents else int(config.get("patch_size", 2) or 2)
+    patch_size = config.get("patch_size", 2) or 2
+    if isinstance(patch_size, (list, tuple)):  # video DiTs (Wan, MiniMax H3): (t, h, w); the side is h
+        patch_size = patch_size[-1]
+    patch = 2 if ref.family.packs_latents else int(patch_size)
     if config.get("all_patch_size"):  # Z-Image: the patch sizes it was trained with; pipelines use the first
         patch = int(config["all_patch_size"][0])
     return diffusion_working_bytes(

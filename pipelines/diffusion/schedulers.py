@@ -44,6 +44,9 @@ K_SAMPLER_NAMES: tuple[str, ...] = (
     "res_multistep_ancestral",
 )
 K_PREFIX = "k_"
+# The ones ComfyUI runs unchanged on a flow-matching model (its ancestral/SDE/LCM samplers take other steps there):
+# Wan's loop runs them over ComfyUI's flow sigmas (pipelines.diffusion.wan_k_sampling).
+FLOW_K_SAMPLERS: tuple[str, ...] = ("uni_pc", "dpmpp_2m", "heun", "dpm_2", "ddim", "res_multistep")
 K_SCHEDULER_NAMES: tuple[str, ...] = tuple(K_PREFIX + name for name in K_SAMPLER_NAMES)
 SIGMA_SCHEDULES: tuple[str, ...] = (
     "normal",

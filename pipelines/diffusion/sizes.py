@@ -44,7 +44,8 @@ def config_patch_size(denoiser_config: dict[str, Any]) -> int:
     sizes = denoiser_config.get("all_patch_size")
     if isinstance(sizes, list | tuple) and sizes:
         return int(sizes[0])
-    return int(denoiser_config.get("patch_size") or 1)
+    patch = denoiser_config.get("patch_size") or 1
+    return int(patch[-1] if isinstance(patch, list | tuple) else patch)  # video DiTs: (t, h, w)
 
 
 def size_for_denoiser(denoiser: DenoiserRef) -> ImageSize:
@@ -62,7 +63,11 @@ def size_for_model(spec: str) -> ImageSize | None:
     try:
         path = resolve_model_path(spec)
         if path.is_dir():
-            family = family_for_pipeline_class(_read(path / "model_index.json")["_class_name"])
+            from pipelines.diffusion.family_detect import folder_index
+
+            family = family_for_pipeline_class(
+                _read(folder_index(path) or path / "model_index.json")["_class_name"]
+            )
             config = _read(path / family.denoiser_subfolder / "config.json")
             return size_from_configs(family, config, vae_scale_factor(_read(path / "vae" / "config.json")))
         if path.suffix == ".safetensors":

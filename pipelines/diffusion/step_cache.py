@@ -3,8 +3,8 @@
 Lives here: `STEP_CACHES` (the one list of names the Sampler's `cache` field, the CLI and the GUI offer),
 `StepCache` (a method and its threshold), `cache_applies` (whether a denoiser has blocks a cache can hook),
 `step_cache` (a context manager that puts diffusers' hooks on the placed denoiser for one sampling run and
-takes them off again) and `CacheSession.branch` (names each denoiser call of a step, so the positive and the
-negative pass keep separate cached residuals).
+takes them off again), `CacheSession.branch` (names each denoiser call of a step, so the positive and the
+negative pass keep separate cached residuals) and `cache_bytes` (what the hooks keep, for the memory plan).
 May import: stdlib, torch, diffusers (both only inside functions).
 
 Why diffusers' hooks: they are the published implementations (First-Block Cache after ParaAttention,
@@ -17,10 +17,14 @@ memory manager keeps resident (and LoRA patches, streaming, the next run) sees n
   are skipped and their last residual is reused.
 - `taylorseer`: features are computed every `interval` steps and predicted by a first-order Taylor
   expansion in between (the first 3 steps always compute, as diffusers' default).
+- `easy`: EasyCache (`pipelines.diffusion.easy_cache`, as ComfyUI's EasyCache node): whole denoiser calls
+  are served from the last computed (output - input) while the predicted change since then stays below
+  `threshold`; it needs no block list, so it also runs on the UNets (SD 1.x, SDXL).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
@@ -29,7 +33,11 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # torch is imported where a cache runs: the node declarations read STEP_CACHES cheaply
     import torch
 
-STEP_CACHES: tuple[str, ...] = ("off", "first-block", "taylorseer")
+    from pipelines.diffusion.easy_cache import EasyCacheState
+
+log = logging.getLogger(__name__)
+
+STEP_CACHES: tuple[str, ...] = ("off", "first-block", "taylorseer", "easy")
 # The ModuleList names diffusers' cache hooks look for (diffusers.hooks._common); a denoiser without one
 # (a UNet: its attention lives inside down/up blocks) has nothing they can skip.
 _BLOCK_LISTS = ("transformer_blocks", "single_transformer_blocks", "blocks", "layers")
@@ -40,6 +48,7 @@ class StepCache:
     method: str = "off"
     # first-block: the relative change of the first block's residual below which the rest is reused.
     # taylorseer: steps between full computations (rounded to an integer, at least 2).
+    # easy: the summed predicted relative output change below which a whole call is reused (ComfyUI: 0.2).
     threshold: float = 0.1
 
     def __post_init__(self) -> None:
@@ -66,15 +75,26 @@ class CacheSession:
 
     model: torch.nn.Module | None
     steps: int
+    easy: EasyCacheState | None = None
     _step: int = 0
 
     def step(self, index: int) -> None:
         self._step = index
+        if self.easy is not None:
+            self.easy.step = index
 
     def branch(self, name: str) -> Any:
+        if self.easy is not None:
+            self.easy.branch = name
+            return nullcontext()
         if self.model is None:
             return nullcontext()
         return _context(self.model, name, self._step, self.steps)
+
+    @property
+    def skipped(self) -> int | None:
+        """Steps the easy cache served without running the denoiser (None for the other methods)."""
+        return None if self.easy is None else self.easy.skipped
 
 
 @contextmanager
@@ -167,6 +187,10 @@ def step_cache(model: torch.nn.Module, cache: StepCache, steps: int) -> Iterator
     if not cache.on:
         yield CacheSession(None, steps)
         return
+    if cache.method == "easy":
+        with _easy(model, cache, steps) as session:
+            yield session
+        return
     if not cache_applies(model):
         raise ValueError(
             f"cache {cache.method!r}: this denoiser ({type(model).__name__}) has no transformer block list the "
@@ -184,6 +208,32 @@ def step_cache(model: torch.nn.Module, cache: StepCache, steps: int) -> Iterator
         yield CacheSession(model, steps)
     finally:
         _remove_added(model, before)
+
+
+_EASY_HOOK = "nodeloom_easy_cache"
+
+
+@contextmanager
+def _easy(model: torch.nn.Module, cache: StepCache, steps: int) -> Iterator[CacheSession]:
+    from diffusers.hooks import HookRegistry
+
+    from pipelines.diffusion.easy_cache import EasyCacheState, easy_cache_hook
+
+    state = EasyCacheState(threshold=float(cache.threshold), steps=steps)
+    registry = HookRegistry.check_if_exists_or_initialize(model)
+    registry.register_hook(easy_cache_hook(state), _EASY_HOOK)
+    try:
+        yield CacheSession(model, steps, easy=state)
+    finally:
+        registry.remove_hook(_EASY_HOOK, recurse=False)
+    # The Sampler node turns this record into its log line and the report's `cache_reused_steps`.
+    log.info(
+        "easy cache (threshold %g): %d of %d steps reused the last computed step",
+        cache.threshold,
+        state.skipped,
+        steps,
+        extra={"cache_reused_steps": state.skipped},
+    )
 
 
 def _hidden(config: dict[str, Any]) -> int:

@@ -11,6 +11,7 @@ sampler can refuse an SDXL conditioning fed to an SD1 UNet with a clear message.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -60,6 +61,8 @@ def vae_scale_factor(vae_config: dict[str, Any]) -> int:
     `assembly` gives a denoiser its factor with it, and `VaeRef.scale_factor` reads it."""
     if "scale_factor_spatial" in vae_config:  # the Wan VAE says it (its blocks are `dim_mult`)
         return int(vae_config["scale_factor_spatial"])
+    if "spatial_downsample_factors" in vae_config:  # MiniMax H3's video VAE: the product of its stages
+        return int(math.prod(int(f) for f in vae_config["spatial_downsample_factors"]))
     if "spatio_temporal_scaling" in vae_config:  # the LTX-2 video VAE, as its `spatial_compression_ratio`
         return ltx2_vae_ratios(vae_config)[0]
     if "temperal_downsample" in vae_config:  # Qwen-Image's 3D VAE: one 2x downsampling per entry
@@ -115,6 +118,9 @@ class DenoiserRef:
     image_encoder: Any = None
     # Wan 2.2 TI2V (model_index.json `expand_timesteps`): a timestep per video token; 0 on an image's frame.
     expand_timesteps: bool = False
+    # LTX-2's guidance terms besides cfg (`ltx2_sampling.LTX2Guidance`, set by the LTX-2 Guidance node); None:
+    # the pipeline's defaults.
+    ltx2_guidance: Any = None
 
 
 @dataclass(frozen=True)
@@ -132,11 +138,12 @@ class TextEncoderRef:
 
 @dataclass(frozen=True)
 class AudioDecoderRef:
-    """LTX-2's audio VAE and vocoder (latent spectrogram -> mel -> waveform), lazily loaded."""
+    """LTX-2's audio VAE and vocoder (latent spectrogram -> mel -> waveform), or MiniMax H3's audio VAE alone
+    (latents -> waveform), lazily loaded."""
 
     vae: ModelHandle
     vae_config: dict[str, Any]
-    vocoder: ModelHandle
+    vocoder: ModelHandle | None  # None: the audio VAE makes the waveform itself (MiniMax H3)
     vocoder_config: dict[str, Any]
     dtype: torch.dtype
 
@@ -173,6 +180,8 @@ class Conditioning:
     references: tuple[Any, ...] = ()
     # LTX-2: the connectors' per-token embeddings for the audio stream (`embeds` are the video stream's).
     audio_embeds: torch.Tensor | None = None
+    # MiniMax H3: each row's modality tag (1 text, 0 a keyframe's vision block), which the transformer reads.
+    token_tags: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -190,6 +199,8 @@ class Latents:
     concat: torch.Tensor | None = None
     # Wan 2.1 I2V: the start (and last) picture, each (H, W, 3) in [0, 1], for the denoiser's image encoder.
     clip_images: tuple[torch.Tensor, ...] = ()
+    # ...and the encoder for them when it is not the denoiser's own (a CLIP vision file: nodes/clip_vision.py).
+    clip_encoder: Any = None
     # LTX-2: the sound track's latents (B, C, audio latent frames, mel bins), normalised as the transformer
     # sees them once packed, and the frame rate both were sized for (it also conditions the positions).
     audio: torch.Tensor | None = None
@@ -197,6 +208,9 @@ class Latents:
     # LTX-2 image-to-video: (B, 1, latent frames, h, w), the pipeline's conditioning mask: 1 = keep the samples
     # (the encoded first frame), 0 = denoise from noise.
     keep_mask: torch.Tensor | None = None
+    # MiniMax H3 image-to-video: the keyframes as (anchor "first" / "last", normalised latent (1, C, 1, h, w)),
+    # in packed order; they ride in the sequence as anchors the loop never writes.
+    keyframes: tuple[tuple[str, torch.Tensor], ...] = ()
 
     @property
     def pixel_size(self) -> tuple[int, int]:

@@ -1,7 +1,7 @@
 """Wan image-to-video inputs: the start (and last) frame encoded as the transformer's extra input channels,
 and Wan 2.1 I2V's CLIP image embeddings.
 
-Lives here: `ImageEncoderRef`, `wan_image_latents`, `wan22_image_latent`, `encode_clip_images`,
+Lives here: `ImageEncoderRef`, `ClipVisionOutput`, `wan_image_latents`, `wan22_image_latent`, `encode_clip_images`,
 `i2v_extra_channels`. May import:
 stdlib, torch, PIL, transformers, memory, pipelines.diffusion.values / resize.
 
@@ -37,6 +37,15 @@ class ImageEncoderRef:
     root: Path  # the folder: `image_processor/` holds the CLIPImageProcessor settings
     config: dict[str, Any]
     dtype: torch.dtype
+
+
+@dataclass(frozen=True)
+class ClipVisionOutput:
+    """ComfyUI's CLIP_VISION_OUTPUT here: the encoder and the picture (H, W, 3) in [0, 1] it is to encode; the
+    Wan sampler encodes it where it needs the states (`encode_clip_images`)."""
+
+    encoder: ImageEncoderRef
+    picture: torch.Tensor
 
 
 def _pixels(image: torch.Tensor, height: int, width: int) -> torch.Tensor:

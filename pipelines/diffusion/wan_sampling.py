@@ -16,6 +16,9 @@ Image-to-video (`WanImageToVideoPipeline`): the latent wire carries [mask, encod
 Wan 2.1 I2V's CLIP image states go to every call as `encoder_hidden_states_image`. Wan 2.2 TI2V-5B
 (`expand_timesteps`) gives each video token its own timestep; for image-to-video the first latent frame is the
 image's latents with timestep 0 (the latent's noise mask says which), mixed in before every call and at the end.
+Sampler (Advanced) runs the steps [start, end) of the same schedule (ComfyUI's two-file Wan 2.2 A14B layout:
+one segment per expert), with or without fresh noise; with flow-matching Euler two segments give the latents
+of one run split at the same step, and the image-to-video inputs stay on the output latent for the next one.
 """
 
 from __future__ import annotations
@@ -137,9 +140,11 @@ def _image_inputs(
         condition = condition.repeat(batch // condition.shape[0], 1, 1, 1, 1)
     if denoiser.config.get("image_dim") is None:  # Wan 2.2 I2V: the frames alone condition it
         return condition, None
-    if denoiser.image_encoder is None:
+    encoder = latents.clip_encoder or denoiser.image_encoder  # a CLIP vision file's, else the folder's
+    if encoder is None:
         raise ValueError(
-            f"{title}: this transformer takes CLIP image states but the folder has no image_encoder"
+            f"{title}: this transformer takes CLIP image states but the folder has no image_encoder: wire a "
+            "CLIP Vision Encode (Load CLIP Vision) into Wan Image To Video's clip_vision_output"
         )
     if not latents.clip_images:
         raise ValueError(
@@ -150,7 +155,7 @@ def _image_inputs(
             f"{title}: this image-to-video model takes one start image; a first and a last frame need a "
             "first-last-frame model (Wan 2.1 FLF2V, or Wan 2.2 I2V)"
         )
-    states = encode_clip_images(mm, denoiser.image_encoder, latents.clip_images)
+    states = encode_clip_images(mm, encoder, latents.clip_images)
     return condition, states.repeat(batch, 1, 1).to(device=mm.device, dtype=denoiser.dtype)
 
 
@@ -200,12 +205,14 @@ def sample_wan(
         scheduler = FlowMatchEulerDiscreteScheduler.from_config(config, shift=shift)
     scheduler.set_timesteps(settings.steps, device=device)
     timesteps = scheduler.timesteps
+    start, end = _segment(scheduler, settings)
+    if start >= end:
+        return latents  # KSamplerAdvanced's empty segment: the latent as it came
 
-    # 3. Prepare latent variables: float32 noise drawn as the pipeline draws it
-    x = randn_tensor(
-        tuple(latents.samples.shape), generator=generator, device=torch.device(device), dtype=torch.float32
-    )
-    scheduler.set_begin_index(0)
+    # 3. Prepare latent variables: float32 noise drawn as the pipeline draws it; a later segment continues
+    # from the latent it is given (noised to its first sigma only when it adds noise, as ComfyUI's flow models)
+    x = _start_latent(latents, settings, scheduler, start, generator, device)
+    scheduler.set_begin_index(start)
 
     # 4. Prepare conditioning (the positive and negative are separate calls: no common length needed)
     dtype = denoiser.dtype
@@ -225,7 +232,8 @@ def sample_wan(
     working = wan_working(denoiser, tuple(latents.samples.shape))
     middle = latents.samples.shape[2] // 2
     stages = expert_stages(denoiser, timesteps, int(scheduler.config.num_train_timesteps))
-    for expert, steps in stages:
+    stages = [(ref, [i for i in steps if start <= i < end]) for ref, steps in stages]
+    for expert, steps in (stage for stage in stages if stage[1]):
         # Each expert keeps its own cache: the hooks live on that expert for its stretch of the schedule.
         with (
             use_denoiser(mm, expert, working=working) as model,
@@ -280,4 +288,36 @@ def sample_wan(
 
     if keep is not None:  # the first frame is the image's latents exactly, as the pipeline puts it back
         x = (1 - keep) * given + keep * x
-    return Latents(samples=x.cpu(), vae_scale_factor=latents.vae_scale_factor, source="sampled")
+    # The image-to-video inputs stay on the wire: a later segment (Wan 2.2's low-noise expert) needs them too.
+    return replace(latents, samples=x.cpu(), source="sampled")
+
+
+def _segment(scheduler: object, settings: SamplerSettings) -> tuple[int, int]:
+    """KSamplerAdvanced's steps [start, end) of the schedule (all of it for Sampler). A segment that stops
+    early without leftover noise steps to sigma 0 at its end, as ComfyUI sets the segment's last sigma to 0."""
+    start, end = settings.start_step, min(settings.end_step, settings.steps)
+    if end < settings.steps and settings.force_full_denoise:
+        sigmas = scheduler.sigmas.clone()  # type: ignore[attr-defined]
+        sigmas[end] = 0.0
+        scheduler.sigmas = sigmas  # type: ignore[attr-defined]
+    return start, end
+
+
+def _start_latent(
+    latents: Latents,
+    settings: SamplerSettings,
+    scheduler: object,
+    start: int,
+    generator: torch.Generator,
+    device: object,
+) -> torch.Tensor:
+    """Noise for a run from the top; for a segment that adds no noise, the latent it continues; for a later
+    segment that adds noise, the latent noised to its first sigma, sigma x noise + (1 - sigma) x latent."""
+    shape = tuple(latents.samples.shape)
+    if not settings.add_noise:
+        return latents.samples.to(device=device, dtype=torch.float32)
+    noise = randn_tensor(shape, generator=generator, device=torch.device(device), dtype=torch.float32)
+    if start == 0:
+        return noise  # the pipeline's start: pure noise (the empty latent only gives the shape)
+    sigma = float(scheduler.sigmas[start])  # type: ignore[attr-defined]
+    return sigma * noise + (1.0 - sigma) * latents.samples.to(device=device, dtype=torch.float32)

@@ -7,6 +7,7 @@ decode_n_tokens, generate), `chat` (prompts and chat templates), `detokenize` (i
 `runtime` (the glue to the memory manager the nodes use); for GGUF on a CPU, `packed_linear` (torch's int4/int8
 matmuls on repacked blocks), `packed_model` (GGUF -> packed tensors -> decoder), `packed_cache` (repack once per
 file and machine), `packed_runtime` (the ledger handle, the measured `auto` rule) and `compact_model` (a small
-Llama/Qwen2 decoder with a static cache).
+Llama/Qwen/Gemma 3 decoder with a static cache); `batch_kv`, `scheduler`, `batch_runtime` (batched decoding);
+`vision` (Qwen-VL folders: pictures into the prompt).
 Imports transformers, tokenizers, gguf-py, safetensors and `memory`; never nodes/, app/ or Qt.
 """

@@ -7,15 +7,15 @@ and each slot holds one sequence at its own length. A joining sequence is prefil
 through `slot_view` (the same `CompactLM.step` a single run makes, writing into views of that slot's rows),
 so its first token is the one a single run gives. A decode step then feeds one token per active sequence,
 each at its own position: rotary tables and the cache write are indexed per row, and each row attends only
-to its own filled positions (a (B, 1, 1, L) mask over the longest one).
+to its own filled positions (a (B, 1, 1, L) mask over the longest one; on a sliding-window layer, only the
+last `window` of them). The per-layer math (q/k norms, rotary, Gemma's sandwich norms) is the block's own.
 """
 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
-from pipelines.llm.compact_model import CompactConfig, CompactLM, RotaryTable, apply_rotary
+from pipelines.llm.compact_model import CompactConfig, CompactLM, rotary_tables
 
 
 class SlotKV:
@@ -41,7 +41,7 @@ class BatchKV:
         self.max_tokens = max_tokens
         self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(config.layers)]
         self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(config.layers)]
-        self.rotary = RotaryTable(config.head_dim, config.rope_theta, max_tokens, dtype)
+        self.rotary = rotary_tables(config, max_tokens, dtype)  # one per layer
 
     def slot_view(self, slot: int) -> SlotKV:
         return SlotKV(self, slot)
@@ -73,24 +73,28 @@ def batch_decode_step(
     slot_ids = torch.tensor(slots, dtype=torch.long, device=device)
     rows = _rows(slots)
     length = max(positions) + 1
-    cos = kv.rotary.cos[pos].view(b, 1, 1, c.head_dim)  # each row's own position
-    sin = kv.rotary.sin[pos].view(b, 1, 1, c.head_dim)
-    mask = (torch.arange(length, device=device)[None, :] <= pos[:, None]).view(b, 1, 1, length)
-    x = model.embed(tokens).to(model.dtype)  # (B, 1, hidden)
+    key_pos = torch.arange(length, device=device)[None, :]
+    causal = key_pos <= pos[:, None]  # (B, L): each row's own filled positions
+    masks: dict[int, torch.Tensor] = {}  # per window size (0: none), built once a step
+    angles: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # per rotary table, likewise
+    x = model.embed_ids(tokens)  # (B, 1, hidden)
     for layer, block in enumerate(model.blocks):
         attention = block.attention
-        h = block.attn_norm(x)
-        q, k, v = attention.wqkv(h).split(
-            [c.heads * c.head_dim, c.kv_heads * c.head_dim, c.kv_heads * c.head_dim], -1
-        )
-        q = q.view(b, 1, c.heads, c.head_dim).transpose(1, 2)  # (B, H, 1, D)
-        k = k.view(b, 1, c.kv_heads, c.head_dim).transpose(1, 2)  # (B, Hkv, 1, D)
-        v = v.view(b, 1, c.kv_heads, c.head_dim).transpose(1, 2)
-        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        table = kv.rotary[layer]
+        if id(table) not in angles:  # each row's own position
+            angles[id(table)] = (
+                table.cos[pos].view(b, 1, 1, c.head_dim),
+                table.sin[pos].view(b, 1, 1, c.head_dim),
+            )
+        cos, sin = angles[id(table)]
+        q, k, v = attention.project(block.attn_norm(x), cos, sin)  # (B, H, 1, D), (B, Hkv, 1, D)
         kv.k[layer][slot_ids, :, pos] = k[:, :, 0]  # (B, Hkv, D) into each slot at its own position
         kv.v[layer][slot_ids, :, pos] = v[:, :, 0]
         keys, values = kv.k[layer][rows, :, :length], kv.v[layer][rows, :, :length]  # (B, Hkv, L, D)
-        y = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=True)
-        h = x + attention.wo(y.transpose(1, 2).reshape(b, 1, c.heads * c.head_dim))
-        x = h + block.mlp(block.ffn_norm(h))
-    return model.lm_head(model.norm(x[:, -1, :]))  # (B, V)
+        window = attention.window
+        if window not in masks:
+            seen = causal & (key_pos > pos[:, None] - window) if window else causal
+            masks[window] = seen.view(b, 1, 1, length)
+        y = attention.attend(q, keys, values, masks[window], causal=False)
+        x = block.add_attention(x, y)
+    return model.logits(x[:, -1, :])  # (B, V)

@@ -20,17 +20,37 @@ import numpy as np
 import torch
 from gguf import GGUFReader, GGUFValueType
 from gguf.quants import dequantize
-from transformers import LlamaConfig, PretrainedConfig, PreTrainedTokenizerFast, Qwen2Config
+from transformers import (
+    Gemma3TextConfig,
+    LlamaConfig,
+    PretrainedConfig,
+    PreTrainedTokenizerFast,
+    Qwen2Config,
+    Qwen3Config,
+)
 
 from pipelines.weight_format import open_gguf_reader
 
 # GGUF architectures we turn into a transformers model, and whether llama.cpp's converter permuted
-# the Q/K rows for its rotary layout (it does for llama/mistral, not for qwen2).
+# the Q/K rows for its rotary layout (it does for llama/mistral, whose rope is GPT-J style in ggml; not for
+# qwen2/qwen3/gemma3, NeoX style like transformers'). Mistral files usually say "llama" (llama.cpp's converter).
 _ARCHITECTURES: dict[str, tuple[type[PretrainedConfig], bool]] = {
     "llama": (LlamaConfig, True),
     "mistral": (LlamaConfig, True),
     "qwen2": (Qwen2Config, False),
+    "qwen3": (Qwen3Config, False),
+    "gemma3": (Gemma3TextConfig, False),
 }
+_CAUSAL_LM = {
+    "llama": "LlamaForCausalLM",
+    "mistral": "LlamaForCausalLM",
+    "qwen2": "Qwen2ForCausalLM",
+    "qwen3": "Qwen3ForCausalLM",
+    "gemma3": "Gemma3ForCausalLM",
+}
+# llama.cpp's Gemma 3: every 6th layer global, the others local with a rotary base of 10000 (hard-coded there
+# for files that do not say; `attention.sliding_window_pattern` and `rope.freq_base_swa` when they do).
+_GEMMA3_PATTERN, _GEMMA3_LOCAL_THETA = 6, 10000.0
 
 # GGUF tensor name (after "blk.N.") -> transformers name (after "model.layers.N.").
 _BLOCK_TENSORS = {
@@ -46,6 +66,15 @@ _BLOCK_TENSORS = {
     "ffn_gate.weight": "mlp.gate_proj.weight",
     "ffn_up.weight": "mlp.up_proj.weight",
     "ffn_down.weight": "mlp.down_proj.weight",
+    "attn_q_norm.weight": "self_attn.q_norm.weight",  # Qwen3, Gemma 3
+    "attn_k_norm.weight": "self_attn.k_norm.weight",
+}
+# Gemma 3's four norms a block: its `ffn_norm` is the pre-feed-forward one (Llama's post-attention norm).
+_GEMMA3_BLOCK_TENSORS = {
+    **_BLOCK_TENSORS,
+    "ffn_norm.weight": "pre_feedforward_layernorm.weight",
+    "post_attention_norm.weight": "post_attention_layernorm.weight",
+    "post_ffw_norm.weight": "post_feedforward_layernorm.weight",
 }
 _TOP_TENSORS = {
     "token_embd.weight": "model.embed_tokens.weight",
@@ -160,15 +189,45 @@ def gguf_config(contents: GGUFContents, tokens: list[str]) -> PretrainedConfig:
         eos_token_id=eos_ids[0] if len(eos_ids) == 1 else eos_ids,
         pad_token_id=_token_id(contents, "padding"),
     )
-    if config_class is LlamaConfig:
+    if contents.architecture != "qwen2":  # Qwen2's head_dim is always hidden / heads
         kwargs["head_dim"] = head_dim
+    if contents.architecture == "gemma3":
+        kwargs.update(_gemma3_kwargs(contents, kwargs, head_dim))
     config = config_class(**kwargs)
-    config.architectures = [
-        {"llama": "LlamaForCausalLM", "mistral": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM"}[
-            contents.architecture
-        ]
-    ]
+    config.architectures = [_CAUSAL_LM[contents.architecture]]
     return config
+
+
+def _gemma3_kwargs(contents: GGUFContents, kwargs: dict[str, Any], head_dim: int) -> dict[str, Any]:
+    """Gemma 3's extras: local/global layers, two rotary bases, the score scale, soft-caps."""
+    layers = int(kwargs["num_hidden_layers"])
+    pattern = contents.arch_value("attention.sliding_window_pattern")
+    if pattern is None or isinstance(pattern, int | float):
+        every = int(pattern or _GEMMA3_PATTERN)
+        local = [bool((i + 1) % every) for i in range(layers)]
+    else:  # one flag per layer, True = sliding window
+        local = [bool(v) for v in pattern]
+    theta = kwargs.pop("rope_theta")
+    return {
+        "layer_types": ["sliding_attention" if x else "full_attention" for x in local],
+        "sliding_window": int(contents.arch_value("attention.sliding_window") or 4096),
+        # llama.cpp scores with 1/sqrt(head_dim) (query_pre_attn_scalar = head_dim in Gemma 3 1B-12B)
+        "query_pre_attn_scalar": head_dim,
+        "rope_parameters": {
+            "full_attention": {"rope_type": "default", "rope_theta": theta},
+            "sliding_attention": {
+                "rope_type": "default",
+                "rope_theta": float(contents.arch_value("rope.freq_base_swa") or _GEMMA3_LOCAL_THETA),
+            },
+        },
+        "final_logit_softcapping": contents.arch_value("final_logit_softcapping"),
+        "attn_logit_softcapping": contents.arch_value("attn_logit_softcapping"),
+    }
+
+
+def norm_shift(architecture: str, hf_name: str) -> float:
+    """What llama.cpp added to this tensor: Gemma's norms scale by (1 + w), and its converter stores 1 + w."""
+    return 1.0 if architecture == "gemma3" and hf_name.endswith("norm.weight") else 0.0
 
 
 def unpermute_qk(w: np.ndarray, n_head: int) -> np.ndarray:
@@ -178,13 +237,14 @@ def unpermute_qk(w: np.ndarray, n_head: int) -> np.ndarray:
     return w.reshape(n_head, d // n_head // 2, 2, -1).swapaxes(1, 2).reshape(w.shape)
 
 
-def _hf_name(gguf_name: str) -> str | None:
+def _hf_name(gguf_name: str, architecture: str = "llama") -> str | None:
     if gguf_name in _TOP_TENSORS:
         return _TOP_TENSORS[gguf_name]
+    block = _GEMMA3_BLOCK_TENSORS if architecture == "gemma3" else _BLOCK_TENSORS
     if gguf_name.startswith("blk."):
         _, index, rest = gguf_name.split(".", 2)
-        if rest in _BLOCK_TENSORS:
-            return f"model.layers.{index}.{_BLOCK_TENSORS[rest]}"
+        if rest in block:
+            return f"model.layers.{index}.{block[rest]}"
     return None
 
 
@@ -196,7 +256,7 @@ def gguf_state_dict(
     state: dict[str, torch.Tensor] = {}
     total, done = float32_bytes(contents), 0
     for tensor in contents.reader.tensors:
-        name = _hf_name(tensor.name)
+        name = _hf_name(tensor.name, contents.architecture)
         if name is None:
             if tensor.name in _IGNORED_TENSORS:
                 continue
@@ -208,6 +268,9 @@ def gguf_state_dict(
             weights = unpermute_qk(weights, config.num_attention_heads)
         elif permuted and name.endswith("k_proj.weight"):
             weights = unpermute_qk(weights, config.num_key_value_heads)
+        shift = norm_shift(contents.architecture, name)
+        if shift:
+            weights = weights - np.float32(shift)
         state[name] = torch.from_numpy(np.require(weights, requirements=["C", "W"]))
         done += weights.size * 4
         if on_bytes is not None:

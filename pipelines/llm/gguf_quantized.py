@@ -27,12 +27,19 @@ from pipelines.llm.gguf_loader import (
     _IGNORED_TENSORS,
     UnsupportedGGUFError,
     _hf_name,
+    norm_shift,
     read_gguf,
     unpermute_qk,
 )
 from pipelines.model_keys import component_keys
 
 _FLOAT_TYPES = (GGMLQuantizationType.F32, GGMLQuantizationType.F16)
+
+
+def _float_embedding(architecture: str, name: str) -> bool:
+    """Gemma 3's scaled embedding is an `nn.Embedding` subclass that diffusers' GGUF layers do not replace: it
+    would look up raw block bytes, so its table is kept in float32."""
+    return architecture == "gemma3" and name == "model.embed_tokens.weight"
 
 
 def gguf_llm_state(path: Path, config: PretrainedConfig) -> dict[str, torch.Tensor]:
@@ -43,17 +50,20 @@ def gguf_llm_state(path: Path, config: PretrainedConfig) -> dict[str, torch.Tens
     _, permuted = _ARCHITECTURES[contents.architecture]
     state: dict[str, torch.Tensor] = {}
     for tensor in contents.reader.tensors:
-        name = _hf_name(tensor.name)
+        name = _hf_name(tensor.name, contents.architecture)
         if name is None:
             if tensor.name in _IGNORED_TENSORS:
                 continue
             raise UnsupportedGGUFError(f"{contents.path.name}: unexpected tensor {tensor.name!r}")
-        quantized = tensor.tensor_type not in _FLOAT_TYPES
+        quantized = tensor.tensor_type not in _FLOAT_TYPES and not _float_embedding(
+            contents.architecture, name
+        )
         if quantized:
             data = np.array(tensor.data)  # (rows, bytes per row): a copy out of the file mapping
         else:
             shape = tuple(int(n) for n in reversed(tensor.shape.tolist()))
             data = dequantize(tensor.data, tensor.tensor_type).astype(np.float32).reshape(shape)
+            data = data - np.float32(norm_shift(contents.architecture, name))  # Gemma: 1 + w stored
         if permuted and name.endswith(("q_proj.weight", "k_proj.weight")):
             heads = config.num_attention_heads if "q_proj" in name else config.num_key_value_heads
             data = unpermute_qk(data, heads)  # whole rows move: valid on blocks as on floats
@@ -68,7 +78,9 @@ def quantized_weight_bytes(path: Path) -> int:
     """What `build_quantized_llm` holds: quantized tensors at their block bytes, the rest as float32."""
     contents = read_gguf(path)
     return sum(
-        int(np.prod(t.shape)) * 4 if t.tensor_type in _FLOAT_TYPES else int(t.n_bytes)
+        int(np.prod(t.shape)) * 4
+        if t.tensor_type in _FLOAT_TYPES or _float_embedding(contents.architecture, _hf_name(t.name) or "")
+        else int(t.n_bytes)
         for t in contents.reader.tensors
         if t.name not in _IGNORED_TENSORS
     )

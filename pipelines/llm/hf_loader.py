@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors import safe_open
@@ -109,9 +110,10 @@ def end_of_turn_ids(files: LLMFiles, config: PretrainedConfig) -> tuple[int, ...
 
 
 def _tied_keys(model: torch.nn.Module) -> set[str]:
-    """Parameter names that share storage with an earlier one (e.g. lm_head tied to the embedding)."""
+    """Parameter names that share storage with an earlier one (e.g. lm_head tied to the embedding), or that
+    `tie_weights` will tie: a model built on the meta device is not tied yet (transformers 5)."""
     seen: dict[int, str] = {}
-    tied: set[str] = set()
+    tied: set[str] = set(getattr(model, "all_tied_weights_keys", None) or {})
     for name, param in model.named_parameters(remove_duplicate=False):
         if id(param) in seen:
             tied.add(name)
@@ -137,7 +139,7 @@ def _read_state(
 
 
 def _build_from_safetensors(
-    files: LLMFiles, dtype: torch.dtype, on_progress: OnProgress | None = None
+    files: LLMFiles, dtype: torch.dtype, on_progress: OnProgress | None = None, auto_class: Any = None
 ) -> torch.nn.Module | None:
     """Build the model empty from its config and assign the memory-mapped tensors (~0.1 s for 135M
     parameters, vs ~1.5 s through `from_pretrained`). None when the files do not cover every weight."""
@@ -150,7 +152,9 @@ def _build_from_safetensors(
     # Parameters on the meta device: allocating them for real only to replace them cost ~1.4 s for SmolLM2
     # (buffers such as the rotary frequencies stay real: the files don't hold them).
     with init_empty_weights(), no_init_weights():
-        model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation="sdpa")
+        model = (auto_class or AutoModelForCausalLM).from_config(
+            config, dtype=dtype, attn_implementation="sdpa"
+        )
     state = _read_state(files, dtype, on_progress)
     missing, unexpected = model.load_state_dict(state, strict=False, assign=True)
     if unexpected or set(missing) - _tied_keys(model):
@@ -162,14 +166,18 @@ def _build_from_safetensors(
 
 
 def build_causal_lm(
-    files: LLMFiles, dtype: torch.dtype = torch.float32, on_progress: OnProgress | None = None
+    files: LLMFiles,
+    dtype: torch.dtype = torch.float32,
+    on_progress: OnProgress | None = None,
+    auto_class: Any = None,
 ) -> torch.nn.Module:
     """The model on CPU in `dtype`, in eval mode (float32 on CPU: bf16/fp16 are ~55x slower here).
 
-    `on_progress("llm", bytes, total)` follows the weights as they are read (safetensors files)."""
-    model = None if files.uses_pickle else _build_from_safetensors(files, dtype, on_progress)
+    `on_progress("llm", bytes, total)` follows the weights as they are read (safetensors files). `auto_class`:
+    the transformers auto class to build with (default `AutoModelForCausalLM`; vision models use another)."""
+    model = None if files.uses_pickle else _build_from_safetensors(files, dtype, on_progress, auto_class)
     if model is None:
-        model = AutoModelForCausalLM.from_pretrained(
+        model = (auto_class or AutoModelForCausalLM).from_pretrained(
             files.folder,
             dtype=dtype,
             use_safetensors=not files.uses_pickle,

@@ -6,9 +6,12 @@ float state dict -> `CompactLM` with `nn.Linear`s, for checks against transforme
 Imports numpy, torch, gguf-py and `pipelines.llm.{compact_model,packed_linear,gguf_loader}`.
 
 Names in the packed dict: `embed`, `lm_head` (absent when tied to the embedding), `norm.weight`, and per
-block `blk.N.{wqkv,wo,w13,w2}` plus `blk.N.{attn_norm,ffn_norm}.weight` and `blk.N.wqkv.bias` (Qwen2);
+block `blk.N.{wqkv,wo,w13,w2}` plus `blk.N.{attn_norm,ffn_norm}.weight`, `blk.N.wqkv.bias` (Qwen2),
+`blk.N.{q_norm,k_norm}.weight` (Qwen3, Gemma 3) and `blk.N.{post_attn_norm,post_ffn_norm}.weight` (Gemma 3);
 a packed weight is two tensors, `<name>.int4` + `<name>.int4_aux` or `<name>.int8` + `<name>.int8_aux`.
 q/k/v and gate/up are fused into one matmul each (gpt-fast's wqkv/w13): fewer, larger kernel calls.
+Norm weights are held as the compact decoder multiplies them: a GGUF's as stored (llama.cpp already wrote
+Gemma's as 1 + w), a transformers Gemma state dict's plus one.
 """
 
 from __future__ import annotations
@@ -81,11 +84,47 @@ def pack_gguf_tensors(contents: GGUFContents, config: CompactConfig) -> dict[str
             _pack_rows([part(f"{b}.ffn_gate.weight"), part(f"{b}.ffn_up.weight")]).tensors(f"{b}.w13")
         )
         state.update(_pack_rows([part(f"{b}.ffn_down.weight")]).tensors(f"{b}.w2"))
-        state[f"{b}.attn_norm.weight"] = floats(f"{b}.attn_norm.weight")
-        state[f"{b}.ffn_norm.weight"] = floats(f"{b}.ffn_norm.weight")
+        for ours, theirs in _GGUF_NORMS.items():
+            if f"{b}.{theirs}.weight" in by_name:
+                state[f"{b}.{ours}.weight"] = floats(f"{b}.{theirs}.weight")
         if f"{b}.attn_q.bias" in by_name:
             state[f"{b}.wqkv.bias"] = torch.cat([floats(f"{b}.attn_{x}.bias") for x in "qkv"])
     return state
+
+
+# our per-block norm names -> the GGUF file's (for Gemma 3 `ffn_norm` is its pre-feed-forward norm)
+_GGUF_NORMS = {
+    "attn_norm": "attn_norm",
+    "ffn_norm": "ffn_norm",
+    "q_norm": "attn_q_norm",
+    "k_norm": "attn_k_norm",
+    "post_attn_norm": "post_attention_norm",
+    "post_ffn_norm": "post_ffw_norm",
+}
+
+
+def _block(
+    config: CompactConfig,
+    layer: int,
+    linears: tuple[nn.Module, nn.Module, nn.Module, nn.Module],
+    norms: dict[str, torch.Tensor],
+) -> Block:
+    """One block from its four linear layers (wqkv, wo, w13, w2) and its norm weights by our names."""
+
+    def norm(name: str) -> RMSNorm | None:
+        return RMSNorm(norms[name], config.rms_eps) if name in norms else None
+
+    wqkv, wo, w13, w2 = linears
+    window = config.sliding_window if config.is_local(layer) else 0
+    attention = Attention(config, wqkv, wo, norm("q_norm"), norm("k_norm"), window=window)
+    return Block(
+        attention,
+        MLP(config, w13, w2),
+        RMSNorm(norms["attn_norm"], config.rms_eps),
+        RMSNorm(norms["ffn_norm"], config.rms_eps),
+        norm("post_attn_norm"),
+        norm("post_ffn_norm"),
+    )
 
 
 def _packed(state: dict[str, torch.Tensor], name: str) -> PackedWeight:
@@ -104,17 +143,14 @@ def compact_from_packed(state: dict[str, torch.Tensor], config: CompactConfig) -
     blocks = []
     for i in range(config.layers):
         b = f"blk.{i}"
-        attention = Attention(
-            config,
+        linears = (
             PackedLinear(_packed(state, f"{b}.wqkv"), state.get(f"{b}.wqkv.bias")),
             PackedLinear(_packed(state, f"{b}.wo")),
+            PackedLinear(_packed(state, f"{b}.w13")),
+            PackedLinear(_packed(state, f"{b}.w2")),
         )
-        mlp = MLP(config, PackedLinear(_packed(state, f"{b}.w13")), PackedLinear(_packed(state, f"{b}.w2")))
-        norms = (
-            RMSNorm(state[f"{b}.attn_norm.weight"], config.rms_eps),
-            RMSNorm(state[f"{b}.ffn_norm.weight"], config.rms_eps),
-        )
-        blocks.append(Block(attention, mlp, *norms))
+        norms = {n: state[f"{b}.{n}.weight"] for n in _GGUF_NORMS if f"{b}.{n}.weight" in state}
+        blocks.append(_block(config, i, linears, norms))
     model = CompactLM(
         config, PackedEmbedding(embed_weight), blocks, RMSNorm(state["norm.weight"], config.rms_eps), lm_head
     )
@@ -129,8 +165,26 @@ def _linear(weight: torch.Tensor, bias: torch.Tensor | None = None) -> nn.Linear
     return layer
 
 
+# transformers' per-block norm names -> ours (Llama's post_attention_layernorm is its pre-MLP norm; Gemma's
+# is after attention, and its pre-MLP norm is pre_feedforward_layernorm)
+_HF_NORMS = {
+    "input_layernorm": "attn_norm",
+    "self_attn.q_norm": "q_norm",
+    "self_attn.k_norm": "k_norm",
+}
+_HF_NORMS_LLAMA = {**_HF_NORMS, "post_attention_layernorm": "ffn_norm"}
+_HF_NORMS_GEMMA = {
+    **_HF_NORMS,
+    "post_attention_layernorm": "post_attn_norm",
+    "pre_feedforward_layernorm": "ffn_norm",
+    "post_feedforward_layernorm": "post_ffn_norm",
+}
+
+
 def compact_from_float(state: dict[str, torch.Tensor], config: CompactConfig) -> CompactLM:
-    """The decoder from a transformers Llama/Qwen2 state dict (`model.layers.N.self_attn.q_proj.weight`...)."""
+    """The decoder from a transformers Llama/Qwen/Gemma 3 state dict (`model.layers.N.self_attn.q_proj.weight`...)."""
+    shift = 1.0 if config.gemma else 0.0  # Gemma's norms scale by (1 + w)
+    names = _HF_NORMS_GEMMA if config.gemma else _HF_NORMS_LLAMA
     blocks = []
     for i in range(config.layers):
         p = f"model.layers.{i}."
@@ -138,15 +192,20 @@ def compact_from_float(state: dict[str, torch.Tensor], config: CompactConfig) ->
         bias = None
         if f"{p}self_attn.q_proj.bias" in state:
             bias = torch.cat([state[f"{p}self_attn.{x}_proj.bias"] for x in "qkv"])
-        attention = Attention(config, _linear(qkv, bias), _linear(state[f"{p}self_attn.o_proj.weight"]))
         w13 = torch.cat([state[f"{p}mlp.gate_proj.weight"], state[f"{p}mlp.up_proj.weight"]])
-        mlp = MLP(config, _linear(w13), _linear(state[f"{p}mlp.down_proj.weight"]))
-        norms = (
-            RMSNorm(state[f"{p}input_layernorm.weight"], config.rms_eps),
-            RMSNorm(state[f"{p}post_attention_layernorm.weight"], config.rms_eps),
+        linears = (
+            _linear(qkv, bias),
+            _linear(state[f"{p}self_attn.o_proj.weight"]),
+            _linear(w13),
+            _linear(state[f"{p}mlp.down_proj.weight"]),
         )
-        blocks.append(Block(attention, mlp, *norms))
+        norms = {
+            ours: state[f"{p}{theirs}.weight"] + shift
+            for theirs, ours in names.items()
+            if f"{p}{theirs}.weight" in state
+        }
+        blocks.append(_block(config, i, linears, norms))
     embed = nn.Embedding.from_pretrained(state["model.embed_tokens.weight"], freeze=True)
     head = _linear(state.get("lm_head.weight", state["model.embed_tokens.weight"]))
-    norm = RMSNorm(state["model.norm.weight"], config.rms_eps)
+    norm = RMSNorm(state["model.norm.weight"] + shift, config.rms_eps)
     return CompactLM(config, embed, blocks, norm, head).eval()

@@ -12,9 +12,10 @@ does not fit, `BudgetExceeded` says how much it needs and how much there is.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 from transformers import PretrainedConfig, PreTrainedTokenizerBase
@@ -55,6 +56,12 @@ class LLMModel:
     config: PretrainedConfig
     eos_ids: tuple[int, ...]
     dtype: torch.dtype  # what the weights and the KV cache compute in on the manager's device
+    image_processor: Any = None  # a vision model's (pipelines.llm.vision); None: text only
+    vision_config: PretrainedConfig | None = None  # the whole VL config (`config` is its text part)
+
+    @property
+    def takes_images(self) -> bool:
+        return self.image_processor is not None
 
     @property
     def name(self) -> str:
@@ -142,6 +149,10 @@ def open_llm(
             memory.release_working(what)
     config = load_config(files)
     dtype = dtype_for_device("auto", memory.device, LLM_CUDA_DTYPE)
+    from pipelines.llm.vision import is_vision_config
+
+    if is_vision_config(config):
+        return _open_vision_llm(memory, files, config, dtype)
     if keep_quantized and files.from_gguf:
         from pipelines.llm.gguf_quantized import register_quantized_llm
 
@@ -158,6 +169,34 @@ def open_llm(
     )
     handle = memory.register(spec)
     return LLMModel(files, handle, load_tokenizer(files), config, end_of_turn_ids(files, config), dtype)
+
+
+def _open_vision_llm(
+    memory: MemoryManager, files: LLMFiles, config: PretrainedConfig, dtype: torch.dtype
+) -> LLMModel:
+    """A Qwen-VL folder: the image-text-to-text model (text and vision tower) registered as one component."""
+    from pipelines.llm.vision import build_vision_lm, load_image_processor
+
+    spec = ComponentSpec(
+        **component_keys(files.source.resolve(), "llm-vision", files=files.weight_files).spec_fields(),
+        name="llm",
+        kind="llm",
+        build=lambda: build_vision_lm(files, dtype, memory.load_progress),
+        files=files.weight_files,
+        dtype=dtype,
+        blocks=("model.language_model.layers", "model.visual.blocks"),
+    )
+    text = config.get_text_config()
+    return LLMModel(
+        files,
+        memory.register(spec),
+        load_tokenizer(files),
+        text,
+        end_of_turn_ids(files, text),
+        dtype,
+        image_processor=load_image_processor(files.folder),
+        vision_config=config,
+    )
 
 
 @dataclass(frozen=True)
@@ -218,19 +257,45 @@ def generate_text(
     *,
     on_text: OnText | None = None,
     on_step: OnStep | None = None,
+    images: Sequence[Any] = (),
 ) -> TextGeneration:
-    """Budget the KV cache, take the weights from the manager, run prefill + decode, stream text."""
-    prompt_ids = build_prompt_ids(
-        llm.tokenizer, request.prompt, system_prompt=request.system_prompt, chat=request.chat
-    )
+    """Budget the KV cache, take the weights from the manager, run prefill + decode, stream text.
+
+    `images` (PIL pictures) go into the prompt of a vision model (`llm.takes_images`), before the text."""
+    vision = None
+    if images:
+        from pipelines.llm.vision import vision_inputs
+
+        if not llm.takes_images or llm.vision_config is None:
+            raise ValueError(f"{llm.name} takes no pictures (a Qwen2.5-VL / Qwen3-VL model folder does)")
+        vision = vision_inputs(
+            llm.tokenizer,
+            llm.image_processor,
+            int(llm.vision_config.image_token_id),
+            request.prompt,
+            images,
+            system_prompt=request.system_prompt,
+            chat=request.chat,
+        )
+        prompt_ids = vision.ids
+    else:
+        prompt_ids = build_prompt_ids(
+            llm.tokenizer, request.prompt, system_prompt=request.system_prompt, chat=request.chat
+        )
     context = _context_size(llm, request, len(prompt_ids))
     kv_reserved = llm.kv_bytes(context)
+    reserved, what = kv_reserved, f"KV cache of {llm.name} for {context} tokens ({fmt_bytes(kv_reserved)})"
+    fits = f"{llm.name}: a KV cache for {context} tokens ({fmt_bytes(kv_reserved)})"
+    if vision is not None:  # the vision tower's activations come and go during the prefill
+        from pipelines.llm.vision import vision_working_bytes_for
+
+        tower = vision_working_bytes_for(llm.vision_config, vision, llm.dtype)
+        reserved += tower
+        tower_what = f" and its vision tower over {vision.pixel_values.shape[0]} patches ({fmt_bytes(tower)})"
+        what, fits = what + tower_what, fits + tower_what
     # Fail before loading anything when weights + KV cache can never fit (the manager knows the policy).
-    memory.check_fits(
-        f"{llm.name}: a KV cache for {context} tokens ({fmt_bytes(kv_reserved)})", kv_reserved, llm.handle
-    )
-    what = f"KV cache of {llm.name} for {context} tokens ({fmt_bytes(kv_reserved)})"
-    memory.reserve_working(kv_reserved, what)
+    memory.check_fits(fits, reserved, llm.handle)
+    memory.reserve_working(reserved, what)
     stream = TextStream(llm.tokenizer, request.stop_strings)
 
     def on_token(token_id: int, index: int) -> bool:
@@ -244,6 +309,10 @@ def generate_text(
 
     try:
         with memory.use(llm.handle) as model:
+            if vision is not None:
+                from pipelines.llm.vision import VisionPrompt
+
+                model = VisionPrompt(model, vision, llm.config)
             cache = KVCache(llm.config, context, kind=request.kv_cache, dtype=llm.dtype, model=model)
             result = generate(
                 model,

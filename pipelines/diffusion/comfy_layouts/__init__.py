@@ -2,7 +2,8 @@
 
 Lives here (submodules): `keys` (ComfyUI <-> diffusers tensor names per family), `scaled_fp8` (ComfyUI's fp8
 "scaled" weights), `variants` (the shipped config folders and which one a file's shapes fit), `common` (shared
-helpers), the loaders the split loader nodes call (`loaders` for transformers, `text_encoders`, `vaes`), and
+helpers), the loaders the split loader nodes call (`loaders` for transformers, `text_encoders`, `vaes`, `clip_vision`
+for Wan 2.1 I2V's image encoder), and
 `writer` (the inverse: a diffusers folder written out as ComfyUI's files, for tests and demos). May import:
 stdlib, torch, safetensors, diffusers, transformers, memory, pipelines.paths, pipelines.diffusion,
 pipelines.quant.

@@ -29,6 +29,7 @@ import torch
 LAYOUTS = {
     "zimage": "zimage",
     "qwenimage": "qwenimage",
+    "qwenimage_edit": "qwenimage",  # Qwen-Image-Edit: Qwen-Image's transformer, the same tensors
     "flux2_klein": "flux2",
     "flux2_dev": "flux2",
     "wan": "wan",

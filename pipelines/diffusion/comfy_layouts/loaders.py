@@ -98,6 +98,10 @@ def load_comfy_denoiser(
     if found is None:
         raise UnsupportedModelError(f"{path.name}: not a Z-Image, Qwen-Image, FLUX.2 or Wan transformer")
     detected, names = found
+    if family == "qwenimage_edit" and detected == "qwenimage":
+        detected = (
+            family  # an edit model's file has Qwen-Image's tensors: the loader's family tells them apart
+        )
     if family not in ("auto", detected):
         raise UnsupportedModelError(
             f"field 'family' says {FAMILIES[family].title}, but {path.name} is a {FAMILIES[detected].title} transformer"

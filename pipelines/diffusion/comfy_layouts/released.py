@@ -88,10 +88,40 @@ UMT5_XXL = {  # google/umt5-xxl's encoder (Wan's text_encoder)
 }
 
 
-def _wan(heads: int, ffn: int, layers: int, shift: float) -> dict[str, Any]:
+CLIP_VIT_H = {  # laion/CLIP-ViT-H-14's vision tower (Wan 2.1 I2V's image_encoder)
+    "architectures": ["CLIPVisionModel"],
+    "model_type": "clip_vision_model",
+    "hidden_act": "gelu",
+    "hidden_size": 1280,
+    "image_size": 224,
+    "intermediate_size": 5120,
+    "layer_norm_eps": 1e-05,
+    "num_attention_heads": 16,
+    "num_channels": 3,
+    "num_hidden_layers": 32,
+    "patch_size": 14,
+    "projection_dim": 1024,
+}
+CLIP_PROCESSOR = {  # OpenAI CLIP's preprocessing at 224 px, as the Wan 2.1 I2V folder's image_processor
+    "crop_size": {"height": 224, "width": 224},
+    "do_center_crop": True,
+    "do_convert_rgb": True,
+    "do_normalize": True,
+    "do_rescale": True,
+    "do_resize": True,
+    "image_mean": [0.48145466, 0.4578275, 0.40821073],
+    "image_processor_type": "CLIPImageProcessor",
+    "image_std": [0.26862954, 0.26130258, 0.27577711],
+    "resample": 3,
+    "rescale_factor": 0.00392156862745098,
+    "size": {"shortest_edge": 224},
+}
+
+
+def _wan(heads: int, ffn: int, layers: int, shift: float, **transformer: Any) -> dict[str, Any]:
     return {
         "model_index.json": {"_class_name": "WanPipeline"},
-        "transformer": {"num_attention_heads": heads, "ffn_dim": ffn, "num_layers": layers},
+        "transformer": {"num_attention_heads": heads, "ffn_dim": ffn, "num_layers": layers, **transformer},
         "text_encoder": UMT5_XXL,
         "vae": {},
         "scheduler": {
@@ -133,6 +163,15 @@ RELEASED: dict[str, dict[str, Any]] = {
     },
     "wan2.1-t2v-1.3b": _wan(12, 8960, 30, 3.0),
     "wan2.1-t2v-14b": _wan(40, 13824, 40, 5.0),
+    # Wan-AI/Wan2.2-I2V-A14B-Diffusers: each expert a 14B transformer over noise + mask (4) + frames (16).
+    "wan2.2-i2v-a14b": _wan(40, 13824, 40, 5.0, in_channels=36),
+    # Wan-AI/Wan2.1-I2V-14B-480P-Diffusers: the same input channels, cross-attention to CLIP ViT-H/14's states
+    # (ComfyUI's clip_vision_h.safetensors, whose size and processor this folder also ships).
+    "wan2.1-i2v-14b": {
+        **_wan(40, 13824, 40, 3.0, in_channels=36, image_dim=1280, added_kv_proj_dim=5120),
+        "image_encoder": CLIP_VIT_H,
+        "image_processor": CLIP_PROCESSOR,
+    },
 }
 _CLASSES = {  # the diffusers class of each subfolder, per pipeline
     "ZImagePipeline": {"transformer": "ZImageTransformer2DModel", "vae": "AutoencoderKL"},
@@ -172,6 +211,9 @@ def write_released_folders(root: Path | None = None) -> list[Path]:
                 files[f"{sub}/config.json"] = _diffusers_config(classes[sub], parts[sub])
         files["text_encoder/config.json"] = parts["text_encoder"]
         files["scheduler/scheduler_config.json"] = parts["scheduler"]
+        if "image_encoder" in parts:  # a CLIP vision encoder beside the transformer (Wan 2.1 I2V)
+            files["image_encoder/config.json"] = parts["image_encoder"]
+            files["image_processor/preprocessor_config.json"] = parts["image_processor"]
         for rel, data in files.items():
             path = out / rel
             path.parent.mkdir(parents=True, exist_ok=True)

@@ -43,7 +43,7 @@ from pipelines.diffusion.values import TextEncoderRef, TokenizerSource
 # qwen_image -> Qwen2.5-VL, flux2 -> Mistral, wan -> UMT5).
 TEXT_ENCODER_FAMILIES: dict[str, tuple[str, ...]] = {
     "qwen3": ("zimage", "flux2_klein"),
-    "qwen2.5-vl": ("qwenimage",),
+    "qwen2.5-vl": ("qwenimage", "qwenimage_edit"),
     "mistral": ("flux2_dev",),
     "umt5": ("wan",),
 }

@@ -34,7 +34,11 @@ from pipelines.diffusion.values import VaeRef
 # --- VAEs ---------------------------------------------------------------------------------------------
 
 # The families whose VAE a ComfyUI VAE file can be, per layout, in the order `auto` tries them.
-VAE_FAMILIES = {"wan": ("wan", "qwenimage"), "flux2": ("flux2_klein", "flux2_dev"), "ldm": ("zimage",)}
+VAE_FAMILIES = {
+    "wan": ("wan", "qwenimage", "qwenimage_edit"),
+    "flux2": ("flux2_klein", "flux2_dev"),
+    "ldm": ("zimage",),
+}
 
 
 def vae_layout(keys: list[str]) -> str | None:
@@ -131,7 +135,7 @@ def _fitting_vae(
 
 
 # The families whose ComfyUI files these loaders read (the split loader nodes hand them over).
-COMFY_FAMILIES = ("zimage", "qwenimage", "flux2_klein", "flux2_dev", "wan")
+COMFY_FAMILIES = ("zimage", "qwenimage", "flux2_klein", "flux2_dev", "wan", "qwenimage_edit")
 
 
 def claims_vae(path: Path, family: str, config_dir: Path | None = None) -> bool:

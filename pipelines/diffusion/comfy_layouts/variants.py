@@ -50,6 +50,13 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("qwen-image", "qwenimage", "Qwen-Image (20B)"),
     Variant("wan2.1-t2v-1.3b", "wan", "Wan 2.1 T2V 1.3B"),
     Variant("wan2.1-t2v-14b", "wan", "Wan 2.1 T2V 14B / a Wan 2.2 A14B expert"),
+    Variant("wan22-i2v-tiny", "wan", "Wan 2.2 I2V (tiny demo)"),
+    Variant("wan2.2-i2v-a14b", "wan", "a Wan 2.2 I2V A14B expert"),
+    Variant("wan-i2v-tiny", "wan", "Wan 2.1 I2V (tiny demo)"),
+    Variant("wan2.1-i2v-14b", "wan", "Wan 2.1 I2V 14B (CLIP ViT-H/14 image encoder)"),
+    # Qwen-Image-Edit 2509's tiny demo (its processor/ too). No released size: 2509 and 2511 differ only in a
+    # config flag (zero_cond_t) no tensor shows, so a real edit file takes its own folder as field 'config_dir'.
+    Variant("qwenimage-edit-tiny", "qwenimage_edit", "Qwen-Image-Edit 2509 (tiny demo)"),
 )
 
 # The demo model each tiny folder is made from (`writer.write_config_folder`).
@@ -59,6 +66,9 @@ TINY_SOURCES = {
     "flux2-klein-tiny": "tiny-flux2-klein",
     "flux2-dev-tiny": "tiny-flux2-dev",
     "wan-tiny": "tiny-wan",
+    "wan22-i2v-tiny": "tiny-wan22-i2v",
+    "wan-i2v-tiny": "tiny-wan-i2v",
+    "qwenimage-edit-tiny": "tiny-qwenimage-edit",
 }
 
 

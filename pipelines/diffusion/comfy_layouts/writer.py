@@ -62,6 +62,12 @@ COMFY_FILES: dict[str, ComfyFiles] = {
         "wan_2.1_vae.safetensors",
         "wan",
     ),
+    "qwenimage_edit": ComfyFiles(
+        "qwen_image_edit_2509_bf16.safetensors",
+        "qwen_2.5_vl_7b.safetensors",
+        "qwen_image_vae.safetensors",
+        "wan",
+    ),
 }
 
 

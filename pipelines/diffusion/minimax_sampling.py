@@ -1,0 +1,206 @@
+"""The MiniMax H3 denoising loop (video and its stereo sound track in one packed sequence), written out like
+diffusers' `MiniMaxH3CoreDenoiseStep` / `MiniMaxH3FL2VACoreDenoiseStep`.
+
+Lives here: `sample_minimax`, `minimax_working`, `AUDIO_SCHEDULER_KEY`. May import: stdlib, torch, diffusers,
+memory, pipelines.steps, pipelines.diffusion.*.
+
+What differs from the other video loops: one transformer call per step serves text, keyframe anchors, audio
+and video rows at once (`minimax_layout`), with a timestep per row; the checkpoint is guidance-distilled, so
+there is no unconditional pass, `cfg` and the negative prompt are not used (as the pipeline has neither).
+Two `MiniMaxH3Scheduler`s step the video and audio rows (the folder's `scheduler` and `audio_scheduler`,
+shift 12 and 3, or MiniMax H3 Sigma Shift's); `steps` counts model calls, as everywhere in Nodeloom and in
+ComfyUI: the pipeline's `num_inference_steps` counts the sigma grid's points including the terminal 0, i.e.
+`steps + 1`. The schedule is always the model's (a Sampler's `sigma_schedule` is not read here). Noise is
+drawn from one CPU generator seeded with `seed` in the pipeline's order: one draw per keyframe anchor (noised
+to t = 0.999), then the video latent, then the audio rows. Anchors are never stepped.
+"""
+
+from __future__ import annotations
+
+import torch
+from diffusers import MiniMaxH3Scheduler
+from diffusers.utils.torch_utils import randn_tensor
+
+from memory import MemoryManager, Working
+from pipelines.diffusion.lora import use_denoiser
+from pipelines.diffusion.minimax_layout import (
+    KEYFRAME_NOISE_AUG,
+    MINIMAX_H3_AUDIO_CHANNELS,
+    TEXT_TAG,
+    build_packed_sequence,
+    patchify_video_latents,
+    row_timesteps,
+    unpatchify_video_rows,
+)
+from pipelines.diffusion.sampling import SamplerSettings
+from pipelines.diffusion.values import Conditioning, DenoiserRef, Latents
+from pipelines.steps import OnStep, Step
+
+# The folder's audio_scheduler/scheduler_config.json travels inside the denoiser's scheduler config under this
+# key (the loader puts it there: a DenoiserRef has one scheduler config).
+AUDIO_SCHEDULER_KEY = "_minimax_audio_scheduler"
+_SCHEDULERS = ("default", "euler", "k_euler")  # the model's own rectified-flow Euler
+
+# Fitted on the meta device (tests/test_family_minimax_working.py, tests/live_tensors.py) at MiniMax H3's
+# widths (5376 hidden, 56 x 128 heads, 14336 FFN), 15k to 110k packed rows: a block keeps its SwiGLU's four
+# FFN-wide values per row alive beside about five hidden-wide ones (1.004x of the live tensors). One batch:
+# the checkpoint is guidance-distilled, there is no CFG pass.
+_PER_ROW_FFN, _PER_ROW_HIDDEN = 4, 5
+_FIXED = 64 * 2**20
+
+
+def minimax_working(denoiser: DenoiserRef, tokens: int) -> Working:
+    """One transformer call's activations over `tokens` packed rows."""
+    config = denoiser.config
+    hidden = int(config.get("hidden_size", 5376))
+    ffn = int(config.get("ffn_dim", 14336))
+    per_row = _PER_ROW_FFN * ffn + _PER_ROW_HIDDEN * hidden + hidden // 8
+    nbytes = tokens * per_row * torch.finfo(denoiser.dtype).bits // 8
+    return Working(nbytes + _FIXED, f"1x{tokens}")
+
+
+def _check(
+    denoiser: DenoiserRef, positive: Conditioning, latents: Latents, settings: SamplerSettings
+) -> None:
+    title = denoiser.family.title
+    if settings.scheduler not in _SCHEDULERS:
+        raise ValueError(
+            f"{title} runs with its own rectified-flow Euler (scheduler default or euler), not {settings.scheduler!r}"
+        )
+    if settings.steps < 1:
+        raise ValueError(f"field 'steps': at least 1, got {settings.steps}")
+    if settings.denoise < 1.0:
+        raise ValueError(f"{title}: denoise below 1 (video-to-video) is not supported yet")
+    if settings.step_cache.on:
+        raise ValueError(
+            f"cache {settings.cache!r}: the step caches do not run in {title}'s loop (set cache to off)"
+        )
+    if latents.samples.ndim != 5 or latents.audio is None or latents.audio.ndim != 3:
+        raise ValueError(
+            f"{title} denoises a video latent with its sound track: feed the sampler from an Empty Video Latent "
+            "wired to this model's VAE (or MiniMax H3 Image to Video)"
+        )
+    if latents.samples.shape[0] != 1:
+        raise ValueError(f"{title}: one video at a time, got a batch of {latents.samples.shape[0]}")
+    if positive.embeds.shape[0] != 1:
+        raise ValueError(
+            f"input 'positive': {title} packs one prompt into the sequence, got {positive.embeds.shape[0]}"
+        )
+    if latents.keyframes and positive.token_tags is not None and not (positive.token_tags == 0).any():
+        raise ValueError(
+            "input 'positive': the latent has keyframes but the prompt was encoded without them: wire the "
+            "conditioning of the same MiniMax H3 Image to Video node"
+        )
+
+
+@torch.no_grad()
+def sample_minimax(
+    mm: MemoryManager,
+    denoiser: DenoiserRef,
+    positive: Conditioning,
+    negative: Conditioning | None,
+    latents: Latents,
+    settings: SamplerSettings,
+    *,
+    on_step: OnStep | None = None,
+) -> Latents:
+    del negative  # guidance-distilled: the pipeline has no negative prompt
+    # 1. Check inputs
+    _check(denoiser, positive, latents, settings)
+    assert latents.audio is not None
+    device = torch.device(mm.device)
+    config = denoiser.config
+    patch = tuple(int(p) for p in config.get("patch_size", (1, 2, 2)))
+    patch3 = (patch[0], patch[1], patch[2])
+    _, channels, frames, height, width = latents.samples.shape
+    _, audio_channels, audio_latents = latents.audio.shape
+    generator = torch.Generator("cpu").manual_seed(settings.seed)
+    scheduler_config = {k: v for k, v in denoiser.scheduler_config.items() if k != AUDIO_SCHEDULER_KEY}
+    scheduler = MiniMaxH3Scheduler.from_config(scheduler_config)
+    audio_scheduler = MiniMaxH3Scheduler.from_config(
+        denoiser.scheduler_config.get(AUDIO_SCHEDULER_KEY, {"shift": 3.0})
+    )
+
+    # 2. The packed layout: [text | keyframe anchors | target audio | target video]
+    tags = positive.token_tags
+    if tags is None:
+        tags = torch.full((positive.embeds.shape[1],), TEXT_TAG, dtype=torch.long)
+    anchors = tuple(anchor for anchor, _ in latents.keyframes)
+    layout = build_packed_sequence(tags, frames, height, width, audio_latents, patch3, anchors)
+
+    # 3. Prepare latent variables: anchor noise first, then the video latent, then the audio rows (float32)
+    anchor_rows = []
+    for _, condition in latents.keyframes:
+        noise = randn_tensor(tuple(condition.shape), generator=generator, device=device, dtype=torch.float32)
+        noised = scheduler.scale_noise(condition.to(device), KEYFRAME_NOISE_AUG, noise)
+        anchor_rows.append(patchify_video_latents(noised, patch3))
+    video = randn_tensor(
+        tuple(latents.samples.shape), generator=generator, device=device, dtype=torch.float32
+    )
+    x = patchify_video_latents(video, patch3)  # (F x h x w, C x patch)
+    if anchor_rows:
+        x = torch.cat([*anchor_rows, x])
+    kept = layout.condition_rows
+    assert x.shape[0] == layout.video_indices.numel(), (x.shape, layout.video_indices.shape)
+    a = randn_tensor(
+        (MINIMAX_H3_AUDIO_CHANNELS * audio_latents, audio_channels),
+        generator=generator,
+        device=device,
+        dtype=torch.float32,
+    )
+
+    # 4. Prepare timesteps: one schedule per modality (zip: the pipeline walks the video schedule)
+    scheduler.set_timesteps(settings.steps + 1, device=device)  # grid points: the calls and the final 0
+    audio_scheduler.set_timesteps(settings.steps + 1, device=device)
+    plan = [
+        tuple(v.to(device) for v in row_timesteps(layout, float(t), float(ta)))
+        for t, ta in zip(scheduler.timesteps, audio_scheduler.timesteps, strict=False)
+    ]
+
+    # 5. Denoising loop: one forward per step, no guidance
+    fields = layout.fields(device)
+    text = positive.embeds.to(device)
+    tokens = int(layout.token_tags.numel())
+    with use_denoiser(mm, denoiser, working=minimax_working(denoiser, tokens)) as model:
+        for i, (t, ta) in enumerate(zip(scheduler.timesteps, audio_scheduler.timesteps, strict=False)):
+            unique, index = plan[i]
+            v, va = model(
+                hidden_states=x[None],
+                audio_hidden_states=a[None],
+                encoder_hidden_states=text,
+                timestep=unique,
+                timestep_indices=index,
+                return_dict=False,
+                **fields,
+            )
+            x[kept:] = scheduler.step(v[0, kept:].float(), t, x[kept:], return_dict=False)[0]
+            a = audio_scheduler.step(va[0].float(), ta, a, return_dict=False)[0]
+
+            if on_step is not None:
+                middle = frames // 2
+                rows = x[kept:]
+                denoised = rows + (1 - t) * v[0, kept:].float()  # x0 from the data-ward velocity
+                on_step(
+                    Step(
+                        step=i + 1,
+                        total=len(scheduler.timesteps),
+                        timestep=float(t),
+                        latents=unpatchify_video_rows(rows, channels, frames, height, width, patch3)[
+                            :, :, middle
+                        ],
+                        denoised=unpatchify_video_rows(denoised, channels, frames, height, width, patch3)[
+                            :, :, middle
+                        ],
+                    )
+                )
+
+    # 6. Unpack: the generated video rows, and the audio rows as the mono VAE's two batch items
+    samples = unpatchify_video_rows(x[kept:], channels, frames, height, width, patch3)
+    audio = a.reshape(MINIMAX_H3_AUDIO_CHANNELS, audio_latents, audio_channels).permute(0, 2, 1).contiguous()
+    return Latents(
+        samples=samples.cpu(),
+        vae_scale_factor=latents.vae_scale_factor,
+        source="sampled",
+        audio=audio.cpu(),
+        fps=latents.fps,
+    )
