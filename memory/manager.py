@@ -46,6 +46,7 @@ from memory.paths import user_data_dir
 from memory.peaks import PeakTracker
 from memory.placement import Placer
 from memory.policy import Policy, policy_named, stricter
+from memory.release import return_large_frees
 from memory.scope import Meter, NodeScope, working_from
 from memory.telemetry import (
     LoadEvent,
@@ -106,6 +107,9 @@ class MemoryManager:
         self._meter = Meter(self.device, self._host_peaks)
         self._scope: NodeScope | None = None
         self.oom_reserve = 0  # bytes taken off the budget by recover_from_oom (failed allocations)
+        # Freed activations and weight copies leave RSS at once instead of staying in glibc's heap (the
+        # host figures this manager budgets and learns are RSS). A process setting, as torch's threads are.
+        return_large_frees()
 
     # -- properties -------------------------------------------------------------------------------------
 

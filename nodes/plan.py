@@ -98,6 +98,10 @@ def _host_peak(memory: MemoryManager, baseline: int, device_peak: int, host_copi
     return baseline + (device_peak if memory.device.type == "cpu" else host_copies)
 
 
+def _failure_note(node_id: str, failed: str | None, problem: str | None) -> str:
+    return f"does not fit the budget here ({problem})" if failed is not None and node_id == failed else ""
+
+
 def make_plan(
     wf: Workflow,
     registry: NodeRegistry,
@@ -154,8 +158,11 @@ def make_plan(
         if sim.fits or least is None
         else simulate(components, steps, chosen, memory.device, least, host_budget)
     )
+    # The rows of a plan that does not fit are those at its least budget (what each node would need, every
+    # node listed): the failing simulation stops part-way, at a node whose model it could not place.
+    failed = None if sim.fits else (sim.steps[-1].node_id if sim.steps else None)
     nodes = []
-    for n, s in zip(found, sim.steps, strict=False):
+    for n, s in zip(found, peak_sim.steps, strict=False):
         nodes.append(
             NodePlan(
                 n.node_id,
@@ -188,7 +195,7 @@ def make_plan(
                 s.loaded,
                 s.unloaded,
                 s.streamed,
-                n.note,
+                "; ".join(x for x in (n.note, _failure_note(n.node_id, failed, sim.problem)) if x),
             )
         )
     return MemoryPlan(

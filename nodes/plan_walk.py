@@ -6,8 +6,8 @@ formulas (the same functions the pipelines call before each use).
 Walking the graph in run order:
 - a node that writes outputs (`is_output`) is not run: it uses no model and the plan must write nothing;
 - a node that samples (a DENOISER and a LATENT input: Sampler, SamplerAdvanced) gets its working memory from
-  `pipelines.diffusion.sampling.denoiser_working` with the latent's size, as the sampler computes it; its
-  output is its input latent (same shape);
+  `pipelines.diffusion.planned_working` (its family's loop formula on the latent's shape, video frames
+  included, plus a step cache's residuals when `cache` is on); its output is its input latent (same shape);
 - every other node runs for real with a capturing stand-in of the memory manager: loader nodes register their
   models (headers and configs, no weights) with the real manager; a loader that reserves working memory is
   about to work on weights (a GGUF LLM's first conversion to float32): it is stopped there, the reservation
@@ -33,6 +33,7 @@ from typing import Any
 from memory import MemoryManager, ModelHandle, Working
 from nodes.context import Cancelled, CancelToken, NodeContext
 from nodes.executor import model_keys
+from nodes.plan_stand_ins import latent_stand_in
 from nodes.registry import NodeRegistry
 from nodes.spec import NodeSpec
 from nodes.workflow import Workflow
@@ -166,7 +167,7 @@ def _is_sampler(spec: NodeSpec) -> bool:
 
 
 def _plan_sampler(memory: MemoryManager, node_type: str, kwargs: dict[str, Any]) -> NodeUses:
-    from pipelines.diffusion.sampling import denoiser_working
+    from pipelines.diffusion.planned_working import planned_sampler_working
     from pipelines.diffusion.sizes import size_for_denoiser
 
     denoiser = kwargs["denoiser"]
@@ -175,16 +176,8 @@ def _plan_sampler(memory: MemoryManager, node_type: str, kwargs: dict[str, Any])
         (height, width), batch = latent.pixel_size, int(latent.samples.shape[0])
     else:  # unwired: the denoiser's native size, as the Sampler does
         native = size_for_denoiser(denoiser).native
-        height, width, batch = native, native, 1
-    cfg, negative = float(kwargs.get("cfg") or 0.0), kwargs.get("negative")
-    family = denoiser.family
-    if family.flow and family.denoiser_call == "zimage":
-        guidance = cfg > 0.0 and negative is not None
-    elif family.flow and family.denoiser_call not in ("sd3",):
-        guidance = False  # Flux: distilled guidance is an input, one batch
-    else:
-        guidance = cfg > 1.0 and negative is not None
-    working = denoiser_working(denoiser, height, width, batch, guidance)
+        height, width, batch, latent = native, native, 1, None
+    working = planned_sampler_working(denoiser, latent, height, width, batch, kwargs)
     uses = NodeUses("", node_type, [_estimate(memory, node_type, denoiser.handle, working, 0)])
     for h in _wired_models(memory, kwargs):  # ControlNets held beside the denoiser
         if h.key != denoiser.handle.key:
@@ -221,7 +214,13 @@ def walk(
             values[nid] = {}
             continue
         if _is_sampler(spec) and kwargs.get("denoiser") not in (None, UNKNOWN):
-            uses = _plan_sampler(memory, node.type, kwargs)
+            try:
+                uses = _plan_sampler(memory, node.type, kwargs)
+            except (ValueError, TypeError, KeyError) as exc:  # fields the run itself will refuse
+                uses = NodeUses(nid, node.type, note=f"not simulated ({type(exc).__name__}: {exc})")
+                uses.uses = [
+                    UseEstimate(h.key, h.spec.name, 0, "unknown") for h in _wired_models(memory, kwargs)
+                ]
             uses.node_id = nid
             found.append(uses)
             values[nid] = _stand_ins(spec, kwargs)
@@ -260,7 +259,7 @@ def _run_captured(
     except Cancelled:
         raise
     except _Captured:
-        values[nid] = _stand_ins(spec, kwargs)
+        values[nid] = latent_stand_in(node_type, kwargs) or _stand_ins(spec, kwargs)
         if capture.loading and not capture.uses:
             uses.note = "stopped before " + ", ".join(capture.reserved) + " (done by the run, not the plan)"
     except Exception as exc:  # a node fed a stand-in may refuse it: its models still count as used

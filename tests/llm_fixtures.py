@@ -214,6 +214,20 @@ def smollm_files() -> Any:
 
 
 @pytest.fixture(scope="session")
+def smollm_packed() -> Any:
+    """SmolLM2's GGUF repacked for the CPU kernels once for the session (what `keep_quantized: auto` loads
+    on a CPU); the folder of the packed cache."""
+    from pipelines.llm.packed_cache import ensure_packed
+    from pipelines.paths import resolve_model_path
+
+    try:
+        path = resolve_model_path("builtin:smollm2")
+    except FileNotFoundError as exc:
+        pytest.skip(str(exc))
+    return ensure_packed(path)
+
+
+@pytest.fixture(scope="session")
 def smollm(smollm_files: Any) -> tuple[Any, Any]:
     """(model, tokenizer) of SmolLM2 from the converted cache, loaded once for the session."""
     from pipelines.llm.hf_loader import build_causal_lm, load_tokenizer

@@ -120,9 +120,9 @@ def test_the_repacked_cache_is_reused_and_follows_the_file(tmp_path: Path, monke
     writes: list[Path] = []
     real_write = packed_cache._write_packed
 
-    def counting_write(source: Path, dest: Path, on_progress):  # noqa: ANN001, ANN202
+    def counting_write(source: Path, dest: Path, on_progress, on_plan=None):  # noqa: ANN001, ANN202
         writes.append(dest)
-        return real_write(source, dest, on_progress)
+        return real_write(source, dest, on_progress, on_plan)
 
     monkeypatch.setattr(packed_cache, "_write_packed", counting_write)
     first = ensure_packed(path, root=root)

@@ -21,7 +21,10 @@ from memory.plan import PlannedUse, PlanStep, least_budget, simulate
 from memory.policy import policy_named
 from nodes.executor import Executor
 from nodes.plan import make_plan
-from tests.llm_fixtures import smollm_files  # noqa: F401 (a session fixture: the GGUF converted once)
+from tests.llm_fixtures import (  # noqa: F401 (session fixtures: the GGUF converted / repacked once)
+    smollm_files,
+    smollm_packed,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 WORKFLOWS = REPO / "resources/workflows"
@@ -69,6 +72,9 @@ def test_plan_of_a_shipped_workflow_lists_every_node_in_run_order(
 ) -> None:
     if name.startswith("llm"):
         request.getfixturevalue("smollm_files")  # converted: the plan then sees the LLM's uses
+        request.getfixturevalue(
+            "smollm_packed"
+        )  # and repacked (`auto` on a CPU): a plan stops before a repack
     wf = load_for_plan(WORKFLOWS / f"{name}.json", [], [], registry)
     config = MemoryConfig(
         device="cpu", policy="none", ram_budget="8GiB", data_dir=tmp_path
@@ -111,6 +117,24 @@ def test_a_plan_never_converts_a_gguf_it_counts_the_conversion(
     assert reserved["bytes"] > 100 * MiB and "done by the run" in loader.note  # SmolLM2 in float32
     assert "not simulated" in plan.nodes[1].note
     assert not [p for p in tmp_path.rglob("*.safetensors")]  # nothing was converted
+
+
+@pytest.mark.slow  # reads SmolLM2's GGUF metadata and builds its tokenizer (~6 s)
+def test_a_plan_never_repacks_a_gguf_it_counts_the_repack(
+    registry, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("NODELOOM_DATA_DIR", str(tmp_path))  # nothing repacked yet: a first run
+    # keep_quantized on: on a CPU the GGUF is repacked for the int4/int8 kernels (what `auto` picks here).
+    wf = load_for_plan(WORKFLOWS / "llm.json", ["llm.keep_quantized=on"], [], registry)
+    with MemoryManager(MemoryConfig(device="cpu", policy="none", ram_budget="8GiB")) as mm:
+        plan = make_plan(wf, registry, mm)
+    loader = plan.nodes[0]
+    (reserved,) = loader.working
+    assert loader.node_id == "llm" and not reserved["model"] and "repacking" in reserved["component"]
+    # The mapped Q4_1 data (92 MiB) twice and the 108 MiB embedding twice in float32, at the least.
+    assert reserved["bytes"] > 400 * MiB and "done by the run" in loader.note
+    assert loader.host_peak >= plan.baseline_rss + reserved["bytes"]
+    assert not [p for p in tmp_path.rglob("packed.safetensors")]  # nothing was repacked
 
 
 def test_app_plan_below_every_policys_need_exits_1_naming_the_need(capsys) -> None:

@@ -240,16 +240,19 @@ class PlanPanel(QWidget):
                 n.node_type,
                 fmt_bytes(n.device_peak),
                 fmt_bytes(n.host_peak),
-                ", ".join(f"{k} {fmt_bytes(v)}" for k, v in n.resident.items()),
-                ", ".join(f"{w['component']} {fmt_bytes(w['bytes'])} ({w['source']})" for w in n.working),
+                # One model a line: three resident models side by side pushed the Note column off the dock.
+                "\n".join(f"{k} {fmt_bytes(v)}" for k, v in n.resident.items()),
+                "\n".join(f"{w['component']} {fmt_bytes(w['bytes'])} ({w['source']})" for w in n.working),
                 moves,
                 n.note,
             )
             for col, text in enumerate(cells):
                 cell = QTableWidgetItem(text)
+                cell.setToolTip(text)  # a cut note or a long model list reads in full
                 if col in (2, 3):
                     cell.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
                 self.table.setItem(row, col, cell)
+        self.table.resizeRowsToContents()
 
     def show_reason(self, reason: str) -> None:
         self.summary.setText(f"No plan: {reason}")

@@ -42,7 +42,7 @@ def take_screenshot(
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     # As `app` does (app/main.py): sleeping OpenMP workers, or a busy machine makes the run look slow.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    from PySide6.QtCore import QSettings
+    from PySide6.QtCore import QSettings, Qt
     from PySide6.QtWidgets import QApplication
 
     from app.gui.autosave import Autosave
@@ -149,6 +149,10 @@ def take_screenshot(
         window.outputs_dock.raise_()
     if show == "plan":
         window.plan_ui.dock.raise_()
+        # Tall enough for txt2img's seven rows: the dock's default height shows four.
+        window.resizeDocks([window.plan_ui.dock], [int(size[1] * 0.42)], Qt.Orientation.Vertical)
+        pump(0.2)
+        window.view.fit()  # the canvas is shorter now
     pump(0.3)
     out.parent.mkdir(parents=True, exist_ok=True)
     _grab(window, grab, select).save(str(out))

@@ -3,8 +3,8 @@
 Lives here: `STEP_CACHES` (the one list of names the Sampler's `cache` field, the CLI and the GUI offer),
 `StepCache` (a method and its threshold), `cache_applies` (whether a denoiser has blocks a cache can hook),
 `step_cache` (a context manager that puts diffusers' hooks on the placed denoiser for one sampling run and
-takes them off again) and `CacheSession.branch` (names each denoiser call of a step, so the positive and the
-negative pass keep separate cached residuals).
+takes them off again), `CacheSession.branch` (names each denoiser call of a step, so the positive and the
+negative pass keep separate cached residuals) and `cache_bytes` (what the hooks keep, for the memory plan).
 May import: stdlib, torch, diffusers (both only inside functions).
 
 Why diffusers' hooks: they are the published implementations (First-Block Cache after ParaAttention,
@@ -234,3 +234,44 @@ def _easy(model: torch.nn.Module, cache: StepCache, steps: int) -> Iterator[Cach
         steps,
         extra={"cache_reused_steps": state.skipped},
     )
+
+
+def _hidden(config: dict[str, Any]) -> int:
+    hidden = int(config.get("num_attention_heads", 0) or 0) * int(config.get("attention_head_dim", 0) or 0)
+    return int(config.get("dim", hidden) or hidden)  # Z-Image names its width `dim`
+
+
+def _hooked_attentions(config: dict[str, Any]) -> int:
+    """Attention modules `_config`'s TaylorSeer pattern matches: one per block, two in Wan's (attn1, attn2)."""
+    blocks = int(config.get("num_layers", config.get("n_layers", 0)) or 0)
+    blocks += int(config.get("num_single_layers", 0) or 0)  # FLUX.1 / FLUX.2 single-stream blocks
+    return 2 * blocks if _is_wan(config) else blocks
+
+
+def _is_wan(config: dict[str, Any]) -> bool:
+    return str(config.get("_class_name", "")).startswith("Wan")
+
+
+def cache_bytes(
+    cache: StepCache, config: dict[str, Any], *, image_tokens: int, text_tokens: int, passes: int, esize: int
+) -> int:
+    """Bytes a step cache's hooks keep from one denoiser call to the next: working memory for the whole
+    sampling run, beside the call's own activations (the memory plan counts it; issue 33).
+
+    `image_tokens`/`text_tokens`: a call's tokens in each stream (batch included); `passes`: the calls of a
+    step that keep their own state (positive and negative under separate-pass CFG); `esize`: bytes per value
+    at the compute dtype. First-Block Cache keeps, per pass, the first block's output and residual and the
+    remaining blocks' residual for the image stream (3 x tokens x hidden) and the text stream's output and
+    residual (2 x). TaylorSeer keeps, per pass and per hooked attention, the output and its first difference
+    (max_order 1) in float32 (`_config`), for the tokens that attention returns (image + text in joint
+    attention; Wan's self- and cross-attention return the video tokens only).
+    """
+    if not cache.on:
+        return 0
+    hidden = _hidden(config)
+    if cache.method == "first-block":
+        return passes * (3 * image_tokens + 2 * text_tokens) * hidden * esize
+    if cache.method == "taylorseer":
+        returned = image_tokens if _is_wan(config) else image_tokens + text_tokens
+        return passes * _hooked_attentions(config) * 2 * returned * hidden * 4
+    return 0  # a method whose kept state is not declared here is not counted (the learned peak has it)

@@ -29,8 +29,10 @@ import shutil
 import struct
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
@@ -38,7 +40,15 @@ from safetensors.torch import save_file
 from memory.paths import user_data_dir
 from pipelines.llm.compact_model import CompactConfig, CompactLM
 from pipelines.llm.gguf_cache import gguf_cache_key
-from pipelines.llm.gguf_loader import end_of_turn_ids, gguf_config, gguf_tokenizer, gguf_tokens, read_gguf
+from pipelines.llm.gguf_loader import (
+    GGUFContents,
+    end_of_turn_ids,
+    gguf_config,
+    gguf_tokenizer,
+    gguf_tokens,
+    mapped_bytes,
+    read_gguf,
+)
 from pipelines.llm.packed_model import compact_from_packed, pack_gguf_tensors
 from pipelines.load_progress import OnProgress
 
@@ -69,10 +79,33 @@ def is_packed(folder: Path) -> bool:
     return (folder / _META_FILE).is_file() and (folder / WEIGHTS_FILE).is_file()
 
 
-def _write_packed(path: Path, dest: Path, on_progress: OnProgress | None) -> None:
+def _rss() -> int:
+    """This process's resident bytes (0 where /proc is missing)."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError):
+        return 0
+
+
+def repack_working_bytes(contents: GGUFContents, parsed_bytes: int) -> int:
+    """What a repack holds at its peak beside what was resident before it started: `parsed_bytes` (the
+    reader's metadata and the tokenizer built from it, measured as they were made), the mapped tensor data
+    (every page is faulted in), the packed tensors (about the file's tensor bytes: 91 vs 92 MiB for SmolLM2's
+    Q4_1 file, int4 groups costing what Q4_1 blocks do) and the largest tensor dequantized to float32 twice
+    (the rows being packed and their quantized copy beside them). Measured on SmolLM2-135M Q4_1: 588 MiB
+    above the start, this figure 600 MiB."""
+    largest = max((int(np.prod(t.shape)) for t in contents.reader.tensors), default=0) * 4
+    return parsed_bytes + 2 * mapped_bytes(contents) + 2 * largest
+
+
+def _write_packed(
+    path: Path, dest: Path, on_progress: OnProgress | None, on_plan: Callable[[int], None] | None = None
+) -> None:
     from transformers import GenerationConfig
 
     started = time.perf_counter()
+    before = _rss()
     if on_progress is not None:
         on_progress("GGUF: reading metadata (1/3)", 0, 1)
     contents = read_gguf(path)
@@ -81,6 +114,8 @@ def _write_packed(path: Path, dest: Path, on_progress: OnProgress | None) -> Non
     if on_progress is not None:
         on_progress("GGUF: building the tokenizer (2/3)", 0, 1)
     tokenizer = gguf_tokenizer(contents, tokens)
+    if on_plan is not None:  # budgeted before the tensors are touched (a plan stops here and counts it)
+        on_plan(repack_working_bytes(contents, max(0, _rss() - before)))
     if on_progress is not None:
         on_progress("GGUF: repacking the weights (3/3)", 0, 1)
     state = pack_gguf_tensors(contents, CompactConfig.from_transformers(config))
@@ -136,8 +171,15 @@ def _aligned(t: torch.Tensor) -> torch.Tensor:
     return t if t.data_ptr() % _ALIGN == 0 else t.clone()
 
 
-def ensure_packed(path: Path, *, root: Path | None = None, on_progress: OnProgress | None = None) -> Path:
-    """The packed folder for `path`, repacking the file first when it is not there yet."""
+def ensure_packed(
+    path: Path,
+    *,
+    root: Path | None = None,
+    on_progress: OnProgress | None = None,
+    on_plan: Callable[[int], None] | None = None,
+) -> Path:
+    """The packed folder for `path`, repacking the file first when it is not there yet; `on_plan(bytes)`
+    is told a repack's working memory (`repack_working_bytes`) before it reads the tensors."""
     path = Path(path)
     folder = packed_cache_dir(path, root)
     if is_packed(folder):
@@ -148,7 +190,7 @@ def ensure_packed(path: Path, *, root: Path | None = None, on_progress: OnProgre
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
     try:
         work = tmp / "model"
-        _write_packed(path, work, on_progress)
+        _write_packed(path, work, on_progress, on_plan)
         try:
             os.replace(work, folder)
         except OSError:

@@ -34,8 +34,20 @@ from pipelines.model_keys import component_keys
 def open_packed_llm(
     memory: MemoryManager, path: Path, on_convert: OnProgress | None = None
 ) -> tuple[LLMFiles, ModelHandle, PretrainedConfig]:
-    """Repack `path` once (cached per file and machine) and register the packed model."""
-    folder = ensure_packed(path, on_progress=on_convert)
+    """Repack `path` once (cached per file and machine) and register the packed model. A first repack's
+    working memory is reserved for its duration, as a float32 conversion's is."""
+    what = f"repacking {Path(path).name}"
+    reserved: list[int] = []
+
+    def reserve(nbytes: int) -> None:
+        memory.reserve_working(nbytes, what)
+        reserved.append(nbytes)
+
+    try:
+        folder = ensure_packed(path, on_progress=on_convert, on_plan=reserve)
+    finally:
+        if reserved:
+            memory.release_working(what)
     files = LLMFiles(path, folder, (folder / WEIGHTS_FILE,), from_gguf=True)
     config = load_config(files)
     handle = memory.register(
