@@ -42,6 +42,15 @@ def _attention_backend(node: ComfyNode, ctx: MapContext) -> PassThrough:
     return PassThrough({0: "model"})
 
 
+def _block_sparse_attention(node: ComfyNode, ctx: MapContext) -> PassThrough:
+    ctx.graph.note(
+        node,
+        "BlockSparseAttention (video sparse attention) is not applied: the model runs dense attention here, "
+        "which costs more compute and gives a picture close to, not equal to, ComfyUI's sparse run",
+    )
+    return PassThrough({0: "model"})
+
+
 def _reference_to_video(node: ComfyNode, ctx: MapContext) -> Emit:
     return unsupported_emit(
         node,
@@ -55,5 +64,6 @@ MINIMAX_MAPPERS: dict[str, Mapper] = {
     "MiniMaxH3SigmaShift": _sigma_shift,
     "VAEDecodeAudio": _decode_audio,
     "ModelAttentionBackend": _attention_backend,
+    "BlockSparseAttention": _block_sparse_attention,
     "MiniMaxH3ReferenceToVideo": _reference_to_video,
 }
