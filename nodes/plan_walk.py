@@ -161,6 +161,25 @@ def _stand_ins(spec: NodeSpec, kwargs: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+# Port types that carry a loaded model (a node with one of them may load or use weights).
+_MODEL_KINDS = frozenset(
+    {
+        "DENOISER",
+        "VAE",
+        "TEXT_ENCODER",
+        "LLM",
+        "CONTROL_NET",
+        "UPSCALE_MODEL",
+        "CLIP_VISION",
+        "LATENT_UPSCALE_MODEL",
+    }
+)
+
+
+def _model_ports(spec: NodeSpec) -> bool:
+    return any(p.type.name in _MODEL_KINDS for p in (*spec.inputs, *spec.outputs))
+
+
 def _is_sampler(spec: NodeSpec) -> bool:
     kinds = {i.name: i.type.name for i in spec.inputs}
     return kinds.get("denoiser") == "DENOISER" and kinds.get("latent") == "LATENT"
@@ -212,6 +231,14 @@ def walk(
         if spec.is_output:
             found.append(NodeUses(nid, node.type, note="writes outputs: not run by the plan"))
             values[nid] = {}
+            continue
+        if node.type in registry.pack_types and not _model_ports(spec):
+            # A node pack's node that touches no model: running it could take as long as the run itself
+            # (a planned run would wait twice), and it uses no memory the plan counts.
+            found.append(
+                NodeUses(nid, node.type, note="a node pack's node with no model: not run by the plan")
+            )
+            values[nid] = _stand_ins(spec, kwargs)
             continue
         if _is_sampler(spec) and kwargs.get("denoiser") not in (None, UNKNOWN):
             try:

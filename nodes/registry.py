@@ -24,6 +24,8 @@ class NodeRegistry:
         self._specs: dict[str, NodeSpec] = {}
         # Entry points that failed to load: (name, reason); shown by the editor and `app nodes`.
         self.load_errors: list[tuple[str, str]] = []
+        # Node types that came from third-party packs: their cost is unknown, so `app plan` does not run them.
+        self.pack_types: set[str] = set()
 
     def register(self, spec: NodeSpec, *, replace: bool = False) -> None:
         if spec.type in self._specs and not replace:
@@ -59,6 +61,7 @@ class NodeRegistry:
         """Load third-party node packs; returns the names that loaded. A broken pack is reported, not fatal."""
         loaded = []
         for ep in entry_points(group=group):
+            before = set(self._specs)
             try:
                 obj = ep.load()
                 if callable(obj) and not isinstance(obj, NodeSpec):
@@ -68,6 +71,7 @@ class NodeRegistry:
                 else:
                     self.register_all([obj] if isinstance(obj, NodeSpec) else obj)
                 loaded.append(ep.name)
+                self.pack_types |= set(self._specs) - before
             except Exception as exc:  # a third-party pack may raise anything; keep the app usable
                 reason = f"{type(exc).__name__}: {exc}"
                 log.warning("node pack %r failed to load: %s", ep.name, reason)

@@ -265,3 +265,20 @@ def test_a_prefix_cannot_write_outside_the_output_folder(tmp_path: Path, capsys)
     assert not report.exists()
     error = capsys.readouterr().err
     assert "'prefix'" in error and "plain file name" in error
+
+
+@pytest.mark.slow
+def test_the_plan_does_not_run_a_node_packs_node_without_a_model(tmp_path: Path) -> None:
+    """`--offload auto` plans before the run; a pack's slow text node must run once (in the run), not twice."""
+    wf = _pack_workflow(tmp_path, steps=40)  # 40 x 0.05 s = 2 s of work in the node
+    proc = subprocess.run(
+        [sys.executable, "-m", "app.main", "plan", str(wf), "--json"],
+        env=_pack_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    nodes = {n["node_id"]: n for n in json.loads(proc.stdout)["nodes"]}
+    assert "node pack" in nodes["slow"]["note"]
+    assert "loud" in nodes  # the nodes after it still plan, on a stand-in text
