@@ -67,6 +67,7 @@ window.close()
         "pipelines.diffusion.family_types",  # the registry's dataclasses (stdlib only)
         "pipelines.diffusion.families_image",  # registry entries split out of families (data only)
         "pipelines.diffusion.families_video",
+        "pipelines.diffusion.families_qwen21",
         "pipelines.diffusion.step_cache",  # the Sampler's cache choices (torch only inside functions)
         "pipelines.diffusion.schedulers",
         "pipelines.diffusion.prompt_weights",

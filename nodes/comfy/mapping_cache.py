@@ -1,6 +1,7 @@
 """ComfyUI's step-cache model patches (EasyCache, LazyCache) mapped onto the Sampler's `cache` field.
 
-Lives here: `CACHE_MAPPERS`. Imports `nodes.comfy.graph` and `nodes.comfy.mapping` (PassThrough, helpers).
+Lives here: `CACHE_MAPPERS`. Imports `nodes.comfy.graph`, `nodes.comfy.mapping` (PassThrough, helpers) and
+`pipelines.diffusion.step_cache` (the easy cache's window; no torch).
 
 ComfyUI patches the MODEL with the cache; Nodeloom's cache is a Sampler setting. So the node passes its
 model through and annotates the wire: each sampler fed by it gets `cache: easy` and the node's
@@ -12,7 +13,8 @@ from __future__ import annotations
 
 from nodes.comfy.graph import ComfyNode
 from nodes.comfy.mapping import MapContext, Mapper, PassThrough, _get
-from pipelines.diffusion.easy_cache import END_FRACTION, START_FRACTION
+from pipelines.diffusion.step_cache import EASY_END_FRACTION as END_FRACTION
+from pipelines.diffusion.step_cache import EASY_START_FRACTION as START_FRACTION
 
 
 def _easy_cache(node: ComfyNode, ctx: MapContext) -> PassThrough:

@@ -24,9 +24,6 @@ from typing import Any
 
 import torch
 
-# ComfyUI's EasyCache defaults: skipping starts after 15% of the run and stops for the last 5%.
-START_FRACTION = 0.15
-END_FRACTION = 0.95
 _LATENT_NAMES = ("sample", "hidden_states", "x")
 
 
@@ -34,8 +31,8 @@ _LATENT_NAMES = ("sample", "hidden_states", "x")
 class EasyCacheState:
     threshold: float
     steps: int
-    start: float = START_FRACTION
-    end: float = END_FRACTION
+    start: float  # fractions of the steps: skipping may start at `start` and stops at `end` (step_cache's)
+    end: float
     step: int = 0
     branch: str = "cond"
     skipped: int = 0  # steps served from the cache (counted on the first branch)

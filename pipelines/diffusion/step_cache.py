@@ -37,6 +37,11 @@ if TYPE_CHECKING:  # torch is imported where a cache runs: the node declarations
 
 log = logging.getLogger(__name__)
 
+# The easy cache's window (ComfyUI's EasyCache defaults): skipping starts after 15% of the steps and stops for
+# the last 5%. Here, not in easy_cache, so the ComfyUI importer reads them without importing torch.
+EASY_START_FRACTION = 0.15
+EASY_END_FRACTION = 0.95
+
 STEP_CACHES: tuple[str, ...] = ("off", "first-block", "taylorseer", "easy")
 # The ModuleList names diffusers' cache hooks look for (diffusers.hooks._common); a denoiser without one
 # (a UNet: its attention lives inside down/up blocks) has nothing they can skip.
@@ -219,7 +224,9 @@ def _easy(model: torch.nn.Module, cache: StepCache, steps: int) -> Iterator[Cach
 
     from pipelines.diffusion.easy_cache import EasyCacheState, easy_cache_hook
 
-    state = EasyCacheState(threshold=float(cache.threshold), steps=steps)
+    state = EasyCacheState(
+        threshold=float(cache.threshold), steps=steps, start=EASY_START_FRACTION, end=EASY_END_FRACTION
+    )
     registry = HookRegistry.check_if_exists_or_initialize(model)
     registry.register_hook(easy_cache_hook(state), _EASY_HOOK)
     try:
