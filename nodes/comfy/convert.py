@@ -314,6 +314,15 @@ def convert_graph(graph: ComfyGraph, registry: NodeRegistry, ctx: MapContext, *,
     nodes = converter.workflow_nodes()
     # What only a resolved switch's unchosen branch needed: left out, as ComfyUI leaves it unrun.
     nodes = drop_unused(nodes, registry, graph, keep=frozenset(map(str, converter.llm_of.values())))
+    # A Load LLM the import added whose LLM Generate was left out reads nothing anyone uses: out too (the
+    # export folds it into its text-encoder loader, so keeping it would not survive a round trip).
+    read = {
+        link[0]
+        for node in nodes.values()
+        for link in node.get("inputs", {}).values()
+        if isinstance(link, list)
+    }
+    nodes = {nid: node for nid, node in nodes.items() if nid not in converter.llm_of or nid in read}
     workflow = {
         "format": FORMAT,
         "version": VERSION,

@@ -172,9 +172,9 @@ def _sigma_values(text: Any) -> list[float]:
 def _batch_images(earlier: Mapper | None) -> Mapper:
     def mapper(node: ComfyNode, ctx: MapContext) -> Any:
         consumers = _consumers(ctx.graph, node.id)
-        if earlier is None and consumers and all(n.class_type == "TextGenerate" for n in consumers):
+        if consumers and all(n.class_type == "TextGenerate" for n in consumers):
             ctx.graph.note(
-                node, "pictures for TextGenerate left out: Nodeloom's LLM Generate reads text only"
+                node, "pictures for TextGenerate left out: the prompt writer runs on its text only here"
             )
             return PassThrough({})
         if earlier is not None:
