@@ -36,6 +36,7 @@ from nodes.executor import model_keys
 from nodes.plan_stand_ins import latent_stand_in
 from nodes.registry import NodeRegistry
 from nodes.spec import NodeSpec
+from nodes.types import MODEL_PORT_TYPES
 from nodes.workflow import Workflow
 
 UNKNOWN = object()  # an output the plan cannot produce (a node it could not run)
@@ -161,23 +162,8 @@ def _stand_ins(spec: NodeSpec, kwargs: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-# Port types that carry a loaded model (a node with one of them may load or use weights).
-_MODEL_KINDS = frozenset(
-    {
-        "DENOISER",
-        "VAE",
-        "TEXT_ENCODER",
-        "LLM",
-        "CONTROL_NET",
-        "UPSCALE_MODEL",
-        "CLIP_VISION",
-        "LATENT_UPSCALE_MODEL",
-    }
-)
-
-
 def _model_ports(spec: NodeSpec) -> bool:
-    return any(p.type.name in _MODEL_KINDS for p in (*spec.inputs, *spec.outputs))
+    return any(p.type.name in MODEL_PORT_TYPES for p in (*spec.inputs, *spec.outputs))
 
 
 def _is_sampler(spec: NodeSpec) -> bool:

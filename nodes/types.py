@@ -1,6 +1,6 @@
 """Port data types and the rule for which output may feed which input.
 
-Lives here: `PortType`, the built-in types, `can_connect`. Imports nothing from Nodeloom.
+Lives here: `PortType`, the built-in types, `MODEL_PORT_TYPES`, `can_connect`. Imports nothing from Nodeloom.
 A type is a name plus a display colour; third-party packs make their own with `PortType(...)`.
 """
 
@@ -55,6 +55,12 @@ CLIP_VISION = PortType("CLIP_VISION", "#80cbc4")
 CLIP_VISION_OUTPUT = PortType("CLIP_VISION_OUTPUT", "#7e57c2")
 # Accepts anything: for generic sinks such as a preview of any value.
 ANY = PortType("ANY", "#e0e0e0")
+
+# The port types that carry a loaded model: a node with one of them may load or use weights.
+MODEL_PORT_TYPES: frozenset[str] = frozenset(
+    t.name
+    for t in (DENOISER, TEXT_ENCODER, VAE, LLM, CONTROL_NET, UPSCALE_MODEL, CLIP_VISION, LATENT_UPSCALE_MODEL)
+)
 
 BUILTIN_TYPES: tuple[PortType, ...] = (
     DENOISER,
