@@ -46,7 +46,7 @@ class EasyCacheState:
     _diffs: dict[str, torch.Tensor] = field(default_factory=dict)
 
     def call(self, forward: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        x, where = _latent_input(args, kwargs)
+        x = _latent_input(args, kwargs)
         fraction = self.step / max(self.steps, 1)
         if x is None or fraction >= self.end:
             return forward(*args, **kwargs)
@@ -100,13 +100,11 @@ class EasyCacheState:
         return _wrapped((aligned.float() + diff).to(x.dtype))
 
 
-def _latent_input(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[torch.Tensor | None, str]:
+def _latent_input(args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.Tensor | None:
     for name in _LATENT_NAMES:
         if name in kwargs:
-            return _stacked(kwargs[name]), name
-    if args:
-        return _stacked(args[0]), "0"
-    return None, ""
+            return _stacked(kwargs[name])
+    return _stacked(args[0]) if args else None
 
 
 def _stacked(value: Any) -> torch.Tensor | None:
