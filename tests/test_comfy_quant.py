@@ -21,6 +21,7 @@ from pipelines.diffusion.comfy_layouts.quant_writer import (
     fake_quantized,
     marker,
     quantize_int8,
+    quantize_nvfp4,
 )
 from pipelines.diffusion.lazy_load import header_stubs, trace_conversion
 
@@ -129,6 +130,27 @@ def test_mxfp8_reads_back_within_float8_rounding() -> None:
     # float8_e4m3fn keeps 3 mantissa bits (relative error <= 2^-4), below 2^-6 its spacing is 2^-9 (error <=
     # 2^-10), both in units of the block's power-of-two scale.
     assert ((back - w).abs() <= w.abs() * 2**-4 + step * 2**-10 + EPS).all()
+
+
+def test_moe_banks_dequantize_per_expert() -> None:
+    experts = [weight(32, 64, seed=e) for e in range(3)]
+    int8 = [quantize_int8(w, group=16) for w in experts]
+    bank = cq.dequantize_int8(
+        torch.stack([q for q, _ in int8]), torch.stack([s for _, s in int8]).squeeze(-1), group=16
+    )
+    assert torch.equal(bank, torch.stack([cq.dequantize_int8(q, s, group=16) for q, s in int8]))
+    fp4 = [quantize_nvfp4(w) for w in experts]
+    stacked = [torch.stack([f[i] for f in fp4]) for i in range(3)]
+    bank = cq.dequantize_nvfp4(*stacked)
+    assert torch.equal(bank, torch.stack([cq.dequantize_nvfp4(*f) for f in fp4]))
+
+
+def test_a_state_read_whole_is_dequantized_the_same_way() -> None:
+    w = weight()
+    stored = {**comfy_quant_state({"a.weight": w}, "int8_convrot"), "b": torch.ones(3)}
+    read = cq.dequantize_loaded(stored, "x.safetensors")
+    assert sorted(read) == ["a.weight", "b"]
+    assert torch.equal(read["a.weight"], fake_quantized({"a.weight": w}, "int8_convrot")["a.weight"])
 
 
 def _file(tmp_path: Path, state: dict[str, torch.Tensor], metadata: dict[str, str] | None = None) -> Path:

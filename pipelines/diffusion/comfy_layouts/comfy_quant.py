@@ -1,6 +1,7 @@
 """ComfyUI's `comfy_quant` weight files (int8 / int8 ConvRot, NVFP4 / NVFP4 AWQ, MXFP8, fp8): read dequantized.
 
-Lives here: `QuantLayer`, `QuantFormatError`, `read_markers`, `quant_layers`, `dequantized_state`, `describe`,
+Lives here: `QuantLayer`, `QuantFormatError`, `read_markers`, `quant_layers`, `dequantized_state`,
+`dequantize_loaded`, `describe`,
 the per-format `dequantize_*` functions and the math they share (`hadamard`, `unswizzle`, `E2M1_VALUES`).
 May import: stdlib, json, torch (nothing of Nodeloom: `lazy_load.header_stubs` calls it for every file).
 
@@ -307,3 +308,21 @@ def dequantized_state(
         else:
             out[key] = make(dequantize_fp8, (t, scale, _fp8_of(quant.format)), {}, shape)
     return out
+
+
+def dequantize_loaded(
+    state: Mapping[str, torch.Tensor], file_name: str, metadata: Mapping[str, str] | None = None
+) -> dict[str, torch.Tensor]:
+    """A state dict read whole (`safetensors.torch.load_file`; `metadata`: the file's) with its quantized
+    layers dequantized and side tensors dropped; a plain one comes back as it is. For loaders that do not go
+    through `lazy_load` (those get it per tensor, from `header_stubs`)."""
+
+    class _Loaded:
+        def get_tensor(self, key: str) -> torch.Tensor:
+            return state[key]
+
+        def metadata(self) -> Mapping[str, str] | None:
+            return metadata
+
+    markers = read_markers(_Loaded(), state, file_name)
+    return dequantized_state(state, quant_layers(markers, state, file_name)) if markers else dict(state)
