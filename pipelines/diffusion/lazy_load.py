@@ -124,7 +124,7 @@ class Recipe:
     keys: tuple[str, ...]
     node: tuple[Any, ...]
     shape: tuple[int, ...]
-    dtype: torch.dtype  # as stored (before the cast to the run dtype)
+    dtype: torch.dtype  # as stored (before the cast to the run dtype); float32 for a dequantized layer
 
     @property
     def is_rename(self) -> bool:

@@ -31,7 +31,8 @@ tensor/int8_utils.py), read 2026-12:
   (0, 0.5, 1, 1.5, 2, 3, 4, 6). `weight_scale` F8_E4M3 (or U8 viewed so): one scale per 16 consecutive columns,
   stored in cuBLAS's swizzled block layout `[roundup(rows, 128), roundup(cols / 16, 4)]` (128x4 tiles, each
   stored as 32 x (4 x 4): `unswizzle`). `weight_scale_2` f32: one global scale. W = e2m1 * block * global.
-  Rows and columns are padded to 16 (the file's shape is read as is: released layers are multiples of 16).
+  Rows and columns are padded to 16; the stored (padded) shape is what is read, so a layer whose sides are not
+  multiples of 16 fails the loader's shape check (the layers of the models named here are multiples of 16).
   **AWQ** (`*_nvfp4_awq`): the same marker, plus `pre_quant_scale` `[in]` (bf16) on some layers; ComfyUI
   multiplies the input by it (y = W (x * s)), so the effective weight is W * s[None, :].
 - **mxfp8**: `weight` F8_E4M3 `[rows, cols]` (padded to 32); `weight_scale` E8M0 exponents (U8 or F8_E8M0),
