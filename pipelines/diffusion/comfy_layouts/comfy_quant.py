@@ -245,8 +245,10 @@ def dequantize_int8(weight: torch.Tensor, scale: torch.Tensor, *, group: int = 0
 
 def _nvfp4_matrix(packed: torch.Tensor, block: torch.Tensor, global_scale: torch.Tensor) -> torch.Tensor:
     rows, cols = packed.shape[0], packed.shape[1] * 2
-    codes = torch.stack([packed >> 4, packed & 0x0F], dim=-1).reshape(rows, cols)  # even column: high nibble
-    values = torch.tensor(E2M1_VALUES, dtype=torch.float32)[codes.long()]
+    e2m1 = torch.tensor(E2M1_VALUES, dtype=torch.float32)
+    byte = torch.arange(256)
+    pairs = torch.stack([e2m1[byte >> 4], e2m1[byte & 0x0F]], dim=-1)  # a byte's two values, even column: high
+    values = pairs[packed.int()].reshape(rows, cols)  # one lookup a byte (int32 index: half int64's memory)
     block = block.view(torch.float8_e4m3fn) if block.dtype == torch.uint8 else block
     scales = unswizzle(block, rows, cols // NVFP4_BLOCK).to(torch.float32) * global_scale.to(torch.float32)
     return (values.reshape(rows, -1, NVFP4_BLOCK) * scales.unsqueeze(-1)).reshape(rows, cols)
