@@ -247,7 +247,9 @@ def _nvfp4_matrix(packed: torch.Tensor, block: torch.Tensor, global_scale: torch
     rows, cols = packed.shape[0], packed.shape[1] * 2
     e2m1 = torch.tensor(E2M1_VALUES, dtype=torch.float32)
     byte = torch.arange(256)
-    pairs = torch.stack([e2m1[byte >> 4], e2m1[byte & 0x0F]], dim=-1)  # a byte's two values, even column: high
+    pairs = torch.stack(
+        [e2m1[byte >> 4], e2m1[byte & 0x0F]], dim=-1
+    )  # a byte's two values, even column: high
     values = pairs[packed.int()].reshape(rows, cols)  # one lookup a byte (int32 index: half int64's memory)
     block = block.view(torch.float8_e4m3fn) if block.dtype == torch.uint8 else block
     scales = unswizzle(block, rows, cols // NVFP4_BLOCK).to(torch.float32) * global_scale.to(torch.float32)
