@@ -2,16 +2,18 @@
 fixture: both stages (8 then 3 hand-given sigmas), the latent upsampler between them, the in-place first frame
 (strength 0.7, then 1), the separate audio latent and its decode, CreateVideo and SaveVideo.
 
-ComfyUI's model files have no loader layout here yet (the one-file LTX-2 checkpoint, the Gemma file, the LoRAs),
-so the imported graph's loaders are replaced by one Load Diffusion Model of the tiny folder (the LoRAs bypassed,
-the prompt switch left off as the template has it); the latent upsampler is a tiny one in the format ComfyUI
-reads (its config in the file's metadata), saved under the template's file name."""
+Two runs: one with the imported graph's loaders replaced by one Load Diffusion Model of the tiny folder, and one
+from ComfyUI's own files, the tiny model written under the template's file names (the one-file LTX-2 checkpoint,
+the Gemma 3 file, a tiny latent upsampler in the format ComfyUI reads, its config in the file's metadata) and
+found with `--models-dir`, as a ComfyUI user's models folder. LTX-2 LoRAs are not read here: both runs bypass the
+template's two LoRA loaders; the prompt switch is left off as the template has it."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 templates = pytest.importorskip(
@@ -76,6 +78,37 @@ def _runnable(workflow: dict, folder: Path, models: Path) -> dict:
     for data in nodes.values():
         if data["type"] == "LoadLatentUpsampler":
             data["params"]["path"] = str(models / UPSAMPLER)
+    _tiny_sizes(nodes)
+    return workflow
+
+
+def _template(name: str) -> dict:
+    from nodes.comfy.sources import import_comfy_data
+    from nodes.registry import default_registry
+
+    data = json.loads((templates_folder() / f"{name}.json").read_text(encoding="utf-8"))
+    result = import_comfy_data(data, default_registry(entry_point_packs=False), "t", title="t")
+    assert result.unsupported == []
+    return result.workflow
+
+
+def _from_files(workflow: dict) -> dict:
+    """The template as imported, its file names kept: only the LoRAs bypassed and the sizes made tiny."""
+    nodes = workflow["nodes"]
+    for nid, data in list(nodes.items()):
+        if data["type"] == "LoadLoRA":
+            for output in ("denoiser", "text_encoder"):
+                if output in data["inputs"]:
+                    _rewire(nodes, nid, output, data["inputs"][output])
+            del nodes[nid]
+        elif data["type"] in ("LLMGenerate", "LoadLLM", "ShowText"):  # the prompt generator: switched off
+            del nodes[nid]
+    _tiny_sizes(nodes)
+    return workflow
+
+
+def _tiny_sizes(nodes: dict) -> None:
+    for data in nodes.values():
         if data["type"] == "LoadImage":
             data["params"]["path"] = "builtin:shapes_sample.png"
         if data["type"] == "EmptyLTXVLatentVideo":
@@ -86,32 +119,71 @@ def _runnable(workflow: dict, folder: Path, models: Path) -> dict:
             data["params"] |= {"width": 2 * WIDTH, "height": 2 * HEIGHT}
         if data["type"] == "ImageScaleToSide":
             data["params"]["size"] = 2 * WIDTH
-    return workflow
 
 
-def test_video_ltx2_3_i2v_runs_both_stages_with_sound(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(the tiny diffusers folder, a ComfyUI models folder holding it under the templates' file names)."""
+    from pipelines.diffusion.comfy_layouts.ltx2_writer import write_ltx2_files
+    from pipelines.diffusion.demo_models import save_demo_model
+
+    root = tmp_path_factory.mktemp("ltx2-files")
+    folder = save_demo_model("tiny-ltx2", root / "tiny-ltx2")
+    models = write_ltx2_files(folder, root / "models")
+    (models / "latent_upscale_models").mkdir()
+    _save_upsampler(folder, models / "latent_upscale_models" / UPSAMPLER)
+    return folder, models
+
+
+def _run(workflow: dict, out: Path, extra: tuple[str, ...] = ()) -> tuple[Path, list[np.ndarray], np.ndarray]:
     import av
 
-    from nodes.comfy.sources import import_comfy_data
-    from nodes.registry import default_registry
-    from pipelines.diffusion.demo_models import save_demo_model
     from tests.family_support import run_workflow
 
-    folder = save_demo_model("tiny-ltx2", tmp_path / "tiny-ltx2")
-    models = tmp_path / "models"
-    models.mkdir()
-    _save_upsampler(folder, models / UPSAMPLER)
-    data = json.loads((templates_folder() / "video_ltx2_3_i2v.json").read_text(encoding="utf-8"))
-    result = import_comfy_data(data, default_registry(entry_point_packs=False), "t", title="t")
-    assert result.unsupported == []
-    path = tmp_path / "template.json"
-    path.write_text(json.dumps(_runnable(result.workflow, folder, models)), encoding="utf-8")
-    assert run_workflow(path, tmp_path / "out", {}) == 0
-
-    (video,) = (tmp_path / "out").glob("*.mp4")
+    path = out.with_suffix(".json")
+    path.write_text(json.dumps(workflow), encoding="utf-8")
+    assert run_workflow(path, out, {}, extra) == 0
+    (video,) = out.glob("*.mp4")
     with av.open(str(video)) as container:
-        stream = container.streams.video[0]
-        frames = list(container.decode(stream))
+        frames = [f.to_ndarray(format="rgb24") for f in container.decode(container.streams.video[0])]
+    with av.open(str(video)) as container:
+        sound = [f.to_ndarray().ravel() for f in container.decode(container.streams.audio[0])]
+    return video, frames, np.concatenate(sound) if sound else np.zeros(0)
+
+
+@pytest.fixture(scope="module")
+def folder_run(tiny: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory):
+    folder, models = tiny
+    workflow = _runnable(_template("video_ltx2_3_i2v"), folder, models / "latent_upscale_models")
+    return _run(workflow, tmp_path_factory.mktemp("folder-run") / "out")
+
+
+def test_video_ltx2_3_i2v_runs_both_stages_with_sound(folder_run) -> None:
+    import av
+
+    video, frames, _ = folder_run
+    with av.open(str(video)) as container:
         assert container.streams.audio, "the sound track is saved with the video"
     # Stage 2 runs on the upsampled latent: twice the first stage's size.
-    assert len(frames) == FRAMES and (frames[0].width, frames[0].height) == (2 * WIDTH, 2 * HEIGHT)
+    assert len(frames) == FRAMES and (frames[0].shape[1], frames[0].shape[0]) == (2 * WIDTH, 2 * HEIGHT)
+
+
+def test_video_ltx2_3_i2v_from_comfyuis_files_gives_the_folders_video(
+    tiny, folder_run, tmp_path: Path
+) -> None:
+    _, models = tiny
+    workflow = _from_files(_template("video_ltx2_3_i2v"))
+    names = {d["params"].get("path") for d in workflow["nodes"].values()}
+    assert {"ltx-2.3-22b-dev-fp8.safetensors", "gemma_3_12B_it_fp4_mixed.safetensors"} <= names
+    _, frames, sound = _run(workflow, tmp_path / "out", ("--models-dir", str(models)))
+    _, want_frames, want_sound = folder_run
+    assert len(frames) == len(want_frames) == FRAMES
+    # The same weights through the same kernels: the frames may differ only by rounding (1 of 255).
+    diff = max(
+        int(np.abs(a.astype(int) - b.astype(int)).max()) for a, b in zip(frames, want_frames, strict=True)
+    )
+    assert diff <= 1, diff
+    # The sound track: the checkpoint's audio VAE and vocoder; AAC-decoded samples of the same waveform (same
+    # encoder, same input), so any difference would be a different waveform.
+    assert sound.shape == want_sound.shape and np.abs(sound).max() > 0
+    np.testing.assert_allclose(sound, want_sound, atol=1e-4)
