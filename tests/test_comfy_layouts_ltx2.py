@@ -188,3 +188,36 @@ def test_the_text_to_video_template_finds_every_file_but_the_loras(files, tmp_pa
     # the Gemma file in text_encoders/, the upsampler in latent_upscale_models/: only the LoRAs are missing.
     assert {p["kind"] for p in report["problems"]} == {"missing-model"}, report["problems"]
     assert all(p["node"].startswith("load_lora") for p in report["problems"]), report["problems"]
+
+
+@pytest.mark.slow  # builds the 19B transformer on the meta device (seconds)
+def test_a_released_size_checkpoint_takes_the_shipped_19b_config() -> None:
+    from pipelines.diffusion.assembly import read_json
+    from pipelines.diffusion.comfy_layouts.ltx2_loaders import _maker
+    from pipelines.diffusion.comfy_layouts.variants import pick_variant, variants_for
+
+    folder = ltx2_released_folder()
+    names = _shapes(_maker(folder, "transformer"))
+    original = ltx2.part_from_diffusers(
+        "transformer", {k: torch.empty(s, device="meta") for k, s in names.items()}
+    )
+    shapes = {k: tuple(v.shape) for k, v in ltx2.part_to_diffusers("transformer", original).items()}
+    built = {"ltx-2-19b": names}  # built once: a second 19B module on meta takes seconds
+
+    def wanted(v):
+        return built.get(v.name) or _shapes(_maker(v.folder, "transformer"))
+
+    variant = pick_variant(variants_for(["ltx2"]), shapes, wanted, what="checkpoint", file_name="19b")
+    assert variant.name == "ltx-2-19b"
+    # The parts agree with each other: Gemma's stacked states are what the connectors project.
+    gemma = read_json(folder / "text_encoder" / "config.json")["text_config"]
+    connectors = read_json(folder / "connectors" / "config.json")
+    stacked = gemma["hidden_size"] * (gemma["num_hidden_layers"] + 1)
+    assert connectors["caption_channels"] * connectors["text_proj_in_factor"] == stacked
+    assert read_json(folder / "transformer" / "config.json")["caption_channels"] == gemma["hidden_size"]
+
+
+def ltx2_released_folder() -> Path:
+    from pipelines.paths import RESOURCES_DIR
+
+    return RESOURCES_DIR / "configs" / "ltx-2-19b"
