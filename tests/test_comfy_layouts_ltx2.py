@@ -150,13 +150,14 @@ def test_an_fp8_scaled_checkpoint_reads_within_fp8_of_the_weights(files, cpu_mem
 
 
 @pytest.mark.slow  # builds the tiny model
-def test_a_gemma_file_without_its_checkpoint_says_what_to_add(files, cpu_memory) -> None:
+@pytest.mark.parametrize("family", ["ltx2", "auto"])  # LTXAVTextEncoderLoader's, or a plain Load Text Encoder
+def test_a_gemma_file_without_its_checkpoint_says_what_to_add(files, cpu_memory, family: str) -> None:
     from pipelines.diffusion.families import UnsupportedModelError
     from pipelines.quant.split_files import load_text_encoder_files
 
     _, plain, _ = files
     with pytest.raises(UnsupportedModelError, match="'path_2': give the LTX-2 checkpoint"):
-        load_text_encoder_files(cpu_memory, [_gemma(plain)], family="ltx2")
+        load_text_encoder_files(cpu_memory, [_gemma(plain)], family=family)
 
 
 @pytest.mark.slow  # builds the tiny model

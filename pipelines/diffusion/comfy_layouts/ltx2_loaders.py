@@ -15,7 +15,7 @@ template's three loaders of one file hold each component once.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +30,14 @@ from pipelines.diffusion.assembly import (
     text_encoder_ref,
 )
 from pipelines.diffusion.comfy_layouts import ltx2
-from pipelines.diffusion.comfy_layouts.common import KeyMapTensors, config_of, converted_shapes, file_keys
-from pipelines.diffusion.comfy_layouts.scaled_fp8 import dequantize_stubs, is_scaled_fp8
+from pipelines.diffusion.comfy_layouts.common import (
+    KeyMapTensors,
+    config_of,
+    converted_shapes,
+    file_key_map,
+    file_keys,
+)
+from pipelines.diffusion.comfy_layouts.scaled_fp8 import is_scaled_fp8
 from pipelines.diffusion.comfy_layouts.text_encoders import ShippedTokenizerSource
 from pipelines.diffusion.comfy_layouts.variants import (
     Variant,
@@ -42,7 +48,7 @@ from pipelines.diffusion.comfy_layouts.variants import (
     variants_for,
 )
 from pipelines.diffusion.families import FAMILIES, UnsupportedModelError, denoiser_stream_blocks
-from pipelines.diffusion.lazy_load import KeyMap, Recipe, empty_module, trace_conversion
+from pipelines.diffusion.lazy_load import KeyMap, Recipe, empty_module
 from pipelines.diffusion.values import AudioDecoderRef, TextEncoderRef, VaeRef
 
 _FAMILY = "ltx2"
@@ -54,17 +60,15 @@ def _fam() -> Any:
     return FAMILIES[_FAMILY]
 
 
-def _dequantized(stubs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    return dequantize_stubs(stubs) if is_scaled_fp8(list(stubs)) else stubs
-
-
 def _key_map(path: Path, part: str, module_keys: list[str] | None = None) -> KeyMap:
-    prefix = ltx2.CHECKPOINT_PARTS[part]
-    return trace_conversion(
-        path,
-        lambda s: ltx2.part_to_diffusers(part, _dequantized(s), module_keys),
-        (prefix,) if prefix else (),
-    )
+    """One part's recipes over the checkpoint, through the shared reader (`common.file_key_map`: fp8 scales
+    applied first, and any other stored form it learns to read)."""
+
+    def convert(stubs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        keys = set(ltx2.part_keys(part, list(stubs)))
+        return ltx2.part_to_diffusers(part, {k: v for k, v in stubs.items() if k in keys}, module_keys)
+
+    return file_key_map(path, convert)
 
 
 def _classes(folder: Path) -> dict[str, Callable[[dict[str, Any]], torch.nn.Module]]:
@@ -220,12 +224,11 @@ def load_ltx2_vae(
 
 
 def claims_text_encoder(paths: list[Path], family: str) -> bool:
-    """Whether `load_ltx2_text_encoder` is the loader: a Gemma 3 file with an LTX-2 checkpoint, or any Gemma 3
-    file when the family says LTX-2 (then the missing checkpoint is reported)."""
+    """Whether `load_ltx2_text_encoder` is the loader: any Gemma 3 file (with the LTX-2 checkpoint, or the missing
+    checkpoint is reported)."""
     if family not in ("auto", _FAMILY) or not all(p.suffix.lower() == ".safetensors" for p in paths):
         return False
-    kinds = [_kind(p) for p in paths]
-    return "gemma3" in kinds and ("checkpoint" in kinds or family == _FAMILY)
+    return "gemma3" in [_kind(p) for p in paths]  # no other family here runs Gemma 3
 
 
 def _kind(path: Path) -> str:
@@ -236,7 +239,7 @@ def _kind(path: Path) -> str:
 def _gemma_key_map(path: Path, wanted: dict[str, tuple[int, ...]]) -> tuple[KeyMap, bool]:
     """The Gemma file's key map in the module's names; its vision tower kept only where every name matches
     (a text prompt never runs it), else zeros: (key map, whether zeros stand in)."""
-    raw = trace_conversion(path, lambda s: ltx2.gemma_to_diffusers(_dequantized(s)))
+    raw = file_key_map(path, ltx2.gemma_to_diffusers)
     text = {k: r for k, r in raw.items() if not k.startswith(_VISION)}
     vision = {k: r for k, r in raw.items() if k.startswith(_VISION)}
     wanted_vision = {k: s for k, s in wanted.items() if k.startswith(_VISION)}
