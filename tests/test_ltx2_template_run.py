@@ -1,12 +1,13 @@
 """ComfyUI's most used LTX-2 template, `video_ltx2_3_i2v`, imported and run here on the tiny `demo:tiny-ltx2`
-fixture: both stages (8 then 3 hand-given sigmas), the latent upsampler between them, the in-place first frame
+fixture (and `video_ltx2_3_t2v`, the same two stages from an empty latent): both stages (8 then 3 hand-given sigmas), the latent upsampler between them, the in-place first frame
 (strength 0.7, then 1), the separate audio latent and its decode, CreateVideo and SaveVideo.
 
 Two runs: one with the imported graph's loaders replaced by one Load Diffusion Model of the tiny folder, and one
 from ComfyUI's own files, the tiny model written under the template's file names (the one-file LTX-2 checkpoint,
 the Gemma 3 file, a tiny latent upsampler in the format ComfyUI reads, its config in the file's metadata) and
 found with `--models-dir`, as a ComfyUI user's models folder. LTX-2 LoRAs are not read here: both runs bypass the
-template's two LoRA loaders; the prompt switch is left off as the template has it."""
+template's two LoRA loaders, and the LLM prompt enhancer (off in the image-to-video template, on in the
+text-to-video one): the prompt is the enhancer's input text."""
 
 from __future__ import annotations
 
@@ -58,10 +59,22 @@ def _rewire(nodes: dict, old: str, output: str, new: list[str]) -> None:
                 data["inputs"][port] = list(new)
 
 
+def _bypass_prompt_enhancer(nodes: dict) -> None:
+    """A prompt wired from the LLM prompt enhancer (TextGenerateLTX2Prompt, on in the text-to-video template) takes
+    the enhancer's own input text: the LLM (the Gemma file as an LLM) is not run by these tests."""
+    for data in nodes.values():
+        for port, link in list(data["inputs"].items()):
+            source = nodes.get(link[0]) if isinstance(link, list) else None
+            if source is not None and source["type"] == "LLMGenerate":
+                data["params"][port] = source["params"]["prompt"]
+                del data["inputs"][port]
+
+
 def _runnable(workflow: dict, folder: Path, models: Path) -> dict:
     nodes = workflow["nodes"]
     (ckpt,) = [nid for nid, d in nodes.items() if d["type"] == "LoadDiffusionModel"]
     nodes[ckpt]["params"]["path"] = str(folder)
+    _bypass_prompt_enhancer(nodes)
     for nid, data in list(nodes.items()):
         kind = data["type"]
         if kind == "LoadLoRA":  # bypassed: the model (and text encoder) under it
@@ -95,6 +108,7 @@ def _template(name: str) -> dict:
 def _from_files(workflow: dict) -> dict:
     """The template as imported, its file names kept: only the LoRAs bypassed and the sizes made tiny."""
     nodes = workflow["nodes"]
+    _bypass_prompt_enhancer(nodes)
     for nid, data in list(nodes.items()):
         if data["type"] == "LoadLoRA":
             for output in ("denoiser", "text_encoder"):
@@ -152,31 +166,40 @@ def _run(workflow: dict, out: Path, extra: tuple[str, ...] = ()) -> tuple[Path, 
 
 
 @pytest.fixture(scope="module")
-def folder_run(tiny: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory):
+def folder_runs(tiny: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory):
+    """template name -> the run of its graph on the tiny folder (once per template)."""
     folder, models = tiny
-    workflow = _runnable(_template("video_ltx2_3_i2v"), folder, models / "latent_upscale_models")
-    return _run(workflow, tmp_path_factory.mktemp("folder-run") / "out")
+    done: dict[str, tuple[Path, list[np.ndarray], np.ndarray]] = {}
+
+    def run(name: str) -> tuple[Path, list[np.ndarray], np.ndarray]:
+        if name not in done:
+            workflow = _runnable(_template(name), folder, models / "latent_upscale_models")
+            done[name] = _run(workflow, tmp_path_factory.mktemp("folder-run") / "out")
+        return done[name]
+
+    return run
 
 
-def test_video_ltx2_3_i2v_runs_both_stages_with_sound(folder_run) -> None:
+def test_video_ltx2_3_i2v_runs_both_stages_with_sound(folder_runs) -> None:
     import av
 
-    video, frames, _ = folder_run
+    video, frames, _ = folder_runs("video_ltx2_3_i2v")
     with av.open(str(video)) as container:
         assert container.streams.audio, "the sound track is saved with the video"
     # Stage 2 runs on the upsampled latent: twice the first stage's size.
     assert len(frames) == FRAMES and (frames[0].shape[1], frames[0].shape[0]) == (2 * WIDTH, 2 * HEIGHT)
 
 
-def test_video_ltx2_3_i2v_from_comfyuis_files_gives_the_folders_video(
-    tiny, folder_run, tmp_path: Path
+@pytest.mark.parametrize("name", ["video_ltx2_3_i2v", "video_ltx2_3_t2v"])
+def test_the_ltx2_3_templates_from_comfyuis_files_give_the_folders_video(
+    tiny, folder_runs, tmp_path: Path, name: str
 ) -> None:
     _, models = tiny
-    workflow = _from_files(_template("video_ltx2_3_i2v"))
+    workflow = _from_files(_template(name))
     names = {d["params"].get("path") for d in workflow["nodes"].values()}
     assert {"ltx-2.3-22b-dev-fp8.safetensors", "gemma_3_12B_it_fp4_mixed.safetensors"} <= names
     _, frames, sound = _run(workflow, tmp_path / "out", ("--models-dir", str(models)))
-    _, want_frames, want_sound = folder_run
+    _, want_frames, want_sound = folder_runs(name)
     assert len(frames) == len(want_frames) == FRAMES
     # The same weights through the same kernels: the frames may differ only by rounding (1 of 255).
     diff = max(
