@@ -264,15 +264,12 @@ def load_vae_file(
 ) -> tuple[VaeRef, str]:
     """A VAE file: diffusers layout or the original one (`ae.safetensors`, `vae-ft-mse-840000`, ...)."""
     check_weights_format(path, allow_pickle=allow_pickle)
-    from pipelines.diffusion.comfy_layouts import ltx2, ltx2_loaders
+    from pipelines.diffusion.comfy_layouts import ltx2_loaders
     from pipelines.diffusion.comfy_layouts import vaes as comfy_vae
 
-    is_safetensors = path.suffix.lower() == ".safetensors"
-    if (
-        family in ("auto", "ltx2")
-        and is_safetensors
-        and ltx2.is_ltx2_checkpoint(ltx2_loaders.file_keys(path))
-    ):
+    if family in ("auto", "ltx2") and ltx2_loaders.is_checkpoint_file(
+        path
+    ):  # LTXVAudioVAELoader's checkpoint
         return ltx2_loaders.load_ltx2_vae(mm, path, dtype=dtype, config_dir=config_dir)
     if comfy_vae.claims_vae(path, family, config_dir):  # Wan / Qwen-Image / FLUX.2 / Z-Image VAEs
         return comfy_vae.load_comfy_vae(mm, path, family=family, dtype=dtype, config_dir=config_dir)

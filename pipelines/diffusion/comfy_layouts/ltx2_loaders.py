@@ -2,7 +2,7 @@
 
 Lives here: `load_ltx2_checkpoint` (CheckpointLoaderSimple), `load_ltx2_vae` (LTXVAudioVAELoader: the video VAE
 with its sound track's decoder), `load_ltx2_text_encoder` (LTXAVTextEncoderLoader: Gemma from its file, the
-connectors from the checkpoint), `claims_text_encoder`. May import: stdlib, torch, safetensors, diffusers,
+connectors from the checkpoint), `is_checkpoint_file`, `claims_text_encoder`. May import: stdlib, torch, safetensors, diffusers,
 transformers, memory, pipelines.diffusion, pipelines.quant.
 
 Headers only at load: each component's names go through `ltx2` (fp8 "scaled" weights dequantized in the same
@@ -221,6 +221,11 @@ def load_ltx2_vae(
         vae,
         f"{path.name}: LTX-2 video VAE, audio VAE and vocoder ({_form(path)}), config: {variant.title}",
     )
+
+
+def is_checkpoint_file(path: Path) -> bool:
+    """Whether `path` is LTX-2's one-file checkpoint (a `.safetensors` header read; other files: False)."""
+    return path.suffix.lower() == ".safetensors" and ltx2.is_ltx2_checkpoint(file_keys(path))
 
 
 def claims_text_encoder(paths: list[Path], family: str) -> bool:
