@@ -288,7 +288,9 @@ def write_released_folders(root: Path | None = None) -> list[Path]:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
         written.append(out)
-    return written
+    from pipelines.diffusion.comfy_layouts.ltx2_released import write_ltx2_released
+
+    return written + write_ltx2_released(root)  # LTX-2.0 19B: five diffusers parts and Gemma 3 12B
 
 
 if __name__ == "__main__":

@@ -61,6 +61,8 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("qwenimage-edit-tiny", "qwenimage_edit", "Qwen-Image-Edit 2509 (tiny demo)"),
     Variant("qwen-image-2.1", "qwenimage21", "Qwen-Image 2.1 (8B)"),
     Variant("qwen-image-2.1-turbo", "qwenimage21", "Qwen-Image 2.1 Turbo (8B)"),
+    Variant("ltx2-tiny", "ltx2", "LTX-2 (tiny demo)"),
+    Variant("ltx-2-19b", "ltx2", "LTX-2.0 19B"),
 )
 
 # The demo model each tiny folder is made from (`writer.write_config_folder`).
@@ -75,6 +77,7 @@ TINY_SOURCES = {
     "qwenimage-edit-tiny": "tiny-qwenimage-edit",
     "qwenimage21-tiny": "tiny-qwenimage21",
     "qwenimage21-turbo-tiny": "tiny-qwenimage21-turbo",
+    "ltx2-tiny": "tiny-ltx2",
 }
 
 
