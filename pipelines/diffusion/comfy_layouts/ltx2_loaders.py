@@ -34,10 +34,10 @@ from pipelines.diffusion.comfy_layouts.common import (
     KeyMapTensors,
     config_of,
     converted_shapes,
+    file_form,
     file_key_map,
     file_keys,
 )
-from pipelines.diffusion.comfy_layouts.scaled_fp8 import is_scaled_fp8
 from pipelines.diffusion.comfy_layouts.text_encoders import ShippedTokenizerSource
 from pipelines.diffusion.comfy_layouts.variants import (
     Variant,
@@ -152,10 +152,6 @@ def _register(
     return _register_source(mm, path, part, kind, make, key_map, dtype, blocks)
 
 
-def _form(path: Path) -> str:
-    return "fp8 scaled, dequantized" if is_scaled_fp8(file_keys(path)) else "plain"
-
-
 def _vae(mm: MemoryManager, path: Path, folder: Path, dtype: torch.dtype, storage: str) -> VaeRef:
     from pipelines.diffusion.assembly import read_json
 
@@ -219,7 +215,7 @@ def load_ltx2_vae(
     vae = _vae(mm, path, folder_of(variant), torch_dtype, storage)
     return (
         vae,
-        f"{path.name}: LTX-2 video VAE, audio VAE and vocoder ({_form(path)}), config: {variant.title}",
+        f"{path.name}: LTX-2 video VAE, audio VAE and vocoder ({file_form(path)}), config: {variant.title}",
     )
 
 
@@ -302,7 +298,7 @@ def load_ltx2_text_encoder(
         ShippedTokenizerSource(folder, s.tokenizer_subfolder, s.model_ref) for s in fam.text_encoders
     ]
     message = (
-        f"{gemma.name}: Gemma 3 ({_form(gemma)}), text connectors from {ckpt.name}, config: {variant.title}"
+        f"{gemma.name}: Gemma 3 ({file_form(gemma)}), text connectors from {ckpt.name}, config: {variant.title}"
         + (" (no vision tower read from the file: text prompts only)" if zeros else "")
     )
     return text_encoder_ref([gemma_handle, connectors], tokenizers, fam, torch_dtype), message
