@@ -34,6 +34,7 @@ LAYOUTS = {
     "flux2_dev": "flux2",
     "wan": "wan",
     "qwenimage21": "qwenimage21",
+    "krea2": "krea2",
 }
 PREFIXES = ("model.diffusion_model.", "diffusion_model.")
 
@@ -61,6 +62,10 @@ def transformer_to_diffusers(layout: str, state: Mapping[str, torch.Tensor]) -> 
         return state
     if layout == "qwenimage21":  # diffusers' names with the SwiGLU gate and up fused, gate rows first
         return sfu.convert_qwen_image21_transformer_checkpoint_to_diffusers(dict(state))
+    if layout == "krea2":
+        from pipelines.diffusion.comfy_layouts import krea2
+
+        return krea2.to_diffusers(state)
     raise ValueError(f"unknown transformer layout {layout!r}")
 
 
@@ -222,6 +227,10 @@ def transformer_from_diffusers(layout: str, state: Mapping[str, torch.Tensor]) -
         return dict(state)
     if layout == "qwenimage21":
         return _qwen21_from_diffusers(state)
+    if layout == "krea2":
+        from pipelines.diffusion.comfy_layouts import krea2
+
+        return krea2.from_diffusers(state)
     raise ValueError(f"unknown transformer layout {layout!r}")
 
 

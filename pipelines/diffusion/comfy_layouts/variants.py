@@ -61,6 +61,10 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("qwenimage-edit-tiny", "qwenimage_edit", "Qwen-Image-Edit 2509 (tiny demo)"),
     Variant("qwen-image-2.1", "qwenimage21", "Qwen-Image 2.1 (8B)"),
     Variant("qwen-image-2.1-turbo", "qwenimage21", "Qwen-Image 2.1 Turbo (8B)"),
+    Variant("krea2-tiny", "krea2", "Krea 2 (tiny demo)"),
+    Variant("krea2-turbo-tiny", "krea2", "Krea 2 Turbo (tiny demo)"),
+    Variant("krea-2", "krea2", "Krea 2 (released size)"),
+    Variant("krea-2-turbo", "krea2", "Krea 2 Turbo (released size)"),
 )
 
 # The demo model each tiny folder is made from (`writer.write_config_folder`).
@@ -75,6 +79,8 @@ TINY_SOURCES = {
     "qwenimage-edit-tiny": "tiny-qwenimage-edit",
     "qwenimage21-tiny": "tiny-qwenimage21",
     "qwenimage21-turbo-tiny": "tiny-qwenimage21-turbo",
+    "krea2-tiny": "tiny-krea2",
+    "krea2-turbo-tiny": "tiny-krea2-turbo",
 }
 
 
