@@ -63,9 +63,9 @@ def transformer_to_diffusers(layout: str, state: Mapping[str, torch.Tensor]) -> 
     if layout == "qwenimage21":  # diffusers' names with the SwiGLU gate and up fused, gate rows first
         return sfu.convert_qwen_image21_transformer_checkpoint_to_diffusers(dict(state))
     if layout == "krea2":
-        from pipelines.diffusion.comfy_layouts import krea2
+        from pipelines.diffusion.comfy_layouts import krea2_keys
 
-        return krea2.to_diffusers(state)
+        return krea2_keys.to_diffusers(state)
     raise ValueError(f"unknown transformer layout {layout!r}")
 
 
@@ -228,9 +228,9 @@ def transformer_from_diffusers(layout: str, state: Mapping[str, torch.Tensor]) -
     if layout == "qwenimage21":
         return _qwen21_from_diffusers(state)
     if layout == "krea2":
-        from pipelines.diffusion.comfy_layouts import krea2
+        from pipelines.diffusion.comfy_layouts import krea2_keys
 
-        return krea2.from_diffusers(state)
+        return krea2_keys.from_diffusers(state)
     raise ValueError(f"unknown transformer layout {layout!r}")
 
 

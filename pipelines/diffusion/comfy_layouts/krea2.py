@@ -2,16 +2,11 @@
 and from diffusers' `Krea2Transformer2DModel`, which shipped config a file takes (Turbo or the base model, by
 its name), the schedule that config carries, and the fixture writer.
 
-Lives here: `KREA2_FILES`, `is_krea2_transformer`, `to_diffusers`, `from_diffusers`, `by_name`,
-`scheduler_config`, `write_krea2_files`. May import: stdlib, torch, safetensors, diffusers, transformers,
-pipelines.diffusion.comfy_layouts.keys / variants / writer.
+Lives here: `KREA2_FILES`, `by_name`, `scheduler_config`, `write_krea2_files` (the names themselves:
+`krea2_keys`). May import: stdlib, torch, safetensors, diffusers, transformers,
+pipelines.diffusion.comfy_layouts.keys / krea2_keys / variants / writer.
 
-ComfyUI's names: `first`, `tmlp.0/2`, `tproj.1`, `txtfusion.{layerwise,refiner}_blocks.N`, `txtfusion.projector`,
-`txtmlp.0.scale` (an RMSNorm) / `.1` / `.3`, `blocks.N.{mod.lin, prenorm.scale, postnorm.scale, attn.{wq, wk,
-wv, gate, wo, qknorm.qnorm.scale, qknorm.knorm.scale}, mlp.{gate, up, down}}`, `last.{norm.scale, linear,
-modulation.lin}`. Both sides keep the norms' zero-centred scales (`1 + weight`), so only names change, and each
-block's six modulation vectors, which ComfyUI stores flat (6 x width), become diffusers' (6, width) table.
-Reading goes through diffusers' `convert_krea2_transformer_checkpoint_to_diffusers`. The text encoder is
+The transformer's names are ComfyUI's `SingleStreamDiT`'s (`krea2_keys`). The text encoder is
 Qwen3-VL-4B as ComfyUI's other VL files are (`model.layers.*`, `visual.*`), read into `Qwen3VLModel`
 (`language_model.*`, `visual.*`); the VAE is Qwen-Image's (`qwen_image_vae.safetensors`, original Wan names).
 Turbo and the base model have the same shapes, so a file whose name says "turbo" takes the Turbo config
@@ -21,85 +16,32 @@ Turbo and the base model have the same shapes, so a file whose name says "turbo"
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from pipelines.diffusion.comfy_layouts.krea2_keys import from_diffusers, is_krea2_transformer, to_diffusers
 from pipelines.diffusion.comfy_layouts.variants import Variant
 
+__all__ = [
+    "KREA2_FILES",
+    "by_name",
+    "from_diffusers",
+    "is_krea2_transformer",
+    "scheduler_config",
+    "to_diffusers",
+]
+
 # The file names ComfyUI's Krea 2 templates load (models/<folder>/<name>): the Turbo transformer as fp8 scaled
-# (and as int8_convrot, which another loader reads), Qwen3-VL-4B fp8 scaled, Qwen-Image's VAE.
+# (and as int8_convrot, which another loader reads), Qwen3-VL-4B fp8 scaled, Qwen-Image's VAE. No open-weight
+# template loads the base model: "transformer" is a fixture name of ours for a base file (no "turbo" in it).
 KREA2_FILES = {
     "turbo": "krea2_turbo_fp8_scaled.safetensors",
     "transformer": "krea2_fp8_scaled.safetensors",
     "text_encoder": "qwen3vl_4b_fp8_scaled.safetensors",
     "vae": "qwen_image_vae.safetensors",
 }
-
-# diffusers -> ComfyUI, a name's start (the inverse of diffusers' converter's prefix table).
-_TOP = (
-    ("img_in.", "first."),
-    ("time_embed.linear_1.", "tmlp.0."),
-    ("time_embed.linear_2.", "tmlp.2."),
-    ("time_mod_proj.", "tproj.1."),
-    ("txt_in.norm.weight", "txtmlp.0.scale"),
-    ("txt_in.linear_1.", "txtmlp.1."),
-    ("txt_in.linear_2.", "txtmlp.3."),
-    ("text_fusion.", "txtfusion."),
-    ("transformer_blocks.", "blocks."),
-    ("final_layer.linear.", "last.linear."),
-    ("final_layer.norm.weight", "last.norm.scale"),
-    ("final_layer.scale_shift_table", "last.modulation.lin"),
-)
-# diffusers -> ComfyUI inside a block (single-stream and text-fusion blocks alike).
-_BLOCK = (
-    (".attn.to_q.", ".attn.wq."),
-    (".attn.to_k.", ".attn.wk."),
-    (".attn.to_v.", ".attn.wv."),
-    (".attn.to_out.0.", ".attn.wo."),
-    (".attn.to_gate.", ".attn.gate."),
-    (".attn.norm_q.weight", ".attn.qknorm.qnorm.scale"),
-    (".attn.norm_k.weight", ".attn.qknorm.knorm.scale"),
-    (".ff.", ".mlp."),
-    (".norm1.weight", ".prenorm.scale"),
-    (".norm2.weight", ".postnorm.scale"),
-    (".scale_shift_table", ".mod.lin"),
-)
-
-
-def is_krea2_transformer(names: set[str]) -> tuple[str, str] | None:
-    """("krea2", "comfy" | "diffusers") when these (prefix-stripped) names are a Krea 2 transformer."""
-    if any(k.startswith("txtfusion.") for k in names) and any(k.startswith("blocks.") for k in names):
-        return "krea2", "comfy"
-    if any(k.startswith("text_fusion.layerwise_blocks.") for k in names) and "time_mod_proj.weight" in names:
-        return "krea2", "diffusers"
-    return None
-
-
-def to_diffusers(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """A ComfyUI Krea 2 transformer state (stubs or tensors) in diffusers' names."""
-    from diffusers.loaders.single_file_utils import convert_krea2_transformer_checkpoint_to_diffusers
-
-    return convert_krea2_transformer_checkpoint_to_diffusers(dict(state))  # it pops: give it a copy
-
-
-def from_diffusers(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """A diffusers Krea 2 transformer state in ComfyUI's names (the file a ComfyUI user has)."""
-    out: dict[str, torch.Tensor] = {}
-    for name, t in state.items():
-        new = name
-        for old, comfy in _TOP:
-            if new.startswith(old):
-                new = comfy + new[len(old) :]
-                break
-        if new.startswith("blocks.") and new.endswith(".scale_shift_table"):
-            t = t.reshape(-1)  # ComfyUI keeps a block's six modulation vectors flat
-        for old, comfy in _BLOCK:
-            new = new.replace(old, comfy)
-        out[new] = t
-    return out
 
 
 def _is_turbo(variant: Variant) -> bool:
