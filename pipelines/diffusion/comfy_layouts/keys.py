@@ -35,6 +35,7 @@ LAYOUTS = {
     "wan": "wan",
     "qwenimage21": "qwenimage21",
     "krea2": "krea2",
+    "flux3": "flux3",
 }
 PREFIXES = ("model.diffusion_model.", "diffusion_model.")
 
@@ -66,6 +67,10 @@ def transformer_to_diffusers(layout: str, state: Mapping[str, torch.Tensor]) -> 
         from pipelines.diffusion.comfy_layouts import krea2_keys
 
         return krea2_keys.to_diffusers(state)
+    if layout == "flux3":
+        from pipelines.diffusion.comfy_layouts import flux3_keys
+
+        return flux3_keys.to_diffusers(state)
     raise ValueError(f"unknown transformer layout {layout!r}")
 
 
@@ -231,6 +236,10 @@ def transformer_from_diffusers(layout: str, state: Mapping[str, torch.Tensor]) -
         from pipelines.diffusion.comfy_layouts import krea2_keys
 
         return krea2_keys.from_diffusers(state)
+    if layout == "flux3":
+        from pipelines.diffusion.comfy_layouts import flux3_keys
+
+        return flux3_keys.from_diffusers(state)
     raise ValueError(f"unknown transformer layout {layout!r}")
 
 

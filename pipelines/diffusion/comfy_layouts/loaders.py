@@ -33,6 +33,7 @@ from pipelines.diffusion.comfy_layouts.common import (
     file_key_map,
     file_keys,
 )
+from pipelines.diffusion.comfy_layouts.flux3_keys import is_flux3_transformer
 from pipelines.diffusion.comfy_layouts.keys import (
     LAYOUTS,
     strip_prefix,
@@ -61,6 +62,8 @@ def denoiser_layout(keys: list[str]) -> tuple[str, str] | None:
     def has(prefix: str) -> bool:
         return any(k.startswith(prefix) for k in names)
 
+    if is_flux3_transformer(names):
+        return is_flux3_transformer(names)
     if krea2.is_krea2_transformer(names):
         return krea2.is_krea2_transformer(names)
     if has("noise_refiner.") and has("context_refiner."):

@@ -44,7 +44,7 @@ from pipelines.diffusion.values import TextEncoderRef, TokenizerSource
 TEXT_ENCODER_FAMILIES: dict[str, tuple[str, ...]] = {
     "qwen3": ("zimage", "flux2_klein"),
     "qwen2.5-vl": ("qwenimage", "qwenimage_edit"),
-    "qwen3-vl": ("qwenimage21", "krea2"),
+    "qwen3-vl": ("qwenimage21", "krea2", "flux3"),
     "mistral": ("flux2_dev",),
     "umt5": ("wan",),
 }

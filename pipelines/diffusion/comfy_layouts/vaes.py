@@ -36,7 +36,7 @@ from pipelines.diffusion.values import VaeRef
 # The families whose VAE a ComfyUI VAE file can be, per layout, in the order `auto` tries them.
 VAE_FAMILIES = {
     "wan": ("wan", "qwenimage", "qwenimage_edit", "krea2"),
-    "flux2": ("flux2_klein", "flux2_dev"),
+    "flux2": ("flux2_klein", "flux2_dev", "flux3"),
     "ldm": ("zimage",),
     "diffusers": ("qwenimage21",),
 }
@@ -149,6 +149,7 @@ COMFY_FAMILIES = (
     "qwenimage_edit",
     "qwenimage21",
     "krea2",
+    "flux3",
 )
 
 

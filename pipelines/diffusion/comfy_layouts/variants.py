@@ -65,6 +65,7 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("krea2-turbo-tiny", "krea2", "Krea 2 Turbo (tiny demo)"),
     Variant("krea-2", "krea2", "Krea 2 (released size)"),
     Variant("krea-2-turbo", "krea2", "Krea 2 Turbo (released size)"),
+    Variant("flux3-tiny", "flux3", "FLUX.3 (tiny demo)"),
 )
 
 # The demo model each tiny folder is made from (`writer.write_config_folder`).
@@ -81,6 +82,7 @@ TINY_SOURCES = {
     "qwenimage21-turbo-tiny": "tiny-qwenimage21-turbo",
     "krea2-tiny": "tiny-krea2",
     "krea2-turbo-tiny": "tiny-krea2-turbo",
+    "flux3-tiny": "tiny-flux3",
 }
 
 
