@@ -2,7 +2,8 @@
 `Flux3Transformer2DModel` and name the family, and the tiny demo written as the files FLUX.3's templates load
 (`diffusion_models/flux3-image-klein-base-int8-convrot.safetensors`, `text_encoders/qwen3vl_4b_int8_convrot.
 safetensors`, `vae/flux2-vae.safetensors`; plain float tensors: the int8_convrot form is another loader's),
-read by the split loaders, gives the diffusers folder's picture.
+read by the split loaders of ComfyUI's `image_flux3_klein_t2i` template (imported with `--models-dir`), gives
+the picture of the same workflow reading the diffusers folder.
 """
 
 from __future__ import annotations
@@ -10,17 +11,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
+from safetensors.torch import save_file
 
-from pipelines.diffusion.comfy_layouts.flux3 import FLUX3_FILES
 from pipelines.diffusion.comfy_layouts.flux3_keys import from_diffusers, to_diffusers
 
 pytestmark = pytest.mark.slow  # builds tiny models (and runs two graphs)
 
-REPO = Path(__file__).resolve().parent.parent
-TXT2IMG = REPO / "resources/workflows/txt2img.json"
+UPSAMPLER = "qwen3.5_9b_flux3_prompt_upsampler_w4a8.safetensors"  # the t2i template's prompt upsampler file
 
 
 def test_original_names_round_trip_and_name_the_family() -> None:
@@ -44,45 +43,53 @@ def test_original_names_round_trip_and_name_the_family() -> None:
     assert denoiser_layout(list(state)) == ("flux3", "diffusers")
 
 
-def test_comfyui_files_give_the_folder_picture(tmp_path: Path) -> None:
+def _prompt_upsampler_off(name: str, out: Path) -> Path:
+    """The template with its subgraph's promoted `switch` (the prompt upsampler: TextGenerate on a Qwen3.5 file,
+    an LLM Nodeloom does not load from ComfyUI's file) set to false."""
+    from tests.template_runs import template_file
+
+    data = json.loads(template_file(name).read_text(encoding="utf-8"))
+    subgraph = data["definitions"]["subgraphs"][0]
+    slot = next(i for i, s in enumerate(subgraph["inputs"]) if s["name"] == "switch")
+    (instance,) = [n for n in data["nodes"] if n["type"] == subgraph["id"]]
+    assert instance["widgets_values"][slot] is True  # as shipped: the upsampler on
+    instance["widgets_values"][slot] = False
+    out.write_text(json.dumps(data), encoding="utf-8")
+    return out
+
+
+def test_t2i_template_on_its_own_file_names_gives_the_folder_picture(tmp_path: Path) -> None:
+    """`image_flux3_klein_t2i` as shipped but for the upsampler: its layout-prompt helper (boxes -> a preview)
+    is left out, its CLIPLoader type `flux3` picks the text encoder, and the picture equals the same workflow
+    reading the diffusers folder."""
+    from app.main import main
     from pipelines.diffusion.comfy_layouts.flux3 import write_flux3_files
     from pipelines.diffusion.demo_models import save_demo_model
-    from tests.family_support import only_picture, run_workflow
+    from tests.comfy_layout_support import run_graph
+    from tests.template_runs import max_diff, native_graph
 
     folder = save_demo_model("tiny-flux3", tmp_path / "tiny-flux3")
     models = write_flux3_files(folder, tmp_path / "ComfyUI" / "models")
-    graph = json.loads(TXT2IMG.read_text(encoding="utf-8"))
-    nodes = graph["nodes"]
-    del nodes["load"]
-    files = {
-        "unet": ("LoadDenoiser", models / "diffusion_models" / FLUX3_FILES["transformer"]),
-        "clip": ("LoadTextEncoder", models / "text_encoders" / FLUX3_FILES["text_encoder"]),
-        "vae": ("LoadVAE", models / "vae" / FLUX3_FILES["vae"]),
-    }
-    for nid, (kind, path) in files.items():  # the family as ComfyUI's CLIPLoader type "flux3" gives it
-        nodes[nid] = {"type": kind, "params": {"path": str(path), "family": "flux3"}, "inputs": {}}
-    ports = {"denoiser": "unet", "text_encoder": "clip", "vae": "vae"}
-    for node in nodes.values():
-        for port, link in node.get("inputs", {}).items():
-            if isinstance(link, list) and link[0] == "load":
-                node["inputs"][port] = [ports[link[1]], link[1]]
-    graph.pop("ui", None)
-    split = tmp_path / "split.json"
-    split.write_text(json.dumps(graph), encoding="utf-8")
+    # The upsampler's CLIPLoader stays in the import with nothing reading it (never loaded): a placeholder under
+    # its name satisfies the check that every named model exists.
+    save_file({"unused": torch.zeros(1)}, str(models / "text_encoders" / UPSAMPLER))
+    source = _prompt_upsampler_off("image_flux3_klein_t2i", tmp_path / "t2i.json")
+    imported = tmp_path / "t2i.nodeloom.json"
+    dirs = ("--models-dir", str(models))
+    assert main(["import", str(source), "-o", str(imported), *dirs]) == 0
+    assert main(["check", str(imported), *dirs]) == 0
+    workflow = json.loads(imported.read_text(encoding="utf-8"))
+    assert not any(n["type"] in ("LLMGenerate", "LoadLLM") for n in workflow["nodes"].values())
     sets = {
-        "sampler.scheduler": "default",
-        "sampler.steps": 3,
-        "sampler.cfg": 3.0,
-        "sampler.seed": 42,
-        "latent.width": 40,
-        "latent.height": 56,
-        "positive.text": "a small yellow triangle",
-        "negative.text": "blurry bad quality",
+        "empty_flux2_latent_image.width": 40,
+        "empty_flux2_latent_image.height": 56,
+        "ksampler.steps": 3,
+        "ksampler.seed": 42,
     }
-    assert run_workflow(split, tmp_path / "files", sets) == 0
-    assert run_workflow(TXT2IMG, tmp_path / "folder", {**sets, "load.path": str(folder)}) == 0
-    ours, theirs = only_picture(tmp_path / "files"), only_picture(tmp_path / "folder")
-    assert theirs.std() > 5  # a real picture, not a flat one both could agree on by accident
-    # The same float32 weights, renamed (the final modulation's halves swapped) and read tensor by tensor:
-    # identical pictures, or 1/255 apart where a value sits on a rounding edge.
-    assert np.abs(ours.astype(int) - theirs.astype(int)).max() <= 1
+    ours = run_graph(imported, tmp_path / "files", sets, dirs)
+    (unused,) = [k for k, n in workflow["nodes"].items() if n["params"].get("path") == UPSAMPLER]
+    del workflow["nodes"][unused]  # not run either way; the native copy replaces the other three loaders
+    native = run_graph(native_graph(workflow, folder), tmp_path / "native", sets, dirs)
+    assert native[0].std() > 5  # a real picture, not a flat one both could agree on by accident
+    # The same float32 weights read from ComfyUI's files: identical, or 1/255 apart at a rounding edge.
+    assert max_diff(ours, native) <= 1
