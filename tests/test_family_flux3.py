@@ -124,3 +124,37 @@ def test_declared_blocks_cover_the_transformer() -> None:
     sizes = [sum(p.numel() for p in model.get_submodule(b).parameters()) for b in blocks]
     assert len(blocks) == 5 + 5 + 28
     assert max(sizes) < 0.05 * total and total - sum(sizes) < 0.2 * total
+
+
+@pytest.mark.slow  # ~1-3 s a case on the meta device
+@pytest.mark.parametrize(("side", "text_tokens"), [(512, 80), (1536, 240), (1024, 640)])
+def test_working_memory_formula_covers_the_full_width_transformer(side: int, text_tokens: int) -> None:
+    """The sampler's reservation against what the class defaults' transformer (width 3072, 8 x 2560 text
+    features) keeps alive on the meta device (tests/live_tensors.py; one mode block and two joint blocks: the
+    peak is within one block). Guidance calls it once per prompt, so a call's batch is the picture batch."""
+    from diffusers import Flux3Transformer2DModel
+
+    from pipelines.diffusion.flux3_sampling import flux3_working_bytes, image_ids, text_ids
+    from tests.live_tensors import live_tensor_peak
+
+    meta = torch.device("meta")
+    with meta:
+        model = Flux3Transformer2DModel(num_layers=1, num_single_layers=2)
+    grid = side // 16  # the VAE's 8 x the 2x2 packing
+    x = torch.zeros(1, grid * grid, 128, device=meta)
+    embeds = torch.zeros(1, text_tokens, 8 * 2560, device=meta)
+    measured = live_tensor_peak(
+        model,
+        lambda: model(
+            hidden_states=x,
+            encoder_hidden_states=embeds,
+            timestep=torch.zeros(1, device=meta),
+            img_ids=image_ids(grid, grid, meta),
+            txt_ids=text_ids(text_tokens, meta),
+            return_dict=False,
+        ),
+    )
+    formula = flux3_working_bytes(dict(model.config), grid * grid, text_tokens, torch.float32)
+    print(f"flux3 working {side}px text {text_tokens}: {formula / measured:.3f}x")
+    # Never below what is alive (a budget would be overrun), at most 15% above (streaming keeps fewer blocks).
+    assert measured <= formula <= 1.15 * measured, f"{formula / measured:.3f}x of {measured / 2**20:.0f} MiB"
