@@ -89,16 +89,13 @@ def test_cli_picture_matches_flux3_modular_pipeline(folder: Path, tmp_path: Path
     assert diff <= 1
 
 
-@pytest.mark.slow  # three runs of the tiny model
-def test_stream_offload_gives_the_same_picture_and_guidance_matters(folder: Path, tmp_path: Path) -> None:
+@pytest.mark.slow  # two runs of the tiny model
+def test_stream_offload_gives_the_same_picture(folder: Path, tmp_path: Path) -> None:
     plain = ours(folder, tmp_path / "none", cfg=3.0, extra=("--offload", "none"))
     streamed = ours(
         folder, tmp_path / "stream", cfg=3.0, extra=("--offload", "stream", "--ram-budget", "2GiB")
     )
     assert np.array_equal(plain, streamed)
-    assert not np.array_equal(
-        plain, ours(folder, tmp_path / "nocfg", cfg=1.0)
-    )  # cfg 1: one call, no guidance
 
 
 @pytest.mark.slow  # builds the tiny model
