@@ -34,6 +34,8 @@ LAYOUTS = {
     "flux2_dev": "flux2",
     "wan": "wan",
     "qwenimage21": "qwenimage21",
+    "krea2": "krea2",
+    "flux3": "flux3",
 }
 PREFIXES = ("model.diffusion_model.", "diffusion_model.")
 
@@ -61,6 +63,14 @@ def transformer_to_diffusers(layout: str, state: Mapping[str, torch.Tensor]) -> 
         return state
     if layout == "qwenimage21":  # diffusers' names with the SwiGLU gate and up fused, gate rows first
         return sfu.convert_qwen_image21_transformer_checkpoint_to_diffusers(dict(state))
+    if layout == "krea2":
+        from pipelines.diffusion.comfy_layouts import krea2_keys
+
+        return krea2_keys.to_diffusers(state)
+    if layout == "flux3":
+        from pipelines.diffusion.comfy_layouts import flux3_keys
+
+        return flux3_keys.to_diffusers(state)
     raise ValueError(f"unknown transformer layout {layout!r}")
 
 
@@ -222,6 +232,14 @@ def transformer_from_diffusers(layout: str, state: Mapping[str, torch.Tensor]) -
         return dict(state)
     if layout == "qwenimage21":
         return _qwen21_from_diffusers(state)
+    if layout == "krea2":
+        from pipelines.diffusion.comfy_layouts import krea2_keys
+
+        return krea2_keys.from_diffusers(state)
+    if layout == "flux3":
+        from pipelines.diffusion.comfy_layouts import flux3_keys
+
+        return flux3_keys.from_diffusers(state)
     raise ValueError(f"unknown transformer layout {layout!r}")
 
 

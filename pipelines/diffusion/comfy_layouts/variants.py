@@ -63,6 +63,11 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("qwen-image-2.1-turbo", "qwenimage21", "Qwen-Image 2.1 Turbo (8B)"),
     Variant("ltx2-tiny", "ltx2", "LTX-2 (tiny demo)"),
     Variant("ltx-2-19b", "ltx2", "LTX-2.0 19B"),
+    Variant("krea2-tiny", "krea2", "Krea 2 (tiny demo)"),
+    Variant("krea2-turbo-tiny", "krea2", "Krea 2 Turbo (tiny demo)"),
+    Variant("krea-2", "krea2", "Krea 2 (released size)"),
+    Variant("krea-2-turbo", "krea2", "Krea 2 Turbo (released size)"),
+    Variant("flux3-tiny", "flux3", "FLUX.3 (tiny demo)"),
 )
 
 # The demo model each tiny folder is made from (`writer.write_config_folder`).
@@ -78,6 +83,9 @@ TINY_SOURCES = {
     "qwenimage21-tiny": "tiny-qwenimage21",
     "qwenimage21-turbo-tiny": "tiny-qwenimage21-turbo",
     "ltx2-tiny": "tiny-ltx2",
+    "krea2-tiny": "tiny-krea2",
+    "krea2-turbo-tiny": "tiny-krea2-turbo",
+    "flux3-tiny": "tiny-flux3",
 }
 
 
