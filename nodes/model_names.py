@@ -1,7 +1,7 @@
 """File names in workflows: which parameters name a model or a picture, which of them came from another
 tool's file (and so stay confined), and resolving them before a run.
 
-Lives here: `MODEL_PARAMS`, `IMAGE_PARAMS`, `name_params`, `imported_names`, `confined_fields`,
+Lives here: `MODEL_PARAMS`, `UNLISTED_KINDS`, `IMAGE_PARAMS`, `name_params`, `imported_names`, `confined_fields`,
 `resolve_model_names`. Imports `nodes.workflow`, `pipelines.paths`, `pipelines.models_library`.
 
 A loader parameter may hold a path, `builtin:`/`demo:`, or a name relative to a library root; before a
@@ -42,6 +42,12 @@ MODEL_PARAMS: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
     "LoadUpscaleModel": (("path", ("upscale_models",)),),
     "LoadCLIPVision": (("path", ("clip_vision",)),),
     "LoadLatentUpsampler": (("path", ("latent_upscale_models",)),),
+}
+# Kinds searched for a name but not offered by the editor's model picker: a checkpoint is not a VAE or text
+# encoder file, though LTX-2's one-file checkpoint carries its audio VAE and text connectors.
+UNLISTED_KINDS: dict[str, tuple[str, ...]] = {
+    "LoadVAE": ("checkpoints",),
+    "LoadTextEncoder": ("checkpoints",),
 }
 # Model parameters that are names only when an import wrote them (a ComfyUI TextGenerate's LLM is its text
 # encoder's file: nodes/comfy/llm_loaders.py): confined and looked up like the others while the imported

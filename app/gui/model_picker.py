@@ -89,9 +89,11 @@ def is_model_field(node_type: str, param: Param) -> bool:
 
 def model_choices(library: ModelsLibrary, node_type: str, param: Param) -> list[ModelChoice]:
     """The built-in models and every library file the field may take, by its loader's kinds and suffixes."""
-    from nodes.model_names import MODEL_PARAMS
+    from nodes.model_names import MODEL_PARAMS, UNLISTED_KINDS
 
     kinds = next((k for name, k in MODEL_PARAMS.get(node_type, ()) if name == param.name), None)
+    if kinds is not None:
+        kinds = tuple(k for k in kinds if k not in UNLISTED_KINDS.get(node_type, ()))
     suffixes = _suffixes(param.file_filter)
     takes_folders = "dir" in param.file_filter or "model_index.json" in param.file_filter
     out = [
