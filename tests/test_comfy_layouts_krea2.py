@@ -159,7 +159,7 @@ def test_fp8_scaled_base_file_takes_the_base_config(comfy: tuple[Path, Path], tm
     mm = MemoryManager()
     try:
         ref, message = load_comfy_denoiser(mm, base)
-        assert "fp8 scaled" in message and "config: Krea 2 (tiny demo)" in message
+        assert "float8_e4m3fn" in message and "config: Krea 2 (tiny demo)" in message  # comfy_quant form
         assert not ref.scheduler_config.get("is_distilled")
         turbo, message = load_comfy_denoiser(mm, models / "diffusion_models" / KREA2_FILES["turbo"])
         assert "plain" in message and "Turbo" in message and turbo.scheduler_config["is_distilled"]

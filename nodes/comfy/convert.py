@@ -224,6 +224,18 @@ class _Converter:
                         f"{family} uses the model's own shifted sigmas here, not the {schedule!r} schedule",
                     )
         for nid, data in nodes.items():
+            family = self._family(nodes, data) if data["type"] in _SAMPLERS else None
+            offset = FAMILIES[family].comfy_cfg_offset if family in FAMILIES else 0.0
+            cfg = data["params"].get("cfg")
+            if offset and isinstance(cfg, int | float):
+                # ComfyUI guides as neg + cfg * (pos - neg); this family's pipeline as pos + g * (pos - neg).
+                data["params"]["cfg"] = max(0.0, float(cfg) - offset)
+                self.graph.note(
+                    self.graph.nodes[nid],
+                    f"ComfyUI's cfg {cfg:g} is {family}'s guidance {data['params']['cfg']:g} "
+                    f"(pos + g * (pos - neg); 0 = no guidance)",
+                )
+        for nid, data in nodes.items():
             if data["type"] in _SAMPLERS and nid not in self.guided and self._family(nodes, data) == "flux":
                 # Flux without a FluxGuidance node runs at ComfyUI's default guidance, 3.5; ours reads cfg.
                 data["params"]["cfg"] = FLUX_DEFAULT_GUIDANCE

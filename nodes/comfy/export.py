@@ -2,7 +2,7 @@
 of node types that have a ComfyUI counterpart.
 
 Lives here: `ExportError`, `export_api`, `comfy_ids`, `EXPORTERS`. Imports `nodes.workflow`, `nodes.registry`, `nodes.modes`, `nodes.model_names`,
-`nodes.comfy.mapping` (the text-encoder family names), `nodes.comfy.export_ltx2` (the LTX-2 / SIGMAS types).
+`nodes.comfy.mapping` (the text-encoder family names), `nodes.comfy.export_ltx2` (the LTX-2 / SIGMAS types), `nodes.comfy.export_cfg` (ComfyUI's cfg).
 
 Widget names come from the node types' declarations (`Param.comfy`, the one place they are written); this
 table adds what has no 1:1 widget: the counterpart class, its wired inputs and output slots, and converters
@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from nodes.comfy.export_cfg import comfy_cfg_offset
 from nodes.comfy.export_ltx2 import fold_custom_samplers, ltx2_exporters
 from nodes.comfy.mapping import COMFY_TEXT_ENCODER_TYPES
 from nodes.image_batch import MAX_BATCH_INPUTS
@@ -443,6 +444,8 @@ def export_api(wf: Workflow, registry: NodeRegistry) -> dict[str, Any]:
             widgets.update(out.convert(params))
         widgets.update(dict(out.fixed))
         inputs: dict[str, Any] = {k: v for k, v in widgets.items() if v is not None}
+        if node.type in ("Sampler", "SamplerAdvanced") and isinstance(inputs.get("cfg"), int | float):
+            inputs["cfg"] = inputs["cfg"] + comfy_cfg_offset(wf, nid)
         wired = {ours: theirs for theirs, ours in out.inputs.items()}
         wired.update({ours: theirs for theirs, ours in names.items()})  # a param fed by a wire
         for port, link in node.inputs.items():

@@ -33,6 +33,7 @@ ZIMAGE = Family(
     denoiser_call="zimage",
     class_marker="ZImage",
     name_markers=("z_image", "z-image", "zimage"),
+    comfy_cfg_offset=1.0,
 )
 
 # Qwen-Image: Qwen2.5-VL as the text encoder (the pipeline's own prompt template), a dual-stream MMDiT over
@@ -125,6 +126,7 @@ KREA2 = Family(
     denoiser_call="krea2",
     packs_latents=True,
     class_marker="Krea2",
+    comfy_cfg_offset=1.0,
 )
 
 # FLUX.2 [klein]: one Qwen3 text encoder (three hidden layers stacked per token), Flux2's double- and

@@ -100,6 +100,9 @@ class Family:
     class_marker: str = ""
     # Video families: the frame rate their pipelines make and export at (VAE Decode Video's fps 0).
     video_fps: float = 16.0
+    # ComfyUI's cfg minus this is the family's `cfg`: 1 where the pipeline guides as pos + g * (pos - neg)
+    # (Z-Image, Krea 2), which is ComfyUI's neg + cfg * (pos - neg) at g = cfg - 1 (its cfg 1: no guidance).
+    comfy_cfg_offset: float = 0.0
 
     @property
     def text_encoder_files(self) -> tuple[int, int]:
