@@ -41,8 +41,8 @@ from nodes.comfy.api_format import ComfyFormatError
 from nodes.comfy.sources import check_comfy
 from nodes.model_names import resolve_model_names
 from nodes.modes import unneeded
-from nodes.subgraph_check import inner_problems
 from nodes.registry import NodeRegistry
+from nodes.subgraph_check import inner_problems
 from nodes.workflow import Problem, WorkflowError, parse_workflow
 from pipelines.models_library import ModelsLibrary
 
