@@ -88,3 +88,68 @@ def test_an_inner_seed_set_to_increment_steps_after_run(qtbot: QtBot, tmp_path: 
     inner = win.model.to_workflow().subgraphs[win.model.node(instance).type]["nodes"]["sampler"]
     assert inner["params"]["seed"] == 43  # txt2img's 42, stepped once
     assert win.queue.jobs[0].workflow.nodes[f"{instance}/sampler"].params["seed"] == 42  # the run keeps 42
+
+
+def _loader_subgraph_file() -> dict:
+    """A ComfyUI UI file whose Load Checkpoint sits inside a subgraph "Loader" (outputs MODEL, CLIP, VAE), its
+    file missing; the prompts, sampler, decode and save outside."""
+    from tests.comfy_subgraph_fixtures import _encode, _link, _outer
+
+    sub_id = "5d1e8a3c-0000-4aaa-9bbb-0000000000f1"
+    kinds = ("MODEL", "CLIP", "VAE")
+    sub = {
+        "id": sub_id,
+        "name": "Loader",
+        "inputs": [],
+        "outputs": [
+            {"id": f"out-{i}", "name": k, "type": k, "linkIds": [201 + i]} for i, k in enumerate(kinds)
+        ],
+        "nodes": [
+            {
+                "id": 1,
+                "type": "CheckpointLoaderSimple",
+                "pos": [100, 100],
+                "inputs": [],
+                "outputs": [{"name": k, "type": k, "links": [201 + i]} for i, k in enumerate(kinds)],
+                "widgets_values": ["not-here.safetensors"],
+            }
+        ],
+        "links": [_link(201 + i, 1, i, -20, i, k) for i, k in enumerate(kinds)],
+    }
+    encodes = [_encode(6, "a red square", 3, 4, [350, 0]), _encode(7, "blurry", 6, 5, [350, 200])]
+    links = [
+        [3, 4, 1, 6, 0, "CLIP"],
+        [6, 4, 1, 7, 0, "CLIP"],
+        [4, 6, 0, 3, 1, "CONDITIONING"],
+        [5, 7, 0, 3, 2, "CONDITIONING"],
+    ]
+    data = _outer(encodes, links, [sub])
+    loader = data["nodes"][0]
+    data["nodes"][0] = {
+        **loader,
+        "type": sub_id,
+        "widgets_values": [],
+    }  # the instance, same outputs and wires
+    return data
+
+
+def test_a_missing_model_inside_a_subgraph_marks_its_node_after_import(
+    qtbot: QtBot, tmp_path: Path, registry
+) -> None:
+    from app.importing import import_file
+    from pipelines.models_library import ModelsLibrary
+
+    models = tmp_path / "models"
+    models.mkdir()
+    source = tmp_path / "loader_inside.json"
+    source.write_text(json.dumps(_loader_subgraph_file()))
+    win = make_window(qtbot, tmp_path, registry)
+    win.library = ModelsLibrary([models])
+    assert win.import_path(source, import_file)
+    instances = [
+        nid for nid in win.model.node_ids() if win.model.node(nid).type in win.model.workflow.subgraphs
+    ]
+    assert len(instances) == 1  # the loader stayed in its subgraph
+    item = win.scene.node_items[instances[0]]
+    assert item.badge()[0] == "✕ error" and "not-here.safetensors" in item.toolTip()
+    assert "not-here.safetensors" in win.import_marks.banner.body.text()  # the summary names it too
