@@ -4,7 +4,8 @@ soon as the window is shown, every thread profiled with cProfile, and the run's 
     python benchmarks/startup_profile.py [--workflow resources/workflows/txt2img.json] [--out DIR] [--top 25]
 
 Prints, per thread (GUI, torch warm-up, model-library warm-up, run), its CPU time and its top functions by
-cumulative time, and per node of the run its wall time (load, encode, sample, decode, save); writes one
+cumulative time, per node of the run its wall time (load, encode, sample, decode, save), and how responsive
+the window stayed (the lateness of a 20 ms timer on the GUI thread while the libraries load); writes one
 `<thread>.prof` per thread into `--out` (read with `python -m pstats`). For the imports alone run it under
 `python -X importtime` (stderr). Profiling slows Python code about 1.5-2x, so compare its figures with each
 other, not with `benchmarks/startup.py`'s. Imports Qt and `app.gui` (it is the editor); a measuring tool,
@@ -18,6 +19,7 @@ import cProfile
 import io
 import os
 import pstats
+import statistics
 import sys
 import tempfile
 import threading
@@ -122,6 +124,10 @@ def main(argv: list[str] | None = None) -> int:
         if "window" not in marks:
             marks["window"], marks["window_cpu"] = time.monotonic() - t0, time.process_time() - cpu0
             window.runner.run_event.connect(on_event)
+            tickers.append(QTimer())
+            tickers[0].setInterval(20)
+            tickers[0].timeout.connect(tick)
+            tickers[0].start()
             window.run_workflow()
         if any((home / "outputs").glob("*.png")):
             marks["picture"], marks["picture_cpu"] = time.monotonic() - t0, time.process_time() - cpu0
@@ -133,6 +139,18 @@ def main(argv: list[str] | None = None) -> int:
         else:
             QTimer.singleShot(50, poll)
 
+    # The window's responsiveness while the libraries load behind it: a 20 ms timer on the GUI thread, and how
+    # late each tick came (a tick waits for the interpreter lock and for whatever the GUI thread is doing).
+    gaps: list[float] = []
+    last = [0.0]
+
+    def tick() -> None:
+        now = time.monotonic()
+        if last[0] and "window" in marks and "picture" not in marks:
+            gaps.append(now - last[0])
+        last[0] = now
+
+    tickers: list[QTimer] = []  # started with the window (a QTimer needs the application launch makes)
     QTimer.singleShot(0, poll)
     launch(args.workflow.resolve(), default_registry())
     gui.disable()
@@ -144,6 +162,13 @@ def main(argv: list[str] | None = None) -> int:
         f"picture {marks.get('picture', float('nan')):.2f} s (CPU {marks.get('picture_cpu', float('nan')):.2f} s, "
         f"all threads{'' if args.no_profile else ', under the profiler'})"
     )
+    if gaps:
+        ordered = sorted(gaps)
+        print(
+            f"GUI thread, window shown -> picture: a 20 ms timer ticked every {statistics.median(ordered) * 1000:.0f} "
+            f"ms (median), 95th percentile {ordered[int(0.95 * (len(ordered) - 1))] * 1000:.0f} ms, longest "
+            f"{ordered[-1] * 1000:.0f} ms"
+        )
     for node_id, start, seconds in nodes:
         print(f"  node {node_id}: started {start:.2f} s, {seconds:.2f} s")
     for name, cpu in sorted(threads.cpu.items(), key=lambda kv: -kv[1]):
