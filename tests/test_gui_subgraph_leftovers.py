@@ -88,6 +88,10 @@ def test_an_inner_seed_set_to_increment_steps_after_run(qtbot: QtBot, tmp_path: 
     inner = win.model.to_workflow().subgraphs[win.model.node(instance).type]["nodes"]["sampler"]
     assert inner["params"]["seed"] == 43  # txt2img's 42, stepped once
     assert win.queue.jobs[0].workflow.nodes[f"{instance}/sampler"].params["seed"] == 42  # the run keeps 42
+    # Run from inside the open subgraph: the sampler on the canvas steps.
+    win.subgraph_ops.open_subgraph(instance)
+    assert win.run_workflow()
+    assert win.model.node("sampler").params["seed"] == 44
 
 
 def _loader_subgraph_file() -> dict:

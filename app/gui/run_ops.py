@@ -104,8 +104,9 @@ class RunOpsMixin:
 
     def _apply_seed_controls(self: MainWindow, wf: Any) -> None:
         """After queueing a run: fixed seeds stay, increment adds one, randomize draws a new one."""
-        for (nid, param), mode in seed_controls(wf).items():
-            if nid not in self.model.node_ids() or param in self.model.node(nid).inputs:
+        for (run_id, param), mode in seed_controls(wf).items():
+            nid = self.subgraph_ops.canvas_id(run_id)  # a run names an open subgraph's nodes by path
+            if nid is None or param in self.model.node(nid).inputs:
                 continue
             value = self.model.node(nid).params.get(param)
             if isinstance(value, int):
