@@ -90,10 +90,13 @@ class _LazyPackageLoader(importlib.abc.Loader):
 
 
 class _LazyPackageFinder(importlib.abc.MetaPathFinder):
+    def __init__(self, packages: Sequence[str] = LAZY_PACKAGES) -> None:
+        self.packages = tuple(packages)
+
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
-        if fullname not in LAZY_PACKAGES:
+        if fullname not in self.packages:
             return None
         real = importlib.machinery.PathFinder.find_spec(fullname, path)
         if real is None or real.origin is None or not real.submodule_search_locations:
