@@ -82,7 +82,12 @@ def test_an_inner_seed_set_to_increment_steps_after_run(qtbot: QtBot, tmp_path: 
     win.subgraph_ops.open_subgraph(instance)
     win.set_seed_control("sampler", "seed", "increment")  # chosen in the inspector while editing inside
     win.subgraph_ops.leave_to(0)
-    win.warmup.imported = False  # torch "still loading": Run queues the graph and applies the seed modes now
+    # Torch "still loading" (a warm-up that never finishes): Run queues the graph and applies the seed modes
+    # now, and nothing runs (a run would only slow the test down).
+    from app.gui.startup import Warmup
+
+    win.warmup.memory_ready.disconnect()  # the window's own warm-up would start the queued run when done
+    win.warmup = Warmup(win)
     win.warmup.start = lambda: None  # type: ignore[method-assign]
     assert win.run_workflow()
     inner = win.model.to_workflow().subgraphs[win.model.node(instance).type]["nodes"]["sampler"]
