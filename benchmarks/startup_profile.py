@@ -80,6 +80,9 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="only each thread's CPU time and the node times (no cProfile)",
     )
+    p.add_argument(
+        "--hide-plots", action="store_true", help="close the Live plots dock first (what its redraws cost)"
+    )
     args = p.parse_args(argv)
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     home = Path(tempfile.mkdtemp(prefix="nodeloom-profile-"))
@@ -124,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
         if "window" not in marks:
             marks["window"], marks["window_cpu"] = time.monotonic() - t0, time.process_time() - cpu0
             window.runner.run_event.connect(on_event)
+            if args.hide_plots:
+                window.plots_dock.hide()
             tickers.append(QTimer())
             tickers[0].setInterval(20)
             tickers[0].timeout.connect(tick)
