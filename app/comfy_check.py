@@ -42,6 +42,7 @@ from nodes.comfy.sources import check_comfy
 from nodes.model_names import resolve_model_names
 from nodes.modes import unneeded
 from nodes.registry import NodeRegistry
+from nodes.subgraph_check import inner_problems
 from nodes.workflow import Problem, WorkflowError, parse_workflow
 from pipelines.models_library import ModelsLibrary
 
@@ -123,6 +124,8 @@ def check_file(path: Path, registry: NodeRegistry, library: ModelsLibrary) -> Fi
             message = str(exc).removeprefix(f"{source}: ")
             report.problems.append(_checked("invalid", Problem(source, None, None, message)))
         return report
+    # Inside subgraph definitions too, as a run would expand and refuse them (nodes.subgraph_check).
+    report.problems += [_checked("invalid", p) for p in inner_problems(wf, registry)]
     # Without a library an imported name is still refused when it says itself that it leaves (absolute, '..').
     names = resolve_model_names(wf, library, find=bool(library))
     skipped = set(unneeded(wf, registry))  # a node no output needs is skipped at run time: its file too

@@ -131,6 +131,9 @@ def _nodes_command(argv: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    from pipelines.diffusion.lazy_models import install as lazy_diffusers_models
+
+    lazy_diffusers_models()  # diffusers' model files one by one, not every model of a package (start-up)
     if argv[:1] == ["models"]:
         return _models_command(argv[1:])
     if argv[:1] == ["nodes"]:

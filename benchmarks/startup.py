@@ -89,17 +89,20 @@ def launch_once(workflow: Path, timeout: float) -> dict[str, float]:
         env.pop("QT_QPA_PLATFORM", None)
         outputs = home / "outputs"
         started = time.monotonic()
-        app = subprocess.Popen(
-            [sys.executable, "-m", "app.main", str(workflow)],
-            cwd=home,  # the default output folder is ./outputs
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
+        # stderr to a file: a pipe nobody reads while the app runs fills up (64 KiB) and then blocks the app.
+        stderr_file = home / "stderr.txt"
+        with stderr_file.open("wb") as stderr:
+            app = subprocess.Popen(
+                [sys.executable, "-m", "app.main", str(workflow)],
+                cwd=home,  # the default output folder is ./outputs
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=stderr,
+            )
         window = None
         while window is None:
             if app.poll() is not None:
-                raise RuntimeError(f"the app exited: {app.stderr.read().decode(errors='replace')[-2000:]}")
+                raise RuntimeError(f"the app exited: {stderr_file.read_text(errors='replace')[-2000:]}")
             if time.monotonic() - started > timeout:
                 raise RuntimeError("no window")
             window = _window(display)
@@ -114,7 +117,7 @@ def launch_once(workflow: Path, timeout: float) -> dict[str, float]:
         pressed = time.monotonic() - started
         while not (outputs.is_dir() and any(outputs.glob("*.png"))):
             if app.poll() is not None:
-                raise RuntimeError(f"the app exited: {app.stderr.read().decode(errors='replace')[-2000:]}")
+                raise RuntimeError(f"the app exited: {stderr_file.read_text(errors='replace')[-2000:]}")
             if time.monotonic() - started > timeout:
                 raise RuntimeError("the run wrote no picture")
             time.sleep(0.02)

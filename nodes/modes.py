@@ -3,7 +3,7 @@ are passed through the same way.
 
 Lives here: `NODE_MODES`, `node_mode`, `apply_node_modes`, `unneeded`, `is_wiring_problem`, `RunPlan`,
 `prepare_run`, `runnable`, `skipped_note`, `without_reroutes`. Imports `nodes.workflow`, `nodes.registry`,
-`nodes.reroute`, `nodes.latent_sizing`, `nodes.subgraph` (instances expanded before a run).
+`nodes.reroute`, `nodes.latent_sizing`, `nodes.subgraph` (instances expanded before a run), `nodes.subgraph_check`.
 
 The mode is saved per node in the workflow's `ui` section (`ui.nodes.<id>.mode`), as ComfyUI keeps it
 beside the graph. Before a run the graph is rewritten: a muted node is left out together with everything
@@ -25,6 +25,7 @@ from nodes.latent_sizing import wire_unsized_latents
 from nodes.registry import NodeRegistry
 from nodes.reroute import is_pass_through
 from nodes.subgraph import expand_subgraphs
+from nodes.subgraph_check import name_inner
 from nodes.workflow import Link, Problem, Workflow, validate
 
 NODE_MODES = ("normal", "bypass", "mute")
@@ -174,7 +175,7 @@ def prepare_run(workflow: Workflow, registry: NodeRegistry) -> RunPlan:
                 f"its wire comes from {bypassed!r}{title}, which is bypassed and has no {kind} input to pass "
                 f"on: mute {bypassed!r} instead, or turn its bypass off",
             )
-        problems.append(problem)
+        problems.append(name_inner(workflow, problem))  # a node inside a subgraph: which subgraph
     return RunPlan(wf, problems, skipped, sized)
 
 

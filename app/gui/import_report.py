@@ -3,8 +3,8 @@ differs, every missing model file with the folders searched and how to add a mod
 nodes marked before Run (issue 32 item 3). The summary's lines are `app import`'s (`app.import_summary`).
 
 Lives here: `ImportReport`, `comfy_report`, `ImportSummary` (the banner), `ImportMarksUi` (installed by the main
-window with one call). Imports Qt, `app.import_summary`, `app.gui.node_item`, `nodes.comfy.sources`,
-`nodes.model_names`, `nodes.workflow`.
+window with one call). Imports Qt, `app.import_summary`, `app.gui.node_item`, `nodes.comfy.sources`, `nodes.comfy.subgraph_fold`,
+`nodes.model_names`, `nodes.subgraph`, `nodes.workflow`.
 
 Marks: a node whose model file is missing gets the error badge ("✕ missing model") with the reason in its
 tooltip; a node the importer approximated, or one with a note on what differs, gets an amber "≈ differs". They
@@ -49,8 +49,10 @@ def comfy_report(path: Path, registry: NodeRegistry, library: ModelsLibrary) -> 
     """The report of importing `path`, or None when it is not a ComfyUI file (another importer opened it)."""
     from app.import_summary import summary_lines
     from nodes.comfy.api_format import ComfyFormatError
-    from nodes.comfy.sources import import_comfy
+    from nodes.comfy.sources import import_comfy, read_comfy_data
+    from nodes.comfy.subgraph_fold import fold_comfy_subgraphs
     from nodes.model_names import resolve_model_names
+    from nodes.subgraph import expand_subgraphs
     from nodes.workflow import parse_workflow
 
     try:
@@ -58,8 +60,11 @@ def comfy_report(path: Path, registry: NodeRegistry, library: ModelsLibrary) -> 
     except (ComfyFormatError, OSError, ValueError):
         return None
     wf, _ = parse_workflow(result.workflow, registry, source=str(path))
-    # Looked up even with no models folder set: the problem then says so, and the node is marked.
-    names = resolve_model_names(wf, library, find=True)
+    # Looked up even with no models folder set: the problem then says so, and the node is marked. Loaders
+    # inside subgraphs too: with the subgraphs folded as the editor opens the file (app.importing) and then
+    # expanded, they are named by path ("loader/load_checkpoint"), as a run names them.
+    folded = fold_comfy_subgraphs(wf, read_comfy_data(Path(path)), registry)
+    names = resolve_model_names(expand_subgraphs(folded), library, find=True)
     lines = summary_lines(result, names, library_set=bool(library))
     report = ImportReport(str(path), lines, unsupported=[str(u) for u in result.unsupported])
     for note in result.notes:
@@ -160,7 +165,8 @@ class ImportMarksUi(QObject):
             if node in w.scene.node_items:
                 w.scene.set_run_state(node, NodeRunState("warning", message="; ".join(notes)))
         for node, reason in report.missing.items():
-            if node in w.scene.node_items:
+            # A loader inside a subgraph ("loader/ckpt") marks its subgraph node (app/gui/subgraph_ops.py).
+            if node in w.scene.node_items or w.subgraph_ops.shown_for(node) is not None:
                 w.scene.set_run_state(node, NodeRunState("error", message=f"missing model: {reason}"))
         self.banner.show_report(report)
         if report.missing:

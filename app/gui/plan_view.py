@@ -360,10 +360,16 @@ class PlanUi:
         self.label.setStyleSheet("" if plan.fits else f"color: {theme.ERROR}")
         self._clear_bars()
         items = self.window.scene.node_items
+        peaks: dict[str, int] = {}
         for n in plan.nodes:
-            item = items.get(n.node_id)
-            if item is not None and hasattr(item, "plan"):
-                item.plan = (n.device_peak, plan.budget)
+            # A node inside a subgraph ("prompts/positive") shows on its subgraph node: the highest inner peak.
+            shown = n.node_id if n.node_id in items else self.window.subgraph_ops.shown_for(n.node_id)
+            if shown is not None:
+                peaks[shown] = max(peaks.get(shown, 0), n.device_peak)
+        for node_id, peak in peaks.items():
+            item = items[node_id]
+            if hasattr(item, "plan"):
+                item.plan = (peak, plan.budget)
                 item.refresh_tooltip()
                 item.update()
 

@@ -15,6 +15,7 @@ from app.gui.node_thumbnail import thumbnail_image
 from app.gui.output_panel import is_picture_file
 from app.gui.run_queue import QueuedRun, next_seed, seed_controls
 from app.gui.run_worker import TimedEvent
+from app.gui.subgraph_seeds import apply_inner_seeds
 from nodes.events import (
     NodeCached,
     NodeFailed,
@@ -103,12 +104,16 @@ class RunOpsMixin:
 
     def _apply_seed_controls(self: MainWindow, wf: Any) -> None:
         """After queueing a run: fixed seeds stay, increment adds one, randomize draws a new one."""
-        for (nid, param), mode in seed_controls(wf).items():
-            if nid not in self.model.node_ids() or param in self.model.node(nid).inputs:
+        for (run_id, param), mode in seed_controls(wf).items():
+            nid = self.subgraph_ops.canvas_id(run_id)  # a run names an open subgraph's nodes by path
+            if nid is None or param in self.model.node(nid).inputs:
                 continue
             value = self.model.node(nid).params.get(param)
             if isinstance(value, int):
                 self.model.set_param(nid, param, next_seed(value, mode, self._seed_rng))
+        if apply_inner_seeds(self.model, wf, self._seed_rng):  # seeds inside subgraphs (their definitions)
+            self._force_dirty = True
+            self.update_title()
 
     def _start_run(self: MainWindow, wf: Any, label: str, source: Any = None) -> bool:
         try:

@@ -161,6 +161,11 @@ class SubgraphOps:
         shown = run_id[len(prefix) :].split("/", 1)[0]
         return shown if shown in self.window.scene.node_items else None
 
+    def canvas_id(self, run_id: str) -> str | None:
+        """The canvas node a run's node id is itself ("prompts/sampler" is "sampler" inside Prompts), or None."""
+        shown = self.shown_for(run_id)
+        return shown if shown is not None and self._prefix() + shown == run_id else None
+
     def _run_event(self, timed: TimedEvent) -> None:
         """A Save or Preview node's last picture from inside a subgraph shows on the subgraph node too, as
         ComfyUI shows its inner previews there."""

@@ -8,6 +8,7 @@ choices) costs no diffusers import.
 Modules, by concept:
   families      what differs between SD1.x/2.x, SDXL, PixArt-Sigma, SD3, Flux, Z-Image and Qwen-Image (data, not branches): the
                 one family registry, with the single-file checkpoint layouts as its variants
+  lazy_models   diffusers' model packages imported one model file at a time (start-up)
   family_detect which family a folder, file header or file name is (the registry's one detector)
   values        the values on wires: DenoiserRef, TextEncoderRef, VaeRef, Conditioning, Latents
   loading       diffusers folders and separate component files -> lazy memory-manager handles

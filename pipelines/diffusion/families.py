@@ -47,8 +47,17 @@ if TYPE_CHECKING:
 
 
 # What a session's first diffusion node imports (about 4 s on a 2-core machine), named so the node can say
-# so while it happens (`NodeContext.importing`); diffusers' autoencoders package pulls in its UNets too.
-DIFFUSION_IMPORTS = ("transformers", "diffusers", "diffusers.models.autoencoders")
+# so while it happens (`NodeContext.importing`): the libraries and the bases every model class is built on
+# (they bring in peft, scipy.stats and diffusers' quantizers); the model files themselves are imported one by
+# one when a family asks for its classes (`pipelines.diffusion.lazy_models`).
+DIFFUSION_IMPORTS = (
+    "transformers",
+    "diffusers",
+    "transformers.modeling_utils",
+    "diffusers.models.modeling_utils",
+    "diffusers.loaders.single_file_model",
+    "diffusers.loaders.peft",
+)
 
 
 _SD_RGB = (

@@ -24,6 +24,10 @@ class ClassRef:
     name: str
 
     def load(self) -> type:
+        if self.module.split(".")[0] == "diffusers":
+            from pipelines.diffusion.lazy_models import install
+
+            install()  # the class's own model file, not its package's every model
         return getattr(importlib.import_module(self.module), self.name)
 
 
