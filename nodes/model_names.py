@@ -84,9 +84,12 @@ def confined_fields(wf: Workflow) -> set[tuple[str, str]]:
     if not isinstance(names, dict):
         return set()
     out: set[tuple[str, str]] = set()
-    for node_id, fields in names.items():
-        node = wf.nodes.get(node_id)
-        if node is None or not isinstance(fields, dict):
+    for node_id, node in wf.nodes.items():
+        # A run expands the editor's subgraphs, an inner node `n` of instance `i` becoming `i/n`: the import
+        # recorded `n` (ComfyUI subgraphs are folded after the names are taken). Matching the last segment can
+        # only confine more (the value must still be the imported one), never less.
+        fields = names.get(node_id, names.get(node_id.rsplit("/", 1)[-1]))
+        if not isinstance(fields, dict):
             continue
         out.update((node_id, p) for p, value in fields.items() if node.params.get(p) == value)
     return out

@@ -242,3 +242,33 @@ def test_check_without_a_models_folder_refuses_an_absolute_picture(
     assert (
         "node 'load_image', field 'path':" in err and "must name a file inside ComfyUI's input folder" in err
     )
+
+
+def test_a_name_inside_an_imported_subgraph_stays_confined_when_a_run_expands_it(
+    root: Path, tmp_path: Path
+) -> None:
+    """The editor keeps a ComfyUI subgraph as a subgraph; its inner loader's name is still the import's, so the
+    run (which expands it, inner ids becoming `instance/inner`) must refuse a path out of the models folders."""
+    from app.importing import import_file
+    from nodes.model_names import resolve_model_names
+    from nodes.registry import default_registry
+    from nodes.subgraph import expand_subgraphs
+
+    workflow = json.loads((DATA / "real" / "flux_dev_checkpoint_example.json").read_text())
+    secret = str(tmp_path / "elsewhere" / "secret.safetensors")
+    for sg in workflow["definitions"]["subgraphs"]:
+        for node in sg["nodes"]:
+            if node["type"] == "UNETLoader":
+                node["widgets_values"][0] = secret
+    path = tmp_path / "flux_subgraph.json"
+    path.write_text(json.dumps(workflow))
+    folded = import_file(path, default_registry(entry_point_packs=False))
+    assert folded.subgraphs, "the import should keep the subgraph"
+    run = expand_subgraphs(folded)
+    [loader] = [nid for nid, n in run.nodes.items() if n.params.get("path") == secret]
+    assert "/" in loader  # an expanded inner id
+    assert any(nid == loader for nid, _ in confined_fields(run))
+    problems = resolve_model_names(run, ModelsLibrary([root / "models"]))
+    assert any(p.node == loader and p.field == "path" and "models folders" in p.reason for p in problems), (
+        problems
+    )
