@@ -259,8 +259,11 @@ def load_vae_file(
 ) -> tuple[VaeRef, str]:
     """A VAE file: diffusers layout or the original one (`ae.safetensors`, `vae-ft-mse-840000`, ...)."""
     check_weights_format(path, allow_pickle=allow_pickle)
+    from pipelines.diffusion.comfy_layouts import minimax, minimax_load
     from pipelines.diffusion.comfy_layouts import vaes as comfy_vae
 
+    if minimax.vae_kind(list(SafetensorsTensors((path,)).shapes())) is not None:  # MiniMax H3 video / audio
+        return minimax_load.load_minimax_vae(mm, path, family=family, dtype=dtype, config_dir=config_dir)
     if comfy_vae.claims_vae(path, family, config_dir):  # Wan / Qwen-Image / FLUX.2 / Z-Image VAEs
         return comfy_vae.load_comfy_vae(mm, path, family=family, dtype=dtype, config_dir=config_dir)
     found = detect_vae(SafetensorsTensors((path,)).shapes())

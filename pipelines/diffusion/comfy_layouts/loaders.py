@@ -25,7 +25,7 @@ from pipelines.diffusion.assembly import (
     denoiser_ref,
     resolve_precision,
 )
-from pipelines.diffusion.comfy_layouts import qwen21
+from pipelines.diffusion.comfy_layouts import minimax, minimax_load, qwen21
 from pipelines.diffusion.comfy_layouts.common import (
     KeyMapTensors,
     config_of,
@@ -61,6 +61,8 @@ def denoiser_layout(keys: list[str]) -> tuple[str, str] | None:
     def has(prefix: str) -> bool:
         return any(k.startswith(prefix) for k in names)
 
+    if (minimax_names := minimax.transformer_names(keys)) is not None:
+        return "minimax", minimax_names
     if has("noise_refiner.") and has("context_refiner."):
         return "zimage", "diffusers" if has("all_x_embedder.") else "comfy"
     if has("double_stream_modulation_img."):
@@ -109,6 +111,8 @@ def load_comfy_denoiser(
         raise UnsupportedModelError(
             f"field 'family' says {FAMILIES[family].title}, but {path.name} is a {FAMILIES[detected].title} transformer"
         )
+    if detected == "minimax":
+        minimax_load.check_denoiser(path, keys)  # the pruned curve form: refused by name
     fam = FAMILIES[detected]
     layout = LAYOUTS[detected] if names == "comfy" else "qwenimage"  # "qwenimage": names kept as they are
 
@@ -171,6 +175,10 @@ def load_comfy_denoiser(
         )
     if detected == "qwenimage21" and scheduler_config is None:
         scheduler_config = qwen21.scheduler_config(folder)  # with the config folder's sample_sigmas
+    if detected == "minimax" and scheduler_config is None:
+        scheduler_config = minimax_load.scheduler_config(
+            folder
+        )  # the audio rows' schedule beside the video's
     return denoiser_ref(handle, fam, config, folder, torch_dtype, scheduler_config), message
 
 

@@ -288,6 +288,9 @@ def write_released_folders(root: Path | None = None) -> list[Path]:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
         written.append(out)
+    from pipelines.diffusion.comfy_layouts.minimax_load import write_minimax_released
+
+    written.append(write_minimax_released(root))  # MiniMax H3: two VAEs and two schedules
     return written
 
 

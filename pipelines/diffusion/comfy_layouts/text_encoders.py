@@ -44,7 +44,7 @@ from pipelines.diffusion.values import TextEncoderRef, TokenizerSource
 TEXT_ENCODER_FAMILIES: dict[str, tuple[str, ...]] = {
     "qwen3": ("zimage", "flux2_klein"),
     "qwen2.5-vl": ("qwenimage", "qwenimage_edit"),
-    "qwen3-vl": ("qwenimage21",),
+    "qwen3-vl": ("qwenimage21", "minimax"),
     "mistral": ("flux2_dev",),
     "umt5": ("wan",),
 }
@@ -154,7 +154,9 @@ def load_comfy_text_encoder(
     make = module_factory(slot.model_class, folder / slot.subfolder)
     shapes = module_shapes(make)
     key_map = aligned({_text_encoder_names(k, slot.model_class.__name__): r for k, r in raw.items()}, shapes)
-    missing = [n for n in shapes if n not in key_map and n.startswith(_OPTIONAL)]
+    # MiniMax H3 reads a hidden state, never logits: ComfyUI's file has no lm_head (nor layers past 50).
+    optional = (*_OPTIONAL, "lm_head.") if variant.family == "minimax" else _OPTIONAL
+    missing = [n for n in shapes if n not in key_map and n.startswith(optional)]
     for name in missing:  # left out of the file (never used for text prompts): zeros stand in
         key_map[name] = Recipe((), ("const", torch.zeros(shapes[name])), shapes[name], torch.float32)
     torch_dtype, storage = resolve_precision(dtype, fam, mm.device)
@@ -172,7 +174,7 @@ def load_comfy_text_encoder(
     )
     form = "fp8 scaled, dequantized" if is_scaled_fp8(keys) else "plain"
     message = f"{path.name}: {kind} text encoder for {fam.title} ({form}), config: {variant.title}"
-    if missing:
+    if any(n.startswith(_OPTIONAL) for n in missing):
         message += " (no vision tower in the file: text prompts only)"
     tokenizer = ShippedTokenizerSource(folder, slot.tokenizer_subfolder, slot.model_class)
     return text_encoder_ref([handle], [tokenizer], fam, torch_dtype), message

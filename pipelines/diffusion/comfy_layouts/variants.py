@@ -61,6 +61,8 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("qwenimage-edit-tiny", "qwenimage_edit", "Qwen-Image-Edit 2509 (tiny demo)"),
     Variant("qwen-image-2.1", "qwenimage21", "Qwen-Image 2.1 (8B)"),
     Variant("qwen-image-2.1-turbo", "qwenimage21", "Qwen-Image 2.1 Turbo (8B)"),
+    Variant("minimax-tiny", "minimax", "MiniMax H3 (tiny demo)"),  # comfy_layouts.minimax_load writes both
+    Variant("minimax-h3", "minimax", "MiniMax H3 (33B fl2va, Qwen3-VL-32B to layer 50)"),
 )
 
 # The demo model each tiny folder is made from (`writer.write_config_folder`).
