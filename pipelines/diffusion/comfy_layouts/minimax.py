@@ -236,8 +236,8 @@ def _video_comfy_names(state: Mapping[str, torch.Tensor]) -> list[str]:
 
 def audio_vae_to_diffusers(state: Mapping[str, torch.Tensor], module_keys: list[str]) -> dict:
     """ComfyUI's audio VAE (weight norms folded) in `AutoencoderKLMiniMaxH3Audio`'s names: each folded
-    `weight` becomes `weight_v` = itself and `weight_g` = its norm (so the module's `v * g / |v|` is the file's
-    weight again: the same norm function on the same tensor, a ratio of exactly 1)."""
+    `weight` becomes `weight_v` = itself and `weight_g` = its norm, so the module's `v * g / |v|` is the file's
+    weight again (within a float32 rounding: torch's weight-norm kernel sums the norm in its own order)."""
     state = strip_prefix(state)
     wanted = set(module_keys)
     out: dict[str, torch.Tensor] = {}
