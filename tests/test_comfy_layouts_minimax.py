@@ -100,15 +100,15 @@ def test_family_detection_from_tensors_picks_minimax_for_every_file() -> None:
 def test_a_pruned_curve_form_transformer_is_refused_by_name(tmp_path: Path, cpu_memory) -> None:
     from safetensors.torch import save_file
 
+    from pipelines.diffusion.comfy_layouts.loaders import load_comfy_denoiser  # what LoadDenoiser calls for it
     from pipelines.diffusion.families import UnsupportedModelError
-    from pipelines.quant.split_files import load_denoiser_file
 
     comfy = {k: torch.zeros(2, 2) for k in _TRANSFORMER}
     comfy["adaln_t_table"] = torch.zeros(17, 8)  # the released pruned files' curve (1025 x 8 there)
     path = tmp_path / minimax.MINIMAX_FILES["transformer"]
     save_file({k: v.contiguous() for k, v in comfy.items()}, str(path))
     with pytest.raises(UnsupportedModelError, match=rf"{path.name}: a pruned \(curve-form\) MiniMax H3"):
-        load_denoiser_file(cpu_memory, path, family="minimax")
+        load_comfy_denoiser(cpu_memory, path, family="minimax")
 
 
 @pytest.mark.slow  # builds the 33B transformer, both VAEs and Qwen3-VL-32B to layer 50 on the meta device
@@ -146,11 +146,11 @@ def test_released_size_headers_pick_the_shipped_minimax_h3_configs() -> None:
 
 # --- the templates, run from the files ------------------------------------------------------------------
 
-_SIZE = {  # the smallest video the pipeline makes (5 s at 24 fps), 48 x 32 px, 2 steps
-    "mini_max_h3_image_to_video.width": 48,
+_SIZE = {  # the smallest video the pipeline makes (5 s at 24 fps), 32 x 32 px, 1 step
+    "mini_max_h3_image_to_video.width": 32,
     "mini_max_h3_image_to_video.height": 32,
     "mini_max_h3_image_to_video.frames": 124,
-    "sampler_custom_advanced.steps": 2,
+    "sampler_custom_advanced.steps": 1,
     "save_video.format": "png",
 }
 TEMPLATES = ("video_minimax_h3_t2v", "video_minimax_h3_i2v")
@@ -244,3 +244,19 @@ def test_the_template_on_its_own_file_names_gives_the_folders_video(
     assert (
         max(int(np.abs(a.astype(int) - b.astype(int)).max()) for a, b in zip(ours, native, strict=True)) <= 1
     )
+
+
+@pytest.mark.slow  # builds the tiny demo once (~2 s)
+def test_the_shipped_minimax_config_folders_are_what_their_writers_write(tmp_path: Path) -> None:
+    """resources/configs/minimax-tiny and minimax-h3 are `minimax_load`'s output: refresh them with
+    `python -m pipelines.diffusion.comfy_layouts.minimax_load`."""
+    from pipelines.diffusion.comfy_layouts.minimax_load import (
+        write_minimax_released,
+        write_minimax_tiny_config,
+    )
+
+    for fresh in (write_minimax_tiny_config(tmp_path / "work", tmp_path), write_minimax_released(tmp_path)):
+        shipped = RESOURCES_DIR / "configs" / fresh.name
+        files = sorted(p.relative_to(fresh) for p in fresh.rglob("*") if p.is_file())
+        assert files == sorted(p.relative_to(shipped) for p in shipped.rglob("*") if p.is_file())
+        assert all((fresh / rel).read_bytes() == (shipped / rel).read_bytes() for rel in files), fresh.name
