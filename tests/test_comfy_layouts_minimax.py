@@ -100,7 +100,9 @@ def test_family_detection_from_tensors_picks_minimax_for_every_file() -> None:
 def test_a_pruned_curve_form_transformer_is_refused_by_name(tmp_path: Path, cpu_memory) -> None:
     from safetensors.torch import save_file
 
-    from pipelines.diffusion.comfy_layouts.loaders import load_comfy_denoiser  # what LoadDenoiser calls for it
+    from pipelines.diffusion.comfy_layouts.loaders import (
+        load_comfy_denoiser,
+    )  # what LoadDenoiser calls for it
     from pipelines.diffusion.families import UnsupportedModelError
 
     comfy = {k: torch.zeros(2, 2) for k in _TRANSFORMER}

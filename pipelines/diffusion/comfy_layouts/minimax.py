@@ -273,7 +273,7 @@ def audio_vae_from_diffusers(state: Mapping[str, torch.Tensor], config: Mapping[
 
 def write_minimax_files(folder: Path, models: Path, *, names: Mapping[str, str] | None = None) -> Path:
     """Write the diffusers MiniMax H3 `folder` as ComfyUI's files under `models/` (plain float tensors under
-    the templates' names, the text encoder truncated after layer 50 as ComfyUI's is); returns `models`."""
+    the templates' names, the text encoder cut after layer 50 as ComfyUI's is); returns `models`."""
     from diffusers import AutoencoderKLMiniMaxH3, AutoencoderKLMiniMaxH3Audio, MiniMaxH3Transformer3DModel
     from safetensors.torch import save_file
     from transformers import Qwen3VLForConditionalGeneration
@@ -291,9 +291,9 @@ def write_minimax_files(folder: Path, models: Path, *, names: Mapping[str, str] 
     save(comfy, "diffusion_models", files["transformer"])
     encoder = Qwen3VLForConditionalGeneration.from_pretrained(str(folder), subfolder="text_encoder")
     state = text_encoder_to_comfy(encoder.state_dict(), "Qwen3VLForConditionalGeneration")
-    kept = {
-        k: v for k, v in state.items() if not _layer_at_or_after(k, TEXT_LAYERS) and k != "lm_head.weight"
-    }
+    # ComfyUI's file: the layers H3 reads and nothing after them (no final norm, no lm_head)
+    unread = ("lm_head.weight", "model.norm.weight")
+    kept = {k: v for k, v in state.items() if not _layer_at_or_after(k, TEXT_LAYERS) and k not in unread}
     save(kept, "text_encoders", files["text_encoder"])
     vae = AutoencoderKLMiniMaxH3.from_pretrained(str(folder), subfolder="vae")
     video = video_vae_from_diffusers(vae.state_dict(), vae.config)

@@ -54,6 +54,9 @@ _FLUX2 = ("flux2_klein", "flux2_dev")
 # tied again when the module is built).
 _OPTIONAL = ("model.vision_tower.", "model.multi_modal_projector.")
 _MAY_MISS = (*_OPTIONAL, "lm_head.", "encoder.embed_tokens.")
+# MiniMax H3 reads a hidden state, never logits nor the final norm's output: ComfyUI's Qwen3-VL-32B file stops
+# after layer 50 with no lm_head (and maybe no final norm); zeros stand in for what it leaves out.
+_MINIMAX_UNREAD = ("lm_head.", "model.language_model.norm.")
 
 
 def text_encoder_kind(keys: list[str]) -> str | None:
@@ -137,7 +140,8 @@ def load_comfy_text_encoder(
         if any(f.family == v.family for f in fitting):
             continue  # one size per family fits (the fit is exact): the next family may fit too
         renamed = {_text_encoder_names(k, class_of(v).__name__): r for k, r in raw.items()}
-        if fits(converted_shapes(renamed), wanted(v), optional=_MAY_MISS):
+        unread = _MINIMAX_UNREAD if v.family == "minimax" else ()
+        if fits(converted_shapes(renamed), wanted(v), optional=(*_MAY_MISS, *unread)):
             fitting.append(v)
     if not fitting:
         pick_variant(candidates, {}, wanted, what=f"{kind} text encoder", file_name=path.name)  # raises
@@ -154,8 +158,7 @@ def load_comfy_text_encoder(
     make = module_factory(slot.model_class, folder / slot.subfolder)
     shapes = module_shapes(make)
     key_map = aligned({_text_encoder_names(k, slot.model_class.__name__): r for k, r in raw.items()}, shapes)
-    # MiniMax H3 reads a hidden state, never logits: ComfyUI's file has no lm_head (nor layers past 50).
-    optional = (*_OPTIONAL, "lm_head.") if variant.family == "minimax" else _OPTIONAL
+    optional = (*_OPTIONAL, *_MINIMAX_UNREAD) if variant.family == "minimax" else _OPTIONAL
     missing = [n for n in shapes if n not in key_map and n.startswith(optional)]
     for name in missing:  # left out of the file (never used for text prompts): zeros stand in
         key_map[name] = Recipe((), ("const", torch.zeros(shapes[name])), shapes[name], torch.float32)
