@@ -1,11 +1,13 @@
 """MiniMax H3's ComfyUI files: the key maps round-trip, the files are detected as MiniMax H3 from their tensors,
-the pruned (curve-form) transformer is refused by name, the released configs fit released-size headers, and
+the pruned (curve-form) transformer's time embedding is ComfyUI's, the released configs fit released-size headers, and
 ComfyUI's MiniMax H3 text-to-video and image-to-video templates run from tiny files under the templates' own
 names (`--models-dir`) with the frames and sound of the same graph on the diffusers folder.
 
 The tiny files are `demo:tiny-minimax` written by `comfy_layouts.minimax.write_minimax_files` (plain float
 tensors under the released names: the int8_convrot / nvfp4 quantizations are read by the shared ComfyUI
-tensor reader, not here), the text encoder cut after layer 50 as ComfyUI's Qwen3-VL-32B file is.
+tensor reader, not here): the transformer under the templates' pruned name in the curve form (its table the
+tiny time embedding sampled at 1025 points) and unpruned as `minimax_h3_fl2va_bf16.safetensors`, the text
+encoder cut after layer 50 as ComfyUI's Qwen3-VL-32B file is.
 """
 
 from __future__ import annotations
@@ -97,20 +99,17 @@ def test_family_detection_from_tensors_picks_minimax_for_every_file() -> None:
     assert text_encoder_kind(qwen3vl) == "qwen3-vl" and "minimax" in TEXT_ENCODER_FAMILIES["qwen3-vl"]
 
 
-def test_a_pruned_curve_form_transformer_is_refused_by_name(tmp_path: Path, cpu_memory) -> None:
-    from safetensors.torch import save_file
+def test_the_curve_forms_time_embedding_interpolates_its_table_as_comfyui_does() -> None:
+    """ComfyUI's curve form (comfy/ldm/minimax/model.py): t in [0, 1] -> position t * (grid - 1), the two rows
+    around it blended by the fraction, t clamped to [0, 1], t = 1 on the last interval."""
+    from pipelines.diffusion.comfy_layouts.minimax_load import CurveTimeEmbedding
 
-    from pipelines.diffusion.comfy_layouts.loaders import (
-        load_comfy_denoiser,
-    )  # what LoadDenoiser calls for it
-    from pipelines.diffusion.families import UnsupportedModelError
-
-    comfy = {k: torch.zeros(2, 2) for k in _TRANSFORMER}
-    comfy["adaln_t_table"] = torch.zeros(17, 8)  # the released pruned files' curve (1025 x 8 there)
-    path = tmp_path / minimax.MINIMAX_FILES["transformer"]
-    save_file({k: v.contiguous() for k, v in comfy.items()}, str(path))
-    with pytest.raises(UnsupportedModelError, match=rf"{path.name}: a pruned \(curve-form\) MiniMax H3"):
-        load_comfy_denoiser(cpu_memory, path, family="minimax")
+    curve = CurveTimeEmbedding(5, 2)
+    with torch.no_grad():
+        curve.table.copy_(torch.tensor([[0.0, 1.0], [2.0, 3.0], [4.0, 5.0], [6.0, 7.0], [8.0, 9.0]]))
+    rows = curve(torch.tensor([0.0, 0.25, 0.375, 1.0, 1.5, -0.5]))
+    expected = torch.tensor([[0.0, 1.0], [2.0, 3.0], [3.0, 4.0], [8.0, 9.0], [8.0, 9.0], [0.0, 1.0]])
+    assert torch.equal(rows, expected)  # exact: halves and integers
 
 
 @pytest.mark.slow  # builds the 33B transformer, both VAEs and Qwen3-VL-32B to layer 50 on the meta device
@@ -215,6 +214,34 @@ def test_the_audio_vae_file_decodes_the_folders_sound(comfy_root: tuple[Path, Pa
     assert ours.sample_rate == theirs.sample_rate and theirs.waveform.abs().max() > 1e-3
     # the folded weight norms give the folder's weights within a float32 rounding (2.4e-7): 1e-5 on samples
     torch.testing.assert_close(ours.waveform, theirs.waveform, rtol=0, atol=1e-5)
+
+
+@pytest.mark.slow  # loads two tiny transformers
+def test_the_transformer_files_fill_the_folders_module(comfy_root: tuple[Path, Path], cpu_memory) -> None:
+    """The unpruned file gives the folder's transformer weight for weight; the pruned one diffusers' module with
+    the curve's table as its time embedding (and the same weights elsewhere)."""
+    from diffusers import MiniMaxH3Transformer3DModel
+
+    from pipelines.diffusion.comfy_layouts.loaders import load_comfy_denoiser
+    from pipelines.diffusion.comfy_layouts.minimax_load import CurveTimeEmbedding
+    from pipelines.diffusion.minimax_sampling import AUDIO_SCHEDULER_KEY
+
+    folder, root = comfy_root
+    native = MiniMaxH3Transformer3DModel.from_pretrained(str(folder), subfolder="transformer").state_dict()
+    for role in ("unpruned", "transformer"):
+        ref, message = load_comfy_denoiser(
+            cpu_memory, root / "models" / "diffusion_models" / minimax.MINIMAX_FILES[role]
+        )
+        assert "MiniMax H3 transformer (comfy names" in message
+        assert ref.scheduler_config[AUDIO_SCHEDULER_KEY]["shift"] == 3.0  # the audio rows' own schedule
+        with cpu_memory.use(ref.handle) as model:
+            ours = {k: v.detach().clone() for k, v in model.state_dict().items()}
+            curve = isinstance(model.time_embedder, CurveTimeEmbedding)
+        assert curve == (role == "transformer")
+        same = [k for k in native if not k.startswith("time_embedder.")]
+        assert all(torch.equal(ours[k], native[k]) for k in same)
+        if not curve:
+            assert set(ours) == set(native) and all(torch.equal(ours[k], native[k]) for k in native)
 
 
 @pytest.mark.slow  # two tiny video runs per template

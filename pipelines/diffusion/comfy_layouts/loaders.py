@@ -111,9 +111,9 @@ def load_comfy_denoiser(
         raise UnsupportedModelError(
             f"field 'family' says {FAMILIES[family].title}, but {path.name} is a {FAMILIES[detected].title} transformer"
         )
-    if detected == "minimax":
-        minimax_load.check_denoiser(path, keys)  # the pruned curve form: refused by name
     fam = FAMILIES[detected]
+    # MiniMax H3's pruned files fill diffusers' module with the curve form's time embedding
+    build = minimax_load.denoiser_builder(path) if detected == "minimax" else fam.denoiser_class.from_config
     layout = LAYOUTS[detected] if names == "comfy" else "qwenimage"  # "qwenimage": names kept as they are
 
     def convert(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -130,7 +130,7 @@ def load_comfy_denoiser(
 
     def wanted(v: Variant) -> dict[str, tuple[int, ...]]:
         config = config_of(v, fam.denoiser_subfolder)
-        return module_shapes(lambda: fam.denoiser_class.from_config(config))
+        return module_shapes(lambda: build(config))
 
     candidates = variants_for([detected], config_dir)
     if detected == "qwenimage21":  # Turbo and the base share shapes: the file's name picks (qwen21)
@@ -146,7 +146,7 @@ def load_comfy_denoiser(
     blocks = denoiser_stream_blocks(fam, config)
 
     def make() -> torch.nn.Module:
-        return fam.denoiser_class.from_config(config)
+        return build(config)
 
     if is_gguf:
         gguf_state = _dequantize_non_linear(gguf_state, make)

@@ -1,8 +1,8 @@
 """MiniMax H3's ComfyUI files: which names they carry, and ComfyUI's tensor names to and from diffusers'.
 
-Lives here: `MINIMAX_FILES`, `transformer_names`, `vae_kind`, `is_curve_form`, `transformer_to_diffusers`,
+Lives here: `MINIMAX_FILES`, `transformer_names`, `vae_kind`, `transformer_to_diffusers`,
 `transformer_from_diffusers`, `video_vae_to_diffusers`, `video_vae_from_diffusers`, `audio_vae_to_diffusers`,
-`audio_vae_from_diffusers`, `write_minimax_files`. May import: stdlib, torch, safetensors, diffusers,
+`audio_vae_from_diffusers`, `curve_form`, `write_minimax_files`. May import: stdlib, torch, safetensors, diffusers,
 transformers, pipelines.diffusion.comfy_layouts.keys / writer.
 
 ComfyUI's layouts (comfy/ldm/minimax/model.py, vae.py, audio_vae.py, comfy/text_encoders/minimax.py, and the
@@ -11,8 +11,9 @@ detection in comfy/sd.py) keep MiniMax's original names:
   `time_embedder.proj_in/out`, `token_refiner.blocks.N`, `blocks.N.attn.qkv_proj` (`[q; k; v]` stacked),
   `blocks.N.mlp.fc1` (`[gate; value]`), `final_layer.*`, `rope.inv_freq`. diffusers' own
   `convert_minimax_h3_transformer_checkpoint_to_diffusers` reads it. The released `*_pruned_*` files are the
-  "curve form" (`adaln_t_table`: the time embedder and every AdaLN projection replaced by a rank-8 basis of
-  the time-embedding curve), which diffusers' `MiniMaxH3Transformer3DModel` has no module for: refused.
+  "curve form": `adaln_t_table` (grid x r) replaces the time embedder, and every AdaLN projection reads r
+  coordinates of the curve (linearly interpolated at t) with no SiLU; it becomes `time_embedder.table` of
+  `minimax_load.curve_transformer`, diffusers' module with that embedder.
 - video VAE (`models/vae/`): the encoder in CompVis names (`encoder.down.I.block.J`, `nin_shortcut`,
   `down.I.downsample`), the ViT decoder's `x_embedder`, per-head interleaved `attn.to_qkv`, `ff.w1`
   (`[gate; up]`) / `ff.w2`, an unused `decoder.mask_token`, and the `latents_mean` / `latents_std` buffers
@@ -39,6 +40,7 @@ from pipelines.diffusion.comfy_layouts.keys import strip_prefix
 MINIMAX_FILES = {
     "transformer": "minimax_h3_fl2va_pruned_int8_convrot.safetensors",
     "ref2va": "minimax_h3_ref2va_pruned_int8_convrot.safetensors",
+    "unpruned": "minimax_h3_fl2va_bf16.safetensors",
     "text_encoder": "qwen3vl_32b_minimax_h3_nvfp4_awq.safetensors",
     "vae": "minimax_h3_video_vae_fp16.safetensors",
     "vae_int8": "minimax_h3_video_vae_int8_convrot.safetensors",
@@ -60,10 +62,6 @@ def transformer_names(keys: list[str]) -> str | None:
     ):
         return "diffusers"
     return None
-
-
-def is_curve_form(keys: list[str]) -> bool:
-    return any(k.endswith("adaln_t_table") for k in keys)
 
 
 def vae_kind(keys: list[str]) -> str | None:
@@ -104,15 +102,13 @@ def transformer_to_diffusers(state: Mapping[str, torch.Tensor]) -> dict[str, tor
     from diffusers.loaders.single_file_utils import convert_minimax_h3_transformer_checkpoint_to_diffusers
 
     state = strip_prefix(state)
-    if is_curve_form(list(state)):
-        raise ValueError(
-            "a pruned (curve-form) MiniMax H3 transformer: its adaln_t_table replaces the time embedder, which "
-            "diffusers' MiniMaxH3Transformer3DModel has no module for (the unpruned bf16 file loads)"
-        )
+    table = {k: v for k, v in state.items() if k == "adaln_t_table"}
+    rest = {k: v for k, v in state.items() if k != "adaln_t_table"}
     # Every published single file stores the fused qkv `[q; k; v]` stacked (diffusers' "stacked").
-    return convert_minimax_h3_transformer_checkpoint_to_diffusers(
-        dict(state), config={}, qkv_layout="stacked"
-    )
+    out = convert_minimax_h3_transformer_checkpoint_to_diffusers(rest, config={}, qkv_layout="stacked")
+    if table:  # the curve form's time embedding (minimax_load.CurveTimeEmbedding)
+        out["time_embedder.table"] = table["adaln_t_table"]
+    return out
 
 
 def _swap_halves(t: torch.Tensor) -> torch.Tensor:
@@ -271,9 +267,22 @@ def audio_vae_from_diffusers(state: Mapping[str, torch.Tensor], config: Mapping[
 # --- fixtures -----------------------------------------------------------------------------------------
 
 
+def curve_form(model: torch.nn.Module, comfy: dict[str, torch.Tensor], grid: int = 1025) -> dict:
+    """A transformer's ComfyUI state in the pruned curve form: `adaln_t_table` = the time embedding after its
+    SiLU sampled at `grid` points of t in [0, 1] (full rank: the release keeps an 8-wide basis of it), in place
+    of the time embedder; the AdaLN projections stay as they are (they read that embedding)."""
+    t = torch.linspace(0.0, 1.0, grid)
+    with torch.no_grad():
+        table = torch.nn.functional.silu(model.time_embedder(model.time_proj(t)))
+    out = {k: v for k, v in comfy.items() if not k.startswith("time_embedder.")}
+    return {**out, "adaln_t_table": table.float()}
+
+
 def write_minimax_files(folder: Path, models: Path, *, names: Mapping[str, str] | None = None) -> Path:
     """Write the diffusers MiniMax H3 `folder` as ComfyUI's files under `models/` (plain float tensors under
-    the templates' names, the text encoder cut after layer 50 as ComfyUI's is); returns `models`."""
+    the templates' names: the fl2va transformer in the curve form the pruned release is in, and unpruned as
+    `minimax_h3_fl2va_bf16.safetensors`; the text encoder cut after layer 50 as ComfyUI's is); returns
+    `models`."""
     from diffusers import AutoencoderKLMiniMaxH3, AutoencoderKLMiniMaxH3Audio, MiniMaxH3Transformer3DModel
     from safetensors.torch import save_file
     from transformers import Qwen3VLForConditionalGeneration
@@ -288,7 +297,8 @@ def write_minimax_files(folder: Path, models: Path, *, names: Mapping[str, str] 
 
     transformer = MiniMaxH3Transformer3DModel.from_pretrained(str(folder), subfolder="transformer")
     comfy = transformer_from_diffusers(transformer.state_dict(), transformer.config)
-    save(comfy, "diffusion_models", files["transformer"])
+    save(comfy, "diffusion_models", files["unpruned"])
+    save(curve_form(transformer, comfy), "diffusion_models", files["transformer"])
     encoder = Qwen3VLForConditionalGeneration.from_pretrained(str(folder), subfolder="text_encoder")
     state = text_encoder_to_comfy(encoder.state_dict(), "Qwen3VLForConditionalGeneration")
     # ComfyUI's file: the layers H3 reads and nothing after them (no final norm, no lm_head)

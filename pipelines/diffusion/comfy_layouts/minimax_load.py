@@ -1,12 +1,13 @@
 """Loading MiniMax H3's ComfyUI files: the two VAE files, the transformer's schedules, and the shipped configs.
 
-Lives here: `check_denoiser`, `scheduler_config`, `load_minimax_vae`, `MINIMAX_RELEASED`,
+Lives here: `CurveTimeEmbedding`, `denoiser_builder`, `scheduler_config`, `load_minimax_vae`, `MINIMAX_RELEASED`,
 `write_minimax_released`, `write_minimax_tiny_config`. May import: stdlib, torch, safetensors, diffusers,
 transformers, memory, pipelines.paths, pipelines.diffusion, pipelines.quant.
 
 The transformer goes through the shared ComfyUI loader (`loaders.load_comfy_denoiser`, names converted by
-`minimax.transformer_to_diffusers`); here is what it needs beyond that: a refusal of the curve form, and the
-audio rows' own schedule (`audio_scheduler/`) beside the video one. The text encoder is `text_encoders`'
+`minimax.transformer_to_diffusers`); here is what it needs beyond that: the module for the pruned curve form
+(ComfyUI's `use_adaln_curves`: `adaln_t_table` rows linearly interpolated at t stand for the time embedding,
+the AdaLN projections read them without a SiLU), and the audio rows' own schedule beside the video one. The text encoder is `text_encoders`'
 Qwen3-VL loader (the config folders' Qwen3-VL stops at layer 50, as ComfyUI's file does).
 
 A ComfyUI template loads the video VAE and the audio VAE as two VAE files (VAEDecode and VAEDecodeAudio each
@@ -19,8 +20,11 @@ when it has them (ComfyUI keeps them as buffers), else from the config folder.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from memory import MemoryManager
 from pipelines.diffusion.assembly import read_json, resolve_precision, vae_dtype
@@ -35,7 +39,6 @@ from pipelines.diffusion.comfy_layouts.minimax import (
     LATENT_STATS,
     TEXT_LAYERS,
     audio_vae_to_diffusers,
-    is_curve_form,
     vae_kind,
     video_vae_to_diffusers,
 )
@@ -52,13 +55,75 @@ from pipelines.diffusion.values import AudioDecoderRef, VaeRef
 from pipelines.paths import RESOURCES_DIR
 
 
-def check_denoiser(path: Path, keys: list[str]) -> None:
-    if is_curve_form(keys):
-        raise UnsupportedModelError(
-            f"{path.name}: a pruned (curve-form) MiniMax H3 transformer (adaln_t_table replaces the time "
-            "embedder, a form diffusers' MiniMaxH3Transformer3DModel has no module for); the unpruned file loads "
-            "(minimax_h3_fl2va_bf16.safetensors, or a diffusers folder)"
-        )
+class CurveTimeEmbedding(torch.nn.Module):
+    """The curve form's time embedding: t in [0, 1] -> a row interpolated in the (grid, r) table (t clamped to
+    the ends, t = 1 on the last interval), as ComfyUI's MiniMaxH3Model computes it."""
+
+    def __init__(self, grid: int, dim: int) -> None:
+        super().__init__()
+        self.table = torch.nn.Parameter(torch.zeros(grid, dim))
+
+    def forward(self, t: torch.Tensor) -> torch.Tensor:
+        table = self.table
+        position = t.to(table.dtype).clamp(0.0, 1.0) * (table.shape[0] - 1)
+        lower = position.floor().long().clamp(max=table.shape[0] - 2)
+        return torch.lerp(table[lower], table[lower + 1], (position - lower).unsqueeze(1))
+
+
+def _no_silu_classes() -> tuple[type, type]:
+    from diffusers.models.modeling_utils import get_parameter_dtype
+    from diffusers.models.transformers.transformer_minimax_h3 import (
+        MiniMaxH3AdaLayerNormModulation,
+        MiniMaxH3AdaLayerNormOut,
+    )
+
+    class CurveModulation(MiniMaxH3AdaLayerNormModulation):
+        """diffusers' block modulation reading the curve's coordinates as they are (no SiLU)."""
+
+        def forward(self, temb: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            out = self.linear(temb.to(get_parameter_dtype(self.linear))).view(-1, 6 * self.hidden_size)
+            return out.chunk(6, dim=-1)
+
+    class CurveNormOut(MiniMaxH3AdaLayerNormOut):
+        def forward(self, hidden_states: torch.Tensor, temb: torch.Tensor, timestep_indices: torch.Tensor):
+            shift, scale = self.linear(temb.to(get_parameter_dtype(self.linear))).chunk(2, dim=-1)
+            hidden_states = self.norm(hidden_states)
+            return hidden_states * (1.0 + scale.index_select(0, timestep_indices)) + shift.index_select(
+                0, timestep_indices
+            )
+
+    return CurveModulation, CurveNormOut
+
+
+def curve_transformer(config: dict[str, Any], grid: int, dim: int) -> torch.nn.Module:
+    """`MiniMaxH3Transformer3DModel` with the curve form's time embedding: the projections `dim` wide, the
+    sinusoid and the time MLP replaced by the table (`time_embedder` keeps its name, so it stays float32)."""
+    from diffusers import MiniMaxH3Transformer3DModel
+
+    model = MiniMaxH3Transformer3DModel.from_config({**config, "time_embed_dim": dim})
+    modulation, norm_out = _no_silu_classes()
+    model.time_proj = torch.nn.Identity()  # the table is read at t itself
+    model.time_embedder = CurveTimeEmbedding(grid, dim)
+    for block in model.transformer_blocks:
+        block.adaln_proj.__class__ = modulation  # the same parameters, read without the SiLU
+    model.norm_out.__class__ = norm_out
+    return model
+
+
+def denoiser_builder(path: Path) -> Callable[[dict[str, Any]], torch.nn.Module]:
+    """How to build the module a MiniMax H3 transformer file fills: diffusers' class, or its curve form."""
+    from diffusers import MiniMaxH3Transformer3DModel
+    from safetensors import safe_open
+
+    if path.suffix.lower() != ".safetensors":
+        return MiniMaxH3Transformer3DModel.from_config
+    with safe_open(str(path), framework="pt") as f:
+        name = next((k for k in f.keys() if k.endswith("adaln_t_table")), None)
+        shape = f.get_slice(name).get_shape() if name else None
+    if shape is None:
+        return MiniMaxH3Transformer3DModel.from_config
+    grid, dim = int(shape[0]), int(shape[1])
+    return lambda config: curve_transformer(config, grid, dim)
 
 
 def scheduler_config(folder: Path) -> dict[str, Any]:
