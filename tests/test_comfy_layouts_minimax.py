@@ -243,6 +243,22 @@ def test_the_transformer_files_fill_the_folders_module(comfy_root: tuple[Path, P
         if not curve:
             assert set(ours) == set(native) and all(torch.equal(ours[k], native[k]) for k in native)
 
+    # ComfyUI's fp8 "scaled" form of the same file: read dequantized (weight * its scale), the names as above
+    from safetensors.torch import load_file, save_file
+
+    from pipelines.diffusion.comfy_layouts.scaled_fp8 import dequantize_stubs, scaled_fp8_state
+
+    scaled = scaled_fp8_state(
+        load_file(str(root / "models" / "diffusion_models" / minimax.MINIMAX_FILES["unpruned"]))
+    )
+    path = root / "models" / "diffusion_models" / "minimax_h3_fl2va_fp8_scaled.safetensors"
+    save_file(scaled, str(path))
+    expected = minimax.transformer_to_diffusers(dequantize_stubs(scaled))
+    ref, message = load_comfy_denoiser(cpu_memory, path)
+    assert "fp8 scaled, dequantized" in message
+    with cpu_memory.use(ref.handle) as model:
+        assert all(torch.equal(v, expected[k].float()) for k, v in model.state_dict().items())
+
 
 @pytest.mark.slow  # two tiny video runs per template
 @pytest.mark.parametrize("template", TEMPLATES)

@@ -33,6 +33,7 @@ from pipelines.diffusion.comfy_layouts.common import (
     aligned,
     config_of,
     converted_shapes,
+    file_key_map,
     file_keys,
 )
 from pipelines.diffusion.comfy_layouts.minimax import (
@@ -50,7 +51,7 @@ from pipelines.diffusion.comfy_layouts.variants import (
     variants_for,
 )
 from pipelines.diffusion.families import FAMILIES, UnsupportedModelError
-from pipelines.diffusion.lazy_load import KeyMap, trace_conversion
+from pipelines.diffusion.lazy_load import KeyMap
 from pipelines.diffusion.values import AudioDecoderRef, VaeRef
 from pipelines.paths import RESOURCES_DIR
 
@@ -158,7 +159,8 @@ def _fitting(path: Path, kind: str, config_dir: Path | None) -> tuple[Variant, d
         config = {**config_of(v, sub), **stats}
         want = wanted(v)
         try:
-            key_map = trace_conversion(
+            # file_key_map: the shared ComfyUI reading (its dequantizations) before the names change
+            key_map = file_key_map(
                 path,
                 lambda s, c=config, w=want: (
                     video_vae_to_diffusers(s, c) if kind == "video" else audio_vae_to_diffusers(s, list(w))
