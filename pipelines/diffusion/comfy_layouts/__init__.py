@@ -8,6 +8,7 @@ for Wan 2.1 I2V's image encoder), and
 stdlib, torch, safetensors, diffusers, transformers, memory, pipelines.paths, pipelines.diffusion,
 pipelines.quant.
 
-Families: Z-Image, Qwen-Image, FLUX.2 [klein] / [dev] and Wan 2.1 / 2.2 (one expert per file). The family
+Families: Z-Image, Qwen-Image, FLUX.2 [klein] / [dev] and Wan 2.1 / 2.2 (one expert per file); Qwen-Image 2.1
+(`qwen21`) and MiniMax H3 (`minimax` names, `minimax_load` for its two VAE files and the curve form). The family
 and its size come from the tensors: names say the family, shapes pick the config folder.
 """

@@ -1,4 +1,5 @@
-"""Loading ComfyUI's transformer files (`models/diffusion_models/`) of Z-Image, Qwen-Image, FLUX.2 and Wan.
+"""Loading ComfyUI's transformer files (`models/diffusion_models/`) of Z-Image, Qwen-Image, FLUX.2, Wan and the
+families with a module of their own (Qwen-Image 2.1: `qwen21`; MiniMax H3: `minimax`, `minimax_load`).
 
 Lives here: `denoiser_layout`, `load_comfy_denoiser`. May import: stdlib, torch, safetensors, diffusers, memory,
 pipelines.diffusion, pipelines.quant. (Text encoders: `text_encoders`; VAEs: `vaes`.)
