@@ -108,8 +108,10 @@ def encode_minimax(
     working = minimax_text_working(config, len(ids), ref.dtype)
     with use_text_encoder(mm, ref, 0, working=working) as te:
         seen: list[torch.Tensor] = []
-        norm = next(m for n, m in te.model.named_modules() if n.endswith("language_model.norm"))
-        hook = norm.register_forward_pre_hook(lambda _, args: seen.append(args[0])) if truncated else None
+        hook = None
+        if truncated:  # the final norm's input: the hidden state after the last (50th) layer
+            norm = next(m for n, m in te.model.named_modules() if n.endswith("language_model.norm"))
+            hook = norm.register_forward_pre_hook(lambda _, args: seen.append(args[0]))
         kwargs = {
             k: (v.to(mm.device, te.dtype) if k.startswith("pixel_") else v.to(mm.device))
             for k, v in vision.items()
