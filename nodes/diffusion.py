@@ -267,6 +267,7 @@ class Sampler(KSamplerFields):
 
     def run(self, ctx: NodeContext) -> dict[str, Any]:
         from pipelines.diffusion.denoising import sample
+        from pipelines.diffusion.diverged import check_finite_latents
         from pipelines.diffusion.previews import latent_preview, load_preview_decoder, model_folder
         from pipelines.diffusion.sampling import SamplerSettings
         from pipelines.steps import Step
@@ -287,6 +288,7 @@ class Sampler(KSamplerFields):
             out = sample(
                 ctx.memory, denoiser, self.positive, self.negative, latent, settings, on_step=on_step
             )
+        check_finite_latents(out, settings.steps, denoiser.scheduler_config)
         return {"latent": out}
 
 

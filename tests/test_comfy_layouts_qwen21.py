@@ -1,9 +1,10 @@
 """Qwen-Image 2.1's ComfyUI files, run: the tiny demo models written as ComfyUI's files under the names its
 templates load (`models/diffusion_models/qwen_image_2.1_int8_convrot.safetensors`, the Turbo one,
 `text_encoders/qwen3vl_8b_int8_convrot.safetensors`, `vae/qwen_image_2.1_vae_bf16.safetensors`; plain float
-tensors: the released int8_convrot quantization is not read), loaded by the split loaders, give the diffusers
-folder's picture; ComfyUI's own templates, run as they are (`app --run <template> --models-dir`), give
-`QwenImage21Pipeline`'s picture for the same prompt, seed, size and steps.
+tensors), loaded by the split loaders, give the diffusers folder's picture; ComfyUI's own templates, run as they
+are (`app --run <template> --models-dir`), give `QwenImage21Pipeline`'s picture for the same prompt, seed, size
+and steps; and with the transformer and text encoder written as released (`int8_tensorwise` + ConvRot), the
+Turbo template gives the pipeline's picture of those weights dequantized.
 
 The templates' prompt-enhancer LLM (a Qwen3.5 file for TextGenerate) is switched off in them, so its node does
 not run; a placeholder file under its name satisfies the check that every named model exists.
@@ -12,6 +13,7 @@ not run; a placeholder file under its name satisfies the check that every named 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +22,7 @@ import torch
 from PIL import Image
 from safetensors.torch import save_file
 
+from pipelines.diffusion.comfy_layouts.quant_writer import convrot_group, quantize_int8
 from pipelines.diffusion.comfy_layouts.qwen21 import QWEN21_FILES, write_qwen21_files
 from pipelines.diffusion.demo_models import save_demo_model
 from tests.family_support import run_workflow
@@ -170,3 +173,75 @@ def test_the_image_edit_template_gives_the_pipelines_picture(
     diff = np.abs(ours.astype(int) - np.asarray(image).astype(int)).max()
     print(f"qwenimage21 edit template vs pipeline: max uint8 difference {diff}")
     assert diff <= 1
+
+
+def dequantized_by_definition(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Every 2-D weight as an int8 ConvRot file stores it (the writer's bytes), read back by the format's
+    definition, written out here apart from the reader under test: (int8 * row scale), each group of G columns
+    times the regular Hadamard matrix kron(H4, ..., H4) / sqrt(G)."""
+    h4 = torch.tensor([[1, 1, 1, -1], [1, 1, -1, 1], [1, -1, 1, 1], [-1, 1, 1, 1]], dtype=torch.float32)
+    out = dict(state)
+    for key, w in state.items():
+        if not (key.endswith(".weight") and w.ndim == 2 and w.is_floating_point()):
+            continue
+        group = convrot_group(w.shape[1])
+        q, scale = quantize_int8(w, group=group)
+        rows = q.float() * scale
+        if group:
+            h = h4
+            while h.shape[0] < group:
+                h = torch.kron(h, h4)
+            rows = (rows.reshape(w.shape[0], -1, group) @ (h / group**0.5)).reshape(w.shape)
+        out[key] = rows
+    return out
+
+
+@pytest.fixture(scope="module")
+def int8_convrot(
+    comfy: tuple[Path, Path, Path], tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, Path]:
+    """(a ComfyUI root whose Turbo transformer and text encoder are int8 ConvRot files, the Turbo folder with
+    those weights dequantized by definition: quantized per row in diffusers' names, the same rows as the
+    file's, whose fused SwiGLU weight is the gate's and up's rows stacked)."""
+    from diffusers import QwenImage21Transformer2DModel
+    from transformers import Qwen3VLForConditionalGeneration
+
+    _, turbo, _ = comfy
+    tmp = tmp_path_factory.mktemp("q21int8")
+    root = tmp / "ComfyUI"
+    write_qwen21_files(turbo, root / "models", turbo=True, quant="int8_convrot")
+    for name in ENHANCERS:  # switched off in the templates: never loaded
+        save_file({"unused": torch.zeros(1)}, str(root / "models" / "text_encoders" / name))
+    dequantized = tmp / "turbo-dequantized"
+    shutil.copytree(turbo, dequantized)
+    for sub, cls in (
+        ("transformer", QwenImage21Transformer2DModel),
+        ("text_encoder", Qwen3VLForConditionalGeneration),
+    ):
+        model = cls.from_pretrained(str(turbo / sub))
+        model.load_state_dict(dequantized_by_definition(model.state_dict()))
+        model.save_pretrained(str(dequantized / sub))
+    return root, dequantized
+
+
+def test_the_turbo_template_runs_from_int8_convrot_files(
+    int8_convrot: tuple[Path, Path], tmp_path: Path, registry
+) -> None:
+    from safetensors import safe_open
+
+    root, dequantized = int8_convrot
+    for folder, name in (("diffusion_models", "turbo"), ("text_encoders", "text_encoder")):
+        with safe_open(str(root / "models" / folder / QWEN21_FILES[name]), framework="pt") as f:
+            markers = [k for k in f.keys() if k.endswith(".comfy_quant")]
+            assert markers and f.get_slice(markers[0].replace(".comfy_quant", ".weight")).get_dtype() == "I8"
+    path, data = _template("image_qwen_image_2_1_turbo_t2i")
+    prompt, seed = _prompt_and_seed(data, registry)
+    sets = {"empty_latent_image.width": 64, "empty_latent_image.height": 96}
+    assert run_workflow(path, tmp_path / "out", sets, ("--models-dir", str(root / "models"))) == 0
+    ours = rgba_picture(tmp_path / "out")
+    image = reference_pipeline(dequantized)(
+        prompt, height=96, width=64, generator=torch.Generator("cpu").manual_seed(seed)
+    ).images[0]
+    diff = np.abs(ours.astype(int) - np.asarray(image).astype(int)).max()
+    print(f"qwenimage21 turbo t2i template from int8_convrot files vs pipeline: max uint8 difference {diff}")
+    assert diff <= 1  # the same dequantized weights and ops; 1 allows a rounding edge

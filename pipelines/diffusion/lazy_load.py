@@ -2,7 +2,8 @@
 
 Lives here: `Recipe`, `KeyMap`, `header_stubs`, `trace_conversion`, `rename_key_map`, `align_key_map`,
 `CheckpointSource`, `empty_module`, `lazy_load`.
-May import: stdlib, torch, safetensors, accelerate, transformers, diffusers, memory.weights.
+May import: stdlib, torch, safetensors, accelerate, transformers, diffusers, memory.weights,
+pipelines.diffusion.comfy_layouts.comfy_quant (which imports nothing of Nodeloom).
 
 The key map comes from the header alone and from diffusers' own converters: we run a converter (e.g.
 `convert_ldm_unet_checkpoint`) on a dict of *stubs*, meta tensors with each file tensor's name, shape and
@@ -16,6 +17,11 @@ it into a module built on the meta device, one tensor at a time: no full state d
     unet = lazy_load(path, key_map, empty_module(lambda: UNet2DConditionModel.from_config(config)), torch.float32)
 
 The same source object (`CheckpointSource`) is what the memory manager streams blocks from.
+
+ComfyUI's quantized layers (`<layer>.comfy_quant` markers: int8 / int8 ConvRot, NVFP4, MXFP8, fp8) are
+dequantized here, in `header_stubs`, so every loader that traces a file gets them: each quantized weight's
+stub is one recorded op (`comfy_quant.dequantized_state`) over its stored tensor and scales, of the
+dequantized (float32) shape, and the side tensors (scales, markers) are gone from the stubs.
 """
 
 from __future__ import annotations
@@ -29,12 +35,14 @@ import torch
 from safetensors import safe_open
 
 from memory.weights import cast, fill_empty, reopen_bytes, tensor_offsets
+from pipelines.diffusion.comfy_layouts import comfy_quant
 
 # safetensors dtype tags -> torch dtypes (format spec: https://github.com/huggingface/safetensors).
 _TORCH_DTYPE: dict[str, torch.dtype] = {
     "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
     "F8_E4M3": torch.float8_e4m3fn, "F8_E5M2": torch.float8_e5m2, "I64": torch.int64, "I32": torch.int32,
     "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8, "BOOL": torch.bool,
+    "F8_E8M0": torch.float8_e8m0fnu,  # MXFP8 block exponents
 }  # fmt: skip
 
 
@@ -116,7 +124,7 @@ class Recipe:
     keys: tuple[str, ...]
     node: tuple[Any, ...]
     shape: tuple[int, ...]
-    dtype: torch.dtype  # as stored (before the cast to the run dtype)
+    dtype: torch.dtype  # as stored (before the cast to the run dtype); float32 for a dequantized layer
 
     @property
     def is_rename(self) -> bool:
@@ -136,7 +144,18 @@ def header_stubs(path: Path, prefixes: tuple[str, ...] = ()) -> dict[str, torch.
             sl = f.get_slice(key)
             meta = torch.empty(tuple(sl.get_shape()), dtype=_TORCH_DTYPE[sl.get_dtype()], device="meta")
             stubs[key] = _Stub(meta, ("key", key))
-    return stubs
+        markers = comfy_quant.read_markers(f, stubs, Path(path).name)
+    if not markers:
+        return stubs
+    layers = comfy_quant.quant_layers(markers, stubs, Path(path).name)
+    return comfy_quant.dequantized_state(stubs, layers, _recorded)
+
+
+def _recorded(
+    fn: Callable[..., torch.Tensor], args: tuple[Any, ...], kwargs: dict[str, Any], shape: tuple[int, ...]
+) -> _Stub:
+    """A float32 stub of `shape` made by `fn(*args, **kwargs)` from other stubs (replayed at load)."""
+    return _Stub(torch.empty(shape, dtype=torch.float32, device="meta"), ("op", fn, args, kwargs, None))
 
 
 def trace_conversion(

@@ -1,7 +1,8 @@
 """ComfyUI's file layout for the 2026 families: `models/diffusion_models/`, `models/text_encoders/`, `models/vae/`.
 
 Lives here (submodules): `keys` (ComfyUI <-> diffusers tensor names per family), `scaled_fp8` (ComfyUI's fp8
-"scaled" weights), `variants` (the shipped config folders and which one a file's shapes fit), `common` (shared
+"scaled" weights), `comfy_quant` (ComfyUI's `comfy_quant` layers: int8 / ConvRot, NVFP4, MXFP8, fp8, read
+dequantized by `lazy_load.header_stubs`) and `quant_writer` (writing them, for tests), `variants` (the shipped config folders and which one a file's shapes fit), `common` (shared
 helpers), the loaders the split loader nodes call (`loaders` for transformers, `text_encoders`, `vaes`, `clip_vision`
 for Wan 2.1 I2V's image encoder), and
 `writer` (the inverse: a diffusers folder written out as ComfyUI's files, for tests and demos). May import:

@@ -1,6 +1,7 @@
 """Helpers the ComfyUI-layout loaders share: header keys, key maps over a file, converted shapes.
 
-Lives here: `file_keys`, `converted_shapes`, `KeyMapTensors`, `file_key_map`, `aligned`, `config_of`. May import:
+Lives here: `file_keys`, `file_form`, `converted_shapes`, `KeyMapTensors`, `file_key_map`, `aligned`, `config_of`.
+May import:
 stdlib, torch, safetensors, pipelines.diffusion.
 """
 
@@ -14,6 +15,7 @@ import torch
 from safetensors import safe_open
 
 from pipelines.diffusion.assembly import read_json
+from pipelines.diffusion.comfy_layouts import comfy_quant
 from pipelines.diffusion.comfy_layouts.scaled_fp8 import dequantize_stubs, is_scaled_fp8
 from pipelines.diffusion.comfy_layouts.variants import Variant, folder_of
 from pipelines.diffusion.lazy_load import KeyMap, Recipe, _replay, trace_conversion
@@ -22,6 +24,17 @@ from pipelines.diffusion.lazy_load import KeyMap, Recipe, _replay, trace_convers
 def file_keys(path: Path) -> list[str]:
     with safe_open(str(path), framework="pt") as f:
         return list(f.keys())
+
+
+def file_form(path: Path) -> str:
+    """How a file's weights are stored, for the loader's message: "int8_tensorwise convrot x200, dequantized",
+    "fp8 scaled, dequantized" or "plain"."""
+    with safe_open(str(path), framework="pt") as f:
+        keys = list(f.keys())
+        layers = comfy_quant.quant_layers(comfy_quant.read_markers(f, keys, path.name), keys, path.name)
+    if layers:
+        return f"{comfy_quant.describe(layers)}, dequantized"
+    return "fp8 scaled, dequantized" if is_scaled_fp8(keys) else "plain"
 
 
 def converted_shapes(key_map: Mapping[str, Recipe]) -> dict[str, tuple[int, ...]]:

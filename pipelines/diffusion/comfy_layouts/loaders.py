@@ -4,7 +4,8 @@ families with a module of their own (Qwen-Image 2.1: `qwen21`; MiniMax H3: `mini
 Lives here: `denoiser_layout`, `load_comfy_denoiser`. May import: stdlib, torch, safetensors, diffusers, memory,
 pipelines.diffusion, pipelines.quant. (Text encoders: `text_encoders`; VAEs: `vaes`.)
 
-The loader reads the header only, converts the names (`keys`, `scaled_fp8`) into a key map of recipes
+The loader reads the header only (ComfyUI's quantized layers come dequantized: `comfy_quant`), converts the
+names (`keys`, `scaled_fp8`) into a key map of recipes
 (`lazy_load.trace_conversion` on header stubs), picks the config folder the shapes fit (`variants`) and
 registers a lazy handle. A plain file is registered with a `CheckpointSource`: the memory manager fills it
 tensor by tensor, or streams its blocks from the file, as single-file checkpoints are. With an 8-bit storage
@@ -31,6 +32,7 @@ from pipelines.diffusion.comfy_layouts.common import (
     KeyMapTensors,
     config_of,
     converted_shapes,
+    file_form,
     file_key_map,
     file_keys,
 )
@@ -39,7 +41,6 @@ from pipelines.diffusion.comfy_layouts.keys import (
     strip_prefix,
     transformer_to_diffusers,
 )
-from pipelines.diffusion.comfy_layouts.scaled_fp8 import is_scaled_fp8
 from pipelines.diffusion.comfy_layouts.variants import (
     Variant,
     folder_of,
@@ -140,9 +141,7 @@ def load_comfy_denoiser(
     folder = folder_of(variant)
     config = config_of(variant, fam.denoiser_subfolder)
     torch_dtype, storage = resolve_precision(dtype, fam, mm.device)
-    form = (
-        "GGUF, kept quantized" if is_gguf else "fp8 scaled, dequantized" if is_scaled_fp8(keys) else "plain"
-    )
+    form = "GGUF, kept quantized" if is_gguf else file_form(path)
     message = f"{path.name}: {fam.title} transformer ({names} names, {form}), config: {variant.title}"
     blocks = denoiser_stream_blocks(fam, config)
 

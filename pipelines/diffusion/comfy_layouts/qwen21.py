@@ -3,14 +3,16 @@ name), the schedule that config carries, and the fixture writer (a diffusers fol
 
 Lives here: `QWEN21_FILES`, `by_name`, `scheduler_config`, `write_qwen21_files`. May import: stdlib, torch,
 safetensors, diffusers, transformers, pipelines.diffusion.assembly / families / comfy_layouts.keys / variants /
-writer.
+writer / quant_writer.
 
 The transformer file is diffusers' names with each block's SwiGLU gate and up projections fused
 (`img_mlp.gate_up`, gate rows first: diffusers' `convert_qwen_image21_transformer_checkpoint_to_diffusers`
 says ComfyUI stores it so); the text encoder is Qwen3-VL repackaged as ComfyUI's other VL files are
 (`model.layers.*`, the vision tower as `visual.*`); the VAE is read in diffusers' names (ComfyUI's own layout
 of `qwen_image_2.1_vae` was not at hand to check). Turbo and the base model have the same shapes, so a file
-whose name says "turbo" takes the Turbo config (its `sample_sigmas`), any other the base one.
+whose name says "turbo" takes the Turbo config (its `sample_sigmas`), any other the base one. The released
+transformer and text encoder are `int8_tensorwise` + ConvRot (`comfy_quant`), dequantized as every ComfyUI file
+is read (`lazy_load.header_stubs`); the fixture writer writes that form too when asked.
 """
 
 from __future__ import annotations
@@ -58,19 +60,23 @@ def scheduler_config(folder: Path) -> dict[str, Any]:
     return {**config, "sample_sigmas": sigmas} if sigmas else config
 
 
-def write_qwen21_files(folder: Path, models: Path, *, turbo: bool = False) -> Path:
-    """Write the diffusers `folder` as ComfyUI's Qwen-Image 2.1 files under `models/` (plain float tensors
-    under the templates' names); returns `models`."""
+def write_qwen21_files(folder: Path, models: Path, *, turbo: bool = False, quant: str | None = None) -> Path:
+    """Write the diffusers `folder` as ComfyUI's Qwen-Image 2.1 files under `models/` (under the templates'
+    names: plain float tensors, or the transformer and text encoder in `quant`, one of
+    `quant_writer.QUANT_FORMATS`, e.g. "int8_convrot" as released); returns `models`."""
     import torch
     from diffusers import AutoencoderKLQwenImage21, QwenImage21Transformer2DModel
     from safetensors.torch import save_file
     from transformers import Qwen3VLForConditionalGeneration
 
     from pipelines.diffusion.comfy_layouts.keys import transformer_from_diffusers, vae_from_diffusers
+    from pipelines.diffusion.comfy_layouts.quant_writer import comfy_quant_state
     from pipelines.diffusion.comfy_layouts.writer import text_encoder_to_comfy
 
-    def save(state: dict[str, torch.Tensor], path: Path) -> None:
+    def save(state: dict[str, torch.Tensor], path: Path, quantize: bool = False) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
+        if quantize and quant is not None:
+            state = comfy_quant_state(state, quant)
         save_file({k: v.detach().contiguous() for k, v in state.items()}, str(path))
 
     transformer = QwenImage21Transformer2DModel.from_pretrained(str(folder), subfolder="transformer")
@@ -78,10 +84,11 @@ def write_qwen21_files(folder: Path, models: Path, *, turbo: bool = False) -> Pa
     save(
         transformer_from_diffusers("qwenimage21", transformer.state_dict()),
         models / "diffusion_models" / name,
+        quantize=True,
     )
     encoder = Qwen3VLForConditionalGeneration.from_pretrained(str(folder), subfolder="text_encoder")
     state = text_encoder_to_comfy(encoder.state_dict(), "Qwen3VLForConditionalGeneration")
-    save(state, models / "text_encoders" / QWEN21_FILES["text_encoder"])
+    save(state, models / "text_encoders" / QWEN21_FILES["text_encoder"], quantize=True)
     vae = AutoencoderKLQwenImage21.from_pretrained(str(folder), subfolder="vae")
     save(
         vae_from_diffusers("diffusers", vae.state_dict(), dict(vae.config)),

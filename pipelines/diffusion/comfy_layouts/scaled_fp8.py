@@ -9,7 +9,9 @@ Two forms exist (ComfyUI comfy/ops.py and comfy/utils.py):
   `<layer>.input_scale` (for fp8 matmuls); the weight is `weight.to(dtype) * weight_scale`
   (TensorCoreFP8Layout's dequantize);
 - the older one: a `scaled_fp8` marker tensor, `<layer>.scale_weight` (and `scale_input`), same meaning.
-Every other tensor (norms, biases, embeddings) is stored plainly. The loader dequantizes at read time: the
+Every other tensor (norms, biases, embeddings) is stored plainly. The current form's `comfy_quant` layers are
+already dequantized by `lazy_load.header_stubs` (`comfy_quant`, with ComfyUI's other formats); `dequantize_stubs`
+reads the older form (and is a no-op on stubs that are dequantized already). The loader dequantizes at read time: the
 scale multiply is part of each tensor's recipe (`lazy_load`), traced on header stubs like any rename, so a
 qkv split sees the dequantized weight. The model then runs at the compute dtype (or in our own 8-bit
 storage when the loader's dtype asks for it).

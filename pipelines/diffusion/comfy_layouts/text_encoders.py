@@ -22,6 +22,7 @@ from pipelines.diffusion.comfy_layouts.common import (
     KeyMapTensors,
     aligned,
     converted_shapes,
+    file_form,
     file_keys,
 )
 from pipelines.diffusion.comfy_layouts.scaled_fp8 import dequantize_stubs, is_scaled_fp8
@@ -108,7 +109,8 @@ def load_comfy_text_encoder(
     dtype: str = "auto",
     config_dir: Path | None = None,
 ) -> tuple[TextEncoderRef, str]:
-    """A Qwen3 / Qwen2.5-VL / Mistral / UMT5 file (`models/text_encoders/`), bf16 or fp8-scaled."""
+    """A Qwen3 / Qwen2.5-VL / Qwen3-VL / Mistral / UMT5 file (`models/text_encoders/`), bf16, fp8-scaled or
+    in ComfyUI's other quantized layouts (int8 ConvRot, NVFP4, ...: read dequantized, `comfy_quant`)."""
     from pipelines.quant.split import module_factory, register_built
 
     keys = file_keys(path)
@@ -175,7 +177,7 @@ def load_comfy_text_encoder(
         storage=storage,
         source=str(path),
     )
-    form = "fp8 scaled, dequantized" if is_scaled_fp8(keys) else "plain"
+    form = file_form(path)
     message = f"{path.name}: {kind} text encoder for {fam.title} ({form}), config: {variant.title}"
     if any(n.startswith(_OPTIONAL) for n in missing):
         message += " (no vision tower in the file: text prompts only)"
