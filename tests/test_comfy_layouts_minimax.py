@@ -305,3 +305,54 @@ def test_the_shipped_minimax_config_folders_are_what_their_writers_write(tmp_pat
         files = sorted(p.relative_to(fresh) for p in fresh.rglob("*") if p.is_file())
         assert files == sorted(p.relative_to(shipped) for p in shipped.rglob("*") if p.is_file())
         assert all((fresh / rel).read_bytes() == (shipped / rel).read_bytes() for rel in files), fresh.name
+
+
+@pytest.mark.slow  # quantizes the tiny files and loads them (no run)
+def test_the_released_quantized_forms_load_as_their_dequantized_weights(
+    comfy_root: tuple[Path, Path], tmp_path: Path, cpu_memory
+) -> None:
+    """The templates' files as released: the transformer's blocks in int8 ConvRot, Qwen3-VL in NVFP4 with AWQ
+    scales, the video VAE's decoder in int8 ConvRot (`comfy_quant`, written by `quant_writer`); each loads as
+    the weights those forms read back to, under diffusers' names (the shared ComfyUI reader dequantizes)."""
+    from safetensors.torch import load_file, save_file
+
+    from pipelines.diffusion.comfy_layouts.loaders import load_comfy_denoiser
+    from pipelines.diffusion.comfy_layouts.minimax_load import load_minimax_vae
+    from pipelines.diffusion.comfy_layouts.quant_writer import comfy_quant_state, fake_quantized
+    from pipelines.diffusion.comfy_layouts.text_encoders import load_comfy_text_encoder
+
+    _, root = comfy_root
+    models = root / "models"
+
+    def quantized(sub: str, role: str, fmt: str, **kwargs: object) -> tuple[Path, dict]:
+        src = load_file(str(models / sub / minimax.MINIMAX_FILES[role]))
+        path = tmp_path / sub / minimax.MINIMAX_FILES[role]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        save_file(comfy_quant_state(src, fmt, **kwargs), str(path))
+        return path, fake_quantized(src, fmt, **kwargs)
+
+    def loaded(handle: object) -> dict[str, torch.Tensor]:
+        with cpu_memory.use(handle) as model:
+            return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+    blocks = {"select": lambda k: k.startswith("blocks.")}  # ComfyUI's files quantize the 50 blocks
+    path, expected = quantized("diffusion_models", "transformer", "int8_convrot", **blocks)
+    ref, message = load_comfy_denoiser(cpu_memory, path)
+    ours, want = loaded(ref.handle), minimax.transformer_to_diffusers(expected)
+    assert "int8" in message and "transformer_blocks.0.attn.to_k.weight" in want
+    assert all(torch.equal(ours[k], want[k].float()) for k in want)
+
+    awq = {"awq": lambda k: k.endswith("mlp.down_proj.weight")}
+    path, expected = quantized("text_encoders", "text_encoder", "nvfp4", **awq)
+    ref, message = load_comfy_text_encoder(cpu_memory, path, family="minimax")
+    ours = loaded(ref.handles[0])
+    assert "for MiniMax H3" in message
+    for name in ("model.layers.3.mlp.down_proj.weight", "model.layers.49.self_attn.q_proj.weight"):
+        assert torch.equal(ours[name.replace("model.", "model.language_model.", 1)], expected[name].float())
+
+    decoder = {"select": lambda k: k.startswith("decoder.transformer_blocks.")}
+    path, expected = quantized("vae", "vae_int8", "int8_convrot", **decoder)
+    ref, _ = load_minimax_vae(cpu_memory, path)
+    config = {k: v for k, v in ref.config.items() if not k.startswith("_")}
+    ours, want = loaded(ref.handle), minimax.video_vae_to_diffusers(expected, config)
+    assert all(torch.equal(ours[k], want[k].float()) for k in want)
