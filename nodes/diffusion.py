@@ -58,7 +58,8 @@ _SIZE_HELP = "pixels; 0: the connected model's native size"
     category="diffusion/loaders",
     description="A diffusers folder (SD1.x/2.x, SDXL, PixArt-Sigma, SD3, Flux, Z-Image, Qwen-Image, FLUX.2, Wan) "
     "or a single-file SD1.x/SDXL "
-    "checkpoint, as lazy model handles.",
+    "checkpoint, or ComfyUI's LTX-2 checkpoint (its text encoder output: use Load Text Encoder Files), as lazy "
+    "model handles.",
     outputs=[Output("denoiser", DENOISER), Output("text_encoder", TEXT_ENCODER), Output("vae", VAE)],
 )
 class LoadDiffusionModel(Node):

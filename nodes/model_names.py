@@ -34,12 +34,14 @@ from pipelines.paths import (
 MODEL_PARAMS: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
     "LoadDiffusionModel": (("path", ("checkpoints", "diffusion_models")),),
     "LoadDenoiser": (("path", ("diffusion_models", "checkpoints")),),
-    "LoadVAE": (("path", ("vae",)),),
-    "LoadTextEncoder": tuple((p, ("text_encoders",)) for p in ("path", "path_2", "path_3")),
+    # LTX-2's audio VAE and text connectors are in its checkpoint (LTXVAudioVAELoader, LTXAVTextEncoderLoader)
+    "LoadVAE": (("path", ("vae", "checkpoints")),),
+    "LoadTextEncoder": tuple((p, ("text_encoders", "checkpoints")) for p in ("path", "path_2", "path_3")),
     "LoadLoRA": (("path", ("loras",)),),
     "LoadControlNet": (("path", ("controlnet",)),),
     "LoadUpscaleModel": (("path", ("upscale_models",)),),
     "LoadCLIPVision": (("path", ("clip_vision",)),),
+    "LoadLatentUpsampler": (("path", ("latent_upscale_models",)),),
 }
 # Model parameters that are names only when an import wrote them (a ComfyUI TextGenerate's LLM is its text
 # encoder's file: nodes/comfy/llm_loaders.py): confined and looked up like the others while the imported

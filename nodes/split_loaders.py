@@ -91,7 +91,7 @@ class LoadDenoiser(Node):
     category="diffusion/loaders",
     description="One to three text encoder files (CLIP-L, CLIP-G, T5-XXL) for sd1, sdxl, sd3 or flux; or one "
     "of ComfyUI's text_encoders files: Qwen3 (Z-Image, FLUX.2 klein), Qwen2.5-VL (Qwen-Image), Mistral (FLUX.2 "
-    "dev), UMT5 (Wan).",
+    "dev), UMT5 (Wan); for LTX-2, ComfyUI's Gemma 3 file with the LTX-2 checkpoint (path_2: its text connectors).",
     outputs=[Output("text_encoder", TEXT_ENCODER)],
 )
 class LoadTextEncoder(Node):
@@ -132,7 +132,8 @@ class LoadTextEncoder(Node):
     title="Load VAE File",
     category="diffusion/loaders",
     description="A separate VAE .safetensors (ae.safetensors, vae-ft-mse-840000-ema-pruned, a diffusers file, "
-    "ComfyUI's wan_2.1_vae, qwen_image_vae, flux2-vae).",
+    "ComfyUI's wan_2.1_vae, qwen_image_vae, flux2-vae; an LTX-2 checkpoint: its video VAE with the audio VAE and "
+    "vocoder).",
     outputs=[Output("vae", VAE)],
 )
 class LoadVAE(Node):

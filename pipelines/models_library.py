@@ -41,6 +41,7 @@ KIND_FOLDERS: dict[str, tuple[str, ...]] = {
     "upscale_models": ("upscale_models",),
     "embeddings": ("embeddings",),
     "clip_vision": ("clip_vision",),
+    "latent_upscale_models": ("latent_upscale_models",),  # LTX-2's latent upsamplers
 }
 MODEL_KINDS: tuple[str, ...] = tuple(KIND_FOLDERS)
 MODEL_SUFFIXES = (".safetensors", ".gguf", ".ckpt", ".pt", ".pth", ".bin", ".sft")

@@ -87,6 +87,7 @@ def test_the_loader_field_lists_the_library_and_filters_as_you_type(
             "minimax",
             "qwenimage21",
             "qwenimage21-turbo",
+            "flux3",
         )
     ]
     assert names == [

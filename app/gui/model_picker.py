@@ -53,6 +53,7 @@ DEMO_NAMES = (
     "tiny-minimax",
     "tiny-qwenimage21",
     "tiny-qwenimage21-turbo",
+    "tiny-flux3",
 )
 
 # Models shipped with Nodeloom, by loader type (`builtin:` names, see pipelines/paths.py).

@@ -4,7 +4,7 @@ Lives here: `ALL_MAPPERS`. Imports `nodes.comfy.mapping`, `nodes.comfy.mapping_s
 `nodes.comfy.mapping_media`, `nodes.comfy.mapping_text`, `nodes.comfy.mapping_values`,
 `nodes.comfy.mapping_ltx2`, `nodes.comfy.mapping_sigmas`, `nodes.comfy.mapping_cache`,
 `nodes.comfy.mapping_wan`, `nodes.comfy.mapping_minimax` (later tables win: they delegate to the earlier),
-`nodes.comfy.mapping_edit`.
+`nodes.comfy.mapping_edit`, `nodes.comfy.mapping_flux3`.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from nodes.comfy.mapping import MAPPERS, Mapper
 from nodes.comfy.mapping_batch import BATCH_MAPPERS
 from nodes.comfy.mapping_cache import CACHE_MAPPERS
 from nodes.comfy.mapping_edit import EDIT_MAPPERS
+from nodes.comfy.mapping_flux3 import flux3_mappers
 from nodes.comfy.mapping_ltx2 import LTX2_MAPPERS
 from nodes.comfy.mapping_media import MEDIA_MAPPERS
 from nodes.comfy.mapping_minimax import MINIMAX_MAPPERS
@@ -37,6 +38,7 @@ ALL_MAPPERS: dict[str, Mapper] = {
     **MINIMAX_MAPPERS,
     **EDIT_MAPPERS,  # Qwen-Image-Edit's prompts, the Kontext nodes, ImageStitch alone (issue 32)
 }
+ALL_MAPPERS |= flux3_mappers(ALL_MAPPERS)  # FLUX.3's layout-prompt helper, off the picture's path
 # Last: Qwen-Image 2.1's nodes, and CLIPLoader / ManualSigmas / SamplerCustomAdvanced / BatchImagesNode in its
 # graphs, delegating to the mappers above elsewhere.
 ALL_MAPPERS |= qwen21_mappers(ALL_MAPPERS)

@@ -45,6 +45,7 @@ COMFY_TEXT_ENCODER_TYPES: dict[str, str] = {
     "flux2": "flux2_klein",  # FLUX.2 either way: a Mistral file loads as [dev] (comfy_layouts.loaders)
     "minimax": "minimax",
     "krea2": "krea2",
+    "flux3": "flux3",
 }
 # ComfyUI's UNETLoader weight_dtype -> our dtype choice (the rest load in the automatic dtype).
 _WEIGHT_DTYPES = {"fp8_e4m3fn": "fp8_e4m3fn", "fp8_e4m3fn_fast": "fp8_e4m3fn", "fp8_e5m2": "fp8_e5m2"}

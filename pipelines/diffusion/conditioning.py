@@ -24,6 +24,7 @@ from memory import MemoryManager, Working
 from pipelines.diffusion.clip_text import ClipOutput, Embeddings, chunk_count, encode_clip_chunks
 from pipelines.diffusion.flux2_dev_text import encode_flux2_dev
 from pipelines.diffusion.flux2_text import encode_flux2_klein
+from pipelines.diffusion.flux3_text import encode_flux3
 from pipelines.diffusion.krea2_text import encode_krea2
 from pipelines.diffusion.lora import use_text_encoder
 from pipelines.diffusion.ltx2_text import encode_ltx2
@@ -48,6 +49,7 @@ PROMPT_ENCODERS = (
     "qwen_flux2",
     "mistral_flux2",
     "krea2",
+    "flux3",
     "gemma_ltx2",
     "minimax",
     "qwenimage21",
@@ -265,6 +267,8 @@ def encode_prompt(
         return encode_flux2_klein(mm, ref, text, max_tokens=max_tokens or ref.family.max_text_tokens or 512)
     if encoder == "qwenimage21":
         return encode_qwenimage21(mm, ref, text)
+    if encoder == "flux3":
+        return encode_flux3(mm, ref, text, max_tokens=max_tokens or ref.family.max_text_tokens or 8192)
     if encoder == "krea2":
         return encode_krea2(mm, ref, text, max_tokens=max_tokens or ref.family.max_text_tokens or 512)
     if encoder == "qwen_chat":

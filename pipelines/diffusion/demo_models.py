@@ -51,6 +51,7 @@ from transformers import (
 from transformers.convert_slow_tokenizer import bytes_to_unicode
 
 from pipelines.diffusion.demo_flux2 import build_tiny_flux2_dev, build_tiny_flux2_klein
+from pipelines.diffusion.demo_flux3 import build_tiny_flux3
 from pipelines.diffusion.demo_krea2 import build_tiny_krea2, build_tiny_krea2_turbo
 from pipelines.diffusion.demo_ltx2 import build_tiny_ltx2
 from pipelines.diffusion.demo_minimax import build_tiny_minimax
@@ -405,6 +406,7 @@ DEMO_MODELS: dict[str, Callable[[], DiffusionPipeline]] = {
     "tiny-qwenimage-edit-2511": build_tiny_qwenimage_edit_2511,
     "tiny-krea2": build_tiny_krea2,
     "tiny-krea2-turbo": build_tiny_krea2_turbo,
+    "tiny-flux3": build_tiny_flux3,
     "tiny-ltx2": build_tiny_ltx2,
     "tiny-minimax": build_tiny_minimax,
     "tiny-qwenimage21": build_tiny_qwenimage21,

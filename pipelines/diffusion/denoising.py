@@ -27,6 +27,7 @@ from memory import MemoryManager
 from pipelines.diffusion.controlnet import ActiveControls
 from pipelines.diffusion.flow_sampling import sample_flux, sample_sd3
 from pipelines.diffusion.flux2_sampling import sample_flux2
+from pipelines.diffusion.flux3_sampling import sample_flux3
 from pipelines.diffusion.k_sampling import sample_k
 from pipelines.diffusion.krea2_sampling import sample_krea2
 from pipelines.diffusion.lora import use_denoiser
@@ -175,6 +176,8 @@ def sample(
             return sample_qwenimage(mm, denoiser, positive, negative, latents, settings, on_step=on_step)
         if denoiser.family.denoiser_call == "qwenimage21":
             return sample_qwenimage21(mm, denoiser, positive, negative, latents, settings, on_step=on_step)
+        if denoiser.family.denoiser_call == "flux3":
+            return sample_flux3(mm, denoiser, positive, negative, latents, settings, on_step=on_step)
         if denoiser.family.denoiser_call == "krea2":
             return sample_krea2(mm, denoiser, positive, negative, latents, settings, on_step=on_step)
         if denoiser.family.denoiser_call == "flux2":

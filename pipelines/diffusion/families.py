@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from pipelines.diffusion.families_image import (  # re-exported: every family is reachable from here
     FLUX2_DEV,
     FLUX2_KLEIN,
+    FLUX3,
     KREA2,
     QWENIMAGE,
     QWENIMAGE_EDIT,
@@ -184,6 +185,7 @@ FAMILIES[QWENIMAGE_EDIT.name] = QWENIMAGE_EDIT
 FAMILIES[KREA2.name] = KREA2
 FAMILIES[QWENIMAGE21.name] = QWENIMAGE21
 FAMILIES[MINIMAX.name] = MINIMAX
+FAMILIES[FLUX3.name] = FLUX3
 # The order detection tries families in where one family's marker can occur in another's name: FLUX.2 [klein]
 # before FLUX.2 [dev] before Flux before SD3 before SDXL for file names (ComfyUI's `flux-2-klein-4b` has all three); SDXL's "XL" before SD3's "3", and SD's bare "StableDiffusion" last, for
 # diffusers class names.
@@ -200,6 +202,7 @@ NAME_HINT_ORDER: tuple[Family, ...] = (
     LTX2,
 )
 NAME_HINT_ORDER += (MINIMAX,)  # "minimax_h3" is in no other family's names
+NAME_HINT_ORDER = (FLUX3, *NAME_HINT_ORDER)  # "flux3" before FLUX.1's "flux"
 CLASS_MARKER_ORDER: tuple[Family, ...] = (
     FLUX2_KLEIN,
     FLUX2_DEV,
@@ -217,6 +220,7 @@ CLASS_MARKER_ORDER: tuple[Family, ...] = (
     PIXART_SIGMA,
     SD,
 )
+CLASS_MARKER_ORDER = (FLUX3, *CLASS_MARKER_ORDER)  # "Flux3" before SD3's "3" and FLUX.1's "Flux"
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """The 2026 image families' registry entries: Z-Image, Qwen-Image and Qwen-Image-Edit, Krea 2, FLUX.2 [klein]
 and [dev] (flow-matching DiTs whose text encoders are LLMs), declared as data.
 
-Lives here: `ZIMAGE`, `QWENIMAGE`, `QWENIMAGE_EDIT`, `KREA2`, `FLUX2_KLEIN`, `FLUX2_DEV`. The registry that
+Lives here: `ZIMAGE`, `QWENIMAGE`, `QWENIMAGE_EDIT`, `KREA2`, `FLUX2_KLEIN`, `FLUX2_DEV`, `FLUX3`. The registry that
 lists them, the detection orders and the lookups are `pipelines.diffusion.families`; this file only holds the
 entries, split out so the registry stays one readable file.
 May import: stdlib and pipelines.diffusion.family_types (classes are named, resolved on first use).
@@ -183,4 +183,39 @@ FLUX2_DEV = Family(
     packs_latents=True,
     class_marker="Flux2",
     name_markers=("flux2", "flux-2", "flux.2"),
+)
+
+# FLUX.3: Qwen3-VL read through its chat template (eight hidden layers stacked per token, a window padded to a
+# multiple of 80 tokens), per-mode blocks (text, image) then joint single blocks over 2x2-packed latents,
+# FLUX.2's VAE (batch-norm statistics). Modular only in diffusers (`Flux3ModularPipeline`); diffusers folders
+# only here; the loop is `flux3_sampling`, text to image.
+FLUX3 = Family(
+    name="flux3",
+    title="FLUX.3",
+    pipeline_classes=("Flux3ModularPipeline", "Flux3DistilledModularPipeline"),
+    denoiser_subfolder="transformer",
+    denoiser_ref=_diffusers("Flux3Transformer2DModel"),
+    text_encoders=(
+        TextEncoderSlot(
+            "text_encoder",
+            "tokenizer",
+            _transformers("Qwen3VLForConditionalGeneration"),
+            # The language model's layers run per prompt; the vision tower's blocks never do for text.
+            ("model.language_model.layers", "model.visual.blocks"),
+        ),
+    ),
+    cuda_dtype_name="bfloat16",
+    max_text_tokens=8192,  # Flux3TextEncoderStep's max_sequence_length default (the window is usually 80-240)
+    latent_rgb_factors=(),
+    vae_ref=_diffusers("AutoencoderKLFlux2"),
+    denoiser_blocks=("txt_mode_blocks", "mode_blocks.image", "single_transformer_blocks"),
+    flow=True,
+    native_size=1024,
+    size_multiple=16,  # the VAE's 8 x the 2x2 packing (a folder's configs override it)
+    joint_text_tokens=240,  # a typical window (three pad multiples): text joins the image in the single blocks
+    prompt_encoder="flux3",
+    denoiser_call="flux3",
+    packs_latents=True,
+    class_marker="Flux3",
+    name_markers=("flux3", "flux-3", "flux.3", "flux_3"),
 )

@@ -130,13 +130,15 @@ def sample_krea2(
     )
     x = pack_latents(noise)
 
-    # 3. Prepare timesteps: sigmas 1 -> 1/steps; a fixed shift for Turbo, else from the token count
+    # 3. Prepare timesteps: sigmas 1 -> 1/steps; a fixed shift for Turbo, else from the token count. A ComfyUI
+    # file's Turbo flag travels in its scheduler settings (comfy_layouts.krea2), a folder's in model_index.json.
+    scheduler_config = {k: v for k, v in denoiser.scheduler_config.items() if k != "is_distilled"}
     if settings.scheduler == "default":
-        scheduler = make_scheduler("default", denoiser.scheduler_config)
+        scheduler = make_scheduler("default", scheduler_config)
     else:
-        scheduler = FlowMatchEulerDiscreteScheduler.from_config(denoiser.scheduler_config)
+        scheduler = FlowMatchEulerDiscreteScheduler.from_config(scheduler_config)
     config = scheduler.config
-    if is_distilled(denoiser):
+    if is_distilled(denoiser) or denoiser.scheduler_config.get("is_distilled"):
         mu = KREA2_DISTILLED_MU
     else:
         mu = calculate_shift(

@@ -333,8 +333,11 @@ def load_model(
     if kind == "single_file":
         if path.is_dir():
             raise IsADirectoryError(f"{path}: a folder was given but kind is single_file")
+        from pipelines.diffusion.comfy_layouts import ltx2_loaders
         from pipelines.diffusion.single_file import load_single_file
 
+        if ltx2_loaders.is_checkpoint_file(path):  # ComfyUI's LTX-2 checkpoint
+            return ltx2_loaders.load_ltx2_checkpoint(mm, path, dtype=dtype, config_dir=config_dir)
         return load_single_file(mm, path, dtype=dtype, allow_pickle=allow_pickle, config_dir=config_dir)
     raise ValueError(f"unknown loader kind {kind!r} (auto, folder, single_file)")
 

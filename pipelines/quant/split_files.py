@@ -186,8 +186,13 @@ def load_text_encoder_files(
     allow_pickle: bool = False,
 ) -> tuple[TextEncoderRef, str]:
     """One to three text encoder files (CLIP-L, CLIP-G, T5-XXL in transformers' layout) for one family."""
+    from pipelines.diffusion.comfy_layouts import ltx2_loaders
     from pipelines.diffusion.comfy_layouts import text_encoders as comfy_te
 
+    for path in paths:  # before any header is read: a pickle under a .safetensors name is refused here
+        check_weights_format(path, allow_pickle=allow_pickle)
+    if ltx2_loaders.claims_text_encoder(paths, family):  # Gemma 3 + the LTX-2 checkpoint's connectors
+        return ltx2_loaders.load_ltx2_text_encoder(mm, paths, dtype=dtype, config_dir=config_dir)
     if len(paths) == 1 and paths[0].suffix.lower() == ".safetensors":  # Qwen3 / Qwen2.5-VL / Mistral / UMT5
         check_weights_format(paths[0], allow_pickle=allow_pickle)
         if comfy_te.text_encoder_kind(list(SafetensorsTensors((paths[0],)).shapes())) is not None:
@@ -259,11 +264,15 @@ def load_vae_file(
 ) -> tuple[VaeRef, str]:
     """A VAE file: diffusers layout or the original one (`ae.safetensors`, `vae-ft-mse-840000`, ...)."""
     check_weights_format(path, allow_pickle=allow_pickle)
-    from pipelines.diffusion.comfy_layouts import minimax, minimax_load
+    from pipelines.diffusion.comfy_layouts import ltx2_loaders, minimax, minimax_load
     from pipelines.diffusion.comfy_layouts import vaes as comfy_vae
 
     if minimax.vae_kind(list(SafetensorsTensors((path,)).shapes())) is not None:  # MiniMax H3 video / audio
         return minimax_load.load_minimax_vae(mm, path, family=family, dtype=dtype, config_dir=config_dir)
+    if family in ("auto", "ltx2") and ltx2_loaders.is_checkpoint_file(
+        path
+    ):  # LTXVAudioVAELoader's checkpoint
+        return ltx2_loaders.load_ltx2_vae(mm, path, dtype=dtype, config_dir=config_dir)
     if comfy_vae.claims_vae(path, family, config_dir):  # Wan / Qwen-Image / FLUX.2 / Z-Image VAEs
         return comfy_vae.load_comfy_vae(mm, path, family=family, dtype=dtype, config_dir=config_dir)
     found = detect_vae(SafetensorsTensors((path,)).shapes())

@@ -35,6 +35,8 @@ LAYOUTS = {
     "wan": "wan",
     "qwenimage21": "qwenimage21",
     "minimax": "minimax",  # comfy_layouts.minimax
+    "krea2": "krea2",
+    "flux3": "flux3",
 }
 PREFIXES = ("model.diffusion_model.", "diffusion_model.")
 
@@ -66,6 +68,14 @@ def transformer_to_diffusers(layout: str, state: Mapping[str, torch.Tensor]) -> 
         from pipelines.diffusion.comfy_layouts.minimax import transformer_to_diffusers as minimax_names
 
         return minimax_names(state)
+    if layout == "krea2":
+        from pipelines.diffusion.comfy_layouts import krea2_keys
+
+        return krea2_keys.to_diffusers(state)
+    if layout == "flux3":
+        from pipelines.diffusion.comfy_layouts import flux3_keys
+
+        return flux3_keys.to_diffusers(state)
     raise ValueError(f"unknown transformer layout {layout!r}")
 
 
@@ -227,6 +237,14 @@ def transformer_from_diffusers(layout: str, state: Mapping[str, torch.Tensor]) -
         return dict(state)
     if layout == "qwenimage21":
         return _qwen21_from_diffusers(state)
+    if layout == "krea2":
+        from pipelines.diffusion.comfy_layouts import krea2_keys
+
+        return krea2_keys.from_diffusers(state)
+    if layout == "flux3":
+        from pipelines.diffusion.comfy_layouts import flux3_keys
+
+        return flux3_keys.from_diffusers(state)
     raise ValueError(f"unknown transformer layout {layout!r}")
 
 

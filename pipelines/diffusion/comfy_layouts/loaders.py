@@ -27,7 +27,7 @@ from pipelines.diffusion.assembly import (
     denoiser_ref,
     resolve_precision,
 )
-from pipelines.diffusion.comfy_layouts import minimax, minimax_load, qwen21
+from pipelines.diffusion.comfy_layouts import krea2, minimax, minimax_load, qwen21
 from pipelines.diffusion.comfy_layouts.common import (
     KeyMapTensors,
     config_of,
@@ -36,6 +36,7 @@ from pipelines.diffusion.comfy_layouts.common import (
     file_key_map,
     file_keys,
 )
+from pipelines.diffusion.comfy_layouts.flux3_keys import is_flux3_transformer
 from pipelines.diffusion.comfy_layouts.keys import (
     LAYOUTS,
     strip_prefix,
@@ -65,6 +66,10 @@ def denoiser_layout(keys: list[str]) -> tuple[str, str] | None:
 
     if (minimax_names := minimax.transformer_names(keys)) is not None:
         return "minimax", minimax_names
+    if is_flux3_transformer(names):
+        return is_flux3_transformer(names)
+    if krea2.is_krea2_transformer(names):
+        return krea2.is_krea2_transformer(names)
     if has("noise_refiner.") and has("context_refiner."):
         return "zimage", "diffusers" if has("all_x_embedder.") else "comfy"
     if has("double_stream_modulation_img."):
@@ -137,6 +142,8 @@ def load_comfy_denoiser(
     candidates = variants_for([detected], config_dir)
     if detected == "qwenimage21":  # Turbo and the base share shapes: the file's name picks (qwen21)
         candidates = qwen21.by_name(candidates, path.name)
+    if detected == "krea2":  # so do Krea 2's Turbo and base: by the name too, the Turbo flag with its config
+        candidates = krea2.by_name(candidates, path.name)
     variant = pick_variant(candidates, shapes, wanted, what="transformer", file_name=path.name)
     folder = folder_of(variant)
     config = config_of(variant, fam.denoiser_subfolder)
@@ -179,6 +186,8 @@ def load_comfy_denoiser(
         scheduler_config = minimax_load.scheduler_config(
             folder
         )  # the audio rows' schedule beside the video's
+    if detected == "krea2" and scheduler_config is None:
+        scheduler_config = krea2.scheduler_config(folder)  # with the config folder's is_distilled
     return denoiser_ref(handle, fam, config, folder, torch_dtype, scheduler_config), message
 
 

@@ -121,6 +121,58 @@ _QWEN21_SCHEDULER = {
     "base_image_seq_len": 256,
     "max_image_seq_len": 4096,
 }
+QWEN3_VL_4B = {  # Qwen/Qwen3-VL-4B-Instruct (Krea 2's text_encoder, read into Qwen3VLModel; ComfyUI's qwen3vl_4b)
+    "architectures": ["Qwen3VLModel"],
+    "model_type": "qwen3_vl",
+    "text_config": {
+        "model_type": "qwen3_vl_text",
+        "hidden_size": 2560,
+        "intermediate_size": 9728,
+        "num_hidden_layers": 36,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "vocab_size": 151936,
+        "max_position_embeddings": 262144,
+        "rms_norm_eps": 1e-6,
+        "rope_parameters": {
+            "rope_type": "default",
+            "rope_theta": 5000000,
+            "mrope_section": [24, 20, 20],
+            "mrope_interleaved": True,
+        },
+    },
+    "vision_config": {
+        "depth": 24,
+        "hidden_size": 1024,
+        "intermediate_size": 4096,
+        "num_heads": 16,
+        "out_hidden_size": 2560,
+        "patch_size": 16,
+        "spatial_merge_size": 2,
+        "temporal_patch_size": 2,
+        "num_position_embeddings": 2304,
+        "deepstack_visual_indexes": [5, 11, 17],
+    },
+    "tie_word_embeddings": True,
+    "image_token_id": 151655,
+    "video_token_id": 151656,
+    "vision_start_token_id": 151652,
+    "vision_end_token_id": 151653,
+}
+# Krea 2's scheduler (the tiny demo's, demo_krea2): a resolution-dependent exponential shift up to 6400 tokens.
+_KREA2_SCHEDULER = {
+    **_FLOW_SCHEDULER,
+    "shift": 1.0,
+    "use_dynamic_shifting": True,
+    "base_shift": 0.5,
+    "max_shift": 1.15,
+    "base_image_seq_len": 256,
+    "max_image_seq_len": 6400,
+    "time_shift_type": "exponential",
+}
+# The hidden states ComfyUI (comfy/text_encoders/krea2.py) and Krea2Pipeline tap: hidden_states[2, 5, ..., 35].
+_KREA2_TAPS = [2, 5, 8, 11, 14, 17, 20, 23, 26, 29, 32, 35]
 UMT5_XXL = {  # google/umt5-xxl's encoder (Wan's text_encoder)
     "architectures": ["UMT5EncoderModel"],
     "model_type": "umt5",
@@ -226,6 +278,26 @@ RELEASED: dict[str, dict[str, Any]] = {
         "vae": {},
         "scheduler": _QWEN21_SCHEDULER,
     },
+    # Krea 2 (and Turbo, `is_distilled`: a fixed shift): the diffusers class's defaults are the release's (ComfyUI's
+    # SingleStreamDiT defaults: width 6144, 48 heads / 12 kv heads, 28 blocks, text fusion 2 + 2 blocks at 2560).
+    "krea-2": {
+        "model_index.json": {"_class_name": "Krea2Pipeline", "text_encoder_select_layers": _KREA2_TAPS},
+        "transformer": {},
+        "text_encoder": QWEN3_VL_4B,
+        "vae": {},
+        "scheduler": _KREA2_SCHEDULER,
+    },
+    "krea-2-turbo": {
+        "model_index.json": {
+            "_class_name": "Krea2Pipeline",
+            "text_encoder_select_layers": _KREA2_TAPS,
+            "is_distilled": True,
+        },
+        "transformer": {},
+        "text_encoder": QWEN3_VL_4B,
+        "vae": {},
+        "scheduler": _KREA2_SCHEDULER,
+    },
     "wan2.1-t2v-1.3b": _wan(12, 8960, 30, 3.0),
     "wan2.1-t2v-14b": _wan(40, 13824, 40, 5.0),
     # Wan-AI/Wan2.2-I2V-A14B-Diffusers: each expert a 14B transformer over noise + mask (4) + frames (16).
@@ -242,6 +314,7 @@ _CLASSES = {  # the diffusers class of each subfolder, per pipeline
     "ZImagePipeline": {"transformer": "ZImageTransformer2DModel", "vae": "AutoencoderKL"},
     "QwenImagePipeline": {"transformer": "QwenImageTransformer2DModel", "vae": "AutoencoderKLQwenImage"},
     "WanPipeline": {"transformer": "WanTransformer3DModel", "vae": "AutoencoderKLWan"},
+    "Krea2Pipeline": {"transformer": "Krea2Transformer2DModel", "vae": "AutoencoderKLQwenImage"},
     "QwenImage21Pipeline": {
         "transformer": "QwenImage21Transformer2DModel",
         "vae": "AutoencoderKLQwenImage21",
@@ -288,10 +361,11 @@ def write_released_folders(root: Path | None = None) -> list[Path]:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
         written.append(out)
+    from pipelines.diffusion.comfy_layouts.ltx2_released import write_ltx2_released
     from pipelines.diffusion.comfy_layouts.minimax_load import write_minimax_released
 
     written.append(write_minimax_released(root))  # MiniMax H3: two VAEs and two schedules
-    return written
+    return written + write_ltx2_released(root)  # LTX-2.0 19B: five diffusers parts and Gemma 3 12B
 
 
 if __name__ == "__main__":

@@ -45,7 +45,7 @@ from pipelines.diffusion.values import TextEncoderRef, TokenizerSource
 TEXT_ENCODER_FAMILIES: dict[str, tuple[str, ...]] = {
     "qwen3": ("zimage", "flux2_klein"),
     "qwen2.5-vl": ("qwenimage", "qwenimage_edit"),
-    "qwen3-vl": ("qwenimage21", "minimax"),
+    "qwen3-vl": ("qwenimage21", "krea2", "flux3", "minimax"),
     "mistral": ("flux2_dev",),
     "umt5": ("wan",),
 }
@@ -86,6 +86,8 @@ def _text_encoder_names(name: str, class_name: str) -> str:
             ("model.language_model.", "model.visual.", "model.vision_tower.", "model.multi_modal_projector.")
         ):
             return "model.language_model." + name.removeprefix("model.")
+    if class_name == "Qwen3VLModel" and name.startswith("model."):  # Krea 2's: no head, no `model.` level
+        return "language_model." + name.removeprefix("model.")
     return name
 
 

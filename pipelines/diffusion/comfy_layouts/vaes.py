@@ -35,8 +35,8 @@ from pipelines.diffusion.values import VaeRef
 
 # The families whose VAE a ComfyUI VAE file can be, per layout, in the order `auto` tries them.
 VAE_FAMILIES = {
-    "wan": ("wan", "qwenimage", "qwenimage_edit"),
-    "flux2": ("flux2_klein", "flux2_dev"),
+    "wan": ("wan", "qwenimage", "qwenimage_edit", "krea2"),
+    "flux2": ("flux2_klein", "flux2_dev", "flux3"),
     "ldm": ("zimage",),
     "diffusers": ("qwenimage21",),
 }
@@ -140,7 +140,17 @@ def _fitting_vae(
 
 
 # The families whose ComfyUI files these loaders read (the split loader nodes hand them over).
-COMFY_FAMILIES = ("zimage", "qwenimage", "flux2_klein", "flux2_dev", "wan", "qwenimage_edit", "qwenimage21")
+COMFY_FAMILIES = (
+    "zimage",
+    "qwenimage",
+    "flux2_klein",
+    "flux2_dev",
+    "wan",
+    "qwenimage_edit",
+    "qwenimage21",
+    "krea2",
+    "flux3",
+)
 
 
 def claims_vae(path: Path, family: str, config_dir: Path | None = None) -> bool:

@@ -61,6 +61,13 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("qwenimage-edit-tiny", "qwenimage_edit", "Qwen-Image-Edit 2509 (tiny demo)"),
     Variant("qwen-image-2.1", "qwenimage21", "Qwen-Image 2.1 (8B)"),
     Variant("qwen-image-2.1-turbo", "qwenimage21", "Qwen-Image 2.1 Turbo (8B)"),
+    Variant("ltx2-tiny", "ltx2", "LTX-2 (tiny demo)"),
+    Variant("ltx-2-19b", "ltx2", "LTX-2.0 19B"),
+    Variant("krea2-tiny", "krea2", "Krea 2 (tiny demo)"),
+    Variant("krea2-turbo-tiny", "krea2", "Krea 2 Turbo (tiny demo)"),
+    Variant("krea-2", "krea2", "Krea 2 (released size)"),
+    Variant("krea-2-turbo", "krea2", "Krea 2 Turbo (released size)"),
+    Variant("flux3-tiny", "flux3", "FLUX.3 (tiny demo)"),
     Variant("minimax-tiny", "minimax", "MiniMax H3 (tiny demo)"),  # comfy_layouts.minimax_load writes both
     Variant("minimax-h3", "minimax", "MiniMax H3 (33B fl2va, Qwen3-VL-32B to layer 50)"),
 )
@@ -77,6 +84,10 @@ TINY_SOURCES = {
     "qwenimage-edit-tiny": "tiny-qwenimage-edit",
     "qwenimage21-tiny": "tiny-qwenimage21",
     "qwenimage21-turbo-tiny": "tiny-qwenimage21-turbo",
+    "ltx2-tiny": "tiny-ltx2",
+    "krea2-tiny": "tiny-krea2",
+    "krea2-turbo-tiny": "tiny-krea2-turbo",
+    "flux3-tiny": "tiny-flux3",
 }
 
 

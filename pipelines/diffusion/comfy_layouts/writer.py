@@ -87,6 +87,8 @@ def text_encoder_to_comfy(state: dict[str, torch.Tensor], class_name: str) -> di
                 out[name] = t
         elif class_name in ("Qwen3Model",):
             out["model." + name] = t
+        elif name.startswith("language_model."):  # Qwen3VLModel (Krea 2's): no `model.` level
+            out["model." + name.removeprefix("language_model.")] = t
         elif name.startswith("model.language_model."):
             out["model." + name.removeprefix("model.language_model.")] = t
         elif name.startswith("model.visual."):
