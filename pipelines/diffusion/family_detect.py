@@ -60,6 +60,12 @@ def family_from_keys(keys: list[str], shapes: dict[str, list[int]]) -> str | Non
     # LTX-2's audio-video transformer: diffusers names, or the original one diffusers' single-file loader keys on
     if has("av_cross_attn_video_a2v_gate.") or has("av_ca_a2v_gate_adaln_single."):
         return "ltx2"
+    if (has("audio_patch_proj.") and has("video_patch_proj.")) or (
+        has("audio_proj_in.") and has("refiner_blocks.")
+    ):
+        return "minimax"  # MiniMax H3's transformer, ComfyUI (original) or diffusers names
+    if has("decoder.transformer_blocks.0.scale1") or has("pre_block.attn.zero_k_bias"):
+        return "minimax"  # MiniMax H3's video VAE (its ViT decoder) or audio VAE (comfy/sd.py's markers)
     if has("noise_refiner.") and has("context_refiner."):  # Z-Image, diffusers or original key names
         return "zimage"
     if has("text_fusion.layerwise_blocks.") and has("time_mod_proj."):  # Krea 2 (diffusers key names)

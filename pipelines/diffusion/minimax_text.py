@@ -94,30 +94,41 @@ def encode_minimax(
     # 3. One language-model call, read after decoder layer 50
     config = text_encoder_config(ref)
     layers = int(config.get("text_config", config).get("num_hidden_layers", 64))
-    if layers <= TEXT_ENCODER_LAYER:
+    if layers < TEXT_ENCODER_LAYER:
         raise ValueError(
             f"input 'text_encoder': MiniMax H3 reads hidden_states[{TEXT_ENCODER_LAYER}] of its Qwen3-VL, which "
             f"has only {layers} decoder layers"
         )
+    # ComfyUI's Qwen3-VL-32B file stops after layer 50: its last hidden state is then the final norm's input.
+    truncated = layers == TEXT_ENCODER_LAYER
     input_ids = torch.tensor([ids], dtype=torch.long, device=mm.device)
     image_pad = tokenizer.convert_tokens_to_ids("<|image_pad|>")
     video_pad = tokenizer.convert_tokens_to_ids("<|video_pad|>")
     token_types = (input_ids == image_pad).long() + 2 * (input_ids == video_pad).long()
     working = minimax_text_working(config, len(ids), ref.dtype)
     with use_text_encoder(mm, ref, 0, working=working) as te:
+        seen: list[torch.Tensor] = []
+        hook = None
+        if truncated:  # the final norm's input: the hidden state after the last (50th) layer
+            norm = next(m for n, m in te.model.named_modules() if n.endswith("language_model.norm"))
+            hook = norm.register_forward_pre_hook(lambda _, args: seen.append(args[0]))
         kwargs = {
             k: (v.to(mm.device, te.dtype) if k.startswith("pixel_") else v.to(mm.device))
             for k, v in vision.items()
         }
-        out = te.model(
-            input_ids=input_ids,
-            attention_mask=torch.ones_like(input_ids),
-            mm_token_type_ids=token_types,
-            use_cache=False,
-            output_hidden_states=True,
-            **kwargs,
-        )
-        embeds = out.hidden_states[TEXT_ENCODER_LAYER].to(dtype=te.dtype)
+        try:
+            out = te.model(
+                input_ids=input_ids,
+                attention_mask=torch.ones_like(input_ids),
+                mm_token_type_ids=token_types,
+                use_cache=False,
+                output_hidden_states=True,
+                **kwargs,
+            )
+        finally:
+            if hook is not None:
+                hook.remove()
+        embeds = (seen[-1] if truncated else out.hidden_states[TEXT_ENCODER_LAYER]).to(dtype=te.dtype)
     return Conditioning(
         embeds=embeds.cpu(),
         family=ref.family.name,

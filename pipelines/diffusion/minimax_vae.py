@@ -69,10 +69,25 @@ def register_minimax_audio(
     return AudioDecoderRef(vae=vae, vae_config=config, vocoder=None, vocoder_config={}, dtype=dtype)
 
 
+# ComfyUI's split files (comfy_layouts.minimax_load): the video VAE file's value carries the audio VAE's config
+# (the sound track's latent shape); the audio VAE file's value is an audio decoder only.
+AUDIO_VAE_CONFIG_KEY = "_minimax_audio_vae_config"
+AUDIO_ONLY_KEY = "_minimax_audio_only"
+
+
+def _video_vae(vae: VaeRef) -> None:
+    if vae.config.get(AUDIO_ONLY_KEY):
+        raise ValueError(
+            "input 'vae': this is MiniMax H3's audio VAE; wire the video VAE here (VAE Decode Audio takes this one)"
+        )
+
+
 def geometry_of(vae: VaeRef, denoiser: DenoiserRef | None) -> MiniMaxGeometry:
-    if vae.audio is None:
+    _video_vae(vae)
+    audio_config = vae.audio.vae_config if vae.audio is not None else vae.config.get(AUDIO_VAE_CONFIG_KEY)
+    if audio_config is None:
         raise ValueError("input 'vae': this MiniMax H3 folder has no audio_vae (the model makes sound)")
-    return minimax_geometry(vae.config, vae.audio.vae_config, denoiser.config if denoiser else None)
+    return minimax_geometry(vae.config, audio_config, denoiser.config if denoiser else None)
 
 
 def minimax_latent_shapes(
@@ -221,6 +236,7 @@ def keyframe_minimax_latent(
 @torch.no_grad()
 def decode_minimax_frames(mm: MemoryManager, vae: VaeRef, latents: Latents) -> torch.Tensor:
     """Video latents -> frames (T, H, W, 3) float32 in [0, 1], CPU."""
+    _video_vae(vae)
     samples = latents.samples
     if samples.ndim != 5 or samples.shape[0] != 1:
         raise ValueError(f"input 'latent': one video latent (1, C, frames, h, w), got {tuple(samples.shape)}")

@@ -264,9 +264,11 @@ def load_vae_file(
 ) -> tuple[VaeRef, str]:
     """A VAE file: diffusers layout or the original one (`ae.safetensors`, `vae-ft-mse-840000`, ...)."""
     check_weights_format(path, allow_pickle=allow_pickle)
-    from pipelines.diffusion.comfy_layouts import ltx2_loaders
+    from pipelines.diffusion.comfy_layouts import ltx2_loaders, minimax, minimax_load
     from pipelines.diffusion.comfy_layouts import vaes as comfy_vae
 
+    if minimax.vae_kind(list(SafetensorsTensors((path,)).shapes())) is not None:  # MiniMax H3 video / audio
+        return minimax_load.load_minimax_vae(mm, path, family=family, dtype=dtype, config_dir=config_dir)
     if family in ("auto", "ltx2") and ltx2_loaders.is_checkpoint_file(
         path
     ):  # LTXVAudioVAELoader's checkpoint

@@ -12,6 +12,7 @@ pipelines.quant.
 LTX-2's files (the one-file checkpoint and the Gemma 3 file) are `ltx2` (names), `ltx2_loaders`, `ltx2_released`
 (LTX-2.0 19B's config folder) and `ltx2_writer` (fixtures).
 
-Families: Z-Image, Qwen-Image, FLUX.2 [klein] / [dev] and Wan 2.1 / 2.2 (one expert per file). The family
+Families: Z-Image, Qwen-Image, FLUX.2 [klein] / [dev] and Wan 2.1 / 2.2 (one expert per file); Qwen-Image 2.1
+(`qwen21`) and MiniMax H3 (`minimax` names, `minimax_load` for its two VAE files and the curve form). The family
 and its size come from the tensors: names say the family, shapes pick the config folder.
 """

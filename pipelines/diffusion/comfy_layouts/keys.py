@@ -34,6 +34,7 @@ LAYOUTS = {
     "flux2_dev": "flux2",
     "wan": "wan",
     "qwenimage21": "qwenimage21",
+    "minimax": "minimax",  # comfy_layouts.minimax
     "krea2": "krea2",
     "flux3": "flux3",
 }
@@ -63,6 +64,10 @@ def transformer_to_diffusers(layout: str, state: Mapping[str, torch.Tensor]) -> 
         return state
     if layout == "qwenimage21":  # diffusers' names with the SwiGLU gate and up fused, gate rows first
         return sfu.convert_qwen_image21_transformer_checkpoint_to_diffusers(dict(state))
+    if layout == "minimax":
+        from pipelines.diffusion.comfy_layouts.minimax import transformer_to_diffusers as minimax_names
+
+        return minimax_names(state)
     if layout == "krea2":
         from pipelines.diffusion.comfy_layouts import krea2_keys
 

@@ -1,4 +1,5 @@
-"""Loading ComfyUI's transformer files (`models/diffusion_models/`) of Z-Image, Qwen-Image, FLUX.2 and Wan.
+"""Loading ComfyUI's transformer files (`models/diffusion_models/`) of Z-Image, Qwen-Image, FLUX.2, Wan and the
+families with a module of their own (Qwen-Image 2.1: `qwen21`; MiniMax H3: `minimax`, `minimax_load`).
 
 Lives here: `denoiser_layout`, `load_comfy_denoiser`. May import: stdlib, torch, safetensors, diffusers, memory,
 pipelines.diffusion, pipelines.quant. (Text encoders: `text_encoders`; VAEs: `vaes`.)
@@ -26,7 +27,7 @@ from pipelines.diffusion.assembly import (
     denoiser_ref,
     resolve_precision,
 )
-from pipelines.diffusion.comfy_layouts import krea2, qwen21
+from pipelines.diffusion.comfy_layouts import krea2, minimax, minimax_load, qwen21
 from pipelines.diffusion.comfy_layouts.common import (
     KeyMapTensors,
     config_of,
@@ -63,6 +64,8 @@ def denoiser_layout(keys: list[str]) -> tuple[str, str] | None:
     def has(prefix: str) -> bool:
         return any(k.startswith(prefix) for k in names)
 
+    if (minimax_names := minimax.transformer_names(keys)) is not None:
+        return "minimax", minimax_names
     if is_flux3_transformer(names):
         return is_flux3_transformer(names)
     if krea2.is_krea2_transformer(names):
@@ -116,6 +119,8 @@ def load_comfy_denoiser(
             f"field 'family' says {FAMILIES[family].title}, but {path.name} is a {FAMILIES[detected].title} transformer"
         )
     fam = FAMILIES[detected]
+    # MiniMax H3's pruned files fill diffusers' module with the curve form's time embedding
+    build = minimax_load.denoiser_builder(path) if detected == "minimax" else fam.denoiser_class.from_config
     layout = LAYOUTS[detected] if names == "comfy" else "qwenimage"  # "qwenimage": names kept as they are
 
     def convert(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -132,7 +137,7 @@ def load_comfy_denoiser(
 
     def wanted(v: Variant) -> dict[str, tuple[int, ...]]:
         config = config_of(v, fam.denoiser_subfolder)
-        return module_shapes(lambda: fam.denoiser_class.from_config(config))
+        return module_shapes(lambda: build(config))
 
     candidates = variants_for([detected], config_dir)
     if detected == "qwenimage21":  # Turbo and the base share shapes: the file's name picks (qwen21)
@@ -148,7 +153,7 @@ def load_comfy_denoiser(
     blocks = denoiser_stream_blocks(fam, config)
 
     def make() -> torch.nn.Module:
-        return fam.denoiser_class.from_config(config)
+        return build(config)
 
     if is_gguf:
         gguf_state = _dequantize_non_linear(gguf_state, make)
@@ -177,6 +182,10 @@ def load_comfy_denoiser(
         )
     if detected == "qwenimage21" and scheduler_config is None:
         scheduler_config = qwen21.scheduler_config(folder)  # with the config folder's sample_sigmas
+    if detected == "minimax" and scheduler_config is None:
+        scheduler_config = minimax_load.scheduler_config(
+            folder
+        )  # the audio rows' schedule beside the video's
     if detected == "krea2" and scheduler_config is None:
         scheduler_config = krea2.scheduler_config(folder)  # with the config folder's is_distilled
     return denoiser_ref(handle, fam, config, folder, torch_dtype, scheduler_config), message

@@ -362,7 +362,9 @@ def write_released_folders(root: Path | None = None) -> list[Path]:
             path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
         written.append(out)
     from pipelines.diffusion.comfy_layouts.ltx2_released import write_ltx2_released
+    from pipelines.diffusion.comfy_layouts.minimax_load import write_minimax_released
 
+    written.append(write_minimax_released(root))  # MiniMax H3: two VAEs and two schedules
     return written + write_ltx2_released(root)  # LTX-2.0 19B: five diffusers parts and Gemma 3 12B
 
 

@@ -45,7 +45,7 @@ from pipelines.diffusion.values import TextEncoderRef, TokenizerSource
 TEXT_ENCODER_FAMILIES: dict[str, tuple[str, ...]] = {
     "qwen3": ("zimage", "flux2_klein"),
     "qwen2.5-vl": ("qwenimage", "qwenimage_edit"),
-    "qwen3-vl": ("qwenimage21", "krea2", "flux3"),
+    "qwen3-vl": ("qwenimage21", "krea2", "flux3", "minimax"),
     "mistral": ("flux2_dev",),
     "umt5": ("wan",),
 }
@@ -55,6 +55,9 @@ _FLUX2 = ("flux2_klein", "flux2_dev")
 # tied again when the module is built).
 _OPTIONAL = ("model.vision_tower.", "model.multi_modal_projector.")
 _MAY_MISS = (*_OPTIONAL, "lm_head.", "encoder.embed_tokens.")
+# MiniMax H3 reads a hidden state, never logits nor the final norm's output: ComfyUI's Qwen3-VL-32B file stops
+# after layer 50 with no lm_head (and maybe no final norm); zeros stand in for what it leaves out.
+_MINIMAX_UNREAD = ("lm_head.", "model.language_model.norm.")
 
 
 def text_encoder_kind(keys: list[str]) -> str | None:
@@ -141,7 +144,8 @@ def load_comfy_text_encoder(
         if any(f.family == v.family for f in fitting):
             continue  # one size per family fits (the fit is exact): the next family may fit too
         renamed = {_text_encoder_names(k, class_of(v).__name__): r for k, r in raw.items()}
-        if fits(converted_shapes(renamed), wanted(v), optional=_MAY_MISS):
+        unread = _MINIMAX_UNREAD if v.family == "minimax" else ()
+        if fits(converted_shapes(renamed), wanted(v), optional=(*_MAY_MISS, *unread)):
             fitting.append(v)
     if not fitting:
         pick_variant(candidates, {}, wanted, what=f"{kind} text encoder", file_name=path.name)  # raises
@@ -158,7 +162,8 @@ def load_comfy_text_encoder(
     make = module_factory(slot.model_class, folder / slot.subfolder)
     shapes = module_shapes(make)
     key_map = aligned({_text_encoder_names(k, slot.model_class.__name__): r for k, r in raw.items()}, shapes)
-    missing = [n for n in shapes if n not in key_map and n.startswith(_OPTIONAL)]
+    optional = (*_OPTIONAL, *_MINIMAX_UNREAD) if variant.family == "minimax" else _OPTIONAL
+    missing = [n for n in shapes if n not in key_map and n.startswith(optional)]
     for name in missing:  # left out of the file (never used for text prompts): zeros stand in
         key_map[name] = Recipe((), ("const", torch.zeros(shapes[name])), shapes[name], torch.float32)
     torch_dtype, storage = resolve_precision(dtype, fam, mm.device)
@@ -176,7 +181,7 @@ def load_comfy_text_encoder(
     )
     form = file_form(path)
     message = f"{path.name}: {kind} text encoder for {fam.title} ({form}), config: {variant.title}"
-    if missing:
+    if any(n.startswith(_OPTIONAL) for n in missing):
         message += " (no vision tower in the file: text prompts only)"
     tokenizer = ShippedTokenizerSource(folder, slot.tokenizer_subfolder, slot.model_class)
     return text_encoder_ref([handle], [tokenizer], fam, torch_dtype), message

@@ -68,6 +68,8 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("krea-2", "krea2", "Krea 2 (released size)"),
     Variant("krea-2-turbo", "krea2", "Krea 2 Turbo (released size)"),
     Variant("flux3-tiny", "flux3", "FLUX.3 (tiny demo)"),
+    Variant("minimax-tiny", "minimax", "MiniMax H3 (tiny demo)"),  # comfy_layouts.minimax_load writes both
+    Variant("minimax-h3", "minimax", "MiniMax H3 (33B fl2va, Qwen3-VL-32B to layer 50)"),
 )
 
 # The demo model each tiny folder is made from (`writer.write_config_folder`).
