@@ -304,8 +304,8 @@ def test_the_text_encoder_streams_layer_by_layer_with_the_same_embeddings(
 
 @pytest.mark.parametrize(
     ("layers", "tokens"),
-    # The fast lane keeps the 4-layer case (the same formula and code path); the published depth is
-    # ~1.5 s each on a quiet 2-core machine (11 s loaded), so both 28-layer cases run in `make test`.
+    # The fast lane keeps the 4-layer case (the same formula and code path); the published depth took 11 s
+    # of a fast-lane run on the busy 2 cores (4 layers: 2.5 s), so both 28-layer cases run in `make test`.
     [
         (4, 64),
         pytest.param(28, 64, marks=pytest.mark.slow),
