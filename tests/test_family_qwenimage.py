@@ -304,7 +304,13 @@ def test_the_text_encoder_streams_layer_by_layer_with_the_same_embeddings(
 
 @pytest.mark.parametrize(
     ("layers", "tokens"),
-    [(4, 64), (28, 64), pytest.param(28, 34 + 512, marks=pytest.mark.slow)],  # ~1.2 s
+    # The fast lane keeps the 4-layer case (the same formula and code path); the published depth took 11 s
+    # of a fast-lane run on the busy 2 cores (4 layers: 2.5 s), so both 28-layer cases run in `make test`.
+    [
+        (4, 64),
+        pytest.param(28, 64, marks=pytest.mark.slow),
+        pytest.param(28, 34 + 512, marks=pytest.mark.slow),
+    ],
 )
 def test_working_memory_formula_covers_the_full_size_text_encoder(layers: int, tokens: int) -> None:
     """Qwen2.5-VL-7B's widths (28 layers is the published depth) over a short prompt and the longest the

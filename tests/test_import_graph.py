@@ -152,16 +152,22 @@ def describe(cycle: list[Import]) -> str:
     return "import cycle: " + " -> ".join([*steps, cycle[0].source])
 
 
-def test_no_import_cycle_in_app_nodes_pipelines_or_memory() -> None:
-    modules, edges = import_graph(REPO, LAYERS)
+@pytest.fixture(scope="module")
+def repo_graph() -> tuple[set[str], list[Import]]:
+    """The packages' import graph, read once for both checks below (parsing ~350 files is most of each)."""
+    return import_graph(REPO, LAYERS)
+
+
+def test_no_import_cycle_in_app_nodes_pipelines_or_memory(repo_graph) -> None:
+    modules, edges = repo_graph
     assert "pipelines.diffusion.denoising" in modules and len(edges) > 500  # the whole tree was read
     cycle = find_cycle(modules, edges)
     assert cycle is None, describe(cycle)
 
 
 @pytest.mark.slow  # over 5 s in the fast lane on a loaded 2-core machine
-def test_imports_point_down_the_layers_and_only_app_imports_qt() -> None:
-    modules, edges = import_graph(REPO, LAYERS)
+def test_imports_point_down_the_layers_and_only_app_imports_qt(repo_graph) -> None:
+    modules, edges = repo_graph
     wrong = []
     for e in edges:
         source_layer = LAYERS.index(e.source.split(".")[0])

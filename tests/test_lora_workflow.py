@@ -23,6 +23,9 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parent.parent
 WORKFLOW = REPO / "resources" / "workflows" / "txt2img_lora.json"
 SHIPPED_LORA = REPO / "resources" / "models" / "shapes-sd-loras" / "outline.safetensors"
+# The every-policy test samples 8 steps instead of the workflow's 20: the policies' pictures are equal at any
+# count, and the LoRA's mean change measured 0.157 at 8 steps against 0.155 at 20 (the bound is 0.02).
+POLICY_STEPS = 8
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +77,8 @@ def test_shipped_workflow_gives_the_same_picture_under_every_policy(registry, tm
         )
         mm = MemoryManager(config)
         try:
-            result = Executor(registry, memory=mm).run(_workflow(registry), out_dir=tmp_path / policy)
+            wf = _workflow(registry, sampler__steps=POLICY_STEPS)
+            result = Executor(registry, memory=mm).run(wf, out_dir=tmp_path / policy)
             assert result.ok, result.error
             key = f"{policy}:{budget}"
             images[key] = result.outputs["decode"]["image"]
@@ -83,7 +87,8 @@ def test_shipped_workflow_gives_the_same_picture_under_every_policy(registry, tm
             transfers[key] = len(report["transfers"])
             if base is None:
                 off = Executor(registry, memory=mm).run(
-                    _workflow(registry, lora__strength_model=0.0), out_dir=tmp_path
+                    _workflow(registry, sampler__steps=POLICY_STEPS, lora__strength_model=0.0),
+                    out_dir=tmp_path,
                 )
                 base = off.outputs["decode"]["image"]
         finally:

@@ -58,7 +58,9 @@ class NodeSpan:
 def _plot(
     title: str, left: str, legend_offset: tuple[int, int] = (-8, 6), legend_outside: bool = False
 ) -> pg.PlotWidget:
-    widget = pg.PlotWidget(background=theme.CANVAS)
+    # No view-box context menu: built here it took ~a third of the widget's construction (two axis-option
+    # forms each), only for setMenuEnabled(False) below to throw it away.
+    widget = pg.PlotWidget(background=theme.CANVAS, enableMenu=False)
     widget.setTitle(title, color=theme.TEXT, size="10pt")
     widget.setLabel("left", left, color=theme.TEXT_DIM)
     widget.setLabel("bottom", "seconds", color=theme.TEXT_DIM)
