@@ -1,15 +1,17 @@
 """Seconds per denoising step: our Sampler against diffusers' pipelines, caches off and on, and the floor.
 
-Two random-weight models, built once and kept in their own folders:
+Three random-weight models, built once and kept in their own folders (`--model`):
   sd    the SD-shaped 1 GB model of benchmarks/diffusion_overhead.py (UNet, CLIP, VAE), Euler, cfg 7.5
-  sd3   an SD3-shaped DiT (SD3Transformer2DModel, 768 wide, 8 joint blocks, patch 2; tiny CLIPs, T5 and VAE
-        from pipelines.diffusion.demo_models), its flow-matching Euler, cfg 5
+  sd3   an SD3-shaped DiT (SD3Transformer2DModel, 512 wide, 8 joint blocks, patch 2; tiny CLIPs, T5 and VAE
+        from pipelines.diffusion.demo_models), its flow-matching Euler, cfg 5 on a doubled batch
+  flux  a FLUX.1-dev-shaped DiT (512 wide, 4 double + 8 single blocks; tiny CLIP, T5 and VAE), guidance 3.5
 Each side keeps its model loaded across runs (diffusers: one pipeline; ours: one MemoryManager, policy none,
 a new Executor per run so every node runs again), and the runs alternate:
   diffusers   the diffusers pipeline, no cache
   ours        txt2img.json through the Executor, cache off (the same picture: uint8 max difference printed)
-  ours-cache  the same with the Sampler's step cache (sd: `easy`, the one that runs on a UNet; sd3:
-              `first-block`) at `--threshold` (PSNR against `ours` printed)
+  ours-cache  the same with the Sampler's step cache at `--threshold` (PSNR against `ours` printed): sd
+              `easy` 0.2 (the one that runs on a UNet), sd3 `taylorseer` 3 (diffusers' First-Block Cache
+              fails on SD3's last block), flux `first-block` 0.2
 s/step is the denoising loop's time over its steps: from the loop's first denoiser call (diffusers: a
 forward pre-hook on the UNet/transformer) or the Sampler node's start (ours: so our setup counts against
 us) to the last step's end (diffusers' `callback_on_step_end`, our Sampler's progress event). CPU time
@@ -21,8 +23,8 @@ over the measured float32 matmul rate (a 2048^3 torch.mm at the same thread coun
 if every FLOP ran at matmul speed and nothing else took time.
 
     nice -n 5 .venv/bin/python benchmarks/diffusion_speed.py --model sd [--steps 8] [--size 256]
-        [--repeats 2] [--threshold 0.2] [--threads N]
-    nice -n 5 .venv/bin/python benchmarks/diffusion_speed.py --model sd3 --threshold 0.2
+        [--repeats 2] [--threshold X] [--threads N]
+    nice -n 5 .venv/bin/python benchmarks/diffusion_speed.py --model flux
 
 May import: stdlib, numpy, torch, diffusers, transformers, memory, nodes, pipelines, benchmarks/_sd_shaped.py.
 """
@@ -61,8 +63,8 @@ PROMPT = "a lighthouse on a cliff at dusk"
 NEGATIVE = "blurry"
 WORKFLOW = ROOT / "resources" / "workflows" / "txt2img.json"
 SD_RECIPE = {"unet_width": 128, "text_layers": 4, "vae_width": 96}  # as benchmarks/diffusion_overhead.py
-# SD3 Medium is 1536 wide (24 heads of 64) with 24 joint blocks; half the width and a third of the depth keep
-# a step near the SD-shaped model's on this CPU. joint/pooled 64: the tiny text encoders' widths.
+# SD3 Medium is 1536 wide (24 heads of 64) with 24 joint blocks; a third of the width and of the depth keep a
+# step near the SD-shaped model's on this CPU. joint/pooled 64: the tiny text encoders' widths.
 SD3_TRANSFORMER = dict(
     sample_size=32,
     patch_size=2,
@@ -70,10 +72,24 @@ SD3_TRANSFORMER = dict(
     out_channels=4,
     num_layers=8,
     attention_head_dim=64,
-    num_attention_heads=12,
-    caption_projection_dim=768,
+    num_attention_heads=8,
+    caption_projection_dim=512,
     joint_attention_dim=64,
     pooled_projection_dim=64,
+)
+# FLUX.1 is 3072 wide (24 heads of 128), 19 double + 38 single blocks; here 512 wide (8 heads of 64), 4 + 8.
+# in_channels 16: the tiny VAE's 4 latent channels packed 2x2; rotary axes (8, 28, 28) add up to the head dim.
+FLUX_TRANSFORMER = dict(
+    patch_size=1,
+    in_channels=16,
+    num_layers=4,
+    num_single_layers=8,
+    attention_head_dim=64,
+    num_attention_heads=8,
+    joint_attention_dim=32,
+    pooled_projection_dim=32,
+    axes_dims_rope=[8, 28, 28],
+    guidance_embeds=True,
 )
 
 
@@ -83,19 +99,24 @@ class Case:
     folder: Path
     scheduler: str  # our Sampler's scheduler name (diffusers' pipeline keeps the folder's own, Euler in both)
     cfg: float
-    cache: str  # the step cache that runs on this denoiser
+    cache: str  # the step cache this benchmark runs on this denoiser
+    threshold: float  # its default cache_threshold here
 
 
-def build_sd3_folder(folder: Path) -> Path:
+def build_dit_folder(folder: Path, family: str) -> Path:
+    """The tiny demo pipeline of `family` with its transformer replaced by the wider one above."""
     if (folder / "model_index.json").exists():
         return folder
-    from diffusers import SD3Transformer2DModel
+    from diffusers import FluxTransformer2DModel, SD3Transformer2DModel
 
-    from pipelines.diffusion.demo_models import build_tiny_sd3
+    from pipelines.diffusion.demo_models import build_tiny_flux, build_tiny_sd3
 
-    pipe = build_tiny_sd3()
+    pipe = build_tiny_sd3() if family == "sd3" else build_tiny_flux()
     torch.manual_seed(0)
-    pipe.transformer = SD3Transformer2DModel(**SD3_TRANSFORMER)
+    if family == "sd3":
+        pipe.transformer = SD3Transformer2DModel(**SD3_TRANSFORMER)
+    else:
+        pipe.transformer = FluxTransformer2DModel(**FLUX_TRANSFORMER)
     pipe.save_pretrained(str(folder))
     return folder
 
@@ -265,12 +286,17 @@ def timed_rounds(
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", choices=("sd", "sd3"), default="sd")
+    parser.add_argument("--model", choices=("sd", "sd3", "flux"), default="sd")
     parser.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()))
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--size", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--threshold", type=float, default=0.2, help="the step cache's cache_threshold")
+    parser.add_argument(
+        "--threshold",
+        type=float,
+        default=0.0,
+        help="the step cache's cache_threshold (0: the case's default)",
+    )
     parser.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
     args = parser.parse_args()
     if args.threads:
@@ -278,9 +304,21 @@ def main() -> int:
 
     if args.model == "sd":
         folder = build_pipeline_folder(args.dir / "nodeloom-diffusion-overhead-1gb", **SD_RECIPE)
-        case = Case("sd", folder, "euler", 7.5, "easy")
-    else:
-        case = Case("sd3", build_sd3_folder(args.dir / "nodeloom-speed-sd3"), "default", 5.0, "first-block")
+        case = Case("sd", folder, "euler", 7.5, "easy", 0.2)
+    elif args.model == "sd3":  # diffusers' First-Block Cache fails on SD3's last block (see step_cache.py)
+        case = Case(
+            "sd3", build_dit_folder(args.dir / "nodeloom-speed-sd3", "sd3"), "default", 5.0, "taylorseer", 3
+        )
+    else:  # FLUX.1-dev is guidance-distilled: cfg is the transformer's guidance input, one pass per step
+        case = Case(
+            "flux",
+            build_dit_folder(args.dir / "nodeloom-speed-flux", "flux"),
+            "default",
+            3.5,
+            "first-block",
+            0.2,
+        )
+    threshold = args.threshold or case.threshold
     size_mb = sum(f.stat().st_size for f in case.folder.rglob("*.safetensors")) / 1e6
     print(f"model: {case.folder} ({size_mb:.0f} MB of weights)")
     print(
@@ -296,7 +334,7 @@ def main() -> int:
                 "diffusers": lambda: reference.run(**settings),
                 "ours": lambda: ours.run(**settings, cache="off", threshold=0.1, out_dir=Path(tmp)),
                 "ours-cache": lambda: ours.run(
-                    **settings, cache=case.cache, threshold=args.threshold, out_dir=Path(tmp)
+                    **settings, cache=case.cache, threshold=threshold, out_dir=Path(tmp)
                 ),
             }
             times, images, reused = timed_rounds(runs, rounds=args.repeats, steps=args.steps)
@@ -316,7 +354,7 @@ def main() -> int:
     diff = int(np.abs(images["ours"].astype(int) - images["diffusers"].astype(int)).max())
     print(f"\nours vs diffusers (cache off): max uint8 difference {diff}")
     print(
-        f"ours-cache ({case.cache}, threshold {args.threshold}): {reused['ours-cache']:.0f} of {args.steps} "
+        f"ours-cache ({case.cache}, threshold {threshold:g}): {reused['ours-cache']:.0f} of {args.steps} "
         f"steps reused where the method counts them; PSNR {psnr(images['ours-cache'], images['ours']):.1f} dB "
         "against ours uncached"
     )
