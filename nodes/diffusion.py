@@ -283,11 +283,11 @@ class Sampler(KSamplerFields):
             preview = latent_preview(seen, denoiser.family, decoder=decoder) if show else None
             ctx.progress(info.step, info.total, kind="sampler_step", preview=preview)  # raises Cancelled
 
+        _report_speed(ctx)
         with _cache_report(ctx):
             out = sample(
                 ctx.memory, denoiser, self.positive, self.negative, latent, settings, on_step=on_step
             )
-        _report_speed(ctx)
         return {"latent": out}
 
 
