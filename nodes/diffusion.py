@@ -285,6 +285,7 @@ class Sampler(KSamplerFields):
             preview = latent_preview(seen, denoiser.family, decoder=decoder) if show else None
             ctx.progress(info.step, info.total, kind="sampler_step", preview=preview)  # raises Cancelled
 
+        _report_speed(ctx)
         with _cache_report(ctx):
             out = sample(
                 ctx.memory, denoiser, self.positive, self.negative, latent, settings, on_step=on_step
@@ -370,6 +371,16 @@ class _CacheRecords(logging.Handler):
         if reused is not None:
             self.ctx.metric("cache_reused_steps", reused)
             self.ctx.log(record.getMessage())
+
+
+def _report_speed(ctx: NodeContext) -> None:
+    """The run's speed choices (pipelines.diffusion.speed) in the Sampler's log and report (issue 33)."""
+    from pipelines.diffusion.speed import describe, metrics, speed_choices
+
+    choices = speed_choices(str(ctx.memory.device))
+    ctx.log(describe(choices))
+    for name, value in metrics(choices).items():
+        ctx.metric(name, value)
 
 
 @contextmanager

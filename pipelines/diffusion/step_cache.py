@@ -158,6 +158,10 @@ def _first_block_problem(model: torch.nn.Module) -> str | None:
         return f"it needs at least two transformer blocks, {type(model).__name__} has {len(blocks)}"
     if "hidden_states" not in inspect.signature(blocks[0].forward).parameters:
         return f"{type(model).__name__}'s blocks do not take `hidden_states`"
+    # SD3's last joint block keeps no text stream (`context_pre_only`) and returns None for it, which the hook
+    # subtracts from the cached text output (diffusers 0.42: a TypeError on the first reused step).
+    if getattr(blocks[-1], "context_pre_only", False) is True:
+        return f"{type(model).__name__}'s last block returns no text stream for the hook's residual"
     return None
 
 
