@@ -40,9 +40,8 @@ from app.import_summary import ADD_ROOT_HINT
 from nodes.comfy.api_format import ComfyFormatError
 from nodes.comfy.sources import check_comfy
 from nodes.model_names import resolve_model_names
-from nodes.modes import unneeded
+from nodes.modes import inner_problems, unneeded
 from nodes.registry import NodeRegistry
-from nodes.subgraph_check import inner_problems
 from nodes.workflow import Problem, WorkflowError, parse_workflow
 from pipelines.models_library import ModelsLibrary
 

@@ -2,7 +2,7 @@
 are passed through the same way.
 
 Lives here: `NODE_MODES`, `node_mode`, `apply_node_modes`, `unneeded`, `is_wiring_problem`, `RunPlan`,
-`prepare_run`, `runnable`, `skipped_note`, `without_reroutes`. Imports `nodes.workflow`, `nodes.registry`,
+`prepare_run`, `runnable`, `skipped_note`, `without_reroutes`, `inner_problems`. Imports `nodes.workflow`, `nodes.registry`,
 `nodes.reroute`, `nodes.latent_sizing`, `nodes.subgraph` (instances expanded before a run), `nodes.subgraph_check`.
 
 The mode is saved per node in the workflow's `ui` section (`ui.nodes.<id>.mode`), as ComfyUI keeps it
@@ -22,6 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from nodes.latent_sizing import wire_unsized_latents
+from nodes.problems import WorkflowError
 from nodes.registry import NodeRegistry
 from nodes.reroute import is_pass_through
 from nodes.subgraph import expand_subgraphs
@@ -194,3 +195,15 @@ def skipped_note(workflow: Workflow, registry: NodeRegistry, skipped: list[str])
         spec = registry.get(workflow.nodes[nid].type) if nid in workflow.nodes else None
         names.append(f"{nid} ({spec.title})" if spec is not None else nid)
     return f"skipped (no output needs {'it' if len(names) == 1 else 'them'}): {', '.join(names)}"
+
+
+def inner_problems(wf: Workflow, registry: NodeRegistry) -> list[Problem]:
+    """Every reason a run would refuse a node inside one of `wf`'s subgraph instances (nodes no output needs
+    are skipped, as the run skips them), named by `name_inner`; [] for a graph without instances."""
+    if not any(n.type in wf.subgraphs for n in wf.nodes.values()):
+        return []
+    try:
+        plan = prepare_run(wf.copy(), registry)
+    except WorkflowError as exc:  # nesting too deep: said once, about the subgraphs
+        return list(exc.problems)
+    return [name_inner(wf, p) for p in plan.problems if p.node is not None and "/" in p.node]

@@ -1,7 +1,7 @@
 """Tensor names of ComfyUI's files for the 2026 families, to and from diffusers' names.
 
 Lives here: `LAYOUTS` (family -> its transformer layout name), `transformer_to_diffusers`,
-`transformer_from_diffusers`, `wan_vae_table`, `vae_to_diffusers`, `vae_from_diffusers`, `strip_prefix`.
+`transformer_from_diffusers`, `wan_vae_table`, `vae_to_diffusers`, `vae_from_diffusers`, `strip_prefix` (from `comfy_layouts.prefix`).
 May import: stdlib, torch, diffusers (its single-file converters).
 
 Reading goes through diffusers' own converters where they exist (`convert_z_image_transformer_checkpoint_to_
@@ -25,6 +25,8 @@ from collections.abc import Mapping
 
 import torch
 
+from pipelines.diffusion.comfy_layouts.prefix import strip_prefix
+
 # The diffusers transformer key layout each family's ComfyUI file is in.
 LAYOUTS = {
     "zimage": "zimage",
@@ -34,19 +36,10 @@ LAYOUTS = {
     "flux2_dev": "flux2",
     "wan": "wan",
     "qwenimage21": "qwenimage21",
-    "minimax": "minimax",  # comfy_layouts.minimax
+    "minimax": "minimax",  # comfy_layouts.minimax_keys
     "krea2": "krea2",
     "flux3": "flux3",
 }
-PREFIXES = ("model.diffusion_model.", "diffusion_model.")
-
-
-def strip_prefix(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """The tensors without ComfyUI's checkpoint prefix (when every key has it)."""
-    for prefix in PREFIXES:
-        if state and all(k.startswith(prefix) for k in state):
-            return {k.removeprefix(prefix): v for k, v in state.items()}
-    return dict(state)
 
 
 def transformer_to_diffusers(layout: str, state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -65,7 +58,7 @@ def transformer_to_diffusers(layout: str, state: Mapping[str, torch.Tensor]) -> 
     if layout == "qwenimage21":  # diffusers' names with the SwiGLU gate and up fused, gate rows first
         return sfu.convert_qwen_image21_transformer_checkpoint_to_diffusers(dict(state))
     if layout == "minimax":
-        from pipelines.diffusion.comfy_layouts.minimax import transformer_to_diffusers as minimax_names
+        from pipelines.diffusion.comfy_layouts.minimax_keys import transformer_to_diffusers as minimax_names
 
         return minimax_names(state)
     if layout == "krea2":

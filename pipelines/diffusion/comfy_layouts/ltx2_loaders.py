@@ -220,8 +220,18 @@ def load_ltx2_vae(
 
 
 def is_checkpoint_file(path: Path) -> bool:
-    """Whether `path` is LTX-2's one-file checkpoint (a `.safetensors` header read; other files: False)."""
-    return path.suffix.lower() == ".safetensors" and ltx2.is_ltx2_checkpoint(file_keys(path))
+    """Whether `path` is LTX-2's one-file checkpoint (a safetensors header read; other files: False).
+
+    The format comes from the file's bytes, not its suffix: a pickle named `.safetensors` (or a damaged file)
+    is for the single-file loader to refuse with its own message, never opened here."""
+    from pipelines.weight_format import DamagedWeightsError, WeightFormat, sniff_weight_format
+
+    try:
+        if sniff_weight_format(path) is not WeightFormat.SAFETENSORS:
+            return False
+    except DamagedWeightsError:
+        return False
+    return ltx2.is_ltx2_checkpoint(file_keys(path))
 
 
 def claims_text_encoder(paths: list[Path], family: str) -> bool:

@@ -3,7 +3,7 @@
 Lives here: `MINIMAX_FILES`, `transformer_names`, `vae_kind`, `transformer_to_diffusers`,
 `transformer_from_diffusers`, `video_vae_to_diffusers`, `video_vae_from_diffusers`, `audio_vae_to_diffusers`,
 `audio_vae_from_diffusers`, `curve_form`, `write_minimax_files`. May import: stdlib, torch, safetensors, diffusers,
-transformers, pipelines.diffusion.comfy_layouts.keys / writer.
+transformers, pipelines.diffusion.comfy_layouts.prefix / minimax_keys / writer.
 
 ComfyUI's layouts (comfy/ldm/minimax/model.py, vae.py, audio_vae.py, comfy/text_encoders/minimax.py, and the
 detection in comfy/sd.py) keep MiniMax's original names:
@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from pipelines.diffusion.comfy_layouts.keys import strip_prefix
+from pipelines.diffusion.comfy_layouts.prefix import strip_prefix
 
 # The file names ComfyUI's MiniMax H3 templates load (models/<folder>/<name>); the video templates name the
 # int8 video VAE, the text-to-image one the fp16.
@@ -95,20 +95,6 @@ _INNER = (
     (".ff.net.0.proj.", ".mlp.fc1."),
     (".ff.net.2.", ".mlp.fc2."),
 )
-
-
-def transformer_to_diffusers(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """A ComfyUI-layout H3 transformer state (stubs or tensors) in `MiniMaxH3Transformer3DModel`'s names."""
-    from diffusers.loaders.single_file_utils import convert_minimax_h3_transformer_checkpoint_to_diffusers
-
-    state = strip_prefix(state)
-    table = {k: v for k, v in state.items() if k == "adaln_t_table"}
-    rest = {k: v for k, v in state.items() if k != "adaln_t_table"}
-    # Every published single file stores the fused qkv `[q; k; v]` stacked (diffusers' "stacked").
-    out = convert_minimax_h3_transformer_checkpoint_to_diffusers(rest, config={}, qkv_layout="stacked")
-    if table:  # the curve form's time embedding (minimax_load.CurveTimeEmbedding)
-        out["time_embedder.table"] = table["adaln_t_table"]
-    return out
 
 
 def _swap_halves(t: torch.Tensor) -> torch.Tensor:

@@ -292,11 +292,11 @@ MINIMAX_RELEASED: dict[str, dict[str, Any]] = {
 
 def write_minimax_released(root: Path | None = None) -> Path:
     """resources/configs/minimax-h3 from `MINIMAX_RELEASED` (configs only; the tokenizer is not shipped)."""
-    from pipelines.diffusion.comfy_layouts.released import _diffusers_config
+    from pipelines.diffusion.comfy_layouts.class_config import diffusers_config
 
     out = (root or RESOURCES_DIR / "configs") / "minimax-h3"
     for rel, spec in MINIMAX_RELEASED.items():
-        data = _diffusers_config(*spec) if isinstance(spec, tuple) else spec
+        data = diffusers_config(*spec) if isinstance(spec, tuple) else spec
         data = json.loads(json.dumps(data))  # tuples -> lists
         (out / rel).parent.mkdir(parents=True, exist_ok=True)
         (out / rel).write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")

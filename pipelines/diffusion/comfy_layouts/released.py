@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from pipelines.diffusion.comfy_layouts.class_config import diffusers_config
 from pipelines.diffusion.families_qwen21 import TURBO_SIGMAS
 from pipelines.paths import RESOURCES_DIR
 
@@ -322,20 +323,6 @@ _CLASSES = {  # the diffusers class of each subfolder, per pipeline
 }
 
 
-def _diffusers_config(class_name: str, overrides: dict[str, Any]) -> dict[str, Any]:
-    """The class's `__init__` defaults with `overrides`: the config.json its `from_config` reads."""
-    import inspect
-
-    import diffusers
-
-    params = inspect.signature(getattr(diffusers, class_name).__init__).parameters
-    defaults = {
-        k: v.default for k, v in params.items() if k != "self" and v.default is not inspect.Parameter.empty
-    }
-    defaults = {k: list(v) if isinstance(v, tuple) else v for k, v in defaults.items()}
-    return {"_class_name": class_name, **defaults, **overrides}
-
-
 def write_released_folders(root: Path | None = None) -> list[Path]:
     root = root or RESOURCES_DIR / "configs"
     written = []
@@ -350,7 +337,7 @@ def write_released_folders(root: Path | None = None) -> list[Path]:
                     (RESOURCES_DIR / "configs" / "flux" / sub / "config.json").read_text(encoding="utf-8")
                 )
             else:
-                files[f"{sub}/config.json"] = _diffusers_config(classes[sub], parts[sub])
+                files[f"{sub}/config.json"] = diffusers_config(classes[sub], parts[sub])
         files["text_encoder/config.json"] = parts["text_encoder"]
         files["scheduler/scheduler_config.json"] = parts["scheduler"]
         if "image_encoder" in parts:  # a CLIP vision encoder beside the transformer (Wan 2.1 I2V)
