@@ -80,9 +80,8 @@ def per_node(samples: list[tuple[float, int]], marks: Path) -> dict[str, int]:
     for line in marks.read_text().splitlines():
         t, what, node = line.split(" ", 2)
         spans.setdefault(node, []).append(float(t))
-    return {
-        node: max((r for t, r in samples if ts[0] <= t <= ts[-1]), default=0) for node, ts in spans.items()
-    }
+    peaks = {node: [r for t, r in samples if ts[0] <= t <= ts[-1]] for node, ts in spans.items()}
+    return {node: max(rs) for node, rs in peaks.items() if rs}  # a node shorter than a sample has none
 
 
 def psnr(a: Path, b: Path) -> float:
@@ -145,7 +144,9 @@ def main() -> int:
             ref = rows["float32"]
             print(f"\n{policy}: peak RSS above the baseline, MiB (float32 / int8), per node:")
             for node in ref["nodes"]:
-                f, q = (rows[d]["nodes"].get(node, 0) - rows[d]["baseline"] for d in ("float32", "int8"))
+                if node not in rows["int8"]["nodes"]:
+                    continue
+                f, q = (rows[d]["nodes"][node] - rows[d]["baseline"] for d in ("float32", "int8"))
                 print(f"  {node:<9} {f / MiB:>6.0f} / {q / MiB:>6.0f}")
             for d, r in rows.items():
                 print(
