@@ -146,6 +146,8 @@ class MemoryManager:
         if spec.source is not None:
             spec = dataclasses.replace(spec, source=ReportingSource(spec.source, spec.name, self.telemetry))
             weight_bytes = spec.source.nbytes(spec.dtype)
+        if weight_bytes is None:
+            weight_bytes = spec.planned_bytes
         handle = ModelHandle(spec, weight_bytes)
         self.ledger.handles[spec.key] = handle
         return handle
