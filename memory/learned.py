@@ -6,6 +6,11 @@ Key: (device kind, node type, model key, shape key); the model key is the compon
 in bytes, and how many runs it is based on. The largest, not the latest: an estimate is used to decide what
 to evict, and evicting too little is the failure that costs a run.
 
+Besides each use's peak, a node's whole peak is learned (`node_shape_key`): the most the node's RSS (or device
+memory) rose above its start beyond the weights it loaded, keyed by its first use's model and shape. It covers
+what no single use window sees: the node's later uses (a Qwen-Image-Edit prompt encodes its pictures with the
+VAE after the text encoder, and a plan stops a node at its first use) and the work between them.
+
 Several processes may run at once (a GUI and a headless run, parallel sweeps), so a write is a
 read-merge-write under a file lock (`filelock`, next to the file), and the file is replaced atomically
 (temp file + fsync + rename): a reader never sees half a file and no process loses another's records.
@@ -27,6 +32,13 @@ LOCK_TIMEOUT_S = 10.0
 log = logging.getLogger(__name__)
 
 Entries = dict[str, dict[str, int]]
+NODE_MARK = "node:"
+
+
+def node_shape_key(shape_key: str) -> str:
+    """The shape key a node's whole peak is learned under: its first use's, marked (that use's own figure keeps
+    the plain key)."""
+    return NODE_MARK + shape_key
 
 
 def _read(path: Path) -> Entries:

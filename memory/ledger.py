@@ -57,6 +57,9 @@ class ComponentSpec:
     source: Any = None
     storage: str = ""
     peak_key: str = ""
+    # Bytes before the build where `files` cannot say them (8-bit storage, estimated from the headers by
+    # pipelines): what the plan and budget checks count; the build's exact bytes replace it.
+    planned_bytes: int | None = None
 
     @property
     def learned_key(self) -> str:

@@ -17,7 +17,8 @@ Locked models (inside `use`) are never evicted.
 
 Working memory: `use(handle, working=Working(formula_bytes, shape_key))` reserves the largest peak measured
 earlier for (device kind, node type, model, shape) when one exists, else the formula, and records what this
-use took. Each reservation is reported (`WorkingReserved`: formula or learned).
+use took. Each reservation is reported (`WorkingReserved`: formula or learned). A node's whole peak is learned
+too (beyond its weights, keyed by its first use): a use reserves it when it is larger than the use's own.
 
 Threads: the ledger, placer and scopes belong to the compute thread (the one running nodes). The sampler
 thread calls only `sample`, which reads host/device counters and feeds the lock-guarded peak tracker.
@@ -38,7 +39,7 @@ from memory.config import MemoryConfig, parse_bytes
 from memory.devices import NvmlProbe, read_device, read_host, resolve_device
 from memory.errors import BudgetExceeded, fmt_bytes
 from memory.fit import budget_problem
-from memory.learned import LearnedPeaks
+from memory.learned import LearnedPeaks, node_shape_key
 from memory.ledger import ComponentSpec, Ledger, ModelHandle
 from memory.load_progress import ReportingSource
 from memory.patches import LayerPatch, PatchEvent, PatchState
@@ -145,6 +146,8 @@ class MemoryManager:
         if spec.source is not None:
             spec = dataclasses.replace(spec, source=ReportingSource(spec.source, spec.name, self.telemetry))
             weight_bytes = spec.source.nbytes(spec.dtype)
+        if weight_bytes is None:
+            weight_bytes = spec.planned_bytes
         handle = ModelHandle(spec, weight_bytes)
         self.ledger.handles[spec.key] = handle
         return handle
@@ -163,9 +166,18 @@ class MemoryManager:
         return budget_problem(handles, self.budget, self.device.type, self._placer.can_stream)
 
     def working_estimate(self, handle: ModelHandle, working: Working) -> tuple[int, int | None]:
-        """(bytes to reserve, learned figure or None) for `working` beside `handle` in the current node."""
-        node_type = self._scope.node_type if self._scope is not None else ""
+        """(bytes to reserve, learned figure or None) for `working` beside `handle` in the current node.
+
+        The node's whole learned peak (`memory.learned.node_shape_key`) counts when it is larger: it holds
+        what this use's window misses (the node's other uses and the work between them)."""
+        scope = self._scope
+        node_type = scope.node_type if scope is not None else ""
         learned = self.learned.get(self.device_kind, node_type, handle.spec.learned_key, working.shape_key)
+        if scope is not None:
+            model_key, shape_key = scope.first_use or (handle.spec.learned_key, working.shape_key)
+            whole = self.learned.get(self.device_kind, node_type, model_key, node_shape_key(shape_key))
+            if whole is not None and whole > (learned if learned is not None else working.formula_bytes):
+                learned = whole
         return (learned if learned is not None else working.formula_bytes), learned
 
     @contextmanager
@@ -187,6 +199,8 @@ class MemoryManager:
         learned: int | None = None
         if working is not None:
             working_bytes, learned = self.working_estimate(handle, working)
+            if scope is not None and scope.first_use is None:
+                scope.first_use = (handle.spec.learned_key, working.shape_key)
         weights_before = self.ledger.device_weights()
         window_open = self._meter.open()
         try:
@@ -220,7 +234,10 @@ class MemoryManager:
                 self.ledger.working[slot] = left
             else:
                 self.ledger.working.pop(slot, None)
-            measured = working_from(self._meter.close(window_open), weights_before, weights_after, window)
+            closed = self._meter.close(window_open)
+            measured = working_from(closed, weights_before, weights_after, window)
+            if scope is not None and scope.first_use is not None and scope.first_use_peak is None:
+                scope.first_use_peak = closed.peak
             if working is not None:
                 self._fold_use(handle, working, working_bytes, learned, measured, ok)
             self._report_stream_transfers(handle)
@@ -332,14 +349,33 @@ class MemoryManager:
             node_id, node_type, self._meter, self.ledger.device_weights(), frozenset(next_users)
         )
         self._scope = scope
+        ok = False
         try:
             yield
+            ok = True
         finally:
             self._scope = None
-            for what in scope.reserved:
-                self.ledger.working.pop(what, None)
+            # What the node reserved outside its uses (a KV cache) is planned on its own: not part of its peak.
+            reserved = sum(self.ledger.working.pop(what, 0) for what in scope.reserved)
             measurement = scope.finish(self.ledger.device_weights())
             self.telemetry.emit(NodePeak(node_id, node_type, measurement.peak, measurement.baseline))
+            # The node's whole peak, for the next run and plan, when its first use's window missed it (it came
+            # in a later use or between them); else that use's own figure has it.
+            first_peak = scope.first_use_peak
+            if (
+                ok
+                and scope.first_use is not None
+                and first_peak is not None
+                and measurement.peak > first_peak
+            ):
+                model_key, shape_key = scope.first_use
+                self.learned.record(
+                    self.device_kind,
+                    node_type,
+                    model_key,
+                    node_shape_key(shape_key),
+                    max(0, measurement.working - reserved),
+                )
             if self.policy.unloads_after_use:
                 for handle in list(self.ledger.handles.values()):
                     if not handle.is_locked and handle.key not in scope.next_users:

@@ -115,7 +115,9 @@ class Placer:
         module = h.spec.build()
         h.module = module
         full = module_bytes(module, h.spec.cast_dtype)  # metadata only: shapes and dtypes, no data touched
-        if h.weight_bytes is None:
+        if (
+            h.weight_bytes is None or h.spec.planned_bytes is not None
+        ):  # an estimate: the build's bytes replace it
             h.weight_bytes = full
         if h.spec.source is None:
             self.telemetry.progress(LoadProgress(h.spec.name, h.weight_bytes, h.weight_bytes))

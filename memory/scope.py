@@ -86,6 +86,10 @@ class NodeScope:
         self.next_users = next_users
         self.models: set[str] = set()
         self.reserved: set[str] = set()  # reserve_working names taken during the scope
+        # (model learned key, shape key) of the node's first use with declared working memory: the key its
+        # whole peak is learned under (`memory.learned.node_shape_key`)
+        self.first_use: tuple[str, str] | None = None
+        self.first_use_peak: int | None = None  # the reading's peak within that use's window
         self.weights_start = self.weights_max = weights_now
         self._meter = meter
         self._window = meter.open()

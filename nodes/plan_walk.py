@@ -19,7 +19,8 @@ Walking the graph in run order:
   plan. Only a node's first use is seen: a second text encoder (SDXL, Flux) is counted resident, with no
   working memory of its own.
 A working-memory figure is the learned peak for (device kind, node type, model, shape) when one was measured
-(`memory.learned`), else the formula.
+(`memory.learned`), else the formula; the node's whole learned peak (keyed by its first use) replaces it when
+larger, at the first use and beside each model the node uses after it, as the manager reserves it.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from memory import MemoryManager, ModelHandle, Working
+from memory.learned import node_shape_key
 from nodes.context import Cancelled, CancelToken, NodeContext
 from nodes.executor import model_keys
 from nodes.plan_stand_ins import latent_stand_in
@@ -124,11 +126,24 @@ def _estimate(
     if working is None:
         return UseEstimate(handle.key, handle.spec.name, fixed, "fixed" if fixed else "none")
     learned = memory.learned.get(memory.device_kind, node_type, handle.spec.learned_key, working.shape_key)
+    whole = _node_figure(memory, node_type, handle, working)
+    if whole is not None and whole > (learned if learned is not None else working.formula_bytes):
+        learned = whole  # the manager's rule (`working_estimate`): the node's whole peak when larger
     if learned is not None:
         return UseEstimate(
             handle.key, handle.spec.name, learned, "learned", working.shape_key, working.formula_bytes
         )
     return UseEstimate(handle.key, handle.spec.name, working.formula_bytes, "formula", working.shape_key)
+
+
+def _node_figure(
+    memory: MemoryManager, node_type: str, handle: ModelHandle, working: Working | None
+) -> int | None:
+    """The node's whole learned peak (`memory.learned.node_shape_key`), keyed by its first use."""
+    if working is None:
+        return None
+    shape_key = node_shape_key(working.shape_key)
+    return memory.learned.get(memory.device_kind, node_type, handle.spec.learned_key, shape_key)
 
 
 def _wired_models(memory: MemoryManager, kwargs: dict[str, Any]) -> list[ModelHandle]:
@@ -288,7 +303,15 @@ def _run_captured(
     uses.uses = [_estimate(memory, node_type, h, w, fixed) for h, w, fixed in capture.uses]
     uses.reserved = dict(capture.reserved)
     seen = {u.key for u in uses.uses}
-    for h in _wired_models(memory, kwargs):  # models on its wires it would use after the first
+    # Models on its wires it would use after the first: with the node's whole learned peak beside each, as
+    # the manager reserves it at every use of the node (none known: no working memory counted).
+    first, first_working = capture.uses[0][:2] if capture.uses else (None, None)
+    whole = _node_figure(memory, node_type, first, first_working) if first is not None else None
+    for h in _wired_models(memory, kwargs):
         if h.key not in seen and capture.uses:
-            uses.uses.append(UseEstimate(h.key, h.spec.name, 0, "none"))
+            later = UseEstimate(h.key, h.spec.name, 0, "none")
+            if whole is not None and first_working is not None:
+                shape = node_shape_key(first_working.shape_key)
+                later = UseEstimate(h.key, h.spec.name, whole, "learned", shape)
+            uses.uses.append(later)
     return uses

@@ -1,6 +1,6 @@
 """VAE decode (latents -> IMAGE) and encode (IMAGE -> latents), through the memory manager.
 
-Lives here: `decode`, `encode`, `vae_working_bytes`. May import: torch, diffusers, memory, pipelines.diffusion.values / flux2_latents / working.
+Lives here: `decode`, `encode`, `vae_working_bytes`. May import: torch, diffusers, memory, pipelines.diffusion.values / flux2_latents / working / vae_lean.
 
 IMAGE values follow the ComfyUI convention: float32 (B, H, W, C) in [0, 1] on the CPU. Latents are scaled
 (what the denoiser sees): decode undoes the scaling exactly as the diffusers pipelines do before
@@ -16,6 +16,7 @@ import torch
 
 from memory import MemoryManager, Working
 from pipelines.diffusion.flux2_latents import bn_denormalize, bn_normalize, is_batch_norm_vae
+from pipelines.diffusion.vae_lean import lean_decoder
 from pipelines.diffusion.values import Latents, VaeRef
 from pipelines.diffusion.working import diffusion_working_bytes
 
@@ -106,7 +107,8 @@ def decode(mm: MemoryManager, ref: VaeRef, latents: Latents) -> torch.Tensor:
         if _frames(ref):  # a picture is one frame: (B, C, 1, h, w) in, (B, 3, 1, H, W) out
             image = vae.decode(_unscale(ref, samples, vae).unsqueeze(2), return_dict=False)[0][:, :, 0]
         else:
-            image = vae.decode(_unscale(ref, samples, vae), return_dict=False)[0]
+            with lean_decoder(vae):  # the same picture, fewer full-size activations at once
+                image = vae.decode(_unscale(ref, samples, vae), return_dict=False)[0]
     from diffusers.image_processor import (
         VaeImageProcessor,
     )  # here: `app plan` imports this module, not diffusers

@@ -70,7 +70,9 @@ def vae_activations(
     """The VAE's full-resolution stage over height x width pixels.
 
     Decode: the last up block's first resnet takes the upsampled C_1 channels; its input, GroupNorm and
-    SiLU outputs are alive together (3 x C_1). Encode: conv_in's output, then the first resnet's input,
+    SiLU outputs are alive together (3 x C_1). The lean decode (`vae_lean`: SiLU in place, convs in row
+    bands) holds the input, the GroupNorm output and conv1's C_0 output plus the bands' kernel copies instead:
+    measured at the same 3 x C_1 on the SD-shaped VAE at 256x256 (195 MiB; 248 before it). Encode: conv_in's output, then the first resnet's input,
     GroupNorm, SiLU and conv outputs at C_0 (5 x C_0).
     """
     c0 = block_out_channels[0]

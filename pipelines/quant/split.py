@@ -32,6 +32,17 @@ def module_factory(model_class: type, config_dir: Path) -> Callable[[], torch.nn
     return lambda: model_class(config)
 
 
+def _planned(storage: str, dtype: torch.dtype, files: tuple[Path, ...]) -> int | None:
+    """8-bit storage read from safetensors files: its bytes from their headers (the plan's, before a build)."""
+    if storage not in ("int8", "fp8_e4m3fn", "fp8_e5m2") or not files:
+        return None
+    if not all(Path(f).suffix == ".safetensors" for f in files):
+        return None
+    from pipelines.quant.planned_bytes import stored_header_bytes
+
+    return stored_header_bytes(files, storage, dtype)
+
+
 def register_built(
     mm: MemoryManager,
     *,
@@ -47,6 +58,7 @@ def register_built(
     files: tuple[Path, ...] = (),
     blocks: tuple[str, ...] = (),
     identity_files: tuple[Path, ...] = (),
+    planned_bytes: int | None = None,
 ) -> ModelHandle:
     """Register a component built by `build_from_tensors(make, tensors())` when first used.
 
@@ -55,6 +67,7 @@ def register_built(
 
     `files`: the safetensors files when their tensors are exactly the module's (diffusers names, plain
     storage): then the manager knows the bytes before loading and can stream blocks from disk on CPU.
+    `planned_bytes`: the stored bytes estimated from the headers where `files` is not given (8-bit storage).
     """
 
     def build() -> torch.nn.Module:
@@ -70,6 +83,7 @@ def register_built(
             dtype=dtype,
             blocks=blocks,
             storage=storage,
+            planned_bytes=planned_bytes,
         )
     )
 
@@ -100,4 +114,5 @@ def register_quantized_folder_component(
         storage=storage,
         source=str(root / subfolder),
         blocks=blocks,
+        planned_bytes=_planned(storage, dtype, files),  # the folder's files hold exactly this component
     )

@@ -1,7 +1,7 @@
 """Weight storage formats chosen at load: plain float, fp8 (e4m3fn / e5m2) or per-channel int8.
 
 Lives here (the names in pipelines.quant.formats): `STORAGE_CHOICES`, `split_precision`, `apply_storage`, `upcast_bytes`, `STORAGE_SKIP`.
-May import: stdlib, torch, diffusers.hooks, pipelines.quant.int8.
+May import: stdlib, torch, diffusers.hooks, pipelines.quant.int8 / planned_bytes.
 
 A loader node's `dtype` choice is either a compute dtype ("auto", "float32", ...) or a storage format. With
 a storage format the model computes at the "auto" dtype (float32 on CPU, the family's half type on CUDA),
@@ -18,11 +18,12 @@ import torch
 
 from pipelines.quant.formats import STORAGE_CHOICES
 from pipelines.quant.int8 import apply_int8
+from pipelines.quant.planned_bytes import DEFAULT_SKIP
 
 FP8 = {"fp8_e4m3fn": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}
 assert STORAGE_CHOICES == (*FP8, "int8"), "one list of names: pipelines.quant.formats"
 # diffusers' DEFAULT_SKIP_MODULES_PATTERN: layers that lose the most from 8 bits and weigh the least.
-STORAGE_SKIP: tuple[str, ...] = ("pos_embed", "patch_embed", "norm", "^proj_in$", "^proj_out$")
+STORAGE_SKIP: tuple[str, ...] = DEFAULT_SKIP  # one list, also read by the plan's header estimate
 
 _UPCAST_ATTR = "_nodeloom_upcast_bytes"
 
