@@ -33,6 +33,9 @@ from typing import Any
 
 import torch
 
+from pipelines.diffusion.comfy_layouts.minimax_keys import (
+    transformer_to_diffusers as transformer_to_diffusers,
+)
 from pipelines.diffusion.comfy_layouts.prefix import strip_prefix
 
 # The file names ComfyUI's MiniMax H3 templates load (models/<folder>/<name>); the video templates name the
