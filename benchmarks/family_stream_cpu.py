@@ -85,6 +85,22 @@ BENCHES = {
         "AutoencoderKLQwenImage21",
         "num_layers",
     ),
+    "flux2klein4b": FamilyBench(
+        "tiny-flux2-klein",
+        "flux2-klein-4b",
+        "joint_attention_dim",
+        "Flux2Transformer2DModel",
+        "AutoencoderKLFlux2",
+        "num_single_layers",
+    ),
+    "flux2klein9b": FamilyBench(
+        "tiny-flux2-klein",
+        "flux2-klein-9b",
+        "joint_attention_dim",
+        "Flux2Transformer2DModel",
+        "AutoencoderKLFlux2",
+        "num_single_layers",
+    ),
 }
 
 
@@ -102,10 +118,10 @@ def build_folder(root: Path, name: str, layers: int | None = None) -> tuple[Path
     folder = root / f"{name}-full"
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
-    for part in ("text_encoder", "tokenizer", "scheduler", "model_index.json"):
-        src = tiny / part
-        if src.exists():
-            (shutil.copytree if src.is_dir() else shutil.copy)(src, folder / part)
+    # Everything but the two replaced parts: the tokenizer, or Qwen-Image 2.1's processor, come as the tiny has them.
+    for src in tiny.iterdir():
+        if src.name not in ("transformer", "vae"):
+            (shutil.copytree if src.is_dir() else shutil.copy)(src, folder / src.name)
     released = REPO / "resources/configs" / bench.released
     config = _config(released / "transformer/config.json")
     tiny_config = _config(tiny / "transformer/config.json")
