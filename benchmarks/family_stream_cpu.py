@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -42,7 +43,7 @@ REPO = Path(__file__).resolve().parent.parent
 class FamilyBench:
     demo: str  # the tiny demo whose text encoder, tokenizer and scheduler the folder keeps
     released: str  # resources/configs/<released>: the published transformer and VAE configs
-    text_key: str  # the transformer config's caption width, set to the tiny text encoder's
+    text_key: str | tuple[str, ...]  # the caption width (and any text-side block shape), set to the tiny's
     transformer_class: str
     vae_class: str
     layers_key: str  # for a quick trial with fewer layers (--layers)
@@ -59,6 +60,46 @@ BENCHES = {
         "QwenImageTransformer2DModel",
         "AutoencoderKLQwenImage",
         "num_layers",
+    ),
+    # Krea 2 fuses the stacked text-encoder layers in blocks at the text encoder's own width, so the whole
+    # text side (width, selected layers, heads, MLP) is the tiny's: about 0.3B of the published ~12B.
+    "krea2": FamilyBench(
+        "tiny-krea2",
+        "krea-2",
+        (
+            "text_hidden_dim",
+            "num_text_layers",
+            "text_num_attention_heads",
+            "text_num_key_value_heads",
+            "text_intermediate_size",
+        ),
+        "Krea2Transformer2DModel",
+        "AutoencoderKLQwenImage",
+        "num_layers",
+    ),
+    "qwenimage21": FamilyBench(
+        "tiny-qwenimage21",
+        "qwen-image-2.1",
+        "context_in_dim",
+        "QwenImage21Transformer2DModel",
+        "AutoencoderKLQwenImage21",
+        "num_layers",
+    ),
+    "flux2klein4b": FamilyBench(
+        "tiny-flux2-klein",
+        "flux2-klein-4b",
+        "joint_attention_dim",
+        "Flux2Transformer2DModel",
+        "AutoencoderKLFlux2",
+        "num_single_layers",
+    ),
+    "flux2klein9b": FamilyBench(
+        "tiny-flux2-klein",
+        "flux2-klein-9b",
+        "joint_attention_dim",
+        "Flux2Transformer2DModel",
+        "AutoencoderKLFlux2",
+        "num_single_layers",
     ),
 }
 
@@ -77,13 +118,15 @@ def build_folder(root: Path, name: str, layers: int | None = None) -> tuple[Path
     folder = root / f"{name}-full"
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
-    for part in ("text_encoder", "tokenizer", "scheduler", "model_index.json"):
-        src = tiny / part
-        if src.exists():
-            (shutil.copytree if src.is_dir() else shutil.copy)(src, folder / part)
+    # Everything but the two replaced parts: the tokenizer, or Qwen-Image 2.1's processor, come as the tiny has them.
+    for src in tiny.iterdir():
+        if src.name not in ("transformer", "vae"):
+            (shutil.copytree if src.is_dir() else shutil.copy)(src, folder / src.name)
     released = REPO / "resources/configs" / bench.released
     config = _config(released / "transformer/config.json")
-    config[bench.text_key] = _config(tiny / "transformer/config.json")[bench.text_key]
+    tiny_config = _config(tiny / "transformer/config.json")
+    for key in (bench.text_key,) if isinstance(bench.text_key, str) else bench.text_key:
+        config[key] = tiny_config[key]
     if layers is not None:
         config[bench.layers_key] = layers
     with torch.device("meta"):
@@ -112,6 +155,21 @@ def matmul_flops(n: int = 2048, repeats: int = 3) -> float:
     return 2 * n**3 / best
 
 
+def _stop_on_sigterm() -> None:
+    """`kill PID` (SIGTERM) ends the run like Ctrl-C: the measured child is ended by its pid and the
+    `finally` below deletes the tens of GiB written (a bare SIGTERM would skip it and leave them on disk)."""
+
+    def stop(signum: int, frame: object) -> None:
+        for child in psutil.Process().children(recursive=True):
+            try:
+                child.terminate()
+            except psutil.Error:
+                pass
+        raise SystemExit(f"stopped by signal {signum}")
+
+    signal.signal(signal.SIGTERM, stop)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--family", choices=sorted(BENCHES), required=True)
@@ -120,6 +178,7 @@ def main() -> int:
     p.add_argument("--layers", type=int, default=None, help="fewer layers than published: a quick trial")
     p.add_argument("--root", type=Path, default=None, help="default: a temp dir under the user data dir")
     args = p.parse_args()
+    _stop_on_sigterm()
     from memory import user_data_dir
 
     base = args.root or user_data_dir()
@@ -137,7 +196,7 @@ def main() -> int:
         bandwidth = disk_bandwidth(tfile)
         with tempfile.TemporaryDirectory() as out:
             r = run_once(folder, args.budget, Path(out), args.hz)
-        tokens = (256 // 16) ** 2  # 8x VAE, 2x2 patches
+        tokens = (256 // 16) ** 2  # 8x VAE with 2x2 patches, or Qwen-Image 2.1's 16x VAE with 1x1
         compute = 2 * arch["params"] * tokens / matmul_flops()
         io_floor = r["read_bytes"] / bandwidth
         floor = max(compute, io_floor)

@@ -352,6 +352,9 @@ def write_released_folders(root: Path | None = None) -> list[Path]:
     from pipelines.diffusion.comfy_layouts.minimax_load import write_minimax_released
 
     written.append(write_minimax_released(root))  # MiniMax H3: two VAEs and two schedules
+    from pipelines.diffusion.comfy_layouts.flux2_released import write_flux2_released
+
+    written += write_flux2_released(root)  # FLUX.2 [klein] 4B and 9B
     return written + write_ltx2_released(root)  # LTX-2.0 19B: five diffusers parts and Gemma 3 12B
 
 
