@@ -182,11 +182,12 @@ def block_compute_seconds(heads: int, image_tokens: int, text_tokens: int, repea
     return best
 
 
-def run_once(folder: Path, budget: str, out: Path, hz: float) -> dict[str, float]:
-    """One `app --run` in a fresh niced process; RSS and disk reads sampled from outside."""
+def run_once(folder: Path, budget: str, out: Path, hz: float, cfg: float = 1.0) -> dict[str, float]:
+    """One `app --run` in a fresh niced process; RSS and disk reads sampled from outside. `cfg` is the value
+    that means no guidance (one forward a step): 1 for most families, 0 for Z-Image and Krea 2."""
     report = out / "report.json"
     cmd = [sys.executable, "-m", "app.main", "--run", str(REPO / "resources/workflows/txt2img.json")]
-    cmd += ["--set", f"load.path={folder}", "--set", "sampler.steps=1", "--set", "sampler.cfg=1"]
+    cmd += ["--set", f"load.path={folder}", "--set", "sampler.steps=1", "--set", f"sampler.cfg={cfg:g}"]
     cmd += ["--set", "sampler.scheduler=euler", "--set", "latent.width=256", "--set", "latent.height=256"]
     cmd += ["--device", "cpu", "--offload", "stream", "--ram-budget", budget, "--quiet"]
     cmd += ["--out", str(out), "--report", str(report)]

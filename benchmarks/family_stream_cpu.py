@@ -10,8 +10,8 @@ config shipped in resources/configs/<released>/transformer) and the published VA
 latent has the real size: 256 px = 32x32 latents for an 8x VAE). Only where the text comes in differs from
 the published config: the caption width is the tiny text encoder's (a few thousand of the billions of
 parameters). The weights are written tensor by tensor in bfloat16 into a temp folder under the user data
-dir (never into git) and deleted afterwards; the run is `app --run txt2img.json` with one step, cfg 1 (one
-forward), `--offload stream --ram-budget B`, in a fresh niced process whose RSS is sampled from outside at
+dir (never into git) and deleted afterwards; the run is `app --run txt2img.json` with one step, no guidance (cfg 1, or 0 for
+Z-Image and Krea 2: one forward), `--offload stream --ram-budget B`, in a fresh niced process whose RSS is sampled from outside at
 `--hz` (>= 20). The floor: max(2 x parameters x tokens / the measured bfloat16->float32 matmul rate, bytes
 read / the cold disk bandwidth).
 
@@ -195,7 +195,13 @@ def main() -> int:
         )
         bandwidth = disk_bandwidth(tfile)
         with tempfile.TemporaryDirectory() as out:
-            r = run_once(folder, args.budget, Path(out), args.hz)
+            # One forward a step: cfg 1 is no guidance for most families, 0 where the pipeline guides as
+            # pos + g * (pos - neg) (Z-Image, Krea 2: there cfg 1 runs the negative too, reading the file twice).
+            from pipelines.diffusion.families import FAMILIES
+
+            family = FAMILIES.get(args.family)  # the bench names are the registry's where they share one
+            no_guidance = 1.0 - (family.comfy_cfg_offset if family is not None else 0.0)
+            r = run_once(folder, args.budget, Path(out), args.hz, cfg=no_guidance)
         tokens = (256 // 16) ** 2  # 8x VAE with 2x2 patches, or Qwen-Image 2.1's 16x VAE with 1x1
         compute = 2 * arch["params"] * tokens / matmul_flops()
         io_floor = r["read_bytes"] / bandwidth
