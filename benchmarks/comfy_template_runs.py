@@ -107,6 +107,10 @@ def _cached_fixture(fixture: str, work: Path) -> tuple[Path, Path]:
     ), done / "ComfyUI/models"
 
 
+def _closest(files: list[str], name: str) -> str:
+    return max(files, key=lambda f: difflib.SequenceMatcher(None, f.lower(), name.lower()).ratio())
+
+
 def _link_names(workflow: dict[str, Any], source: Path, models: Path) -> list[str]:
     """Links of the fixture's files under each name the workflow asks for: the fixture's file of that name
     where it has one (in its sub-folder), else the closest-named file of the loader's sub-folder; returns the
@@ -129,8 +133,7 @@ def _link_names(workflow: dict[str, Any], source: Path, models: Path) -> list[st
             if not files:
                 missing.append(f"{loader} {name!r}")
                 continue
-            ratio = lambda f: difflib.SequenceMatcher(None, f.lower(), name.lower()).ratio()  # noqa: E731
-            found, target = source / sub / max(files, key=ratio), models / sub / name
+            found, target = source / sub / _closest(files, name), models / sub / name
         target.parent.mkdir(parents=True, exist_ok=True)
         os.link(found, target)
     return missing
