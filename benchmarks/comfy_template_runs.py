@@ -92,7 +92,7 @@ def _fixture_of(workflow: dict[str, Any]) -> str | None:
 
 def _cached_fixture(fixture: str, work: Path) -> tuple[Path, Path]:
     """The fixture's (demo folder, models folder), written once under `work/fixtures/<id>`."""
-    from pipelines.diffusion.comfy_layouts.template_fixtures import write_fixture
+    from pipelines.diffusion.comfy_layouts.template_fixtures import write_fixture, write_lora
 
     done = work / "fixtures" / fixture
     if not (done / "ok").is_file():
@@ -102,9 +102,15 @@ def _cached_fixture(fixture: str, work: Path) -> tuple[Path, Path]:
         if not done.exists():
             tmp.rename(done)
         (done / "ok").write_text("", encoding="utf-8")
-    return next(
-        p for p in done.iterdir() if p.is_dir() and p.name.startswith("tiny-")
-    ), done / "ComfyUI/models"
+    folder = next(p for p in done.iterdir() if p.is_dir() and p.name.startswith("tiny-"))
+    models = done / "ComfyUI/models"
+    lora = models / "loras" / "lora.safetensors"
+    if not lora.is_file() and fixture != "sdxl":  # a LoRA for the templates' LoRA loaders (not SDXL's UNet)
+        try:
+            write_lora(fixture, folder, lora)
+        except Exception as exc:  # then its templates report "no fixture file for LoadLoRA"
+            print(f"no LoRA fixture for {fixture}: {exc}", file=sys.stderr)
+    return folder, models
 
 
 def _closest(files: list[str], name: str) -> str:

@@ -201,3 +201,27 @@ def write_fixture(fixture: str, work: Path) -> tuple[Path, Path]:
         checkpoint = models / "checkpoints" / "sdxl.safetensors"
         save_sdxl_single_file(pipe.unet, pipe.vae, pipe.text_encoder, pipe.text_encoder_2, checkpoint)
     return folder, models
+
+
+def write_lora(fixture: str, folder: Path, path: Path, *, seed: int = 7, rank: int = 4) -> Path:
+    """A small diffusers/PEFT LoRA (`transformer.<layer>.lora_A/B.weight`, seeded, lora_alpha == rank) of two
+    linear layers of the fixture's first transformer block: what a template's LoRA loader reads here."""
+    import torch
+
+    from pipelines.diffusion.families import FAMILIES
+
+    fam = FAMILIES[_DEMOS[fixture][1]]
+    model = fam.denoiser_class.from_pretrained(str(folder), subfolder=fam.denoiser_subfolder)
+    block = f"{fam.denoiser_blocks[0]}.0."
+    linears = [
+        (n, m) for n, m in model.named_modules() if n.startswith(block) and isinstance(m, torch.nn.Linear)
+    ]
+    gen = torch.Generator().manual_seed(seed)
+    state = {}
+    for name, layer in linears[:2]:
+        state[f"transformer.{name}.lora_A.weight"] = torch.randn(rank, layer.in_features, generator=gen) * 0.2
+        state[f"transformer.{name}.lora_B.weight"] = (
+            torch.randn(layer.out_features, rank, generator=gen) * 0.2
+        )
+    _save(state, path)
+    return path
