@@ -22,6 +22,7 @@ import difflib
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -73,10 +74,12 @@ def runnable_templates() -> dict[str, float]:
 
 def _model_files(workflow: dict[str, Any]) -> list[tuple[str, str]]:
     """(loader type, file name) of each file the imported workflow names."""
-    return [
-        (node["type"], node["params"]["path"])
+    return [  # `path`, and `path_2` of a dual text encoder (FLUX.1's CLIP-L + T5)
+        (node["type"], value)
         for node in workflow["nodes"].values()
-        if node["type"] in _SUBFOLDER and isinstance(node.get("params", {}).get("path"), str)
+        if node["type"] in _SUBFOLDER
+        for key, value in node.get("params", {}).items()
+        if key in ("path", "path_2", "path_3") and isinstance(value, str) and value
     ]
 
 
@@ -258,6 +261,7 @@ def run_one(name: str, work: Path) -> dict[str, Any]:
     if code != 0:
         return {"fixture": fixture, "result": "failed", "detail": f"check: {_first_line(text)}"}
     out = root / "out"
+    shutil.rmtree(out, ignore_errors=True)  # a earlier run's files are not this run's
     code, text = _cli(["--run", str(imported), "--out", str(out), "--quiet", "--device", "cpu", *dirs])
     if code != 0:
         return {"fixture": fixture, "result": "failed", "detail": f"run: {_first_line(text)}"}
