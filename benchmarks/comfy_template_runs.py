@@ -129,7 +129,9 @@ def _link_names(workflow: dict[str, Any], source: Path, models: Path) -> list[st
     names with no fixture file of their kind."""
     missing = []
     by_name = {p.name: p for p in source.rglob("*.safetensors")}
-    for loader, name in _model_files(workflow):
+    # A one-file checkpoint several loaders read (LTX-2's) goes where its checkpoint loader looks: first.
+    first = ("LoadDiffusionModel", "LoadDenoiser")
+    for loader, name in sorted(_model_files(workflow), key=lambda f: f[0] not in first):
         if any((models / sub / name).exists() for sub in set(_SUBFOLDER.values())):
             continue  # a name several loaders ask for (LTX-2's one-file checkpoint) is linked once
         sub = _SUBFOLDER[loader]
