@@ -167,6 +167,7 @@ def _picture(path: Path, size: tuple[int, int] = (64, 48)) -> None:
 
 def _tiny(workflow: dict[str, Any], fixture: str, demo: Path, needs_config: bool) -> dict[str, Any]:
     """The imported workflow at tiny settings: its own size / steps / frames widgets rewritten."""
+    side = 64 if fixture == "ltx2" else 32  # LTX-2's first stage runs at half size, 32 px at least
     for node in workflow["nodes"].values():
         params = node.get("params", {})
         if node["type"] == "FluxKontextImageScale":  # about a megapixel: a plain small scale instead
@@ -176,8 +177,8 @@ def _tiny(workflow: dict[str, Any], fixture: str, demo: Path, needs_config: bool
         for key, value in list(params.items()):
             if isinstance(value, bool) or not isinstance(value, int | float):
                 continue
-            if key in ("width", "height") and value > 32:
-                params[key] = 32
+            if key in ("width", "height") and value > side:
+                params[key] = side
             elif key == "steps" and value > 2:
                 params[key] = 2
             elif key == "megapixels":
