@@ -54,7 +54,9 @@ def _ltx2_names() -> list[str]:
     return sorted(n for n in open_weight_usage(templates_folder()) if "ltx2" in n)
 
 
-@pytest.mark.parametrize("name", ["video_ltx2_5_i2v", "video_ltx2_5_t2v", "video_ltx2_3_t2v"])
+# (The LTX-2.5 templates are reported as a family not run here since session 5: their Gemma 4 text encoder,
+# tests/test_comfy_ltx25_family.py.)
+@pytest.mark.parametrize("name", ["video_ltx2_3_t2v"])
 def test_the_most_used_ltx2_templates_import_and_pass_the_check(registry, name: str) -> None:
     result = _import(name, registry)
     assert result.unsupported == [] and result.families == []
