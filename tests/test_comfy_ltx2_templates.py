@@ -77,7 +77,9 @@ def test_no_ltx2_template_is_blocked_by_a_mapped_node_or_its_family(registry) ->
     assert len(names) >= 10  # video_ltx2_3_i2v, video_ltx2_5_i2v, ... (the package's LTX-2 templates)
     for name in names:
         result = _import(name, registry)
-        assert result.families == [], (name, [f.message for f in result.families])
+        # LTX-2.5's Gemma 4 text encoder is reported since session 5 (tests/test_comfy_ltx25_family.py).
+        other = [f.message for f in result.families if f.family != "ltx2_5"]
+        assert other == [], (name, other)
         left = {u.class_type for u in result.unsupported} & MAPPED
         # SamplerCustomAdvanced stays refused only where a part is one not mapped (DisableNoise with a list,
         # SamplerEulerAncestral: named in the reason).
