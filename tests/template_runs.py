@@ -5,7 +5,8 @@ Lives here: `template_file`, `template_names`, `place_under_template_names`, `pl
 `small_kontext_scale`,
 `write_flux1_files`, `import_template`, `native_graph`,
 `max_diff`. May import: stdlib, numpy, pytest, app.main, benchmarks.comfy_templates, nodes.comfy,
-pipelines.diffusion.comfy_layouts.writer.
+pipelines.diffusion.comfy_layouts.writer,
+pipelines.diffusion.comfy_layouts.template_fixtures (`write_flux1_files` lives there, re-exported).
 
 A template is imported with `app import --models-dir` (so the loaders see the tiny files' headers, as a user's
 ComfyUI models folder would show them), checked with `app check`, and run; the picture it gives is compared
@@ -27,6 +28,7 @@ from PIL import Image
 from app.main import main
 from nodes.comfy.sources import import_comfy_data
 from nodes.registry import default_registry
+from pipelines.diffusion.comfy_layouts.template_fixtures import write_flux1_files  # noqa: F401 (re-exported)
 from pipelines.diffusion.comfy_layouts.writer import COMFY_FILES
 
 SPLIT_LOADERS = ("LoadDenoiser", "LoadTextEncoder", "LoadVAE")
@@ -117,30 +119,6 @@ def small_kontext_scale(workflow: dict[str, Any], width: int, height: int) -> di
             node["type"] = "ImageScale"
             node["params"] = {"width": width, "height": height, "method": "lanczos", "crop": "center"}
     return graph
-
-
-def write_flux1_files(folder: Path, models: Path, names: dict[str, str]) -> None:
-    """The tiny Flux's parts under FLUX.1 templates' file names (`names`: LoadDenoiser / LoadTextEncoder's two
-    / LoadVAE -> name): the transformer and text encoders in diffusers' / transformers' names (no writer of
-    BFL's layout here; the loader reads both), the VAE in its original layout, as `ae.safetensors` is."""
-    from diffusers import DiffusionPipeline
-    from safetensors.torch import save_file
-
-    from pipelines.diffusion.export import VAE_PREFIX, vae_to_original
-
-    pipe = DiffusionPipeline.from_pretrained(str(folder))
-    for sub in ("diffusion_models", "text_encoders", "vae"):
-        (models / sub).mkdir(parents=True, exist_ok=True)
-
-    def save(state: dict[str, Any], path: Path) -> None:
-        save_file({k: v.contiguous() for k, v in state.items()}, str(path))
-
-    save(pipe.transformer.state_dict(), models / "diffusion_models" / names["denoiser"])
-    save(pipe.text_encoder.state_dict(), models / "text_encoders" / names["clip_l"])
-    t5 = {k: v for k, v in pipe.text_encoder_2.state_dict().items() if k != "encoder.embed_tokens.weight"}
-    save(t5, models / "text_encoders" / names["t5"])  # the embedding is stored once, as `shared`
-    vae = vae_to_original(pipe.vae.state_dict(), dict(pipe.vae.config))
-    save({k.removeprefix(VAE_PREFIX): v for k, v in vae.items()}, models / "vae" / names["vae"])
 
 
 def import_template(name: str, models: Path, out: Path) -> dict[str, Any]:

@@ -54,7 +54,9 @@ def _ltx2_names() -> list[str]:
     return sorted(n for n in open_weight_usage(templates_folder()) if "ltx2" in n)
 
 
-@pytest.mark.parametrize("name", ["video_ltx2_5_i2v", "video_ltx2_5_t2v", "video_ltx2_3_t2v"])
+# (The LTX-2.5 templates are reported as a family not run here since session 5: their Gemma 4 text encoder,
+# tests/test_comfy_ltx25_family.py.)
+@pytest.mark.parametrize("name", ["video_ltx2_3_t2v"])
 def test_the_most_used_ltx2_templates_import_and_pass_the_check(registry, name: str) -> None:
     result = _import(name, registry)
     assert result.unsupported == [] and result.families == []
@@ -75,7 +77,9 @@ def test_no_ltx2_template_is_blocked_by_a_mapped_node_or_its_family(registry) ->
     assert len(names) >= 10  # video_ltx2_3_i2v, video_ltx2_5_i2v, ... (the package's LTX-2 templates)
     for name in names:
         result = _import(name, registry)
-        assert result.families == [], (name, [f.message for f in result.families])
+        # LTX-2.5's Gemma 4 text encoder is reported since session 5 (tests/test_comfy_ltx25_family.py).
+        other = [f.message for f in result.families if f.family != "ltx2_5"]
+        assert other == [], (name, other)
         left = {u.class_type for u in result.unsupported} & MAPPED
         # SamplerCustomAdvanced stays refused only where a part is one not mapped (DisableNoise with a list,
         # SamplerEulerAncestral: named in the reason).

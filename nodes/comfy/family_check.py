@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nodes.comfy.graph import ComfyGraph
+from nodes.comfy.ltx25_check import ltx25_findings
 from nodes.comfy.mapping_qwen21 import is_qwen21_graph
 from nodes.comfy.wan_variants import wan_variant_findings
 from pipelines.diffusion.families import FAMILIES
@@ -154,4 +155,5 @@ def family_problems(graph: ComfyGraph) -> list[FamilyProblem]:
                 name = node.inputs[widget]
                 out.append(FamilyProblem(node_id, node.class_type, widget, family, repr(name)))
     out += [FamilyProblem(*finding) for finding in wan_variant_findings(graph)]  # Wan models run elsewhere
+    out += [FamilyProblem(*finding) for finding in ltx25_findings(graph)]  # LTX-2.5's Gemma 4 encoder
     return out
