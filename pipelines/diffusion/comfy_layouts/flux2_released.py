@@ -1,7 +1,7 @@
 """The config folders of FLUX.2 [klein] 4B and 9B at their released sizes (configs only, no tokenizer).
 
 Lives here: `QWEN3_8B`, `write_flux2_released`. May import: stdlib, json, diffusers (through
-`released._diffusers_config`), pipelines.paths, pipelines.diffusion.comfy_layouts.released (Qwen3-4B's size).
+`class_config.diffusers_config`), pipelines.paths, pipelines.diffusion.comfy_layouts.qwen3_config (Qwen3-4B's size).
 
 The transformer sizes are diffusers' `scripts/convert_flux2_to_diffusers.py` (`get_flux2_transformer_config`,
 "klein-4b" and "klein-9b": width 3072 = 24 x 128 with 5 joint + 20 single blocks, width 4096 = 32 x 128 with
@@ -78,7 +78,7 @@ def _klein(heads: int, layers: int, single_layers: int, text: dict[str, Any]) ->
 
 
 def _released() -> dict[str, dict[str, Any]]:
-    from pipelines.diffusion.comfy_layouts.released import QWEN3_4B
+    from pipelines.diffusion.comfy_layouts.qwen3_config import QWEN3_4B
 
     return {
         "flux2-klein-4b": _klein(24, 5, 20, {**QWEN3_4B, "architectures": ["Qwen3ForCausalLM"]}),
@@ -87,15 +87,15 @@ def _released() -> dict[str, dict[str, Any]]:
 
 
 def write_flux2_released(root: Path | None = None) -> list[Path]:
-    from pipelines.diffusion.comfy_layouts.released import _diffusers_config
+    from pipelines.diffusion.comfy_layouts.class_config import diffusers_config
 
     written = []
     for name, parts in _released().items():
         out = (root or RESOURCES_DIR / "configs") / name
         files = {
             "model_index.json": parts["model_index.json"],
-            "transformer/config.json": _diffusers_config("Flux2Transformer2DModel", parts["transformer"]),
-            "vae/config.json": _diffusers_config("AutoencoderKLFlux2", {}),
+            "transformer/config.json": diffusers_config("Flux2Transformer2DModel", parts["transformer"]),
+            "vae/config.json": diffusers_config("AutoencoderKLFlux2", {}),
             "text_encoder/config.json": parts["text_encoder"],
             "scheduler/scheduler_config.json": _KLEIN_SCHEDULER,
         }

@@ -19,25 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from pipelines.diffusion.comfy_layouts.class_config import diffusers_config
+from pipelines.diffusion.comfy_layouts.qwen3_config import QWEN3_4B
 from pipelines.diffusion.families_qwen21 import TURBO_SIGMAS
 from pipelines.paths import RESOURCES_DIR
 
 _FLOW_SCHEDULER = {"_class_name": "FlowMatchEulerDiscreteScheduler", "num_train_timesteps": 1000}
-QWEN3_4B = {  # Qwen/Qwen3-4B (Z-Image-Turbo's text_encoder)
-    "architectures": ["Qwen3Model"],
-    "model_type": "qwen3",
-    "hidden_size": 2560,
-    "intermediate_size": 9728,
-    "num_hidden_layers": 36,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 8,
-    "head_dim": 128,
-    "vocab_size": 151936,
-    "max_position_embeddings": 40960,
-    "rms_norm_eps": 1e-6,
-    "rope_theta": 1000000,
-    "tie_word_embeddings": True,
-}
 QWEN25_VL_7B = {  # Qwen/Qwen2.5-VL-7B-Instruct (Qwen-Image's text_encoder)
     "architectures": ["Qwen2_5_VLForConditionalGeneration"],
     "model_type": "qwen2_5_vl",
