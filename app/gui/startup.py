@@ -40,7 +40,12 @@ class Warmup(QObject):
         if all(name in sys.modules for name in MEMORY_IMPORTS):  # imported already (a second window, tests)
             self.imported = True
             self._thread = threading.current_thread()
-            QTimer.singleShot(100, lambda: self._finish(""))
+            # A child timer, not QTimer.singleShot with a bare lambda: it dies with this object, so a window
+            # closed within the 100 ms never gets a signal from a deleted source (seen once in CI).
+            timer = QTimer(self)
+            timer.setSingleShot(True)
+            timer.timeout.connect(lambda: self._finish(""))
+            timer.start(100)
             return
 
         def work() -> None:
