@@ -50,8 +50,8 @@ def give_llm_loaders(nodes: dict[str, dict[str, Any]], graph: ComfyGraph) -> dic
             llm_of[llm_id] = link[0]
             graph.note(
                 graph.nodes.get(nid),
-                f"runs on Load LLM {llm_id!r} of {source['params']['path']!r}: Nodeloom's LLM loads a GGUF "
-                "file or a transformers folder (set its path to one of the same model)",
+                f"runs on Load LLM {llm_id!r} of {source['params']['path']!r} (the text encoder file read as "
+                "its LLM, one copy in memory for both)",
             )
         data["inputs"]["llm"] = [llm_id, "llm"]
     return llm_of

@@ -81,6 +81,9 @@ def _build(is_distilled: bool) -> Krea2Pipeline:
         vision_start_token_id=ids["<|vision_start|>"],
         vision_end_token_id=ids["<|vision_end|>"],
         image_token_id=ids["<|image_pad|>"],
+        # Qwen3-VL-4B (the released encoder) ties its head to the embedding; Qwen3VLModel has no head, so this
+        # changes no weight, only what the file says to Load LLM (pipelines.llm.comfy_te generates with it).
+        tie_word_embeddings=True,
     )
     torch.manual_seed(0)
     text_encoder = Qwen3VLModel(config).eval()

@@ -66,6 +66,8 @@ class BatchSession:
         self._stack.callback(self.memory.release_working, what)
         try:
             self._model = self._stack.enter_context(self.memory.use(self.llm.handle))
+            if self.llm.wrap is not None:
+                self._model = self.llm.wrap(self._model)
             if getattr(self._model, "compact", False):
                 self.scheduler = BatchScheduler(
                     self._model, slots=self.slots, max_tokens=self.max_tokens, device=self.memory.device

@@ -58,6 +58,9 @@ class LLMModel:
     dtype: torch.dtype  # what the weights and the KV cache compute in on the manager's device
     image_processor: Any = None  # a vision model's (pipelines.llm.vision); None: text only
     vision_config: PretrainedConfig | None = None  # the whole VL config (`config` is its text part)
+    # Puts a causal-LM face on the module `memory.use` yields, per use (a ComfyUI text-encoder file's entry is
+    # the diffusion text encoder's module: pipelines.llm.comfy_te); None: the module is the LM.
+    wrap: Callable[[torch.nn.Module], torch.nn.Module] | None = None
 
     @property
     def takes_images(self) -> bool:
@@ -117,6 +120,11 @@ def open_llm(
     A first-time GGUF conversion holds every tensor in float32 for a moment: that is budgeted as
     working memory for the duration, so it cannot silently push the process past the budget.
     """
+    from pipelines.llm.comfy_te import comfy_te_kind, open_comfy_te_llm
+
+    if Path(path).is_file() and check_weights_format(Path(path), allow_pickle=allow_pickle) == "safetensors":
+        if (kind := comfy_te_kind(Path(path))) is not None:  # ComfyUI's text_encoders/ single files
+            return open_comfy_te_llm(memory, Path(path), kind)
     mode = quantized_mode(memory.device, keep_quantized)
     if (
         mode == "packed"
@@ -309,6 +317,8 @@ def generate_text(
 
     try:
         with memory.use(llm.handle) as model:
+            if llm.wrap is not None:
+                model = llm.wrap(model)
             if vision is not None:
                 from pipelines.llm.vision import VisionPrompt
 
