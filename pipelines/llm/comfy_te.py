@@ -132,10 +132,12 @@ def _qwen_encoder(memory: MemoryManager, path: Path, kind: str) -> tuple[ModelHa
     from pipelines.diffusion.comfy_layouts.text_encoders import TEXT_ENCODER_FAMILIES, load_comfy_text_encoder
 
     families = [f for f in TEXT_ENCODER_FAMILIES[kind] if f not in _NOT_GENERATING_FAMILIES]
-    for family in families:
+    for family in ("auto", *families):  # auto: one pass over every candidate; by family where several fit
         try:
             ref, _ = load_comfy_text_encoder(memory, path, family=family)
         except UnsupportedModelError:
+            continue
+        if ref.family.name in _NOT_GENERATING_FAMILIES:
             continue
         tokenizer = ref.tokenizers[0]
         return ref.handles[0], tokenizer, tokenizer.path / ref.family.text_encoders[0].subfolder, ref.family
