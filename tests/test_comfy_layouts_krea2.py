@@ -7,7 +7,7 @@ against a models folder holding the tiny Turbo under the templates' own file nam
 workflow reading the diffusers folder.
 
 The templates' prompt writer (TextGenerate on the Qwen3-VL file, switched on by their "Refine Prompt?" boolean)
-is switched off here: Nodeloom's LLM loads a GGUF file or a transformers folder, not ComfyUI's text encoder file.
+is switched off here, so the picture compares with the folder's; it runs on in tests/test_comfy_te_llm.py.
 """
 
 from __future__ import annotations
