@@ -75,7 +75,7 @@ def test_text_generate_is_llm_generate_on_a_load_llm_of_the_text_encoder(registr
     assert nodes["string_replace"]["params"] == {"find": "rain", "replace": "snow"}
     notes = [str(n) for n in result.notes]
     assert any("min_p 0.05 is not applied" in n for n in notes), notes
-    assert any("Load LLM 'load_clip_llm'" in n and "GGUF" in n for n in notes), notes
+    assert any("Load LLM 'load_clip_llm'" in n and "read as its LLM" in n for n in notes), notes
     # The LLM's file name came from the ComfyUI file: confined to the models folders like the loader's.
     assert result.workflow["meta"]["comfyui"]["names"]["load_clip_llm"] == {"path": QWEN3}
     problems = [str(p) for p in check_comfy(result, registry, "tg.json")]
