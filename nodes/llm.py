@@ -1,4 +1,4 @@
-"""LLM nodes: load a language model (GGUF or transformers folder) and generate text with it.
+"""LLM nodes: load a language model (GGUF, transformers folder, ComfyUI text-encoder file) and generate text with it.
 
 Lives here: the node types `LoadLLM`, `LLMGenerate` and the `NODES` tuple of their specs. Imports `nodes.declare`,
 `nodes.kinds`, `nodes.spec`, `nodes.types` (as `types`: its TEXT is a wire type, nodes.kinds' a parameter kind),
@@ -44,8 +44,10 @@ class LoadLLM(Node):
     path: str = param(
         PATH,
         "builtin:smollm2",
-        file_filter="LLM (*.gguf)",
-        help="A .gguf file, a transformers model folder (safetensors), or builtin:smollm2. "
+        file_filter="LLM (*.gguf *.safetensors)",
+        help="A .gguf file, a transformers model folder (safetensors), ComfyUI's text-encoder file of a Qwen3 / "
+        "Qwen-VL / Mistral / Gemma 3 LLM (models/text_encoders/, shared with a Load Text Encoder of it), or "
+        "builtin:smollm2. "
         "A GGUF is converted once and cached, so later loads take a few seconds.",
     )
     keep_quantized: str = param(

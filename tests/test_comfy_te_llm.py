@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from pipelines.diffusion.comfy_layouts.variants import VARIANTS, folder_of
-
 _FILE = {"krea2": "qwen3vl_4b_fp8_scaled.safetensors", "flux3": "qwen3vl_4b_int8_convrot.safetensors"}
 
 
 def _config_folder(name: str) -> Path:
+    from pipelines.diffusion.comfy_layouts.variants import VARIANTS, folder_of
+
     (variant,) = [v for v in VARIANTS if v.name == name]
     return folder_of(variant) / "text_encoder"
 
@@ -83,6 +83,7 @@ def test_greedy_tokens_equal_transformers(kind: str, tmp_path: Path, cpu_memory)
     assert len(expected) > 1
 
 
+@pytest.mark.slow  # 0.03 s itself, but ~10 s of imports (transformers, diffusers) when first in a process
 def test_a_file_without_head_and_untied_cannot_generate() -> None:
     from transformers import Qwen3VLConfig
 
