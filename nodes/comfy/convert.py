@@ -26,6 +26,7 @@ from nodes.comfy.graph import ComfyGraph, ComfyNode, ImportNote, LinkRef
 from nodes.comfy.llm_loaders import LLM_OF_KEY, give_llm_loaders, llm_names
 from nodes.comfy.mappers import ALL_MAPPERS
 from nodes.comfy.mapping import PLACEHOLDER_PREFIX, Constant, Emit, MapContext, PassThrough
+from nodes.comfy.preview_constants import PREVIEW_TYPE, give_preview_texts, preview_text
 from nodes.layout import layered_layout
 from nodes.model_names import COMFY_META_KEY, imported_names
 from nodes.registry import NodeRegistry
@@ -88,6 +89,7 @@ class _Converter:
         self.mapped: dict[str, Emit | PassThrough | Constant] = {}
         self.guided: set[str] = set()  # samplers whose cfg came from a Flux guidance value
         self.llm_of: dict[str, str] = {}  # Load LLM nodes added for TextGenerate -> their text encoder
+        self.preview_texts: dict[str, str] = {}  # Show Text id -> the constant its PreviewAny showed
         for node_id, node in graph.nodes.items():
             mapper = ALL_MAPPERS.get(node.class_type)
             if mapper is None:
@@ -144,6 +146,9 @@ class _Converter:
     def _constant(self, node: ComfyNode, emit: Emit, port: str, value: Any, params: dict[str, Any]) -> None:
         """A constant for `port`: a param takes it; a port that is only a wire of ours cannot (ComfyUI lets
         a primitive or a switch feed any input), so it is left unconnected and said."""
+        if emit.type == PREVIEW_TYPE and port == "text":  # a Text node will hold it (preview_constants)
+            self.preview_texts[node.id] = preview_text(value)
+            return
         spec = self.registry.get(emit.type)
         if spec is not None and spec.input(port) is not None and all(p.name != port for p in spec.params):
             shown = repr(value) if len(repr(value)) <= 60 else f"{repr(value)[:57]}..."
@@ -192,6 +197,7 @@ class _Converter:
     def workflow_nodes(self) -> dict[str, dict[str, Any]]:
         nodes = {nid: self.node_json(nid, m) for nid, m in self.mapped.items() if isinstance(m, Emit)}
         self.llm_of = give_llm_loaders(nodes, self.graph)  # TextGenerate's text encoder as a Load LLM
+        give_preview_texts(nodes, self.preview_texts, self.graph)  # a PreviewAny of a constant
         for nid, data in nodes.items():
             family = self._family(nodes, data) if data["type"] in _SAMPLERS else None
             if family in FAMILIES and FAMILIES[family].flow:
