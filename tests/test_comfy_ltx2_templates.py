@@ -75,6 +75,11 @@ def test_ltx2_3_i2v_imports_and_checks_clean_its_preview_showing_the_prompt(regi
         n["params"]["text"] for n in nodes.values() if n["type"] == "TextEncode" and "text" in n["params"]
     ]
     assert shown.startswith("Egyptian royal") and shown in prompts, (shown[:40], [p[:40] for p in prompts])
+    ui = result.workflow["ui"]["nodes"]  # the added Text sits left of its preview in the editor
+    assert (
+        ui[source]["pos"][0] < ui["preview_any"]["pos"][0]
+        and ui[source]["pos"][1] == ui["preview_any"]["pos"][1]
+    )
 
 
 @pytest.mark.slow  # imports every LTX-2 template (~0.6 s)

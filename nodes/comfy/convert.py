@@ -268,6 +268,13 @@ class _Converter:
         return nodes
 
 
+def _beside(graph: ComfyGraph, added: str) -> list[float] | None:
+    """A place left of the node an added one was made for (`<id>_llm`, `<id>_text`), when that has one."""
+    owner = max((nid for nid in graph.nodes if added.startswith(f"{nid}_")), key=len, default=None)
+    pos = graph.nodes[owner].pos if owner is not None else None
+    return [pos[0] - 360.0, pos[1]] if pos is not None else None
+
+
 def _ui_section(graph: ComfyGraph, nodes: dict[str, dict[str, Any]]) -> dict[str, Any]:
     ui_nodes: dict[str, Any] = {}
     placed = None
@@ -277,9 +284,11 @@ def _ui_section(graph: ComfyGraph, nodes: dict[str, dict[str, Any]]) -> dict[str
         placed = layered_layout(list(nodes), sources)
     for node_id in nodes:
         node = graph.nodes.get(node_id)
-        if node is None:  # added by the importer (a TextGenerate's Load LLM): laid out only in API files
+        if node is None:  # added by the importer (a TextGenerate's Load LLM, a preview's Text)
             if placed is not None:
                 ui_nodes[node_id] = {"pos": list(placed[node_id])}
+            elif (pos := _beside(graph, node_id)) is not None:
+                ui_nodes[node_id] = {"pos": pos}
             continue
         entry: dict[str, Any] = {}
         if node.pos is not None:
