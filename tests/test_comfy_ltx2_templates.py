@@ -63,12 +63,23 @@ def test_the_most_used_ltx2_templates_import_and_pass_the_check(registry, name: 
     assert check_comfy(result, registry, name) == []  # no models folder given: names are not checked
 
 
-def test_ltx2_3_i2v_imports_and_only_its_preview_of_a_constant_is_refused(registry) -> None:
-    # Its switch is off: PreviewAny shows a constant, and our Show Text takes a wire (a rule for any family).
+def test_ltx2_3_i2v_imports_and_checks_clean_its_preview_showing_the_prompt(registry) -> None:
+    # Its switch is off: PreviewAny shows a constant, the prompt itself, as ComfyUI shows it in the node.
     result = _import("video_ltx2_3_i2v", registry)
     assert result.unsupported == [] and result.families == []
-    problems = [str(p) for p in check_comfy(result, registry, "video_ltx2_3_i2v")]
-    assert len(problems) == 1 and "node 'preview_any', field 'text'" in problems[0], problems
+    assert check_comfy(result, registry, "video_ltx2_3_i2v") == []
+    nodes = result.workflow["nodes"]
+    source = nodes["preview_any"]["inputs"]["text"][0]
+    shown = nodes[source]["params"]["text"]
+    prompts = [
+        n["params"]["text"] for n in nodes.values() if n["type"] == "TextEncode" and "text" in n["params"]
+    ]
+    assert shown.startswith("Egyptian royal") and shown in prompts, (shown[:40], [p[:40] for p in prompts])
+    ui = result.workflow["ui"]["nodes"]  # the added Text sits left of its preview in the editor
+    assert (
+        ui[source]["pos"][0] < ui["preview_any"]["pos"][0]
+        and ui[source]["pos"][1] == ui["preview_any"]["pos"][1]
+    )
 
 
 @pytest.mark.slow  # imports every LTX-2 template (~0.6 s)

@@ -306,20 +306,26 @@ def test_tiled_decode_and_cfg_norm_are_approximated_and_say_how(registry) -> Non
     assert any("node vae_decode_tiled" in n and "approximated" in n for n in notes), notes
 
 
-def test_a_constant_where_ours_takes_a_wire_is_left_unconnected_and_said(registry) -> None:
-    # ComfyUI lets a switch (or an inlined primitive) feed a constant to any input; our Show Text takes a wire.
+def test_a_preview_of_a_constant_shows_that_text_and_checks_clean(registry) -> None:
+    # ComfyUI lets a switch (or an inlined primitive) feed a constant to any input, and PreviewAny shows it;
+    # our Show Text takes a wire, so a Text node holding the constant is added and wired in.
     graph = {
         "1": {
             "class_type": "ComfySwitchNode",
             "inputs": {"switch": False, "on_false": "hello", "on_true": "bye"},
         },
         "2": {"class_type": "PreviewAny", "inputs": {"source": ["1", 0]}},
+        "3": {"class_type": "PreviewAny", "inputs": {"source": 7}},  # an inlined number: shown as text
     }
     result = _import(graph, registry)
-    assert by_comfy_id(result.workflow)["2"] == {"type": "ShowText", "params": {}, "inputs": {}}
+    nodes = result.workflow["nodes"]
+    shown = {}
+    for nid in ("preview_any", "preview_any_2"):
+        assert nodes[nid]["type"] == "ShowText"
+        source = nodes[nid]["inputs"]["text"]
+        assert nodes[source[0]]["type"] == "Text" and source[1] == "text"
+        shown[nid] = nodes[source[0]]["params"]["text"]
+    assert shown == {"preview_any": "hello", "preview_any_2": "7"}
     notes = [str(n) for n in result.notes]
-    assert any(
-        "node preview_any" in n and "constant 'hello'" in n and "left unconnected" in n for n in notes
-    ), notes
-    problems = [str(p) for p in check_comfy(result, registry, "test.json")]
-    assert any("node 'preview_any', field 'text'" in p and "not connected" in p for p in problems), problems
+    assert any("node preview_any" in n and "previews the constant 'hello'" in n for n in notes), notes
+    assert check_comfy(result, registry, "test.json") == []

@@ -1,13 +1,14 @@
 """ComfyUI's most used LTX-2 template, `video_ltx2_3_i2v`, imported and run here on the tiny `demo:tiny-ltx2`
 fixture (and `video_ltx2_3_t2v`, the same two stages from an empty latent): both stages (8 then 3 hand-given sigmas), the latent upsampler between them, the in-place first frame
-(strength 0.7, then 1), the separate audio latent and its decode, CreateVideo and SaveVideo.
+(strength 0.7, then 1), the separate audio latent and its decode, CreateVideo and SaveVideo, the distilled
+LoRA (a tiny one in ComfyUI's LTX-2 names, under the template's file name, at the template's strength 0.5)
+and the image-to-video template's preview of its prompt (Show Text of the constant).
 
 Two runs: one with the imported graph's loaders replaced by one Load Diffusion Model of the tiny folder, and one
 from ComfyUI's own files, the tiny model written under the template's file names (the one-file LTX-2 checkpoint,
 the Gemma 3 file, a tiny latent upsampler in the format ComfyUI reads, its config in the file's metadata) and
-found with `--models-dir`, as a ComfyUI user's models folder. LTX-2 LoRAs are not read here: both runs bypass the
-template's two LoRA loaders, and the LLM prompt enhancer (off in the image-to-video template, on in the
-text-to-video one): the prompt is the enhancer's input text."""
+found with `--models-dir`, as a ComfyUI user's models folder. Both runs bypass the LLM prompt enhancer (off in
+the image-to-video template, on in the text-to-video one): the prompt is the enhancer's input text."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from benchmarks.comfy_templates import templates_folder  # noqa: E402
 pytestmark = pytest.mark.slow  # builds and runs the tiny model twice (two stages)
 
 UPSAMPLER = "ltx-2.3-spatial-upscaler-x2-1.1.safetensors"  # the template's LatentUpscaleModelLoader file
+LORA = "ltx_2.3_22b_distilled_1.1_lora_dynamic_fro09_avg_rank_111_bf16.safetensors"  # its LoraLoaderModelOnly file
 # Stage 1 at 64x32 (the template: half of 1280x720), upsampled 2x for stage 2; 9 frames = 1 + 2x4 for the tiny
 # 4x-in-time VAE (the template: 5 s x 25 fps + 1).
 WIDTH, HEIGHT, FRAMES = 64, 32, 9
@@ -62,10 +64,13 @@ def _rewire(nodes: dict, old: str, output: str, new: list[str]) -> None:
 def _bypass_prompt_enhancer(nodes: dict) -> None:
     """A prompt wired from the LLM prompt enhancer (TextGenerateLTX2Prompt, on in the text-to-video template) takes
     the enhancer's own input text: the LLM (the Gemma file as an LLM) is not run by these tests."""
-    for data in nodes.values():
+    for nid, data in list(nodes.items()):
         for port, link in list(data["inputs"].items()):
             source = nodes.get(link[0]) if isinstance(link, list) else None
             if source is not None and source["type"] == "LLMGenerate":
+                if data["type"] == "ShowText":  # the preview of the enhancer's output
+                    del nodes[nid]
+                    break
                 data["params"][port] = source["params"]["prompt"]
                 del data["inputs"][port]
 
@@ -77,20 +82,19 @@ def _runnable(workflow: dict, folder: Path, models: Path) -> dict:
     _bypass_prompt_enhancer(nodes)
     for nid, data in list(nodes.items()):
         kind = data["type"]
-        if kind == "LoadLoRA":  # bypassed: the model (and text encoder) under it
-            for output in ("denoiser", "text_encoder"):
-                if output in data["inputs"]:
-                    _rewire(nodes, nid, output, data["inputs"][output])
-        elif kind == "LoadTextEncoder":
+        if kind == "LoadLoRA":  # the same LoRA file, on the folder's transformer
+            data["params"]["path"] = str(models / "loras" / LORA)
+            continue
+        if kind == "LoadTextEncoder":
             _rewire(nodes, nid, "text_encoder", [ckpt, "text_encoder"])
         elif kind == "LoadVAE":  # the audio VAE: the folder's VAE carries it
             _rewire(nodes, nid, "vae", [ckpt, "vae"])
-        elif kind not in ("LLMGenerate", "LoadLLM", "ShowText"):  # the prompt generator: switched off
+        elif kind not in ("LLMGenerate", "LoadLLM"):  # the prompt generator: switched off
             continue
         del nodes[nid]
     for data in nodes.values():
         if data["type"] == "LoadLatentUpsampler":
-            data["params"]["path"] = str(models / UPSAMPLER)
+            data["params"]["path"] = str(models / "latent_upscale_models" / UPSAMPLER)
     _tiny_sizes(nodes)
     return workflow
 
@@ -106,16 +110,12 @@ def _template(name: str) -> dict:
 
 
 def _from_files(workflow: dict) -> dict:
-    """The template as imported, its file names kept: only the LoRAs bypassed and the sizes made tiny."""
+    """The template as imported, its file names kept: only the prompt enhancer bypassed and the sizes made
+    tiny."""
     nodes = workflow["nodes"]
     _bypass_prompt_enhancer(nodes)
     for nid, data in list(nodes.items()):
-        if data["type"] == "LoadLoRA":
-            for output in ("denoiser", "text_encoder"):
-                if output in data["inputs"]:
-                    _rewire(nodes, nid, output, data["inputs"][output])
-            del nodes[nid]
-        elif data["type"] in ("LLMGenerate", "LoadLLM", "ShowText"):  # the prompt generator: switched off
+        if data["type"] in ("LLMGenerate", "LoadLLM"):  # the prompt generator: switched off
             del nodes[nid]
     _tiny_sizes(nodes)
     return workflow
@@ -139,6 +139,7 @@ def _tiny_sizes(nodes: dict) -> None:
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """(the tiny diffusers folder, a ComfyUI models folder holding it under the templates' file names)."""
     from pipelines.diffusion.comfy_layouts.ltx2_writer import write_ltx2_files
+    from pipelines.diffusion.comfy_layouts.template_fixtures import write_lora
     from pipelines.diffusion.demo_models import save_demo_model
 
     root = tmp_path_factory.mktemp("ltx2-files")
@@ -146,6 +147,8 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     models = write_ltx2_files(folder, root / "models")
     (models / "latent_upscale_models").mkdir()
     _save_upsampler(folder, models / "latent_upscale_models" / UPSAMPLER)
+    (models / "loras").mkdir()
+    write_lora("ltx2", folder, models / "loras" / LORA)  # ComfyUI's LTX-2 names (diffusion_model.*)
     return folder, models
 
 
@@ -173,7 +176,7 @@ def folder_runs(tiny: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactor
 
     def run(name: str) -> tuple[Path, list[np.ndarray], np.ndarray]:
         if name not in done:
-            workflow = _runnable(_template(name), folder, models / "latent_upscale_models")
+            workflow = _runnable(_template(name), folder, models)
             done[name] = _run(workflow, tmp_path_factory.mktemp("folder-run") / "out")
         return done[name]
 

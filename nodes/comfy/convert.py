@@ -26,6 +26,7 @@ from nodes.comfy.graph import ComfyGraph, ComfyNode, ImportNote, LinkRef
 from nodes.comfy.llm_loaders import LLM_OF_KEY, give_llm_loaders, llm_names
 from nodes.comfy.mappers import ALL_MAPPERS
 from nodes.comfy.mapping import PLACEHOLDER_PREFIX, Constant, Emit, MapContext, PassThrough
+from nodes.comfy.preview_constants import PREVIEW_TYPE, give_preview_texts, preview_text
 from nodes.layout import layered_layout
 from nodes.model_names import COMFY_META_KEY, imported_names
 from nodes.registry import NodeRegistry
@@ -88,6 +89,7 @@ class _Converter:
         self.mapped: dict[str, Emit | PassThrough | Constant] = {}
         self.guided: set[str] = set()  # samplers whose cfg came from a Flux guidance value
         self.llm_of: dict[str, str] = {}  # Load LLM nodes added for TextGenerate -> their text encoder
+        self.preview_texts: dict[str, str] = {}  # Show Text id -> the constant its PreviewAny showed
         for node_id, node in graph.nodes.items():
             mapper = ALL_MAPPERS.get(node.class_type)
             if mapper is None:
@@ -144,6 +146,9 @@ class _Converter:
     def _constant(self, node: ComfyNode, emit: Emit, port: str, value: Any, params: dict[str, Any]) -> None:
         """A constant for `port`: a param takes it; a port that is only a wire of ours cannot (ComfyUI lets
         a primitive or a switch feed any input), so it is left unconnected and said."""
+        if emit.type == PREVIEW_TYPE and port == "text":  # a Text node will hold it (preview_constants)
+            self.preview_texts[node.id] = preview_text(value)
+            return
         spec = self.registry.get(emit.type)
         if spec is not None and spec.input(port) is not None and all(p.name != port for p in spec.params):
             shown = repr(value) if len(repr(value)) <= 60 else f"{repr(value)[:57]}..."
@@ -192,6 +197,7 @@ class _Converter:
     def workflow_nodes(self) -> dict[str, dict[str, Any]]:
         nodes = {nid: self.node_json(nid, m) for nid, m in self.mapped.items() if isinstance(m, Emit)}
         self.llm_of = give_llm_loaders(nodes, self.graph)  # TextGenerate's text encoder as a Load LLM
+        give_preview_texts(nodes, self.preview_texts, self.graph)  # a PreviewAny of a constant
         for nid, data in nodes.items():
             family = self._family(nodes, data) if data["type"] in _SAMPLERS else None
             if family in FAMILIES and FAMILIES[family].flow:
@@ -262,6 +268,13 @@ class _Converter:
         return nodes
 
 
+def _beside(graph: ComfyGraph, added: str) -> list[float] | None:
+    """A place left of the node an added one was made for (`<id>_llm`, `<id>_text`), when that has one."""
+    owner = max((nid for nid in graph.nodes if added.startswith(f"{nid}_")), key=len, default=None)
+    pos = graph.nodes[owner].pos if owner is not None else None
+    return [pos[0] - 360.0, pos[1]] if pos is not None else None
+
+
 def _ui_section(graph: ComfyGraph, nodes: dict[str, dict[str, Any]]) -> dict[str, Any]:
     ui_nodes: dict[str, Any] = {}
     placed = None
@@ -271,9 +284,11 @@ def _ui_section(graph: ComfyGraph, nodes: dict[str, dict[str, Any]]) -> dict[str
         placed = layered_layout(list(nodes), sources)
     for node_id in nodes:
         node = graph.nodes.get(node_id)
-        if node is None:  # added by the importer (a TextGenerate's Load LLM): laid out only in API files
+        if node is None:  # added by the importer (a TextGenerate's Load LLM, a preview's Text)
             if placed is not None:
                 ui_nodes[node_id] = {"pos": list(placed[node_id])}
+            elif (pos := _beside(graph, node_id)) is not None:
+                ui_nodes[node_id] = {"pos": pos}
             continue
         entry: dict[str, Any] = {}
         if node.pos is not None:

@@ -72,6 +72,7 @@ LTX2 = Family(
     denoiser_call="ltx2",
     class_marker="LTX2",
     name_markers=("ltx-2", "ltx2", "ltx_2"),  # ComfyUI's files: ltx-2.3-22b-dev-fp8, ltx-2.5-video-vae-bf16
+    lora_layout="ltx2",  # ComfyUI's LTX-2 LoRAs name the checkpoint's layers (pipelines.diffusion.lora_ltx2)
 )
 
 # MiniMax H3 (video with stereo sound, modular only in diffusers: `MiniMaxH3ModularPipeline`): Qwen3-VL read at

@@ -1,8 +1,8 @@
-"""Reading LoRA files: kohya/A1111, diffusers/PEFT, LyCORIS LoCon and LoHa, and the Flux/SD3 layouts.
+"""Reading LoRA files: kohya/A1111, diffusers/PEFT, LyCORIS LoCon and LoHa, and the Flux/SD3/LTX-2 layouts.
 
 Lives here: `LayerWeights`, `LoraFile`, `read_lora`, `LORA_TARGETS`.
 May import: stdlib, torch, safetensors, diffusers (its LoRA conversion utilities), pipelines.diffusion.families,
-pipelines.weight_format.
+pipelines.diffusion.lora_ltx2 (ComfyUI's LTX-2 names), pipelines.weight_format.
 
 The file's format is decided by its content, through the gate every loader passes (`check_weights_format`):
 safetensors, or a pickle only when the user allowed pickles.
@@ -133,6 +133,8 @@ def read_lora(
     layout = FAMILIES[family].lora_layout if family in FAMILIES else "standard"
     if layout == "flux":
         return _read_flux(path, state_dict, kohya)
+    if layout == "ltx2":
+        return _read_ltx2(path, state_dict)
     if layout == "sd3" and not kohya:
         from diffusers.loaders.lora_pipeline import SD3LoraLoaderMixin
 
@@ -157,6 +159,17 @@ def _read_flux(path: Path, state_dict: dict[str, torch.Tensor], kohya: bool) -> 
         return _read_peft(path, state_dict, "peft")
     converted, alphas = FluxLoraLoaderMixin.lora_state_dict(dict(state_dict), return_alphas=True)
     return _read_peft(path, {**converted, **(alphas or {})}, "flux")
+
+
+def _read_ltx2(path: Path, state_dict: dict[str, torch.Tensor]) -> LoraFile:
+    from pipelines.diffusion.lora_ltx2 import is_comfy_ltx2_lora, ltx2_lora_state
+
+    if not is_comfy_ltx2_lora(state_dict):  # a diffusers/PEFT LTX-2 LoRA (`transformer.*`)
+        return _read_peft(path, state_dict, "peft")
+    converted, unread = ltx2_lora_state(state_dict)
+    out = _read_peft(path, converted, "comfy-ltx2")
+    out.unread.extend(unread)
+    return out
 
 
 def _peft_module(key: str, target: str) -> tuple[str, str] | None:

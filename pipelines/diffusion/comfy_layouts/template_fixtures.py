@@ -223,5 +223,9 @@ def write_lora(fixture: str, folder: Path, path: Path, *, seed: int = 7, rank: i
         state[f"transformer.{name}.lora_B.weight"] = (
             torch.randn(layer.out_features, rank, generator=gen) * 0.2
         )
+    if fam.name == "ltx2":  # ComfyUI's LTX-2 LoRAs name the checkpoint's layers (diffusion_model.*)
+        from pipelines.diffusion.lora_ltx2 import ltx2_lora_to_comfy
+
+        state = ltx2_lora_to_comfy(state)
     _save(state, path)
     return path
