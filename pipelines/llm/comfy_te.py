@@ -199,12 +199,12 @@ def _end_ids(tokenizer: Any, config: PretrainedConfig) -> tuple[int, ...]:
     return tuple(ids)
 
 
-def open_comfy_te_llm(memory: MemoryManager, path: Path, kind: str) -> Any:
-    """The `LLMModel` of a ComfyUI text-encoder file (`kind` from `comfy_te_kind`), its weights the ledger entry
-    the diffusion text-encoder loader uses for the same file."""
+def open_comfy_te_llm(memory: MemoryManager, path: Path, kind: str) -> dict[str, Any]:
+    """The fields of the `LLMModel` of a ComfyUI text-encoder file (`kind` from `comfy_te_kind`), its weights the
+    ledger entry the diffusion text-encoder loader uses for the same file. `open_llm` builds the `LLMModel`
+    (returning fields keeps this module from importing `pipelines.llm.runtime`, which imports it)."""
     from pipelines.diffusion.comfy_layouts.common import file_keys
     from pipelines.llm.hf_loader import LLMFiles
-    from pipelines.llm.runtime import LLMModel
 
     path = Path(path)
     if kind == "gemma3":
@@ -227,4 +227,12 @@ def open_comfy_te_llm(memory: MemoryManager, path: Path, kind: str) -> Any:
     def wrap(module: torch.nn.Module) -> torch.nn.Module:
         return TextEncoderLM(module, text, head, path.name)
 
-    return LLMModel(files, handle, tokenizer, text, _end_ids(tokenizer, config), dtype, wrap=wrap)
+    return dict(
+        files=files,
+        handle=handle,
+        tokenizer=tokenizer,
+        config=text,
+        eos_ids=_end_ids(tokenizer, config),
+        dtype=dtype,
+        wrap=wrap,
+    )

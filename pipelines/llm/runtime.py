@@ -124,7 +124,7 @@ def open_llm(
 
     if Path(path).is_file() and check_weights_format(Path(path), allow_pickle=allow_pickle) == "safetensors":
         if (kind := comfy_te_kind(Path(path))) is not None:  # ComfyUI's text_encoders/ single files
-            return open_comfy_te_llm(memory, Path(path), kind)
+            return LLMModel(**open_comfy_te_llm(memory, Path(path), kind))
     mode = quantized_mode(memory.device, keep_quantized)
     if (
         mode == "packed"
