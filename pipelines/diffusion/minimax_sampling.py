@@ -11,7 +11,8 @@ there is no unconditional pass, `cfg` and the negative prompt are not used (as t
 Two `MiniMaxH3Scheduler`s step the video and audio rows (the folder's `scheduler` and `audio_scheduler`,
 shift 12 and 3, or MiniMax H3 Sigma Shift's); `steps` counts model calls, as everywhere in Nodeloom and in
 ComfyUI: the pipeline's `num_inference_steps` counts the sigma grid's points including the terminal 0, i.e.
-`steps + 1`. The schedule is always the model's (a Sampler's `sigma_schedule` is not read here). Noise is
+`steps + 1`. The schedule is the model's (a Sampler's `sigma_schedule` is not read here; ComfyUI's other
+k_* samplers run in `minimax_k_sampling` over ComfyUI's flow sigmas and that schedule). Noise is
 drawn from one CPU generator seeded with `seed` in the pipeline's order: one draw per keyframe anchor (noised
 to t = 0.999), then the video latent, then the audio rows. Anchors are never stepped.
 """
