@@ -44,9 +44,9 @@ _SUBFOLDER = {
     "LoadUpscaleModel": "upscale_models",
     "LoadControlNet": "controlnet",
 }
-# Frames per fixture family: the shortest video it makes (Wan 4k+1, LTX-2 8k+1, MiniMax H3 5 s at 24 fps
-# rounded up to 17n + 5 frames).
-_FRAMES = {"wan": 5, "ltx2": 9, "minimax": 124}
+# Frames per fixture family: the shortest video it makes (Wan 4k+1, LTX-2 8k+1, MiniMax H3 17n + 5: 5 frames,
+# as ComfyUI's nodes take them).
+_FRAMES = {"wan": 5, "ltx2": 9, "minimax": 5}
 _FRAME_KEYS = ("length", "frames", "num_frames", "video_frames")
 
 

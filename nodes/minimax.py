@@ -9,7 +9,8 @@ function, so listing node types stays light.
 MiniMax H3 shows its keyframes to the text encoder (each labelled `<Picture i>` before the prompt) and packs
 them into the sequence as anchors, so one node makes both the conditioning and the latent, as ComfyUI's does
 (clip, vae, first_frame, last_frame, prompt, width, height, length -> positive, latent). Without pictures
-it is text to video. Frames are snapped up to the VAE's 17n + 5 and must make 5 to 15 s at 24 fps.
+it is text to video. Frames are snapped up to the VAE's 17n + 5 (1 to 3600, as ComfyUI's node; the model was
+trained on 5 to 15 s at 24 fps, 124 to 362 frames).
 MiniMax H3 Sigma Shift sets the two schedules' shifts (ComfyUI's node of that name; the folder's are 12 and
 3); VAE Decode Audio is the sound track half of VAE Decode Video (ComfyUI's templates decode the frames with
 VAE Decode and the sound with it, then Create Video).
@@ -50,7 +51,12 @@ class MiniMaxH3ImageToVideo(Node):
     width: int = param(INT, 1344, min=16, max=8192, step=16, help="pixels", comfy="width")
     height: int = param(INT, 768, min=16, max=8192, step=16, help="pixels", comfy="height")
     frames: int = param(
-        INT, 124, min=1, max=4096, help="17n + 5, 5 to 15 s at 24 fps (rounded up)", comfy="length"
+        INT,
+        124,
+        min=1,
+        max=3600,
+        help="rounded up to 17n + 5 at 24 fps (trained on 124 to 362: 5 to 15 s)",
+        comfy="length",
     )
 
     def run(self, ctx: NodeContext) -> dict[str, Any]:

@@ -80,7 +80,7 @@ def _declared_widgets(emit: Emit, node: ComfyNode, registry: NodeRegistry) -> Em
 
 
 # Flow families whose own loop takes (or refuses, with its own message) ComfyUI's k-samplers: the video ones.
-_OWN_K_CHECKS = ("wan", "ltx2")
+_OWN_K_CHECKS = ("wan", "ltx2", "minimax")
 
 
 class _Converter:
@@ -203,7 +203,8 @@ class _Converter:
             if family in FAMILIES and FAMILIES[family].flow:
                 # Flow models run their own flow-matching Euler loop here (k_euler maps onto it).
                 scheduler, schedule = data["params"].get("scheduler"), data["params"].get("sigma_schedule")
-                wan_k = family == "wan" and str(scheduler).removeprefix("k_") in FLOW_K_SAMPLERS
+                # Wan and MiniMax H3 run ComfyUI's flow samplers too (their own k loops).
+                wan_k = family in ("wan", "minimax") and str(scheduler).removeprefix("k_") in FLOW_K_SAMPLERS
                 own_loop = FAMILIES[family].denoiser_call in _OWN_K_CHECKS
                 if scheduler != "k_euler" and own_loop and not wan_k:  # Wan runs ComfyUI's flow samplers too
                     self.graph.note(
@@ -224,7 +225,7 @@ class _Converter:
                         f"approximated: {scheduler!r} runs as flow-matching Euler here (k_euler); Nodeloom's "
                         f"other k-samplers run DDPM-trained models, {family} is a flow-matching one",
                     )
-                elif schedule not in ("simple", "normal", None):
+                elif schedule not in ("simple", "normal", None) and not wan_k:
                     self.graph.note(
                         self.graph.nodes[nid],
                         f"{family} uses the model's own shifted sigmas here, not the {schedule!r} schedule",

@@ -105,5 +105,5 @@ MINIMAX = Family(
     prompt_encoder="minimax",
     denoiser_call="minimax",
     class_marker="MiniMaxH3",
-    name_markers=("minimax_h3", "minimax-h3"),
+    name_markers=("minimax_h3", "minimax-h3", "fasth3"),  # FastVideo's FastH3: distilled H3
 )

@@ -22,9 +22,13 @@ from typing import Any
 import numpy as np
 import torch
 
-# MiniMax H3 generates at a fixed 24 fps, 5 to 15 seconds (MiniMaxH3ModularPipeline's properties).
+# MiniMax H3 generates at a fixed 24 fps. Any 17n + 5 frames decode (5, 22, 39, 56, ...: the video VAE's
+# chunks), and ComfyUI's nodes take a length of 5 to 3600 frames (shorter ones snapped up to 5). The 5 to 15 s
+# (124 to 362 frames) of MiniMaxH3ModularPipeline's min/max_duration is the range the model was trained on
+# ("trained range is ~124-362, longer is untested", ComfyUI's tooltip), a policy of that pipeline, not a limit
+# of the VAE or the transformer: Nodeloom takes what ComfyUI takes.
 MINIMAX_H3_FPS = 24
-MIN_SECONDS, MAX_SECONDS = 5.0, 15.0
+MAX_FRAMES = 3600  # ComfyUI's `length` maximum (MiniMaxH3ImageToVideo, EmptyMiniMaxH3LatentAV)
 # The audio VAE's latent rate (40 a second) and the stereo channels packed channel-major.
 MINIMAX_H3_AUDIO_LATENTS_PER_SECOND = 40
 MINIMAX_H3_AUDIO_CHANNELS = 2

@@ -1,7 +1,8 @@
 """The MiniMax H3 denoising loop (video and its stereo sound track in one packed sequence), written out like
 diffusers' `MiniMaxH3CoreDenoiseStep` / `MiniMaxH3FL2VACoreDenoiseStep`.
 
-Lives here: `sample_minimax`, `minimax_working`, `AUDIO_SCHEDULER_KEY`. May import: stdlib, torch, diffusers,
+Lives here: `sample_minimax`, `minimax_working`, `AUDIO_SCHEDULER_KEY`, `PackedStart`, `packed_start`,
+`unpack_result`, `check_request`. May import: stdlib, torch, diffusers,
 memory, pipelines.steps, pipelines.diffusion.*.
 
 What differs from the other video loops: one transformer call per step serves text, keyframe anchors, audio
@@ -10,12 +11,15 @@ there is no unconditional pass, `cfg` and the negative prompt are not used (as t
 Two `MiniMaxH3Scheduler`s step the video and audio rows (the folder's `scheduler` and `audio_scheduler`,
 shift 12 and 3, or MiniMax H3 Sigma Shift's); `steps` counts model calls, as everywhere in Nodeloom and in
 ComfyUI: the pipeline's `num_inference_steps` counts the sigma grid's points including the terminal 0, i.e.
-`steps + 1`. The schedule is always the model's (a Sampler's `sigma_schedule` is not read here). Noise is
+`steps + 1`. The schedule is the model's (a Sampler's `sigma_schedule` is not read here; ComfyUI's other
+k_* samplers run in `minimax_k_sampling` over ComfyUI's flow sigmas and that schedule). Noise is
 drawn from one CPU generator seeded with `seed` in the pipeline's order: one draw per keyframe anchor (noised
 to t = 0.999), then the video latent, then the audio rows. Anchors are never stepped.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 from diffusers import MiniMaxH3Scheduler
@@ -27,12 +31,14 @@ from pipelines.diffusion.minimax_layout import (
     KEYFRAME_NOISE_AUG,
     MINIMAX_H3_AUDIO_CHANNELS,
     TEXT_TAG,
+    PackedLayout,
     build_packed_sequence,
     patchify_video_latents,
     row_timesteps,
     unpatchify_video_rows,
 )
 from pipelines.diffusion.sampling import SamplerSettings
+from pipelines.diffusion.schedulers import K_PREFIX
 from pipelines.diffusion.values import Conditioning, DenoiserRef, Latents
 from pipelines.steps import OnStep, Step
 
@@ -62,11 +68,19 @@ def minimax_working(denoiser: DenoiserRef, tokens: int) -> Working:
 def _check(
     denoiser: DenoiserRef, positive: Conditioning, latents: Latents, settings: SamplerSettings
 ) -> None:
-    title = denoiser.family.title
     if settings.scheduler not in _SCHEDULERS:
         raise ValueError(
-            f"{title} runs with its own rectified-flow Euler (scheduler default or euler), not {settings.scheduler!r}"
+            f"{denoiser.family.title} runs with its own rectified-flow Euler (scheduler default or euler) or "
+            f"ComfyUI's flow samplers (k_res_multistep, ...), not {settings.scheduler!r}"
         )
+    check_request(denoiser, positive, latents, settings)
+
+
+def check_request(
+    denoiser: DenoiserRef, positive: Conditioning, latents: Latents, settings: SamplerSettings
+) -> None:
+    """What every MiniMax H3 loop refuses: the steps, denoise, caches, the latent and the prompt's shape."""
+    title = denoiser.family.title
     if settings.steps < 1:
         raise ValueError(f"field 'steps': at least 1, got {settings.steps}")
     if settings.denoise < 1.0:
@@ -93,6 +107,91 @@ def _check(
         )
 
 
+@dataclass(frozen=True)
+class PackedStart:
+    """The packed sequence a MiniMax H3 loop starts from: the layout, the video rows (keyframe anchors first,
+    `kept` of them, never stepped) and the audio rows, noised, with the transformer's fixed inputs."""
+
+    layout: PackedLayout
+    x: torch.Tensor  # (anchor rows + F x h x w, C x patch) float32
+    audio: torch.Tensor  # (2 x audio latents, audio C) float32
+    kept: int
+    fields: dict[str, torch.Tensor]
+    text: torch.Tensor
+    tokens: int
+    patch: tuple[int, int, int]
+
+
+def packed_start(
+    mm: MemoryManager, denoiser: DenoiserRef, positive: Conditioning, latents: Latents, seed: int
+) -> PackedStart:
+    """The layout and the noise of one request: anchors noised to t = 0.999, then pure-noise video and audio
+    rows, all drawn from one CPU generator seeded with `seed` in the pipeline's order."""
+    assert latents.audio is not None
+    device = torch.device(mm.device)
+    config = denoiser.config
+    patch = tuple(int(p) for p in config.get("patch_size", (1, 2, 2)))
+    patch3 = (patch[0], patch[1], patch[2])
+    _, _, frames, height, width = latents.samples.shape
+    _, audio_channels, audio_latents = latents.audio.shape
+    generator = torch.Generator("cpu").manual_seed(seed)
+    scheduler = MiniMaxH3Scheduler.from_config(
+        {k: v for k, v in denoiser.scheduler_config.items() if k != AUDIO_SCHEDULER_KEY}
+    )
+
+    # The packed layout: [text | keyframe anchors | target audio | target video]
+    tags = positive.token_tags
+    if tags is None:
+        tags = torch.full((positive.embeds.shape[1],), TEXT_TAG, dtype=torch.long)
+    anchors = tuple(anchor for anchor, _ in latents.keyframes)
+    layout = build_packed_sequence(tags, frames, height, width, audio_latents, patch3, anchors)
+
+    # Anchor noise first, then the video latent, then the audio rows (float32)
+    anchor_rows = []
+    for _, condition in latents.keyframes:
+        noise = randn_tensor(tuple(condition.shape), generator=generator, device=device, dtype=torch.float32)
+        noised = scheduler.scale_noise(condition.to(device), KEYFRAME_NOISE_AUG, noise)
+        anchor_rows.append(patchify_video_latents(noised, patch3))
+    video = randn_tensor(
+        tuple(latents.samples.shape), generator=generator, device=device, dtype=torch.float32
+    )
+    x = patchify_video_latents(video, patch3)  # (F x h x w, C x patch)
+    if anchor_rows:
+        x = torch.cat([*anchor_rows, x])
+    assert x.shape[0] == layout.video_indices.numel(), (x.shape, layout.video_indices.shape)
+    a = randn_tensor(
+        (MINIMAX_H3_AUDIO_CHANNELS * audio_latents, audio_channels),
+        generator=generator,
+        device=device,
+        dtype=torch.float32,
+    )
+    return PackedStart(
+        layout=layout,
+        x=x,
+        audio=a,
+        kept=layout.condition_rows,
+        fields=layout.fields(device),
+        text=positive.embeds.to(device),
+        tokens=int(layout.token_tags.numel()),
+        patch=patch3,
+    )
+
+
+def unpack_result(start: PackedStart, rows: torch.Tensor, audio: torch.Tensor, latents: Latents) -> Latents:
+    """The generated video rows and the audio rows (as the mono VAE's two batch items) as a Latents."""
+    _, channels, frames, height, width = latents.samples.shape
+    samples = unpatchify_video_rows(rows, channels, frames, height, width, start.patch)
+    audio_latents = audio.shape[0] // MINIMAX_H3_AUDIO_CHANNELS
+    audio = audio.reshape(MINIMAX_H3_AUDIO_CHANNELS, audio_latents, -1).permute(0, 2, 1).contiguous()
+    return Latents(
+        samples=samples.cpu(),
+        vae_scale_factor=latents.vae_scale_factor,
+        source="sampled",
+        audio=audio.cpu(),
+        fps=latents.fps,
+    )
+
+
 @torch.no_grad()
 def sample_minimax(
     mm: MemoryManager,
@@ -105,49 +204,24 @@ def sample_minimax(
     on_step: OnStep | None = None,
 ) -> Latents:
     del negative  # guidance-distilled: the pipeline has no negative prompt
+    if settings.scheduler.startswith(K_PREFIX) and settings.scheduler != "k_euler":
+        from pipelines.diffusion.minimax_k_sampling import sample_minimax_k  # ComfyUI's samplers
+
+        return sample_minimax_k(mm, denoiser, positive, latents, settings, on_step=on_step)
     # 1. Check inputs
     _check(denoiser, positive, latents, settings)
     assert latents.audio is not None
     device = torch.device(mm.device)
-    config = denoiser.config
-    patch = tuple(int(p) for p in config.get("patch_size", (1, 2, 2)))
-    patch3 = (patch[0], patch[1], patch[2])
     _, channels, frames, height, width = latents.samples.shape
-    _, audio_channels, audio_latents = latents.audio.shape
-    generator = torch.Generator("cpu").manual_seed(settings.seed)
     scheduler_config = {k: v for k, v in denoiser.scheduler_config.items() if k != AUDIO_SCHEDULER_KEY}
     scheduler = MiniMaxH3Scheduler.from_config(scheduler_config)
     audio_scheduler = MiniMaxH3Scheduler.from_config(
         denoiser.scheduler_config.get(AUDIO_SCHEDULER_KEY, {"shift": 3.0})
     )
 
-    # 2. The packed layout: [text | keyframe anchors | target audio | target video]
-    tags = positive.token_tags
-    if tags is None:
-        tags = torch.full((positive.embeds.shape[1],), TEXT_TAG, dtype=torch.long)
-    anchors = tuple(anchor for anchor, _ in latents.keyframes)
-    layout = build_packed_sequence(tags, frames, height, width, audio_latents, patch3, anchors)
-
-    # 3. Prepare latent variables: anchor noise first, then the video latent, then the audio rows (float32)
-    anchor_rows = []
-    for _, condition in latents.keyframes:
-        noise = randn_tensor(tuple(condition.shape), generator=generator, device=device, dtype=torch.float32)
-        noised = scheduler.scale_noise(condition.to(device), KEYFRAME_NOISE_AUG, noise)
-        anchor_rows.append(patchify_video_latents(noised, patch3))
-    video = randn_tensor(
-        tuple(latents.samples.shape), generator=generator, device=device, dtype=torch.float32
-    )
-    x = patchify_video_latents(video, patch3)  # (F x h x w, C x patch)
-    if anchor_rows:
-        x = torch.cat([*anchor_rows, x])
-    kept = layout.condition_rows
-    assert x.shape[0] == layout.video_indices.numel(), (x.shape, layout.video_indices.shape)
-    a = randn_tensor(
-        (MINIMAX_H3_AUDIO_CHANNELS * audio_latents, audio_channels),
-        generator=generator,
-        device=device,
-        dtype=torch.float32,
-    )
+    # 2-3. The packed layout and the noised rows
+    start = packed_start(mm, denoiser, positive, latents, settings.seed)
+    layout, x, a, kept, patch3 = start.layout, start.x, start.audio, start.kept, start.patch
 
     # 4. Prepare timesteps: one schedule per modality (zip: the pipeline walks the video schedule)
     scheduler.set_timesteps(settings.steps + 1, device=device)  # grid points: the calls and the final 0
@@ -158,9 +232,7 @@ def sample_minimax(
     ]
 
     # 5. Denoising loop: one forward per step, no guidance
-    fields = layout.fields(device)
-    text = positive.embeds.to(device)
-    tokens = int(layout.token_tags.numel())
+    fields, text, tokens = start.fields, start.text, start.tokens
     with use_denoiser(mm, denoiser, working=minimax_working(denoiser, tokens)) as model:
         for i, (t, ta) in enumerate(zip(scheduler.timesteps, audio_scheduler.timesteps, strict=False)):
             unique, index = plan[i]
@@ -195,12 +267,4 @@ def sample_minimax(
                 )
 
     # 6. Unpack: the generated video rows, and the audio rows as the mono VAE's two batch items
-    samples = unpatchify_video_rows(x[kept:], channels, frames, height, width, patch3)
-    audio = a.reshape(MINIMAX_H3_AUDIO_CHANNELS, audio_latents, audio_channels).permute(0, 2, 1).contiguous()
-    return Latents(
-        samples=samples.cpu(),
-        vae_scale_factor=latents.vae_scale_factor,
-        source="sampled",
-        audio=audio.cpu(),
-        fps=latents.fps,
-    )
+    return unpack_result(start, x[kept:], a, latents)

@@ -28,8 +28,7 @@ from memory import MemoryManager, ModelHandle, Working
 from pipelines.diffusion.assembly import read_json
 from pipelines.diffusion.minimax_layout import (
     KEYFRAME_ENCODE_SEED,
-    MAX_SECONDS,
-    MIN_SECONDS,
+    MAX_FRAMES,
     MINIMAX_H3_AUDIO_CHANNELS,
     MINIMAX_H3_FPS,
     PIXEL_MEAN,
@@ -100,15 +99,12 @@ def minimax_latent_shapes(
         raise ValueError(
             f"fields 'width', 'height': must be multiples of {multiple} for MiniMax H3, got {width}x{height}"
         )
-    if frames < 1:
-        raise ValueError(f"field 'frames': must be positive, got {frames}")
-    aligned = align_num_frames(frames, geometry.frames_per_chunk, geometry.latents_per_chunk)
-    if not MIN_SECONDS <= aligned / MINIMAX_H3_FPS <= MAX_SECONDS:
+    if not 1 <= frames <= MAX_FRAMES:
         raise ValueError(
-            f"field 'frames': MiniMax H3 makes {MIN_SECONDS:g} to {MAX_SECONDS:g} seconds at {MINIMAX_H3_FPS} fps "
-            f"({int(MIN_SECONDS * MINIMAX_H3_FPS)} to {int(MAX_SECONDS * MINIMAX_H3_FPS)} frames, rounded up to "
-            f"{geometry.frames_per_chunk}n + {geometry.latents_per_chunk}), got {frames} (rounded up to {aligned})"
+            f"field 'frames': MiniMax H3 takes 1 to {MAX_FRAMES} frames at {MINIMAX_H3_FPS} fps (as ComfyUI's "
+            f"nodes; rounded up to {geometry.frames_per_chunk}n + {geometry.latents_per_chunk}), got {frames}"
         )
+    aligned = align_num_frames(frames, geometry.frames_per_chunk, geometry.latents_per_chunk)
     latent_frames = video_latent_num_frames(aligned, geometry.frames_per_chunk, geometry.latents_per_chunk)
     s = geometry.spatial
     video = (1, geometry.latent_channels, latent_frames, height // s, width // s)
@@ -242,14 +238,26 @@ def decode_minimax_frames(mm: MemoryManager, vae: VaeRef, latents: Latents) -> t
         raise ValueError(f"input 'latent': one video latent (1, C, frames, h, w), got {tuple(samples.shape)}")
     _, _, count, h, w = samples.shape
     s = vae.scale_factor
-    out_frames = (count - 2) // 5 * int(vae.config.get("clip_length", 17)) + 5  # 5n + 2 -> 17n + 5
-    working = minimax_vae_working(vae, h * s, w * s, out_frames)
+    clip_length = int(vae.config.get("clip_length", 17))
+    out_frames = (count - 2) // 5 * clip_length + 5  # 5n + 2 -> 17n + 5
+    # Two latent frames (5 pixel frames, the shortest ComfyUI makes) fill no decoder chunk once a chunk's dropped
+    # tail is counted, and diffusers' decode returns nothing. ComfyUI pads one chunk of the last latent frame and
+    # keeps the frames asked for (comfy/ldm/minimax/vae.py, `_decode_temporal_chunks`); so does this.
+    ratio = math.prod(
+        vae.config.get("temporal_downsample_factors", (1, 2, 2, 1, 1, 1))
+    )  # pixel frames a latent
+    chunk = -(-clip_length // ratio)  # latent frames a decoder chunk reads (the VAE's tokens_chunk_size)
+    drop = int(vae.config.get("token_drop", 3))
+    pad = chunk if drop and count + drop <= chunk else 0
+    working = minimax_vae_working(vae, h * s, w * s, out_frames + pad * ratio)
     with mm.use(vae.handle, working=working) as model:
         device = mm.device
         mean = torch.tensor(vae.config["latents_mean"], device=device).view(1, -1, 1, 1, 1)
         std = torch.tensor(vae.config["latents_std"], device=device).view(1, -1, 1, 1, 1)
         x = samples.to(device=device, dtype=torch.float32) * std + mean
-        video = model.decode(x.to(vae.dtype), return_dict=False)[0]
+        if pad:
+            x = torch.cat([x, x[:, :, -1:].repeat(1, 1, pad, 1, 1)], dim=2)
+        video = model.decode(x.to(vae.dtype), return_dict=False)[0][:, :, :out_frames]
         pixel_mean = torch.tensor(PIXEL_MEAN, device=device).view(1, -1, 1, 1, 1)
         pixel_std = torch.tensor(PIXEL_STD, device=device).view(1, -1, 1, 1, 1)
         video = (video.float() * pixel_std + pixel_mean).clamp(0, 1)  # (1, 3, T, H, W)
