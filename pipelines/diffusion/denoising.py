@@ -157,6 +157,10 @@ def sample(
     if denoiser.family.denoiser_call == "ltx2":  # video + sound latents: its own loop and checks
         return sample_ltx2(mm, denoiser, positive, negative, latents, settings, on_step=on_step)
     if denoiser.family.denoiser_call == "minimax":  # one packed sequence of text, sound and video rows
+        if settings.scheduler.startswith(K_PREFIX) and settings.scheduler != "k_euler":
+            from pipelines.diffusion.minimax_k_sampling import sample_minimax_k  # ComfyUI's samplers
+
+            return sample_minimax_k(mm, denoiser, positive, latents, settings, on_step=on_step)
         from pipelines.diffusion.minimax_sampling import sample_minimax
 
         return sample_minimax(mm, denoiser, positive, negative, latents, settings, on_step=on_step)

@@ -38,7 +38,6 @@ from pipelines.diffusion.minimax_layout import (
     unpatchify_video_rows,
 )
 from pipelines.diffusion.sampling import SamplerSettings
-from pipelines.diffusion.schedulers import K_PREFIX
 from pipelines.diffusion.values import Conditioning, DenoiserRef, Latents
 from pipelines.steps import OnStep, Step
 
@@ -204,10 +203,6 @@ def sample_minimax(
     on_step: OnStep | None = None,
 ) -> Latents:
     del negative  # guidance-distilled: the pipeline has no negative prompt
-    if settings.scheduler.startswith(K_PREFIX) and settings.scheduler != "k_euler":
-        from pipelines.diffusion.minimax_k_sampling import sample_minimax_k  # ComfyUI's samplers
-
-        return sample_minimax_k(mm, denoiser, positive, latents, settings, on_step=on_step)
     # 1. Check inputs
     _check(denoiser, positive, latents, settings)
     assert latents.audio is not None
