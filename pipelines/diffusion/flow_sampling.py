@@ -2,7 +2,8 @@
 StableDiffusion3Pipeline.__call__.
 
 Lives here: `sample_flux`, `sample_sd3`, `calculate_shift`, `pack_latents`, `unpack_latents`,
-`latent_image_ids`, `kontext_reference`.
+`latent_image_ids`, `kontext_reference`, `start_partway`. The input checks and the step report every flow loop
+shares are in `flow_loop` (`check_flow_scheduler` is still imported from here by the LTX-2 loop).
 May import: stdlib, numpy, torch, diffusers, memory, pipelines.diffusion.*.
 
 Differences from the DDPM-style loop in sampling.py: the scheduler is the model's flow-matching Euler and
@@ -15,14 +16,13 @@ the sequence after the noisy tokens. SD3 runs classic classifier-free guidance o
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import torch
 from diffusers import FlowMatchEulerDiscreteScheduler
 from diffusers.utils.torch_utils import randn_tensor
 
 from memory import MemoryManager
+from pipelines.diffusion.flow_loop import StepReport, check_flow_inputs, check_flow_scheduler
 from pipelines.diffusion.lora import use_denoiser
 from pipelines.diffusion.sampling import (
     SamplerSettings,
@@ -32,15 +32,7 @@ from pipelines.diffusion.sampling import (
 )
 from pipelines.diffusion.step_cache import step_cache
 from pipelines.diffusion.values import Conditioning, DenoiserRef, Latents
-from pipelines.steps import OnStep, Step
-
-FLOW_SCHEDULERS = ("default", "euler")
-
-
-def flow_denoised(scheduler: Any, before: torch.Tensor, velocity: torch.Tensor) -> torch.Tensor:
-    """x0 from a flow step: x_t = (1 - s) x0 + s noise and v = noise - x0, so x0 = x_t - s v."""
-    sigma = scheduler.sigmas[scheduler.step_index - 1].to(before.dtype)  # the sigma this step started at
-    return before - sigma * velocity
+from pipelines.steps import OnStep
 
 
 # Copied from diffusers.pipelines.flux.pipeline_flux.calculate_shift
@@ -103,14 +95,6 @@ def kontext_reference(
     return pack_latents(ref).repeat(batch, 1, 1), ids.to(device)
 
 
-def check_flow_scheduler(denoiser: DenoiserRef, settings: SamplerSettings) -> None:
-    if settings.scheduler not in FLOW_SCHEDULERS:
-        raise ValueError(
-            f"{denoiser.family.title} is a flow-matching model: scheduler must be one of "
-            f"{', '.join(FLOW_SCHEDULERS)} (flow-matching Euler), not {settings.scheduler!r}"
-        )
-
-
 def start_partway(scheduler: FlowMatchEulerDiscreteScheduler, settings: SamplerSettings) -> torch.Tensor:
     """The timesteps to run: all of them, or the last `denoise` fraction (as the Img2Img pipelines' get_timesteps)."""
     timesteps = scheduler.timesteps
@@ -133,14 +117,9 @@ def sample_flux(
     on_step: OnStep | None = None,
 ) -> Latents:
     # 1. Check inputs
-    check_flow_scheduler(denoiser, settings)
+    check_flow_inputs(denoiser, latents, settings)
     device = mm.device
     batch, _, h, w = latents.samples.shape
-    if h % 2 or w % 2:
-        raise ValueError(
-            f"{denoiser.family.title} packs 2x2 latent patches: the latent size must be even, "
-            f"got {h}x{w} (image sides must be multiples of {2 * latents.vae_scale_factor})"
-        )
     generator = torch.Generator("cpu").manual_seed(settings.seed)
     positive = batched_conditioning(positive, batch)
     dtype = denoiser.dtype
@@ -190,6 +169,7 @@ def sample_flux(
     working = denoiser_working(
         denoiser, h * latents.vae_scale_factor, w * latents.vae_scale_factor, batch, guidance=False
     )
+    report = StepReport(on_step, len(timesteps), scheduler, unpack=lambda z: unpack_latents(z, h, w))
     with (
         use_denoiser(mm, denoiser, working=working) as model,
         step_cache(model, settings.step_cache, len(timesteps)) as cache,
@@ -212,17 +192,7 @@ def sample_flux(
 
             before = x
             x = scheduler.step(noise_pred, t, x, return_dict=False)[0]
-
-            if on_step is not None:
-                on_step(
-                    Step(
-                        step=i + 1,
-                        total=len(timesteps),
-                        timestep=float(t),
-                        latents=unpack_latents(x, h, w),
-                        denoised=unpack_latents(flow_denoised(scheduler, before, noise_pred), h, w),
-                    )
-                )
+            report(i, t, before, x, noise_pred)
 
     return Latents(
         samples=unpack_latents(x, h, w).cpu(), vae_scale_factor=latents.vae_scale_factor, source="sampled"
@@ -288,6 +258,7 @@ def sample_sd3(
     working = denoiser_working(
         denoiser, h * latents.vae_scale_factor, w * latents.vae_scale_factor, batch, guidance=do_cfg
     )
+    report = StepReport(on_step, len(timesteps), scheduler)
     with (
         use_denoiser(mm, denoiser, working=working) as model,
         step_cache(model, settings.step_cache, len(timesteps)) as cache,
@@ -312,16 +283,6 @@ def sample_sd3(
 
             before = x
             x = scheduler.step(noise_pred, t, x, return_dict=False)[0]
-
-            if on_step is not None:
-                on_step(
-                    Step(
-                        step=i + 1,
-                        total=len(timesteps),
-                        timestep=float(t),
-                        latents=x,
-                        denoised=flow_denoised(scheduler, before, noise_pred),
-                    )
-                )
+            report(i, t, before, x, noise_pred)
 
     return Latents(samples=x.cpu(), vae_scale_factor=latents.vae_scale_factor, source="sampled")
