@@ -17,32 +17,18 @@ import torch
 from PIL import Image
 
 from app.main import main
-from pipelines.diffusion.demo_models import save_demo_model
 from pipelines.diffusion.families import FAMILIES, UnsupportedModelError, detect_single_file_family
 from pipelines.diffusion.family_detect import detect_family, family_from_keys, family_from_text_encoders
-from tests.family_support import only_picture, run_workflow, txt2img_sets
+from tests.family_support import REPO, TXT2IMG, Txt2Img, assert_same_picture, demo_folder
 
-REPO = Path(__file__).resolve().parent.parent
-TXT2IMG = REPO / "resources/workflows/txt2img.json"
 PROMPT = "a small yellow triangle on a black background"
 NEGATIVE = "blurry bad quality"
 # Odd on purpose: 40 / (4 px per latent x 2x2 patches) = 5 patches across, so nothing assumes square or even.
 WIDTH, HEIGHT = 40, 56
 
 
-@pytest.fixture(scope="module")
-def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return save_demo_model("tiny-zimage", tmp_path_factory.mktemp("zimage") / "tiny-zimage")
-
-
-def ours(
-    folder: Path, out: Path, *, cfg: float, steps: int = 3, seed: int = 42, extra: tuple = ()
-) -> np.ndarray:
-    sets = txt2img_sets(
-        folder, cfg=cfg, steps=steps, seed=seed, width=WIDTH, height=HEIGHT, prompt=PROMPT, negative=NEGATIVE
-    )
-    assert run_workflow(TXT2IMG, out, sets, extra) == 0
-    return only_picture(out)
+folder = demo_folder("tiny-zimage")
+ours = Txt2Img(PROMPT, NEGATIVE, WIDTH, HEIGHT)
 
 
 def theirs(folder: Path, *, cfg: float, steps: int = 3, seed: int = 42) -> np.ndarray:
@@ -66,14 +52,8 @@ def theirs(folder: Path, *, cfg: float, steps: int = 3, seed: int = 42) -> np.nd
 # prompt is encoded but unused).
 @pytest.mark.parametrize("cfg", [3.0, 0.0])
 def test_cli_picture_matches_zimage_pipeline(folder: Path, tmp_path: Path, cfg: float) -> None:
-    a = ours(folder, tmp_path, cfg=cfg)
-    b = theirs(folder, cfg=cfg)
-    assert a.shape == b.shape == (HEIGHT, WIDTH, 3)
-    assert b.std() > 5  # a real picture, not a flat one both sides could agree on by accident
-    # Same ops on the same CPU kernels; 1 of 255 allows a float32 sum order difference at a rounding edge.
-    diff = np.abs(a.astype(int) - b.astype(int)).max()
-    print(f"zimage parity: max uint8 difference {diff}")
-    assert diff <= 1
+    a, b = ours(folder, tmp_path, cfg=cfg), theirs(folder, cfg=cfg)
+    assert_same_picture(a, b, (HEIGHT, WIDTH, 3), "zimage parity")
 
 
 @pytest.mark.slow  # the fast lane keeps this family's parity cases; this one runs in make test
@@ -128,18 +108,12 @@ def test_image_to_image_matches_the_img2img_pipeline(
 
 @pytest.mark.slow  # the fast lane keeps this family's parity cases; this one runs in make test
 def test_guidance_and_seed_change_the_picture(folder: Path, tmp_path: Path) -> None:
-    base = ours(folder, tmp_path / "a", cfg=3.0)
-    assert not np.array_equal(base, ours(folder, tmp_path / "b", cfg=0.0))
-    assert not np.array_equal(base, ours(folder, tmp_path / "c", cfg=3.0, seed=7))
+    ours.assert_guidance_and_seed_matter(folder, tmp_path, cfg=3.0, off=0.0)
 
 
 @pytest.mark.slow  # the fast lane keeps this family's parity cases; this one runs in make test
 def test_stream_offload_gives_the_same_picture(folder: Path, tmp_path: Path) -> None:
-    plain = ours(folder, tmp_path / "none", cfg=3.0, extra=("--offload", "none"))
-    streamed = ours(
-        folder, tmp_path / "stream", cfg=3.0, extra=("--offload", "stream", "--ram-budget", "2GiB")
-    )
-    assert np.array_equal(plain, streamed)
+    ours.assert_stream_is_none(folder, tmp_path, cfg=3.0)
 
 
 def test_sizes_the_patches_cannot_cut_are_refused(
