@@ -1,7 +1,7 @@
 """The flow-matching denoising loops (Flux, SD3), written out like diffusers' FluxPipeline.__call__ and
 StableDiffusion3Pipeline.__call__.
 
-Lives here: `sample_flux`, `sample_sd3`, `calculate_shift`, `pack_latents`, `unpack_latents`,
+Lives here: `sample_flux`, `sample_sd3`, `calculate_shift`, `config_shift`, `pack_latents`, `unpack_latents`,
 `latent_image_ids`, `kontext_reference`, `start_partway`. The input checks and the step report every flow loop
 shares are in `flow_loop` (`check_flow_scheduler` is still imported from here by the LTX-2 loop).
 May import: stdlib, numpy, torch, diffusers, memory, pipelines.diffusion.*.
@@ -15,6 +15,8 @@ the sequence after the noisy tokens. SD3 runs classic classifier-free guidance o
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 import torch
@@ -47,6 +49,21 @@ def calculate_shift(
     b = base_shift - m * base_seq_len
     mu = image_seq_len * m + b
     return mu
+
+
+def config_shift(
+    config: Any, image_seq_len: int, *, max_image_seq_len: int = 4096, max_shift: float = 1.15
+) -> float:
+    """`calculate_shift` on a scheduler config's sequence lengths and shifts; where the config has none, the
+    pipeline's defaults (FluxPipeline's; the keywords carry the families' other ones: Krea 2's longest
+    sequence 6400, SD3's largest shift 1.16)."""
+    return calculate_shift(
+        image_seq_len,
+        config.get("base_image_seq_len", 256),
+        config.get("max_image_seq_len", max_image_seq_len),
+        config.get("base_shift", 0.5),
+        config.get("max_shift", max_shift),
+    )
 
 
 def pack_latents(latents: torch.Tensor) -> torch.Tensor:
@@ -141,13 +158,7 @@ def sample_flux(
     scheduler = FlowMatchEulerDiscreteScheduler.from_config(denoiser.scheduler_config)
     sigmas = np.linspace(1.0, 1 / settings.steps, settings.steps)
     config = scheduler.config
-    mu = calculate_shift(
-        (h // 2) * (w // 2),
-        config.get("base_image_seq_len", 256),
-        config.get("max_image_seq_len", 4096),
-        config.get("base_shift", 0.5),
-        config.get("max_shift", 1.15),
-    )
+    mu = config_shift(config, (h // 2) * (w // 2))
     scheduler.set_timesteps(sigmas=sigmas, device=device, mu=mu)
     timesteps = start_partway(scheduler, settings)
     if len(timesteps) == 0:
@@ -232,13 +243,7 @@ def sample_sd3(
     shift_kwargs = {}
     if config.get("use_dynamic_shifting", None):
         patch = int(denoiser.config.get("patch_size", 2))
-        shift_kwargs["mu"] = calculate_shift(
-            (h // patch) * (w // patch),
-            config.get("base_image_seq_len", 256),
-            config.get("max_image_seq_len", 4096),
-            config.get("base_shift", 0.5),
-            config.get("max_shift", 1.16),
-        )
+        shift_kwargs["mu"] = config_shift(config, (h // patch) * (w // patch), max_shift=1.16)
     scheduler.set_timesteps(settings.steps, device=device, **shift_kwargs)
     timesteps = start_partway(scheduler, settings)
     if len(timesteps) == 0:

@@ -23,7 +23,7 @@ from diffusers.utils.torch_utils import randn_tensor
 from memory import MemoryManager, Working
 from memory.estimates import Activations, activation_bytes
 from pipelines.diffusion.flow_loop import StepReport, check_flow_inputs
-from pipelines.diffusion.flow_sampling import calculate_shift, pack_latents, start_partway, unpack_latents
+from pipelines.diffusion.flow_sampling import config_shift, pack_latents, start_partway, unpack_latents
 from pipelines.diffusion.flux2_sampling import is_distilled
 from pipelines.diffusion.lora import use_denoiser
 from pipelines.diffusion.sampling import SamplerSettings, batched_conditioning
@@ -125,13 +125,7 @@ def sample_krea2(
     if is_distilled(denoiser) or denoiser.scheduler_config.get("is_distilled"):
         mu = KREA2_DISTILLED_MU
     else:
-        mu = calculate_shift(
-            x.shape[1],
-            config.get("base_image_seq_len", 256),
-            config.get("max_image_seq_len", 6400),
-            config.get("base_shift", 0.5),
-            config.get("max_shift", 1.15),
-        )
+        mu = config_shift(config, x.shape[1], max_image_seq_len=6400)
     scheduler.set_timesteps(sigmas=np.linspace(1.0, 1 / settings.steps, settings.steps), device=device, mu=mu)
     timesteps = start_partway(scheduler, settings)
 

@@ -28,7 +28,7 @@ from diffusers.utils.torch_utils import randn_tensor
 
 from memory import MemoryManager, Working
 from pipelines.diffusion.flow_loop import StepReport, check_flow_inputs
-from pipelines.diffusion.flow_sampling import calculate_shift
+from pipelines.diffusion.flow_sampling import config_shift
 from pipelines.diffusion.lora import use_denoiser
 from pipelines.diffusion.manual_sigmas import check_sigmas, noised_start, set_manual_sigmas
 from pipelines.diffusion.previews import model_folder
@@ -158,15 +158,8 @@ def sample_qwenimage21(
         scheduler = make_scheduler("default", scheduler_config)
     else:
         scheduler = FlowMatchEulerDiscreteScheduler.from_config(scheduler_config)
-    config = scheduler.config
     sigmas = shipped if shipped is not None else np.linspace(1.0, 1 / settings.steps, settings.steps)
-    mu = calculate_shift(
-        x.shape[1],
-        config.get("base_image_seq_len", 256),
-        config.get("max_image_seq_len", 4096),
-        config.get("base_shift", 0.5),
-        config.get("max_shift", 1.15),
-    )
+    mu = config_shift(scheduler.config, x.shape[1])
     if settings.sigmas is not None:  # a SIGMAS wire (ComfyUI's ManualSigmas): stepped through as given
         timesteps = set_manual_sigmas(scheduler, settings.sigmas, device)
         start = latents.samples.to(device=device, dtype=dtype)

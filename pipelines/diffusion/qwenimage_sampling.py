@@ -25,7 +25,7 @@ from diffusers.utils.torch_utils import randn_tensor
 
 from memory import MemoryManager
 from pipelines.diffusion.flow_loop import StepReport, check_flow_inputs
-from pipelines.diffusion.flow_sampling import calculate_shift, pack_latents, start_partway, unpack_latents
+from pipelines.diffusion.flow_sampling import config_shift, pack_latents, start_partway, unpack_latents
 from pipelines.diffusion.lora import use_denoiser
 from pipelines.diffusion.manual_sigmas import check_sigmas, noised_start, set_manual_sigmas
 from pipelines.diffusion.qwenimage_working import qwenimage_working
@@ -123,14 +123,7 @@ def sample_qwenimage(
         scheduler = make_scheduler("default", denoiser.scheduler_config)
     else:
         scheduler = FlowMatchEulerDiscreteScheduler.from_config(denoiser.scheduler_config)
-    config = scheduler.config
-    mu = calculate_shift(
-        (h // 2) * (w // 2),
-        config.get("base_image_seq_len", 256),
-        config.get("max_image_seq_len", 4096),
-        config.get("base_shift", 0.5),
-        config.get("max_shift", 1.15),
-    )
+    mu = config_shift(scheduler.config, (h // 2) * (w // 2))
     if settings.sigmas is not None:  # a SIGMAS wire: stepped through as given, the latent noised to its first
         if settings.denoise < 1.0:
             raise ValueError("input 'sigmas': a schedule sets the strength itself (leave denoise at 1)")

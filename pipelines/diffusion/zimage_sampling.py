@@ -21,7 +21,7 @@ from diffusers.utils.torch_utils import randn_tensor
 
 from memory import MemoryManager
 from pipelines.diffusion.flow_loop import StepReport, check_flow_inputs
-from pipelines.diffusion.flow_sampling import calculate_shift, start_partway
+from pipelines.diffusion.flow_sampling import config_shift, start_partway
 from pipelines.diffusion.lora import use_denoiser
 from pipelines.diffusion.sampling import SamplerSettings, batched_conditioning, denoiser_working
 from pipelines.diffusion.schedulers import make_scheduler
@@ -104,14 +104,8 @@ def sample_zimage(
         scheduler = make_scheduler("default", denoiser.scheduler_config)
     else:
         scheduler = FlowMatchEulerDiscreteScheduler.from_config(denoiser.scheduler_config)
-    config = scheduler.config
-    mu = calculate_shift(
-        (h // 2) * (w // 2),  # the pipeline counts 2x2 patches here, whatever the patch size
-        config.get("base_image_seq_len", 256),
-        config.get("max_image_seq_len", 4096),
-        config.get("base_shift", 0.5),
-        config.get("max_shift", 1.15),
-    )
+    # The pipeline counts 2x2 patches here, whatever the patch size.
+    mu = config_shift(scheduler.config, (h // 2) * (w // 2))
     scheduler.set_timesteps(sigmas=get_default_z_image_sigmas(settings.steps), device=device, mu=mu)
     timesteps = start_partway(scheduler, settings)
     if len(timesteps) == 0:
