@@ -2,10 +2,10 @@
 through `app --run` with `--set` values, reading back the picture or the frames it saved, and the checks
 every image family makes on its txt2img picture.
 
-Lives here: `demo_folder` (a fixture factory), `Txt2Img`, `assert_same_picture`, `run_workflow`,
+Lives here: `demo_folder` (a fixture factory), `Txt2Img`, `assert_same_picture`, `block_sizes`, `run_workflow`,
 `txt2img_sets`, `only_picture`, `frames_in`. Each family test keeps its own reference side (the diffusers
 pipeline it is compared with) and its own sizes and prompts.
-May import: stdlib, numpy, PIL, pytest, app.main, pipelines.diffusion.demo_models.
+May import: stdlib, numpy, PIL, pytest, app.main, memory.weights, pipelines.diffusion.demo_models.
 """
 
 from __future__ import annotations
@@ -136,3 +136,13 @@ def assert_same_picture(ours: np.ndarray, theirs: np.ndarray, shape: tuple[int, 
     diff = np.abs(ours.astype(int) - theirs.astype(int)).max()
     print(f"{label}: max uint8 difference {diff}")
     assert diff <= 1
+
+
+def block_sizes(model: Any, patterns: Any) -> tuple[list[str], int, list[int]]:
+    """A model's declared blocks (`memory.weights.block_names` of the family's patterns), its parameter
+    count, and each block's: what `stream` holds at once is the weights outside the blocks plus a window."""
+    from memory.weights import block_names
+
+    blocks = block_names(model, patterns)
+    sizes = [sum(p.numel() for p in model.get_submodule(b).parameters()) for b in blocks]
+    return blocks, sum(p.numel() for p in model.parameters()), sizes

@@ -22,7 +22,7 @@ from PIL import Image
 from app.main import main
 from pipelines.diffusion.families import FAMILIES, UnsupportedModelError, detect_single_file_family
 from pipelines.diffusion.family_detect import detect_family, family_from_keys
-from tests.family_support import STREAM, TXT2IMG, Txt2Img, demo_folder
+from tests.family_support import STREAM, TXT2IMG, Txt2Img, block_sizes, demo_folder
 
 PROMPT = "a small yellow triangle on a black background"
 # Not square, and 40 / (4 px per latent x 2x2 patches) = 5 patches across: nothing may assume even or square.
@@ -171,13 +171,9 @@ def test_declared_blocks_let_stream_hold_the_full_size_transformer_in_a_small_bu
     largest block, so both must be a small part of the model."""
     from diffusers import Flux2Transformer2DModel
 
-    from memory.weights import block_names
-
     with torch.device("meta"):
         model = Flux2Transformer2DModel(**config)
-    blocks = block_names(model, FAMILIES[family].denoiser_blocks)
-    total = sum(p.numel() for p in model.parameters())
-    sizes = [sum(p.numel() for p in model.get_submodule(b).parameters()) for b in blocks]
+    blocks, total, sizes = block_sizes(model, FAMILIES[family].denoiser_blocks)
     assert len(blocks) == count
     assert max(sizes) < largest * total and total - sum(sizes) < outside * total
 

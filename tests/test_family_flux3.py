@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.family_support import Txt2Img, assert_same_picture, demo_folder
+from tests.family_support import Txt2Img, assert_same_picture, block_sizes, demo_folder
 
 PROMPT = "a small yellow triangle on a black background"
 NEGATIVE = "blurry bad quality"
@@ -89,14 +89,11 @@ def test_declared_blocks_cover_the_transformer() -> None:
     share, so `stream` can hold it in a small budget (the reference-image mode's blocks stay resident unused)."""
     from diffusers import Flux3Transformer2DModel
 
-    from memory.weights import block_names
     from pipelines.diffusion.families import FAMILIES
 
     with torch.device("meta"):
         model = Flux3Transformer2DModel()
-    blocks = block_names(model, FAMILIES["flux3"].denoiser_blocks)
-    total = sum(p.numel() for p in model.parameters())
-    sizes = [sum(p.numel() for p in model.get_submodule(b).parameters()) for b in blocks]
+    blocks, total, sizes = block_sizes(model, FAMILIES["flux3"].denoiser_blocks)
     assert len(blocks) == 5 + 5 + 28
     assert max(sizes) < 0.05 * total and total - sum(sizes) < 0.2 * total
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from app.main import main
-from tests.family_support import REPO, Txt2Img, assert_same_picture, demo_folder
+from tests.family_support import REPO, Txt2Img, assert_same_picture, block_sizes, demo_folder
 
 PROMPT = "a small yellow triangle on a black background"
 NEGATIVE = "blurry bad quality"
@@ -80,14 +80,11 @@ def test_declared_blocks_let_stream_hold_the_full_size_transformer_in_a_small_bu
     block is a large share, so `stream` can hold it in a small budget."""
     from diffusers import Krea2Transformer2DModel
 
-    from memory.weights import block_names
     from pipelines.diffusion.families import FAMILIES
 
     with torch.device("meta"):
         model = Krea2Transformer2DModel()
-    blocks = block_names(model, FAMILIES["krea2"].denoiser_blocks)
-    total = sum(p.numel() for p in model.parameters())
-    sizes = [sum(p.numel() for p in model.get_submodule(b).parameters()) for b in blocks]
+    blocks, total, sizes = block_sizes(model, FAMILIES["krea2"].denoiser_blocks)
     assert len(blocks) == 2 + 2 + 28
     assert max(sizes) < 0.05 * total and total - sum(sizes) < 0.05 * total
 
@@ -205,7 +202,6 @@ def test_the_text_encoder_declares_its_layers_at_full_size() -> None:
     but the embedding table, so `stream` can hold the 4B encoder in a small budget."""
     from transformers import Qwen3VLConfig, Qwen3VLModel
 
-    from memory.weights import block_names
     from pipelines.diffusion.families import FAMILIES
 
     text = dict(hidden_size=2560, intermediate_size=9728, num_hidden_layers=36, num_attention_heads=32)
@@ -213,9 +209,7 @@ def test_the_text_encoder_declares_its_layers_at_full_size() -> None:
     vision = dict(depth=24, hidden_size=1024, intermediate_size=4096, num_heads=16, out_hidden_size=2560)
     with torch.device("meta"):
         encoder = Qwen3VLModel(Qwen3VLConfig(text_config=text, vision_config=vision))
-    blocks = block_names(encoder, FAMILIES["krea2"].text_encoders[0].blocks)
-    total = sum(p.numel() for p in encoder.parameters())
-    sizes = [sum(p.numel() for p in encoder.get_submodule(b).parameters()) for b in blocks]
+    blocks, total, sizes = block_sizes(encoder, FAMILIES["krea2"].text_encoders[0].blocks)
     assert len(blocks) == 36 + 24
     # Outside the blocks: the 151936 x 2560 embedding table (about 9%) and the vision tower's small parts.
     assert max(sizes) < 0.04 * total and total - sum(sizes) < 0.12 * total

@@ -20,7 +20,7 @@ from PIL import Image
 from app.main import main
 from pipelines.diffusion.families import FAMILIES, UnsupportedModelError, detect_single_file_family
 from pipelines.diffusion.family_detect import detect_family, family_from_class_name, family_from_keys
-from tests.family_support import REPO, TXT2IMG, Txt2Img, assert_same_picture, demo_folder
+from tests.family_support import REPO, TXT2IMG, Txt2Img, assert_same_picture, block_sizes, demo_folder
 
 PROMPT = "a small yellow triangle on a black background"
 NEGATIVE = "blurry bad quality"
@@ -165,13 +165,9 @@ def test_declared_blocks_let_stream_hold_the_full_size_models_in_a_small_budget(
     from diffusers import QwenImageTransformer2DModel
     from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 
-    from memory.weights import block_names
-
     with torch.device("meta"):
         model = QwenImageTransformer2DModel()
-    blocks = block_names(model, FAMILIES["qwenimage"].denoiser_blocks)
-    total = sum(p.numel() for p in model.parameters())
-    sizes = [sum(p.numel() for p in model.get_submodule(b).parameters()) for b in blocks]
+    blocks, total, sizes = block_sizes(model, FAMILIES["qwenimage"].denoiser_blocks)
     assert len(blocks) == 60
     assert max(sizes) < 0.02 * total and total - sum(sizes) < 0.01 * total
 
@@ -183,9 +179,7 @@ def test_declared_blocks_let_stream_hold_the_full_size_models_in_a_small_budget(
         encoder = Qwen2_5_VLForConditionalGeneration(
             Qwen2_5_VLConfig(text_config=text, vision_config=vision, vocab_size=152064)
         )
-    blocks = block_names(encoder, FAMILIES["qwenimage"].text_encoders[0].blocks)
-    total = sum(p.numel() for p in encoder.parameters())
-    sizes = [sum(p.numel() for p in encoder.get_submodule(b).parameters()) for b in blocks]
+    blocks, total, sizes = block_sizes(encoder, FAMILIES["qwenimage"].text_encoders[0].blocks)
     assert len(blocks) == 28 + 32
     # Outside the blocks: the embedding table and the LM head (152064 x 3584 each, untied), about 13%.
     assert max(sizes) < 0.04 * total and total - sum(sizes) < 0.15 * total

@@ -19,7 +19,7 @@ from PIL import Image
 from app.main import main
 from pipelines.diffusion.families import FAMILIES, UnsupportedModelError, detect_single_file_family
 from pipelines.diffusion.family_detect import detect_family, family_from_keys, family_from_text_encoders
-from tests.family_support import REPO, TXT2IMG, Txt2Img, assert_same_picture, demo_folder
+from tests.family_support import REPO, TXT2IMG, Txt2Img, assert_same_picture, block_sizes, demo_folder
 
 PROMPT = "a small yellow triangle on a black background"
 NEGATIVE = "blurry bad quality"
@@ -144,13 +144,9 @@ def test_declared_blocks_let_stream_hold_the_full_size_models_in_a_small_budget(
     so both must be a small part of the ~6B and ~4B parameters."""
     from diffusers import ZImageTransformer2DModel
 
-    from memory.weights import block_names
-
     with torch.device("meta"):
         model = ZImageTransformer2DModel()
-    blocks = block_names(model, FAMILIES["zimage"].denoiser_blocks)
-    total = sum(p.numel() for p in model.parameters())
-    sizes = [sum(p.numel() for p in model.get_submodule(b).parameters()) for b in blocks]
+    blocks, total, sizes = block_sizes(model, FAMILIES["zimage"].denoiser_blocks)
     fixed = total - sum(sizes)
     assert len(blocks) == 2 + 2 + 30  # noise refiners, context refiners, main layers
     assert max(sizes) < 0.04 * total and fixed < 0.02 * total
@@ -162,9 +158,7 @@ def test_declared_blocks_let_stream_hold_the_full_size_models_in_a_small_budget(
 
     with torch.device("meta"):
         encoder = Qwen3Model(Qwen3Config(vocab_size=151936, **QWEN3_4B))
-    blocks = block_names(encoder, FAMILIES["zimage"].text_encoders[0].blocks)
-    total = sum(p.numel() for p in encoder.parameters())
-    sizes = [sum(p.numel() for p in encoder.get_submodule(b).parameters()) for b in blocks]
+    blocks, total, sizes = block_sizes(encoder, FAMILIES["zimage"].text_encoders[0].blocks)
     assert len(blocks) == 36
     assert max(sizes) < 0.03 * total and total - sum(sizes) < 0.11 * total
 
