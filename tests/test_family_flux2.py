@@ -20,21 +20,17 @@ import torch
 from PIL import Image
 
 from app.main import main
-from pipelines.diffusion.demo_models import save_demo_model
 from pipelines.diffusion.families import FAMILIES, UnsupportedModelError, detect_single_file_family
 from pipelines.diffusion.family_detect import detect_family, family_from_keys
-from tests.family_support import only_picture, run_workflow, txt2img_sets
+from tests.family_support import STREAM, TXT2IMG, Txt2Img, block_sizes, demo_folder
 
-REPO = Path(__file__).resolve().parent.parent
-TXT2IMG = REPO / "resources/workflows/txt2img.json"
 PROMPT = "a small yellow triangle on a black background"
 # Not square, and 40 / (4 px per latent x 2x2 patches) = 5 patches across: nothing may assume even or square.
 WIDTH, HEIGHT = 40, 56
 
 
-@pytest.fixture(scope="module")
-def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return save_demo_model("tiny-flux2-klein", tmp_path_factory.mktemp("flux2") / "tiny-flux2-klein")
+folder = demo_folder("tiny-flux2-klein")
+dev = demo_folder("tiny-flux2-dev")
 
 
 @pytest.fixture(scope="module")
@@ -47,19 +43,7 @@ def distilled(folder: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-@pytest.fixture(scope="module")
-def dev(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return save_demo_model("tiny-flux2-dev", tmp_path_factory.mktemp("flux2dev") / "tiny-flux2-dev")
-
-
-def ours(
-    folder: Path, out: Path, *, cfg: float, steps: int = 3, seed: int = 42, extra: tuple = ()
-) -> np.ndarray:
-    sets = txt2img_sets(
-        folder, cfg=cfg, steps=steps, seed=seed, width=WIDTH, height=HEIGHT, prompt=PROMPT, negative=""
-    )
-    assert run_workflow(TXT2IMG, out, sets, extra) == 0
-    return only_picture(out)
+ours = Txt2Img(PROMPT, "", WIDTH, HEIGHT)
 
 
 def theirs(folder: Path, *, cfg: float, steps: int = 3, seed: int = 42) -> np.ndarray:
@@ -114,30 +98,24 @@ def test_cli_picture_matches_flux2_dev_pipeline(dev: Path, tmp_path: Path, cfg: 
 def test_dev_guidance_changes_the_picture_and_streams_the_same(dev: Path, tmp_path: Path) -> None:
     base = ours(dev, tmp_path / "a", cfg=4.0)
     assert not np.array_equal(base, ours(dev, tmp_path / "b", cfg=1.5))
-    streamed = ours(dev, tmp_path / "c", cfg=4.0, extra=("--offload", "stream", "--ram-budget", "2GiB"))
+    streamed = ours(dev, tmp_path / "c", cfg=4.0, extra=STREAM)
     assert np.array_equal(base, streamed)
 
 
 @pytest.mark.slow  # the fast lane keeps this family's parity cases; this one runs in make test
 def test_guidance_and_seed_change_the_picture(folder: Path, tmp_path: Path) -> None:
-    base = ours(folder, tmp_path / "a", cfg=4.0)
-    assert not np.array_equal(base, ours(folder, tmp_path / "b", cfg=1.0))
-    assert not np.array_equal(base, ours(folder, tmp_path / "c", cfg=4.0, seed=7))
+    ours.assert_guidance_and_seed_matter(folder, tmp_path, cfg=4.0, off=1.0)
 
 
 @pytest.mark.slow  # the fast lane keeps this family's parity cases; this one runs in make test
 def test_stream_offload_gives_the_same_picture(folder: Path, tmp_path: Path) -> None:
-    plain = ours(folder, tmp_path / "none", cfg=4.0, extra=("--offload", "none"))
-    streamed = ours(
-        folder, tmp_path / "stream", cfg=4.0, extra=("--offload", "stream", "--ram-budget", "2GiB")
-    )
-    assert np.array_equal(plain, streamed)
+    ours.assert_stream_is_none(folder, tmp_path, cfg=4.0)
 
 
 @pytest.mark.parametrize(
     ("setting", "message"),
     [
-        ("latent.width=44", "packs the latents into 2x2 patches"),  # 11 latents across: odd
+        ("latent.width=44", "packs 2x2 latent patches"),  # 11 latents across: odd
         ("sampler.denoise=0.5", "has no image-to-image"),
     ],
 )
@@ -193,13 +171,9 @@ def test_declared_blocks_let_stream_hold_the_full_size_transformer_in_a_small_bu
     largest block, so both must be a small part of the model."""
     from diffusers import Flux2Transformer2DModel
 
-    from memory.weights import block_names
-
     with torch.device("meta"):
         model = Flux2Transformer2DModel(**config)
-    blocks = block_names(model, FAMILIES[family].denoiser_blocks)
-    total = sum(p.numel() for p in model.parameters())
-    sizes = [sum(p.numel() for p in model.get_submodule(b).parameters()) for b in blocks]
+    blocks, total, sizes = block_sizes(model, FAMILIES[family].denoiser_blocks)
     assert len(blocks) == count
     assert max(sizes) < largest * total and total - sum(sizes) < outside * total
 

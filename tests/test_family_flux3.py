@@ -18,27 +18,15 @@ import numpy as np
 import pytest
 import torch
 
-from pipelines.diffusion.demo_models import save_demo_model
-from tests.family_support import only_picture, run_workflow, txt2img_sets
+from tests.family_support import Txt2Img, assert_same_picture, block_sizes, demo_folder
 
-REPO = Path(__file__).resolve().parent.parent
-TXT2IMG = REPO / "resources/workflows/txt2img.json"
 PROMPT = "a small yellow triangle on a black background"
 NEGATIVE = "blurry bad quality"
 WIDTH, HEIGHT = 40, 56  # 5 x 7 packed patches (4 px per latent x 2x2): nothing square assumed
 
 
-@pytest.fixture(scope="module")
-def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return save_demo_model("tiny-flux3", tmp_path_factory.mktemp("flux3") / "tiny-flux3")
-
-
-def ours(folder: Path, out: Path, *, cfg: float, extra: tuple = ()) -> np.ndarray:
-    sets = txt2img_sets(
-        folder, cfg=cfg, steps=3, seed=42, width=WIDTH, height=HEIGHT, prompt=PROMPT, negative=NEGATIVE
-    )
-    assert run_workflow(TXT2IMG, out, sets, extra) == 0
-    return only_picture(out)
+folder = demo_folder("tiny-flux3")
+ours = Txt2Img(PROMPT, NEGATIVE, WIDTH, HEIGHT)  # 3 steps, seed 42, as `theirs`
 
 
 def theirs(folder: Path, *, cfg: float) -> np.ndarray:
@@ -79,23 +67,13 @@ def theirs(folder: Path, *, cfg: float) -> np.ndarray:
 
 @pytest.mark.slow  # loads the tiny model twice
 def test_cli_picture_matches_flux3_modular_pipeline(folder: Path, tmp_path: Path) -> None:
-    a = ours(folder, tmp_path, cfg=3.0)
-    b = theirs(folder, cfg=3.0)
-    assert a.shape == b.shape == (HEIGHT, WIDTH, 3)
-    assert b.std() > 5  # a real picture, not a flat one both sides could agree on by accident
-    # Same ops on the same CPU kernels; 1 of 255 allows a float32 sum order difference at a rounding edge.
-    diff = np.abs(a.astype(int) - b.astype(int)).max()
-    print(f"flux3 parity cfg 3: max uint8 difference {diff}")
-    assert diff <= 1
+    a, b = ours(folder, tmp_path, cfg=3.0), theirs(folder, cfg=3.0)
+    assert_same_picture(a, b, (HEIGHT, WIDTH, 3), "flux3 parity cfg 3")
 
 
 @pytest.mark.slow  # two runs of the tiny model
 def test_stream_offload_gives_the_same_picture(folder: Path, tmp_path: Path) -> None:
-    plain = ours(folder, tmp_path / "none", cfg=3.0, extra=("--offload", "none"))
-    streamed = ours(
-        folder, tmp_path / "stream", cfg=3.0, extra=("--offload", "stream", "--ram-budget", "2GiB")
-    )
-    assert np.array_equal(plain, streamed)
+    ours.assert_stream_is_none(folder, tmp_path, cfg=3.0)
 
 
 @pytest.mark.slow  # builds the tiny model
@@ -111,14 +89,11 @@ def test_declared_blocks_cover_the_transformer() -> None:
     share, so `stream` can hold it in a small budget (the reference-image mode's blocks stay resident unused)."""
     from diffusers import Flux3Transformer2DModel
 
-    from memory.weights import block_names
     from pipelines.diffusion.families import FAMILIES
 
     with torch.device("meta"):
         model = Flux3Transformer2DModel()
-    blocks = block_names(model, FAMILIES["flux3"].denoiser_blocks)
-    total = sum(p.numel() for p in model.parameters())
-    sizes = [sum(p.numel() for p in model.get_submodule(b).parameters()) for b in blocks]
+    blocks, total, sizes = block_sizes(model, FAMILIES["flux3"].denoiser_blocks)
     assert len(blocks) == 5 + 5 + 28
     assert max(sizes) < 0.05 * total and total - sum(sizes) < 0.2 * total
 

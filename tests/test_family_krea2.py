@@ -14,34 +14,15 @@ import pytest
 import torch
 
 from app.main import main
-from pipelines.diffusion.demo_models import save_demo_model
-from tests.family_support import only_picture, run_workflow, txt2img_sets
+from tests.family_support import REPO, Txt2Img, assert_same_picture, block_sizes, demo_folder
 
-REPO = Path(__file__).resolve().parent.parent
-TXT2IMG = REPO / "resources/workflows/txt2img.json"
 PROMPT = "a small yellow triangle on a black background"
 NEGATIVE = "blurry bad quality"
 WIDTH, HEIGHT = 40, 56  # 5 x 7 patches (4 px per latent x 2x2 packing): nothing square or even assumed
 
-
-@pytest.fixture(scope="module")
-def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return save_demo_model("tiny-krea2", tmp_path_factory.mktemp("krea2") / "tiny-krea2")
-
-
-@pytest.fixture(scope="module")
-def turbo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return save_demo_model("tiny-krea2-turbo", tmp_path_factory.mktemp("krea2t") / "tiny-krea2-turbo")
-
-
-def ours(
-    folder: Path, out: Path, *, cfg: float, steps: int = 3, seed: int = 42, extra: tuple = ()
-) -> np.ndarray:
-    sets = txt2img_sets(
-        folder, cfg=cfg, steps=steps, seed=seed, width=WIDTH, height=HEIGHT, prompt=PROMPT, negative=NEGATIVE
-    )
-    assert run_workflow(TXT2IMG, out, sets, extra) == 0
-    return only_picture(out)
+folder = demo_folder("tiny-krea2")
+turbo = demo_folder("tiny-krea2-turbo")
+ours = Txt2Img(PROMPT, NEGATIVE, WIDTH, HEIGHT)
 
 
 def theirs(folder: Path, *, cfg: float, steps: int = 3, seed: int = 42) -> np.ndarray:
@@ -67,30 +48,22 @@ def test_cli_picture_matches_krea2_pipeline(
     which: str, cfg: float, folder: Path, turbo: Path, tmp_path: Path
 ) -> None:
     path = folder if which == "base" else turbo
-    a = ours(path, tmp_path, cfg=cfg)
-    b = theirs(path, cfg=cfg)
-    assert a.shape == b.shape == (HEIGHT, WIDTH, 3)
-    assert b.std() > 5  # a real picture, not a flat one both sides could agree on by accident
-    # Same ops on the same CPU kernels; 1 of 255 allows a float32 sum order difference at a rounding edge.
-    diff = np.abs(a.astype(int) - b.astype(int)).max()
-    print(f"krea2 {which} parity cfg {cfg}: max uint8 difference {diff}")
-    assert diff <= 1
+    assert_same_picture(
+        ours(path, tmp_path, cfg=cfg),
+        theirs(path, cfg=cfg),
+        (HEIGHT, WIDTH, 3),
+        f"krea2 {which} parity cfg {cfg}",
+    )
 
 
 @pytest.mark.slow  # two runs of the tiny model
 def test_stream_offload_gives_the_same_picture(folder: Path, tmp_path: Path) -> None:
-    plain = ours(folder, tmp_path / "none", cfg=3.0, extra=("--offload", "none"))
-    streamed = ours(
-        folder, tmp_path / "stream", cfg=3.0, extra=("--offload", "stream", "--ram-budget", "2GiB")
-    )
-    assert np.array_equal(plain, streamed)
+    ours.assert_stream_is_none(folder, tmp_path, cfg=3.0)
 
 
 @pytest.mark.slow  # two runs of the tiny model
 def test_guidance_and_seed_change_the_picture(folder: Path, tmp_path: Path) -> None:
-    base = ours(folder, tmp_path / "a", cfg=3.0)
-    assert not np.array_equal(base, ours(folder, tmp_path / "b", cfg=0.0))
-    assert not np.array_equal(base, ours(folder, tmp_path / "c", cfg=3.0, seed=7))
+    ours.assert_guidance_and_seed_matter(folder, tmp_path, cfg=3.0, off=0.0)
 
 
 @pytest.mark.slow  # builds the tiny model
@@ -107,14 +80,11 @@ def test_declared_blocks_let_stream_hold_the_full_size_transformer_in_a_small_bu
     block is a large share, so `stream` can hold it in a small budget."""
     from diffusers import Krea2Transformer2DModel
 
-    from memory.weights import block_names
     from pipelines.diffusion.families import FAMILIES
 
     with torch.device("meta"):
         model = Krea2Transformer2DModel()
-    blocks = block_names(model, FAMILIES["krea2"].denoiser_blocks)
-    total = sum(p.numel() for p in model.parameters())
-    sizes = [sum(p.numel() for p in model.get_submodule(b).parameters()) for b in blocks]
+    blocks, total, sizes = block_sizes(model, FAMILIES["krea2"].denoiser_blocks)
     assert len(blocks) == 2 + 2 + 28
     assert max(sizes) < 0.05 * total and total - sum(sizes) < 0.05 * total
 
@@ -232,7 +202,6 @@ def test_the_text_encoder_declares_its_layers_at_full_size() -> None:
     but the embedding table, so `stream` can hold the 4B encoder in a small budget."""
     from transformers import Qwen3VLConfig, Qwen3VLModel
 
-    from memory.weights import block_names
     from pipelines.diffusion.families import FAMILIES
 
     text = dict(hidden_size=2560, intermediate_size=9728, num_hidden_layers=36, num_attention_heads=32)
@@ -240,9 +209,7 @@ def test_the_text_encoder_declares_its_layers_at_full_size() -> None:
     vision = dict(depth=24, hidden_size=1024, intermediate_size=4096, num_heads=16, out_hidden_size=2560)
     with torch.device("meta"):
         encoder = Qwen3VLModel(Qwen3VLConfig(text_config=text, vision_config=vision))
-    blocks = block_names(encoder, FAMILIES["krea2"].text_encoders[0].blocks)
-    total = sum(p.numel() for p in encoder.parameters())
-    sizes = [sum(p.numel() for p in encoder.get_submodule(b).parameters()) for b in blocks]
+    blocks, total, sizes = block_sizes(encoder, FAMILIES["krea2"].text_encoders[0].blocks)
     assert len(blocks) == 36 + 24
     # Outside the blocks: the 151936 x 2560 embedding table (about 9%) and the vision tower's small parts.
     assert max(sizes) < 0.04 * total and total - sum(sizes) < 0.12 * total

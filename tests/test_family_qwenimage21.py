@@ -17,26 +17,23 @@ import pytest
 import torch
 from PIL import Image
 
-from pipelines.diffusion.demo_models import save_demo_model
-from tests.family_support import run_workflow, txt2img_sets
+from tests.family_support import (
+    REPO,
+    TXT2IMG,
+    Txt2Img,
+    assert_same_picture,
+    demo_folder,
+    run_workflow,
+    txt2img_sets,
+)
 
-REPO = Path(__file__).resolve().parent.parent
-TXT2IMG = REPO / "resources/workflows/txt2img.json"
 PROMPT = "a small yellow triangle on a black background"
 NEGATIVE = "blurry bad quality"
 WIDTH, HEIGHT = 64, 96  # 2 x 3 image slots (16 px per latent, 2x2 latents a slot): nothing square
 
 
-@pytest.fixture(scope="session")
-def qwen21_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return save_demo_model("tiny-qwenimage21", tmp_path_factory.mktemp("q21") / "tiny-qwenimage21")
-
-
-@pytest.fixture(scope="session")
-def qwen21_turbo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return save_demo_model(
-        "tiny-qwenimage21-turbo", tmp_path_factory.mktemp("q21t") / "tiny-qwenimage21-turbo"
-    )
+qwen21_folder = demo_folder("tiny-qwenimage21", scope="session")
+qwen21_turbo = demo_folder("tiny-qwenimage21-turbo", scope="session")
 
 
 def rgba_picture(out: Path) -> np.ndarray:
@@ -46,14 +43,7 @@ def rgba_picture(out: Path) -> np.ndarray:
     return np.asarray(Image.open(png))
 
 
-def ours(
-    folder: Path, out: Path, *, cfg: float, steps: int = 3, seed: int = 42, extra: tuple = ()
-) -> np.ndarray:
-    sets = txt2img_sets(
-        folder, cfg=cfg, steps=steps, seed=seed, width=WIDTH, height=HEIGHT, prompt=PROMPT, negative=NEGATIVE
-    )
-    assert run_workflow(TXT2IMG, out, sets, extra) == 0
-    return rgba_picture(out)
+ours = Txt2Img(PROMPT, NEGATIVE, WIDTH, HEIGHT, read=rgba_picture)
 
 
 def reference_pipeline(folder: Path) -> Any:
@@ -91,14 +81,9 @@ def test_cli_picture_matches_qwenimage21_pipeline(
     which: str, cfg: float, qwen21_folder: Path, qwen21_turbo: Path, tmp_path: Path
 ) -> None:
     folder = qwen21_folder if which == "base" else qwen21_turbo
-    a = ours(folder, tmp_path, cfg=cfg)
-    b = theirs(folder, cfg=cfg)
-    assert a.shape == b.shape == (HEIGHT, WIDTH, 4)  # RGBA, as the pipeline's PIL picture
-    assert b[..., :3].std() > 5  # a real picture, not a flat one both sides could agree on by accident
-    # Same ops on the same CPU kernels; 1 of 255 allows a float32 sum order difference at a rounding edge.
-    diff = np.abs(a.astype(int) - b.astype(int)).max()
-    print(f"qwenimage21 {which} parity cfg {cfg}: max uint8 difference {diff}")
-    assert diff <= 1
+    a, b = ours(folder, tmp_path, cfg=cfg), theirs(folder, cfg=cfg)
+    # RGBA, as the pipeline's PIL picture
+    assert_same_picture(a, b, (HEIGHT, WIDTH, 4), f"qwenimage21 {which} parity cfg {cfg}")
 
 
 @pytest.mark.slow  # two runs of the tiny model
@@ -116,18 +101,12 @@ def test_turbo_follows_the_shipped_sigmas_not_the_steps(qwen21_turbo: Path, tmp_
 
 @pytest.mark.slow  # two runs of the tiny model
 def test_stream_offload_gives_the_same_picture(qwen21_folder: Path, tmp_path: Path) -> None:
-    plain = ours(qwen21_folder, tmp_path / "none", cfg=3.0, extra=("--offload", "none"))
-    streamed = ours(
-        qwen21_folder, tmp_path / "stream", cfg=3.0, extra=("--offload", "stream", "--ram-budget", "2GiB")
-    )
-    assert np.array_equal(plain, streamed)
+    ours.assert_stream_is_none(qwen21_folder, tmp_path, cfg=3.0)
 
 
 @pytest.mark.slow  # three runs of the tiny model
 def test_guidance_and_seed_change_the_picture(qwen21_folder: Path, tmp_path: Path) -> None:
-    base = ours(qwen21_folder, tmp_path / "a", cfg=3.0)
-    assert not np.array_equal(base, ours(qwen21_folder, tmp_path / "b", cfg=1.0))
-    assert not np.array_equal(base, ours(qwen21_folder, tmp_path / "c", cfg=3.0, seed=7))
+    ours.assert_guidance_and_seed_matter(qwen21_folder, tmp_path, cfg=3.0, off=1.0)
 
 
 @pytest.mark.slow  # builds the tiny model

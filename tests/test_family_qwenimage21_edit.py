@@ -17,8 +17,7 @@ import pytest
 import torch
 from PIL import Image
 
-from pipelines.diffusion.demo_models import save_demo_model
-from tests.family_support import run_workflow
+from tests.family_support import demo_folder, run_workflow
 from tests.test_family_qwenimage21 import reference_pipeline, rgba_picture
 
 REPO = Path(__file__).resolve().parent.parent
@@ -28,9 +27,7 @@ NEGATIVE = "blurry bad quality"
 RESOLUTION = 96
 
 
-@pytest.fixture(scope="module")
-def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return save_demo_model("tiny-qwenimage21", tmp_path_factory.mktemp("q21e") / "tiny-qwenimage21")
+folder = demo_folder("tiny-qwenimage21")
 
 
 def picture(path: Path, seed: int = 0, size: tuple[int, int] = (60, 90)) -> Path:

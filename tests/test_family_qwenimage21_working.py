@@ -17,6 +17,7 @@ import torch
 
 from pipelines.diffusion.families import FAMILIES
 from pipelines.diffusion.values import DenoiserRef
+from tests.family_support import block_sizes
 
 META = torch.device("meta")
 
@@ -100,13 +101,9 @@ def test_declared_blocks_let_stream_hold_the_full_size_transformer_in_a_small_bu
     the declared blocks little is left, and no block is a large share."""
     from diffusers import QwenImage21Transformer2DModel
 
-    from memory.weights import block_names
-
     with META:
         model = QwenImage21Transformer2DModel()
-    blocks = block_names(model, FAMILIES["qwenimage21"].denoiser_blocks)
-    total = sum(p.numel() for p in model.parameters())
-    sizes = [sum(p.numel() for p in model.get_submodule(b).parameters()) for b in blocks]
+    blocks, total, sizes = block_sizes(model, FAMILIES["qwenimage21"].denoiser_blocks)
     assert len(blocks) == 32
     assert max(sizes) < 0.04 * total and total - sum(sizes) < 0.05 * total
 
@@ -116,17 +113,13 @@ def test_the_text_encoder_declares_its_layers_at_full_size() -> None:
     but the embedding table and the LM head, so `stream` can hold the encoder in a small budget."""
     from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
 
-    from memory.weights import block_names
-
     text = dict(hidden_size=4096, intermediate_size=12288, num_hidden_layers=36, num_attention_heads=32)
     text |= dict(num_key_value_heads=8, head_dim=128, vocab_size=151936)
     vision = dict(depth=27, hidden_size=1152, intermediate_size=4304, num_heads=16, out_hidden_size=4096)
     vision |= dict(patch_size=16, spatial_merge_size=2, deepstack_visual_indexes=[8, 16, 24])
     with META:
         encoder = Qwen3VLForConditionalGeneration(Qwen3VLConfig(text_config=text, vision_config=vision))
-    blocks = block_names(encoder, FAMILIES["qwenimage21"].text_encoders[0].blocks)
-    total = sum(p.numel() for p in encoder.parameters())
-    sizes = [sum(p.numel() for p in encoder.get_submodule(b).parameters()) for b in blocks]
+    blocks, total, sizes = block_sizes(encoder, FAMILIES["qwenimage21"].text_encoders[0].blocks)
     assert len(blocks) == 36 + 27
     # Outside the blocks: the 151936 x 4096 embedding table and LM head (7% each) and small parts (16% in all).
     assert max(sizes) < 0.03 * total and total - sum(sizes) < 0.17 * total

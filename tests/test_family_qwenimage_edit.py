@@ -22,6 +22,7 @@ from PIL import Image
 
 from app.main import main
 from pipelines.diffusion.demo_models import save_demo_model
+from tests.family_support import demo_folder
 
 REPO = Path(__file__).resolve().parent.parent
 EDIT = REPO / "resources/workflows/edit_qwenimage.json"
@@ -33,9 +34,7 @@ VAE_AREA = 64 * 96  # the pictures' VAE size: 64x96 for a 2:3 picture (multiples
 VL_AREA = 56 * 84  # what the VL model sees in Plus: 56x84 -> 4x6 merged tokens
 
 
-@pytest.fixture(scope="module")
-def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return save_demo_model("tiny-qwenimage-edit", tmp_path_factory.mktemp("qedit") / "tiny-qwenimage-edit")
+folder = demo_folder("tiny-qwenimage-edit")
 
 
 def picture(path: Path, seed: int = 0, size: tuple[int, int] = (60, 90)) -> Path:
@@ -137,9 +136,7 @@ def test_cli_edit_matches_the_plus_pipeline(
     assert not np.array_equal(a, other)
 
 
-@pytest.fixture(scope="module")
-def folder_2511(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return save_demo_model("tiny-qwenimage-edit-2511", tmp_path_factory.mktemp("qedit11") / "tiny-2511")
+folder_2511 = demo_folder("tiny-qwenimage-edit-2511")
 
 
 @pytest.mark.slow  # the folder fixture builds the tiny model (~2 s)

@@ -18,9 +18,8 @@ import torch
 
 from app.main import main
 from memory import MemoryManager
-from pipelines.diffusion.demo_models import save_demo_model
 from pipelines.diffusion.family_detect import detect_family
-from tests.family_support import frames_in, run_workflow
+from tests.family_support import demo_folder, frames_in, run_workflow
 
 REPO = Path(__file__).resolve().parent.parent
 TXT2VIDEO = REPO / "resources/workflows/txt2video.json"
@@ -31,14 +30,10 @@ NEGATIVE = "blurry static bad quality"
 WIDTH, HEIGHT, FRAMES = 48, 32, 9
 
 
-@pytest.fixture(scope="module")
-def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return save_demo_model("tiny-wan", tmp_path_factory.mktemp("wan") / "tiny-wan")
+folder = demo_folder("tiny-wan")
 
 
-@pytest.fixture(scope="module")
-def folder22(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return save_demo_model("tiny-wan22", tmp_path_factory.mktemp("wan22") / "tiny-wan22")
+folder22 = demo_folder("tiny-wan22")
 
 
 def run_cli(

@@ -20,9 +20,8 @@ import torch
 from PIL import Image
 
 from app.main import main
-from pipelines.diffusion.demo_models import save_demo_model
 from pipelines.diffusion.family_detect import detect_family
-from tests.family_support import frames_in
+from tests.family_support import demo_folder, frames_in, run_workflow
 from tests.test_family_wan import FRAMES, HEIGHT, NEGATIVE, PROMPT, WIDTH, assert_same_video
 
 pytestmark = pytest.mark.slow
@@ -32,19 +31,13 @@ IMG2VIDEO = REPO / "resources/workflows/img2video.json"
 START = REPO / "resources/images/shapes_sample.png"  # 64x64: resized to 48x32, as the pipeline resizes it
 
 
-@pytest.fixture(scope="module")
-def folder21(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return save_demo_model("tiny-wan-i2v", tmp_path_factory.mktemp("wan-i2v") / "tiny-wan-i2v")
+folder21 = demo_folder("tiny-wan-i2v")
 
 
-@pytest.fixture(scope="module")
-def folder22(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return save_demo_model("tiny-wan22-i2v", tmp_path_factory.mktemp("wan22-i2v") / "tiny-wan22-i2v")
+folder22 = demo_folder("tiny-wan22-i2v")
 
 
-@pytest.fixture(scope="module")
-def folder_flf(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return save_demo_model("tiny-wan-flf2v", tmp_path_factory.mktemp("wan-flf2v") / "tiny-wan-flf2v")
+folder_flf = demo_folder("tiny-wan-flf2v")
 
 
 @pytest.fixture(scope="module")
@@ -97,19 +90,7 @@ def run_cli(
         "negative.text": NEGATIVE,
         "save.format": "png",
     }
-    args = [
-        "--run",
-        str(workflow(out.parent, last=last)),
-        "--out",
-        str(out),
-        "--quiet",
-        "--device",
-        "cpu",
-        *extra,
-    ]
-    for key, value in values.items():
-        args += ["--set", f"{key}={value}"]
-    return main(args)
+    return run_workflow(workflow(out.parent, last=last), out, values, extra)
 
 
 def theirs(

@@ -18,8 +18,7 @@ import torch
 from PIL import Image
 
 from app.main import main
-from pipelines.diffusion.demo_models import save_demo_model
-from tests.family_support import frames_in
+from tests.family_support import demo_folder, frames_in, run_workflow
 from tests.test_family_wan import (
     FRAMES,
     HEIGHT,
@@ -38,9 +37,7 @@ IMG2VIDEO = REPO / "resources/workflows/img2video.json"
 START = REPO / "resources/images/shapes_sample.png"  # 64x64: resized to 48x32, as the pipeline resizes it
 
 
-@pytest.fixture(scope="module")
-def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return save_demo_model("tiny-wan22-ti2v", tmp_path_factory.mktemp("ti2v") / "tiny-wan22-ti2v")
+folder = demo_folder("tiny-wan22-ti2v")
 
 
 def ti2v_workflow(tmp_path: Path, *, image: bool) -> Path:
@@ -77,18 +74,7 @@ def run_ti2v(folder: Path, out: Path, *, image: bool, cfg: float = 5.0) -> int:
         "save.format": "png",
         **({"image.path": str(START)} if image else {}),
     }
-    args = [
-        "--run",
-        str(ti2v_workflow(out.parent, image=image)),
-        "--out",
-        str(out),
-        "--quiet",
-        "--device",
-        "cpu",
-    ]
-    for key, value in values.items():
-        args += ["--set", f"{key}={value}"]
-    return main(args)
+    return run_workflow(ti2v_workflow(out.parent, image=image), out, values)
 
 
 def theirs_i2v(folder: Path, monkeypatch: pytest.MonkeyPatch, *, cfg: float = 5.0) -> np.ndarray:

@@ -17,32 +17,18 @@ import torch
 from PIL import Image
 
 from app.main import main
-from pipelines.diffusion.demo_models import save_demo_model
 from pipelines.diffusion.families import FAMILIES, UnsupportedModelError, detect_single_file_family
 from pipelines.diffusion.family_detect import detect_family, family_from_keys, family_from_text_encoders
-from tests.family_support import only_picture, run_workflow, txt2img_sets
+from tests.family_support import REPO, TXT2IMG, Txt2Img, assert_same_picture, block_sizes, demo_folder
 
-REPO = Path(__file__).resolve().parent.parent
-TXT2IMG = REPO / "resources/workflows/txt2img.json"
 PROMPT = "a small yellow triangle on a black background"
 NEGATIVE = "blurry bad quality"
 # Odd on purpose: 40 / (4 px per latent x 2x2 patches) = 5 patches across, so nothing assumes square or even.
 WIDTH, HEIGHT = 40, 56
 
 
-@pytest.fixture(scope="module")
-def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return save_demo_model("tiny-zimage", tmp_path_factory.mktemp("zimage") / "tiny-zimage")
-
-
-def ours(
-    folder: Path, out: Path, *, cfg: float, steps: int = 3, seed: int = 42, extra: tuple = ()
-) -> np.ndarray:
-    sets = txt2img_sets(
-        folder, cfg=cfg, steps=steps, seed=seed, width=WIDTH, height=HEIGHT, prompt=PROMPT, negative=NEGATIVE
-    )
-    assert run_workflow(TXT2IMG, out, sets, extra) == 0
-    return only_picture(out)
+folder = demo_folder("tiny-zimage")
+ours = Txt2Img(PROMPT, NEGATIVE, WIDTH, HEIGHT)
 
 
 def theirs(folder: Path, *, cfg: float, steps: int = 3, seed: int = 42) -> np.ndarray:
@@ -66,14 +52,8 @@ def theirs(folder: Path, *, cfg: float, steps: int = 3, seed: int = 42) -> np.nd
 # prompt is encoded but unused).
 @pytest.mark.parametrize("cfg", [3.0, 0.0])
 def test_cli_picture_matches_zimage_pipeline(folder: Path, tmp_path: Path, cfg: float) -> None:
-    a = ours(folder, tmp_path, cfg=cfg)
-    b = theirs(folder, cfg=cfg)
-    assert a.shape == b.shape == (HEIGHT, WIDTH, 3)
-    assert b.std() > 5  # a real picture, not a flat one both sides could agree on by accident
-    # Same ops on the same CPU kernels; 1 of 255 allows a float32 sum order difference at a rounding edge.
-    diff = np.abs(a.astype(int) - b.astype(int)).max()
-    print(f"zimage parity: max uint8 difference {diff}")
-    assert diff <= 1
+    a, b = ours(folder, tmp_path, cfg=cfg), theirs(folder, cfg=cfg)
+    assert_same_picture(a, b, (HEIGHT, WIDTH, 3), "zimage parity")
 
 
 @pytest.mark.slow  # the fast lane keeps this family's parity cases; this one runs in make test
@@ -128,18 +108,12 @@ def test_image_to_image_matches_the_img2img_pipeline(
 
 @pytest.mark.slow  # the fast lane keeps this family's parity cases; this one runs in make test
 def test_guidance_and_seed_change_the_picture(folder: Path, tmp_path: Path) -> None:
-    base = ours(folder, tmp_path / "a", cfg=3.0)
-    assert not np.array_equal(base, ours(folder, tmp_path / "b", cfg=0.0))
-    assert not np.array_equal(base, ours(folder, tmp_path / "c", cfg=3.0, seed=7))
+    ours.assert_guidance_and_seed_matter(folder, tmp_path, cfg=3.0, off=0.0)
 
 
 @pytest.mark.slow  # the fast lane keeps this family's parity cases; this one runs in make test
 def test_stream_offload_gives_the_same_picture(folder: Path, tmp_path: Path) -> None:
-    plain = ours(folder, tmp_path / "none", cfg=3.0, extra=("--offload", "none"))
-    streamed = ours(
-        folder, tmp_path / "stream", cfg=3.0, extra=("--offload", "stream", "--ram-budget", "2GiB")
-    )
-    assert np.array_equal(plain, streamed)
+    ours.assert_stream_is_none(folder, tmp_path, cfg=3.0)
 
 
 def test_sizes_the_patches_cannot_cut_are_refused(
@@ -170,13 +144,9 @@ def test_declared_blocks_let_stream_hold_the_full_size_models_in_a_small_budget(
     so both must be a small part of the ~6B and ~4B parameters."""
     from diffusers import ZImageTransformer2DModel
 
-    from memory.weights import block_names
-
     with torch.device("meta"):
         model = ZImageTransformer2DModel()
-    blocks = block_names(model, FAMILIES["zimage"].denoiser_blocks)
-    total = sum(p.numel() for p in model.parameters())
-    sizes = [sum(p.numel() for p in model.get_submodule(b).parameters()) for b in blocks]
+    blocks, total, sizes = block_sizes(model, FAMILIES["zimage"].denoiser_blocks)
     fixed = total - sum(sizes)
     assert len(blocks) == 2 + 2 + 30  # noise refiners, context refiners, main layers
     assert max(sizes) < 0.04 * total and fixed < 0.02 * total
@@ -188,9 +158,7 @@ def test_declared_blocks_let_stream_hold_the_full_size_models_in_a_small_budget(
 
     with torch.device("meta"):
         encoder = Qwen3Model(Qwen3Config(vocab_size=151936, **QWEN3_4B))
-    blocks = block_names(encoder, FAMILIES["zimage"].text_encoders[0].blocks)
-    total = sum(p.numel() for p in encoder.parameters())
-    sizes = [sum(p.numel() for p in encoder.get_submodule(b).parameters()) for b in blocks]
+    blocks, total, sizes = block_sizes(encoder, FAMILIES["zimage"].text_encoders[0].blocks)
     assert len(blocks) == 36
     assert max(sizes) < 0.03 * total and total - sum(sizes) < 0.11 * total
 

@@ -1,8 +1,9 @@
 """The flow-matching denoising loops (Flux, SD3), written out like diffusers' FluxPipeline.__call__ and
 StableDiffusion3Pipeline.__call__.
 
-Lives here: `sample_flux`, `sample_sd3`, `calculate_shift`, `pack_latents`, `unpack_latents`,
-`latent_image_ids`, `kontext_reference`.
+Lives here: `sample_flux`, `sample_sd3`, `calculate_shift`, `config_shift`, `pack_latents`, `unpack_latents`,
+`latent_image_ids`, `kontext_reference`, `start_partway`. The input checks and the step report every flow loop
+shares are in `flow_loop` (`check_flow_scheduler` is still imported from here by the LTX-2 loop).
 May import: stdlib, numpy, torch, diffusers, memory, pipelines.diffusion.*.
 
 Differences from the DDPM-style loop in sampling.py: the scheduler is the model's flow-matching Euler and
@@ -23,6 +24,7 @@ from diffusers import FlowMatchEulerDiscreteScheduler
 from diffusers.utils.torch_utils import randn_tensor
 
 from memory import MemoryManager
+from pipelines.diffusion.flow_loop import StepReport, check_flow_inputs, check_flow_scheduler
 from pipelines.diffusion.lora import use_denoiser
 from pipelines.diffusion.sampling import (
     SamplerSettings,
@@ -32,15 +34,7 @@ from pipelines.diffusion.sampling import (
 )
 from pipelines.diffusion.step_cache import step_cache
 from pipelines.diffusion.values import Conditioning, DenoiserRef, Latents
-from pipelines.steps import OnStep, Step
-
-FLOW_SCHEDULERS = ("default", "euler")
-
-
-def flow_denoised(scheduler: Any, before: torch.Tensor, velocity: torch.Tensor) -> torch.Tensor:
-    """x0 from a flow step: x_t = (1 - s) x0 + s noise and v = noise - x0, so x0 = x_t - s v."""
-    sigma = scheduler.sigmas[scheduler.step_index - 1].to(before.dtype)  # the sigma this step started at
-    return before - sigma * velocity
+from pipelines.steps import OnStep
 
 
 # Copied from diffusers.pipelines.flux.pipeline_flux.calculate_shift
@@ -55,6 +49,21 @@ def calculate_shift(
     b = base_shift - m * base_seq_len
     mu = image_seq_len * m + b
     return mu
+
+
+def config_shift(
+    config: Any, image_seq_len: int, *, max_image_seq_len: int = 4096, max_shift: float = 1.15
+) -> float:
+    """`calculate_shift` on a scheduler config's sequence lengths and shifts; where the config has none, the
+    pipeline's defaults (FluxPipeline's; the keywords carry the families' other ones: Krea 2's longest
+    sequence 6400, SD3's largest shift 1.16)."""
+    return calculate_shift(
+        image_seq_len,
+        config.get("base_image_seq_len", 256),
+        config.get("max_image_seq_len", max_image_seq_len),
+        config.get("base_shift", 0.5),
+        config.get("max_shift", max_shift),
+    )
 
 
 def pack_latents(latents: torch.Tensor) -> torch.Tensor:
@@ -103,14 +112,6 @@ def kontext_reference(
     return pack_latents(ref).repeat(batch, 1, 1), ids.to(device)
 
 
-def check_flow_scheduler(denoiser: DenoiserRef, settings: SamplerSettings) -> None:
-    if settings.scheduler not in FLOW_SCHEDULERS:
-        raise ValueError(
-            f"{denoiser.family.title} is a flow-matching model: scheduler must be one of "
-            f"{', '.join(FLOW_SCHEDULERS)} (flow-matching Euler), not {settings.scheduler!r}"
-        )
-
-
 def start_partway(scheduler: FlowMatchEulerDiscreteScheduler, settings: SamplerSettings) -> torch.Tensor:
     """The timesteps to run: all of them, or the last `denoise` fraction (as the Img2Img pipelines' get_timesteps)."""
     timesteps = scheduler.timesteps
@@ -133,14 +134,9 @@ def sample_flux(
     on_step: OnStep | None = None,
 ) -> Latents:
     # 1. Check inputs
-    check_flow_scheduler(denoiser, settings)
+    check_flow_inputs(denoiser, latents, settings)
     device = mm.device
     batch, _, h, w = latents.samples.shape
-    if h % 2 or w % 2:
-        raise ValueError(
-            f"{denoiser.family.title} packs 2x2 latent patches: the latent size must be even, "
-            f"got {h}x{w} (image sides must be multiples of {2 * latents.vae_scale_factor})"
-        )
     generator = torch.Generator("cpu").manual_seed(settings.seed)
     positive = batched_conditioning(positive, batch)
     dtype = denoiser.dtype
@@ -162,13 +158,7 @@ def sample_flux(
     scheduler = FlowMatchEulerDiscreteScheduler.from_config(denoiser.scheduler_config)
     sigmas = np.linspace(1.0, 1 / settings.steps, settings.steps)
     config = scheduler.config
-    mu = calculate_shift(
-        (h // 2) * (w // 2),
-        config.get("base_image_seq_len", 256),
-        config.get("max_image_seq_len", 4096),
-        config.get("base_shift", 0.5),
-        config.get("max_shift", 1.15),
-    )
+    mu = config_shift(config, (h // 2) * (w // 2))
     scheduler.set_timesteps(sigmas=sigmas, device=device, mu=mu)
     timesteps = start_partway(scheduler, settings)
     if len(timesteps) == 0:
@@ -190,6 +180,7 @@ def sample_flux(
     working = denoiser_working(
         denoiser, h * latents.vae_scale_factor, w * latents.vae_scale_factor, batch, guidance=False
     )
+    report = StepReport(on_step, len(timesteps), scheduler, unpack=lambda z: unpack_latents(z, h, w))
     with (
         use_denoiser(mm, denoiser, working=working) as model,
         step_cache(model, settings.step_cache, len(timesteps)) as cache,
@@ -212,17 +203,7 @@ def sample_flux(
 
             before = x
             x = scheduler.step(noise_pred, t, x, return_dict=False)[0]
-
-            if on_step is not None:
-                on_step(
-                    Step(
-                        step=i + 1,
-                        total=len(timesteps),
-                        timestep=float(t),
-                        latents=unpack_latents(x, h, w),
-                        denoised=unpack_latents(flow_denoised(scheduler, before, noise_pred), h, w),
-                    )
-                )
+            report(i, t, before, x, noise_pred)
 
     return Latents(
         samples=unpack_latents(x, h, w).cpu(), vae_scale_factor=latents.vae_scale_factor, source="sampled"
@@ -262,13 +243,7 @@ def sample_sd3(
     shift_kwargs = {}
     if config.get("use_dynamic_shifting", None):
         patch = int(denoiser.config.get("patch_size", 2))
-        shift_kwargs["mu"] = calculate_shift(
-            (h // patch) * (w // patch),
-            config.get("base_image_seq_len", 256),
-            config.get("max_image_seq_len", 4096),
-            config.get("base_shift", 0.5),
-            config.get("max_shift", 1.16),
-        )
+        shift_kwargs["mu"] = config_shift(config, (h // patch) * (w // patch), max_shift=1.16)
     scheduler.set_timesteps(settings.steps, device=device, **shift_kwargs)
     timesteps = start_partway(scheduler, settings)
     if len(timesteps) == 0:
@@ -288,6 +263,7 @@ def sample_sd3(
     working = denoiser_working(
         denoiser, h * latents.vae_scale_factor, w * latents.vae_scale_factor, batch, guidance=do_cfg
     )
+    report = StepReport(on_step, len(timesteps), scheduler)
     with (
         use_denoiser(mm, denoiser, working=working) as model,
         step_cache(model, settings.step_cache, len(timesteps)) as cache,
@@ -312,16 +288,6 @@ def sample_sd3(
 
             before = x
             x = scheduler.step(noise_pred, t, x, return_dict=False)[0]
-
-            if on_step is not None:
-                on_step(
-                    Step(
-                        step=i + 1,
-                        total=len(timesteps),
-                        timestep=float(t),
-                        latents=x,
-                        denoised=flow_denoised(scheduler, before, noise_pred),
-                    )
-                )
+            report(i, t, before, x, noise_pred)
 
     return Latents(samples=x.cpu(), vae_scale_factor=latents.vae_scale_factor, source="sampled")

@@ -29,7 +29,7 @@ from diffusers.utils.torch_utils import randn_tensor
 
 from memory import MemoryManager, Working
 from memory.estimates import element_size
-from pipelines.diffusion.flow_sampling import check_flow_scheduler, flow_denoised
+from pipelines.diffusion.flow_loop import StepReport, check_flow_inputs
 from pipelines.diffusion.flux2_latents import patchify, unpatchify
 from pipelines.diffusion.lora import use_denoiser
 from pipelines.diffusion.previews import model_folder
@@ -37,7 +37,7 @@ from pipelines.diffusion.sampling import SamplerSettings, batched_conditioning
 from pipelines.diffusion.schedulers import make_scheduler
 from pipelines.diffusion.step_cache import step_cache
 from pipelines.diffusion.values import Conditioning, DenoiserRef, Latents
-from pipelines.steps import OnStep, Step
+from pipelines.steps import OnStep
 
 
 # Copied from diffusers.pipelines.flux2.pipeline_flux2.compute_empirical_mu
@@ -105,24 +105,14 @@ def sample_flux2(
     *,
     on_step: OnStep | None = None,
 ) -> Latents:
-    # 1. Check inputs
-    check_flow_scheduler(denoiser, settings)
+    # 1. Check inputs (diffusers has no FLUX.2 img2img: its `image=` is reference conditioning for editing)
     title = denoiser.family.title
-    if settings.denoise < 1.0:
-        raise ValueError(
-            f"{title} has no image-to-image (diffusers has no FLUX.2 img2img pipeline): set denoise to 1"
-        )
-    device = mm.device
-    batch, channels, h, w = latents.samples.shape
-    if h % 2 or w % 2:
-        side = 2 * latents.vae_scale_factor
-        raise ValueError(
-            f"{title} packs the latents into 2x2 patches: the latent size must be even, got {h}x{w} "
-            f"(image sides must be multiples of {side})"
-        )
     latent_channels = int(denoiser.config.get("in_channels", 128)) // 4
-    if channels != latent_channels and latents.source != "empty":
-        raise ValueError(f"{title} takes {latent_channels}-channel latents, got {channels} channels")
+    check_flow_inputs(
+        denoiser, latents, settings, channels=latent_channels, any_empty_channels=True, img2img=False
+    )
+    device = mm.device
+    batch, _, h, w = latents.samples.shape
     distilled = is_distilled(denoiser)
     # [dev] is guidance-distilled: cfg goes in as the transformer's guidance embedding, one call a step
     embedded = bool(denoiser.config.get("guidance_embeds"))
@@ -170,6 +160,7 @@ def sample_flux2(
         f"{batch}x{h * latents.vae_scale_factor}x{w * latents.vae_scale_factor}+{text_tokens}t",
     )
     guidance = torch.full([batch], settings.cfg, device=device, dtype=torch.float32) if embedded else None
+    report = StepReport(on_step, len(timesteps), scheduler, unpack=lambda z: _unpack(z, h, w))
     with (
         use_denoiser(mm, denoiser, working=working) as model,
         step_cache(model, settings.step_cache, len(timesteps)) as cache,
@@ -205,17 +196,7 @@ def sample_flux2(
 
             before = x
             x = scheduler.step(noise_pred, t, x, return_dict=False)[0]
-
-            if on_step is not None:
-                on_step(
-                    Step(
-                        step=i + 1,
-                        total=len(timesteps),
-                        timestep=float(t),
-                        latents=_unpack(x, h, w),
-                        denoised=_unpack(flow_denoised(scheduler, before, noise_pred), h, w),
-                    )
-                )
+            report(i, t, before, x, noise_pred)
 
     return Latents(
         samples=_unpack(x, h, w).cpu(), vae_scale_factor=latents.vae_scale_factor, source="sampled"

@@ -27,13 +27,13 @@ from diffusers.utils.torch_utils import randn_tensor
 
 from memory import MemoryManager, Working
 from memory.estimates import element_size
-from pipelines.diffusion.flow_sampling import check_flow_scheduler, flow_denoised
+from pipelines.diffusion.flow_loop import StepReport, check_flow_inputs
 from pipelines.diffusion.flux2_latents import unpatchify
 from pipelines.diffusion.lora import use_denoiser
 from pipelines.diffusion.sampling import SamplerSettings, batched_conditioning
 from pipelines.diffusion.step_cache import step_cache
 from pipelines.diffusion.values import Conditioning, DenoiserRef, Latents
-from pipelines.steps import OnStep, Step
+from pipelines.steps import OnStep
 
 IMAGE_ROPE_SCALE = 0.5  # Flux3PrepareLatentsStep's `image_rope_scale`: the model's training positions
 
@@ -80,20 +80,13 @@ def sample_flux3(
     on_step: OnStep | None = None,
 ) -> Latents:
     # 1. Check inputs
-    check_flow_scheduler(denoiser, settings)
     title = denoiser.family.title
-    if settings.denoise < 1.0:
-        raise ValueError(f"{title}: image-to-image (denoise below 1) is not supported here: set denoise to 1")
-    device = mm.device
-    batch, channels, h, w = latents.samples.shape
-    if h % 2 or w % 2:
-        raise ValueError(
-            f"{title} packs the latents into 2x2 patches: the latent size must be even, got {h}x{w} "
-            f"(image sides must be multiples of {2 * latents.vae_scale_factor})"
-        )
     latent_channels = int(denoiser.config.get("in_channels", 128)) // 4
-    if channels != latent_channels and latents.source != "empty":
-        raise ValueError(f"{title} takes {latent_channels}-channel latents, got {channels} channels")
+    check_flow_inputs(
+        denoiser, latents, settings, channels=latent_channels, any_empty_channels=True, img2img=False
+    )
+    device = mm.device
+    batch, _, h, w = latents.samples.shape
     flow_map = bool(denoiser.config.get("flow_map"))
     do_cfg = settings.cfg > 1.0 and not flow_map and negative is not None
     generator = torch.Generator("cpu").manual_seed(settings.seed)
@@ -131,6 +124,7 @@ def sample_flux3(
         batch * flux3_working_bytes(denoiser.config, x.shape[1], text_tokens, dtype),
         f"{batch}x{h * latents.vae_scale_factor}x{w * latents.vae_scale_factor}+{text_tokens}t",
     )
+    report = StepReport(on_step, len(timesteps), scheduler, unpack=lambda z: _unpack(z, h, w))
     with (
         use_denoiser(mm, denoiser, working=working) as model,
         step_cache(model, settings.step_cache, len(timesteps)) as cache,
@@ -167,17 +161,7 @@ def sample_flux3(
 
             before = x
             x = scheduler.step(noise_pred, t, x, return_dict=False)[0]
-
-            if on_step is not None:
-                on_step(
-                    Step(
-                        step=i + 1,
-                        total=len(timesteps),
-                        timestep=float(t),
-                        latents=_unpack(x, h, w),
-                        denoised=_unpack(flow_denoised(scheduler, before, noise_pred), h, w),
-                    )
-                )
+            report(i, t, before, x, noise_pred)
 
     return Latents(
         samples=_unpack(x, h, w).cpu(), vae_scale_factor=latents.vae_scale_factor, source="sampled"

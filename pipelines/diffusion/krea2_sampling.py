@@ -22,21 +22,15 @@ from diffusers.utils.torch_utils import randn_tensor
 
 from memory import MemoryManager, Working
 from memory.estimates import Activations, activation_bytes
-from pipelines.diffusion.flow_sampling import (
-    calculate_shift,
-    check_flow_scheduler,
-    flow_denoised,
-    pack_latents,
-    start_partway,
-    unpack_latents,
-)
+from pipelines.diffusion.flow_loop import StepReport, check_flow_inputs
+from pipelines.diffusion.flow_sampling import config_shift, pack_latents, start_partway, unpack_latents
 from pipelines.diffusion.flux2_sampling import is_distilled
 from pipelines.diffusion.lora import use_denoiser
 from pipelines.diffusion.sampling import SamplerSettings, batched_conditioning
 from pipelines.diffusion.schedulers import make_scheduler
 from pipelines.diffusion.step_cache import step_cache
 from pipelines.diffusion.values import Conditioning, DenoiserRef, Latents
-from pipelines.steps import OnStep, Step
+from pipelines.steps import OnStep
 
 KREA2_DISTILLED_MU = 1.15  # the pipeline's fixed timestep shift for the distilled (Turbo) checkpoint
 
@@ -104,22 +98,12 @@ def sample_krea2(
     on_step: OnStep | None = None,
 ) -> Latents:
     # 1. Check inputs
-    check_flow_scheduler(denoiser, settings)
     title = denoiser.family.title
+    in_channels = denoiser.config.get("in_channels")
+    wanted = None if in_channels is None else int(in_channels) // 4  # the transformer takes 2x2 patches
+    check_flow_inputs(denoiser, latents, settings, channels=wanted, img2img=False)
     device = mm.device
     batch, channels, h, w = latents.samples.shape
-    if h % 2 or w % 2:
-        raise ValueError(
-            f"{title} packs 2x2 latent patches: the latent size must be even, got {h}x{w} "
-            f"(image sides must be multiples of {2 * latents.vae_scale_factor})"
-        )
-    if channels * 4 != int(denoiser.config.get("in_channels", channels * 4)):
-        raise ValueError(
-            f"{title} takes {int(denoiser.config['in_channels']) // 4}-channel latents, got {channels} "
-            "(make the latent with this model's VAE)"
-        )
-    if settings.denoise < 1.0:
-        raise ValueError(f"{title}: image-to-image (denoise below 1) is not supported (diffusers has none)")
     do_cfg = settings.cfg > 0 and negative is not None  # the pipeline's `guidance_scale > 0`
     generator = torch.Generator("cpu").manual_seed(settings.seed)
     dtype = denoiser.dtype
@@ -141,13 +125,7 @@ def sample_krea2(
     if is_distilled(denoiser) or denoiser.scheduler_config.get("is_distilled"):
         mu = KREA2_DISTILLED_MU
     else:
-        mu = calculate_shift(
-            x.shape[1],
-            config.get("base_image_seq_len", 256),
-            config.get("max_image_seq_len", 6400),
-            config.get("base_shift", 0.5),
-            config.get("max_shift", 1.15),
-        )
+        mu = config_shift(config, x.shape[1], max_image_seq_len=6400)
     scheduler.set_timesteps(sigmas=np.linspace(1.0, 1 / settings.steps, settings.steps), device=device, mu=mu)
     timesteps = start_partway(scheduler, settings)
 
@@ -176,6 +154,7 @@ def sample_krea2(
     working = Working(
         krea2_working_bytes(denoiser, h, w, batch, text_tokens), f"{batch}x{h}x{w}+{text_tokens}t"
     )
+    report = StepReport(on_step, len(timesteps), scheduler, unpack=lambda z: unpack_latents(z, h, w))
     with (
         use_denoiser(mm, denoiser, working=working) as model,
         step_cache(model, settings.step_cache, len(timesteps)) as cache,
@@ -192,17 +171,7 @@ def sample_krea2(
 
             before = x
             x = scheduler.step(noise_pred, t, x, return_dict=False)[0]
-
-            if on_step is not None:
-                on_step(
-                    Step(
-                        step=i + 1,
-                        total=len(timesteps),
-                        timestep=float(t),
-                        latents=unpack_latents(x, h, w),
-                        denoised=unpack_latents(flow_denoised(scheduler, before, noise_pred), h, w),
-                    )
-                )
+            report(i, t, before, x, noise_pred)
 
     return Latents(
         samples=unpack_latents(x, h, w).cpu(), vae_scale_factor=latents.vae_scale_factor, source="sampled"

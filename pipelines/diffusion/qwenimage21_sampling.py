@@ -27,7 +27,8 @@ from diffusers import FlowMatchEulerDiscreteScheduler
 from diffusers.utils.torch_utils import randn_tensor
 
 from memory import MemoryManager, Working
-from pipelines.diffusion.flow_sampling import calculate_shift, check_flow_scheduler, flow_denoised
+from pipelines.diffusion.flow_loop import StepReport, check_flow_inputs
+from pipelines.diffusion.flow_sampling import config_shift
 from pipelines.diffusion.lora import use_denoiser
 from pipelines.diffusion.manual_sigmas import check_sigmas, noised_start, set_manual_sigmas
 from pipelines.diffusion.previews import model_folder
@@ -35,7 +36,7 @@ from pipelines.diffusion.qwenimage21_working import qwenimage21_working_bytes
 from pipelines.diffusion.sampling import SamplerSettings
 from pipelines.diffusion.schedulers import make_scheduler
 from pipelines.diffusion.values import Conditioning, DenoiserRef, Latents
-from pipelines.steps import OnStep, Step
+from pipelines.steps import OnStep
 
 TOKENS_PER_SLOT = 4  # an image slot of the prompt stands for 2x2 latent tokens
 
@@ -124,22 +125,18 @@ def sample_qwenimage21(
     # 1. Check inputs
     from diffusers.models.transformers.transformer_qwenimage21 import QwenImage21KVCache
 
-    check_flow_scheduler(denoiser, settings)
     title = denoiser.family.title
+    in_channels = denoiser.config.get("in_channels")
+    check_flow_inputs(
+        denoiser,
+        latents,
+        settings,
+        how="fills each image slot with 2x2 latents",
+        channels=None if in_channels is None else int(in_channels),  # one token per latent pixel: no packing
+        img2img=False,
+    )
     device = mm.device
     batch, channels, h, w = latents.samples.shape
-    if h % 2 or w % 2:
-        raise ValueError(
-            f"{title} fills each image slot with 2x2 latents: the latent size must be even, got {h}x{w} "
-            f"(image sides must be multiples of {2 * latents.vae_scale_factor})"
-        )
-    if channels != int(denoiser.config.get("in_channels", channels)):
-        raise ValueError(
-            f"{title} takes {denoiser.config['in_channels']}-channel latents, got {channels} "
-            "(make the latent with this model's VAE)"
-        )
-    if settings.denoise < 1.0:
-        raise ValueError(f"{title}: image-to-image (denoise below 1) is not supported (diffusers has none)")
     if settings.sigmas is not None:
         check_sigmas(settings.sigmas, "input 'sigmas'", flow=True)
     if settings.step_cache.on:
@@ -161,15 +158,8 @@ def sample_qwenimage21(
         scheduler = make_scheduler("default", scheduler_config)
     else:
         scheduler = FlowMatchEulerDiscreteScheduler.from_config(scheduler_config)
-    config = scheduler.config
     sigmas = shipped if shipped is not None else np.linspace(1.0, 1 / settings.steps, settings.steps)
-    mu = calculate_shift(
-        x.shape[1],
-        config.get("base_image_seq_len", 256),
-        config.get("max_image_seq_len", 4096),
-        config.get("base_shift", 0.5),
-        config.get("max_shift", 1.15),
-    )
+    mu = config_shift(scheduler.config, x.shape[1])
     if settings.sigmas is not None:  # a SIGMAS wire (ComfyUI's ManualSigmas): stepped through as given
         timesteps = set_manual_sigmas(scheduler, settings.sigmas, device)
         start = latents.samples.to(device=device, dtype=dtype)
@@ -203,6 +193,7 @@ def sample_qwenimage21(
         qwenimage21_working_bytes(denoiser, h, w, batch, text_tokens, ref_tokens, prompts=len(calls)),
         f"{batch}x{h}x{w}+{text_tokens}t+{ref_tokens}r" + ("+cfg" if len(calls) > 1 else ""),
     )
+    report = StepReport(on_step, len(timesteps), scheduler, unpack=lambda z: unflatten_latents(z, h, w))
     with use_denoiser(mm, denoiser, working=working) as model:
         caches = [QwenImage21KVCache(len(model.transformer_blocks)) if causal else None for _ in calls]
         for i, t in enumerate(timesteps):
@@ -230,17 +221,7 @@ def sample_qwenimage21(
 
             before = x
             x = scheduler.step(noise_pred, t, x, return_dict=False)[0]
-
-            if on_step is not None:
-                on_step(
-                    Step(
-                        step=i + 1,
-                        total=len(timesteps),
-                        timestep=float(t),
-                        latents=unflatten_latents(x, h, w),
-                        denoised=unflatten_latents(flow_denoised(scheduler, before, noise_pred), h, w),
-                    )
-                )
+            report(i, t, before, x, noise_pred)
 
     return Latents(
         samples=unflatten_latents(x, h, w).cpu(), vae_scale_factor=latents.vae_scale_factor, source="sampled"

@@ -24,14 +24,8 @@ from diffusers import FlowMatchEulerDiscreteScheduler
 from diffusers.utils.torch_utils import randn_tensor
 
 from memory import MemoryManager
-from pipelines.diffusion.flow_sampling import (
-    calculate_shift,
-    check_flow_scheduler,
-    flow_denoised,
-    pack_latents,
-    start_partway,
-    unpack_latents,
-)
+from pipelines.diffusion.flow_loop import StepReport, check_flow_inputs
+from pipelines.diffusion.flow_sampling import config_shift, pack_latents, start_partway, unpack_latents
 from pipelines.diffusion.lora import use_denoiser
 from pipelines.diffusion.manual_sigmas import check_sigmas, noised_start, set_manual_sigmas
 from pipelines.diffusion.qwenimage_working import qwenimage_working
@@ -39,7 +33,7 @@ from pipelines.diffusion.sampling import SamplerSettings, batched_conditioning
 from pipelines.diffusion.schedulers import make_scheduler
 from pipelines.diffusion.step_cache import step_cache
 from pipelines.diffusion.values import Conditioning, DenoiserRef, Latents
-from pipelines.steps import OnStep, Step
+from pipelines.steps import OnStep
 
 
 def true_cfg(pos: torch.Tensor, neg: torch.Tensor, scale: float) -> torch.Tensor:
@@ -103,25 +97,16 @@ def sample_qwenimage(
     on_step: OnStep | None = None,
 ) -> Latents:
     # 1. Check inputs
-    check_flow_scheduler(denoiser, settings)
+    in_channels = denoiser.config.get("in_channels")
+    wanted = None if in_channels is None else int(in_channels) // 4  # the transformer takes 2x2 patches
+    check_flow_inputs(denoiser, latents, settings, channels=wanted)
     if denoiser.config.get("guidance_embeds", False):
         raise ValueError(
             f"{denoiser.family.title}: this transformer is guidance-distilled (guidance_embeds); "
             "such Qwen-Image models are not supported yet"
         )
     device = mm.device
-    batch, _, h, w = latents.samples.shape
-    if h % 2 or w % 2:
-        raise ValueError(
-            f"{denoiser.family.title} packs 2x2 latent patches: the latent size must be even, "
-            f"got {h}x{w} (image sides must be multiples of {2 * latents.vae_scale_factor})"
-        )
-    channels = latents.samples.shape[1]
-    if channels * 4 != int(denoiser.config.get("in_channels", channels * 4)):
-        raise ValueError(
-            f"{denoiser.family.title} takes {int(denoiser.config['in_channels']) // 4}-channel latents, "
-            f"got {channels} (make the latent with this model's VAE)"
-        )
+    batch, channels, h, w = latents.samples.shape
     do_cfg = settings.cfg > 1.0 and negative is not None  # the pipeline's `do_true_cfg`
     generator = torch.Generator("cpu").manual_seed(settings.seed)
     dtype = denoiser.dtype
@@ -138,14 +123,7 @@ def sample_qwenimage(
         scheduler = make_scheduler("default", denoiser.scheduler_config)
     else:
         scheduler = FlowMatchEulerDiscreteScheduler.from_config(denoiser.scheduler_config)
-    config = scheduler.config
-    mu = calculate_shift(
-        (h // 2) * (w // 2),
-        config.get("base_image_seq_len", 256),
-        config.get("max_image_seq_len", 4096),
-        config.get("base_shift", 0.5),
-        config.get("max_shift", 1.15),
-    )
+    mu = config_shift(scheduler.config, (h // 2) * (w // 2))
     if settings.sigmas is not None:  # a SIGMAS wire: stepped through as given, the latent noised to its first
         if settings.denoise < 1.0:
             raise ValueError("input 'sigmas': a schedule sets the strength itself (leave denoise at 1)")
@@ -186,6 +164,7 @@ def sample_qwenimage(
     text_tokens = max(e.shape[1] for e in (pos_embeds, neg_embeds) if e is not None)
     reference_tokens = max(0 if r is None else r.shape[1] for r in (pos_refs, neg_refs))
     working = qwenimage_working(denoiser, h, w, batch, text_tokens, reference_tokens)
+    report = StepReport(on_step, len(timesteps), scheduler, unpack=lambda z: unpack_latents(z, h, w))
     with (
         use_denoiser(mm, denoiser, working=working) as model,
         step_cache(model, settings.step_cache, len(timesteps)) as cache,
@@ -203,17 +182,7 @@ def sample_qwenimage(
 
             before = x
             x = scheduler.step(noise_pred, t, x, return_dict=False)[0]
-
-            if on_step is not None:
-                on_step(
-                    Step(
-                        step=i + 1,
-                        total=len(timesteps),
-                        timestep=float(t),
-                        latents=unpack_latents(x, h, w),
-                        denoised=unpack_latents(flow_denoised(scheduler, before, noise_pred), h, w),
-                    )
-                )
+            report(i, t, before, x, noise_pred)
 
     return Latents(
         samples=unpack_latents(x, h, w).cpu(), vae_scale_factor=latents.vae_scale_factor, source="sampled"

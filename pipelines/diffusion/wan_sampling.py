@@ -30,13 +30,13 @@ from diffusers import FlowMatchEulerDiscreteScheduler
 from diffusers.utils.torch_utils import randn_tensor
 
 from memory import MemoryManager, Working
-from pipelines.diffusion.flow_sampling import check_flow_scheduler
+from pipelines.diffusion.flow_loop import StepReport, check_flow_scheduler
 from pipelines.diffusion.lora import use_denoiser
 from pipelines.diffusion.sampling import SamplerSettings, batched_conditioning
 from pipelines.diffusion.schedulers import K_PREFIX, make_scheduler
 from pipelines.diffusion.step_cache import step_cache
 from pipelines.diffusion.values import Conditioning, DenoiserRef, Latents
-from pipelines.steps import OnStep, Step
+from pipelines.steps import OnStep
 
 
 def _patch(denoiser: DenoiserRef) -> tuple[int, int, int]:
@@ -231,6 +231,7 @@ def sample_wan(
     # 7. Denoising loop, one expert at a time
     working = wan_working(denoiser, tuple(latents.samples.shape))
     middle = latents.samples.shape[2] // 2
+    report = StepReport(on_step, len(timesteps), scheduler, unpack=lambda z: z[:, :, middle], x0=_denoised)
     stages = expert_stages(denoiser, timesteps, int(scheduler.config.num_train_timesteps))
     stages = [(ref, [i for i in steps if start <= i < end]) for ref, steps in stages]
     for expert, steps in (stage for stage in stages if stage[1]):
@@ -271,25 +272,19 @@ def sample_wan(
 
                 before = x
                 x = scheduler.step(velocity, t, x, return_dict=False)[0]
-
-                if on_step is not None:
-                    # x0 = x_t - sigma v (flow matching), at the sigma this step started from
-                    sigma = scheduler.sigmas[i].to(device=before.device, dtype=before.dtype)
-                    denoised = before - sigma * velocity.to(before.dtype)
-                    on_step(
-                        Step(
-                            step=i + 1,
-                            total=len(timesteps),
-                            timestep=float(t),
-                            latents=x[:, :, middle],
-                            denoised=denoised[:, :, middle],
-                        )
-                    )
+                report(i, t, before, x, velocity)
 
     if keep is not None:  # the first frame is the image's latents exactly, as the pipeline puts it back
         x = (1 - keep) * given + keep * x
     # The image-to-video inputs stay on the wire: a later segment (Wan 2.2's low-noise expert) needs them too.
     return replace(latents, samples=x.cpu(), source="sampled")
+
+
+def _denoised(scheduler: object, before: torch.Tensor, velocity: torch.Tensor) -> torch.Tensor:
+    """x0 = x_t - sigma v (flow matching) at the sigma this step started from, in the latents' float32: the
+    velocity is the expert's dtype. The step index is the schedule's: the segment set its begin index."""
+    sigma = scheduler.sigmas[scheduler.step_index - 1]  # type: ignore[attr-defined]
+    return before - sigma.to(device=before.device, dtype=before.dtype) * velocity.to(before.dtype)
 
 
 def _segment(scheduler: object, settings: SamplerSettings) -> tuple[int, int]:

@@ -20,19 +20,15 @@ from diffusers import FlowMatchEulerDiscreteScheduler
 from diffusers.utils.torch_utils import randn_tensor
 
 from memory import MemoryManager
-from pipelines.diffusion.flow_sampling import (
-    calculate_shift,
-    check_flow_scheduler,
-    flow_denoised,
-    start_partway,
-)
+from pipelines.diffusion.flow_loop import StepReport, check_flow_inputs
+from pipelines.diffusion.flow_sampling import config_shift, start_partway
 from pipelines.diffusion.lora import use_denoiser
 from pipelines.diffusion.sampling import SamplerSettings, batched_conditioning, denoiser_working
 from pipelines.diffusion.schedulers import make_scheduler
 from pipelines.diffusion.sizes import config_patch_size
 from pipelines.diffusion.step_cache import step_cache
 from pipelines.diffusion.values import Conditioning, DenoiserRef, Latents
-from pipelines.steps import OnStep, Step
+from pipelines.steps import OnStep
 
 # ZImagePipeline.__call__'s defaults for its two guidance options.
 CFG_NORMALIZATION = 0.0  # 0: off; k > 0 caps the guided prediction's norm at k x the positive one's
@@ -88,16 +84,12 @@ def sample_zimage(
     cfg_truncation: float = CFG_TRUNCATION,
 ) -> Latents:
     # 1. Check inputs
-    check_flow_scheduler(denoiser, settings)
+    patch = config_patch_size(denoiser.config)
+    check_flow_inputs(
+        denoiser, latents, settings, patch=patch, how=f"cuts the latents into {patch}x{patch} patches"
+    )
     device = mm.device
     batch, _, h, w = latents.samples.shape
-    patch = config_patch_size(denoiser.config)
-    if h % patch or w % patch:
-        side = patch * latents.vae_scale_factor
-        raise ValueError(
-            f"{denoiser.family.title} cuts the latents into {patch}x{patch} patches: the latent size must be a "
-            f"multiple of {patch}, got {h}x{w} (image sides must be multiples of {side})"
-        )
     do_cfg = settings.cfg > 0.0 and negative is not None  # the pipeline's `guidance_scale > 0`
     generator = torch.Generator("cpu").manual_seed(settings.seed)
 
@@ -112,14 +104,8 @@ def sample_zimage(
         scheduler = make_scheduler("default", denoiser.scheduler_config)
     else:
         scheduler = FlowMatchEulerDiscreteScheduler.from_config(denoiser.scheduler_config)
-    config = scheduler.config
-    mu = calculate_shift(
-        (h // 2) * (w // 2),  # the pipeline counts 2x2 patches here, whatever the patch size
-        config.get("base_image_seq_len", 256),
-        config.get("max_image_seq_len", 4096),
-        config.get("base_shift", 0.5),
-        config.get("max_shift", 1.15),
-    )
+    # The pipeline counts 2x2 patches here, whatever the patch size.
+    mu = config_shift(scheduler.config, (h // 2) * (w // 2))
     scheduler.set_timesteps(sigmas=get_default_z_image_sigmas(settings.steps), device=device, mu=mu)
     timesteps = start_partway(scheduler, settings)
     if len(timesteps) == 0:
@@ -145,6 +131,7 @@ def sample_zimage(
         guidance=do_cfg,
         text_tokens=caption_tokens(positive, negative if do_cfg else None),
     )
+    report = StepReport(on_step, len(timesteps), scheduler)
     with (
         use_denoiser(mm, denoiser, working=working) as model,
         step_cache(model, settings.step_cache, len(timesteps)) as cache,
@@ -178,16 +165,6 @@ def sample_zimage(
 
             before = x
             x = scheduler.step(velocity.to(torch.float32), t, x, return_dict=False)[0]
-
-            if on_step is not None:
-                on_step(
-                    Step(
-                        step=i + 1,
-                        total=len(timesteps),
-                        timestep=float(t),
-                        latents=x,
-                        denoised=flow_denoised(scheduler, before, velocity),
-                    )
-                )
+            report(i, t, before, x, velocity)
 
     return Latents(samples=x.cpu(), vae_scale_factor=latents.vae_scale_factor, source="sampled")
