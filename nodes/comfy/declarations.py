@@ -180,6 +180,10 @@ COMFY_CLASSES: dict[str, ComfyClass] = {
         ("prompt", "negative_prompt", "resolution"), ("positive", "negative", "latent")
     ),
     "QwenImage21Cache": ComfyClass(("device", "dtype"), ("MODEL",)),
+    # CameraAngle (nodes/comfy/mapping_camera.py); its 4th stored value is the editor's preview state, not read
+    "CameraAngle": ComfyClass(
+        ("horizontal_angle", "vertical_angle", "zoom", "preview"), ("camera_info", "prompt")
+    ),
 }
 
 
