@@ -184,6 +184,7 @@ COMFY_CLASSES: dict[str, ComfyClass] = {
     "CameraAngle": ComfyClass(
         ("horizontal_angle", "vertical_angle", "zoom", "preview"), ("camera_info", "prompt")
     ),
+    "SDTurboScheduler": ComfyClass(("steps", "denoise"), ("SIGMAS",)),  # nodes/comfy/mapping_turbo.py
 }
 
 

@@ -22,6 +22,7 @@ from nodes.comfy.mapping_qwen21 import qwen21_mappers
 from nodes.comfy.mapping_sampling import SAMPLING_MAPPERS
 from nodes.comfy.mapping_sigmas import SIGMA_MAPPERS
 from nodes.comfy.mapping_text import TEXT_MAPPERS
+from nodes.comfy.mapping_turbo import turbo_mappers
 from nodes.comfy.mapping_values import VALUE_MAPPERS
 from nodes.comfy.mapping_wan import WAN_MAPPERS
 
@@ -44,3 +45,4 @@ ALL_MAPPERS |= flux3_mappers(ALL_MAPPERS)  # FLUX.3's layout-prompt helper, off 
 # Last: Qwen-Image 2.1's nodes, and CLIPLoader / ManualSigmas / SamplerCustomAdvanced / BatchImagesNode in its
 # graphs, delegating to the mappers above elsewhere.
 ALL_MAPPERS |= qwen21_mappers(ALL_MAPPERS)
+ALL_MAPPERS |= turbo_mappers(ALL_MAPPERS)  # SDTurboScheduler onto 'simple' where it is the same (issue 32)
