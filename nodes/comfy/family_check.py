@@ -63,6 +63,10 @@ _OTHER_NAME_MARKERS: tuple[tuple[str, str], ...] = (
     ("stable_audio", "stable_audio"),
     ("minimax", "minimax"),
     ("kandinsky", "kandinsky5"),
+    (
+        "anima",
+        "anima",
+    ),  # Anima (a Cosmos-Predict2 model with a Qwen3 0.6B encoder; its CLIP type reads as SD)
     # Registered families whose registry entry declares no name marker (yet).
     ("z_image", "zimage"),
     ("z-image", "zimage"),
