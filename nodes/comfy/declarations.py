@@ -185,6 +185,7 @@ COMFY_CLASSES: dict[str, ComfyClass] = {
         ("horizontal_angle", "vertical_angle", "zoom", "preview"), ("camera_info", "prompt")
     ),
     "SDTurboScheduler": ComfyClass(("steps", "denoise"), ("SIGMAS",)),  # nodes/comfy/mapping_turbo.py
+    "Canny": ComfyClass(("low_threshold", "high_threshold"), ("IMAGE",)),  # nodes/comfy/canny_node.py
 }
 
 
