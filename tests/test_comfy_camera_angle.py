@@ -1,5 +1,5 @@
 """ComfyUI's CameraAngle resolves at import to its shot description (nodes/comfy/mapping_camera.py): the terms at
-the documented thresholds, the Qwen-Image-Edit multiple-angles template imports and checks clean with the text in
+ComfyUI's thresholds, the Qwen-Image-Edit multiple-angles template imports and checks clean with the text in
 its prompt, and a wired angle stays unsupported. The template test skips without ComfyUI's template package."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ def shared_registry():
 @pytest.mark.parametrize(
     ("h", "v", "zoom", "expected"),
     [
-        (0, 0, 5.0, "front view eye-level shot medium shot"),  # the documentation's own example
+        (0, 0, 5.0, "front view eye-level shot medium shot"),  # the defaults
         (22, -15, 1.9, "front view eye-level shot wide shot"),  # -15 is not below -15
         (23, -16, 2.0, "front-right quarter view low-angle shot medium shot"),
         (90, 14, 5.9, "right side view eye-level shot medium shot"),
@@ -36,9 +36,7 @@ def shared_registry():
         (400, -90, 99.0, "front view low-angle shot close-up"),  # clamped to 360, -30, 10 first
     ],
 )
-def test_camera_prompt_terms_follow_the_documented_thresholds(
-    h: int, v: int, zoom: float, expected: str
-) -> None:
+def test_camera_prompt_terms_follow_comfyuis_thresholds(h: int, v: int, zoom: float, expected: str) -> None:
     assert camera_prompt(h, v, zoom) == expected
 
 
@@ -80,4 +78,4 @@ def test_the_multiangle_template_checks_clean_with_the_shot_in_its_prompt(shared
     # CameraAngle 333 / 17 / 5 feeds the positive prompt; the negative one stays empty
     assert sorted(prompts) == ["", "front-left quarter view elevated shot medium shot"]
     notes = [n.message for n in result.notes if n.class_type == "CameraAngle"]
-    assert len(notes) == 1 and notes[0].startswith("approximated:") and "<sks>" in notes[0]
+    assert notes == ["resolved at import to its prompt 'front-left quarter view elevated shot medium shot'"]

@@ -180,9 +180,9 @@ COMFY_CLASSES: dict[str, ComfyClass] = {
         ("prompt", "negative_prompt", "resolution"), ("positive", "negative", "latent")
     ),
     "QwenImage21Cache": ComfyClass(("device", "dtype"), ("MODEL",)),
-    # CameraAngle (nodes/comfy/mapping_camera.py); its 4th stored value is the editor's preview state, not read
+    # CameraAngle (nodes/comfy/mapping_camera.py); `view` is the editor's 3D preview state (socketless), not read
     "CameraAngle": ComfyClass(
-        ("horizontal_angle", "vertical_angle", "zoom", "preview"), ("camera_info", "prompt")
+        ("horizontal_angle", "vertical_angle", "zoom", "view"), ("camera_info", "prompt")
     ),
     "SDTurboScheduler": ComfyClass(("steps", "denoise"), ("SIGMAS",)),  # nodes/comfy/mapping_turbo.py
     "Canny": ComfyClass(("low_threshold", "high_threshold"), ("IMAGE",)),  # nodes/comfy/canny_node.py

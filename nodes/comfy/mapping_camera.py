@@ -3,16 +3,14 @@
 Lives here: `CAMERA_MAPPERS`, `camera_prompt`. Imports `nodes.comfy.graph` and `nodes.comfy.mapping` (Constant
 and helpers); pure functions, no torch.
 
-CameraAngle turns three widgets (horizontal_angle 0..360, vertical_angle -30..60, zoom 0..10) into a shot
-description for the prompt ("front view eye-level shot medium shot") and a `camera_info` structure for 3D
-nodes. Its prompt depends on nothing else, so when the three are constants the node is a constant string: each
-consumer of `prompt` takes it as a param (no node is emitted). The terms follow ComfyUI's documentation of the
-node (docs.comfy.org/built-in-nodes/CameraAngle: values clamped to the widget ranges; eight 45-degree sectors
-around 0 = front, 90 = right side; vertical below -15 low-angle, below 15 eye-level, below 45 elevated, else
-high-angle; zoom below 2 wide, below 6 medium, else close-up), which is also how the custom node it came from
-(jtydhr88/ComfyUI-qwenmultiangle) builds them, sector edges at 22.5 + 45k. That node starts the text with the
-LoRA's "<sks>" trigger; ComfyUI's documented form has none, and ComfyUI's own source was not readable here, so
-the import note says so. A wired angle, or a `camera_info` that feeds anything, stays unsupported.
+CameraAngle (comfy_extras/nodes_camera_angle.py) turns three widgets (horizontal_angle 0..360, vertical_angle
+-30..60, zoom 0..10) into a shot description for the prompt ("front view eye-level shot medium shot") and a
+`camera_info` structure for 3D nodes. Its prompt depends on nothing else, so when the three are constants the node
+is a constant string: each consumer of `prompt` takes it as a param (no node is emitted). The terms are ComfyUI's:
+the values clamped to the widget ranges (the angles as ints); eight 45-degree sectors, sector edges at 22.5 + 45k
+(0 the front, 90 the right side); vertical below -15 low-angle, below 15 eye-level, below 45 elevated, else
+high-angle; zoom below 2 wide, below 6 medium, else close-up. A wired angle, or a `camera_info` that feeds anything,
+stays unsupported.
 """
 
 from __future__ import annotations
@@ -75,11 +73,7 @@ def _camera_angle(node: ComfyNode, ctx: MapContext) -> Constant | Emit:
         prompt = camera_prompt(values["horizontal_angle"], values["vertical_angle"], values["zoom"])
     except (TypeError, ValueError):
         return unsupported_emit(node, f"its angles are not numbers: {values!r}")
-    ctx.graph.note(
-        node,
-        f"approximated: the shot description {prompt!r} is built as ComfyUI documents CameraAngle; the custom "
-        "node it came from starts it with the multiple-angles LoRA's '<sks>' trigger, which is not added here",
-    )
+    ctx.graph.note(node, f"resolved at import to its prompt {prompt!r}")
     return Constant({_PROMPT_SLOT: prompt})
 
 
