@@ -34,6 +34,11 @@ def shared_registry():
         (338, 0, 5.0, "front view eye-level shot medium shot"),  # the front sector wraps past 337.5
         (360, 0, 5.0, "front view eye-level shot medium shot"),
         (400, -90, 99.0, "front view low-angle shot close-up"),  # clamped to 360, -30, 10 first
+        # ComfyUI's own unit test's cases (tests-unit, nodes_camera_angle)
+        (0, -30, 0.0, "front view low-angle shot wide shot"),
+        (0, -15, 2.0, "front view eye-level shot medium shot"),
+        (0, 15, 6.0, "front view elevated shot close-up"),
+        (0, 45, 10.0, "front view high-angle shot close-up"),
     ],
 )
 def test_camera_prompt_terms_follow_comfyuis_thresholds(h: int, v: int, zoom: float, expected: str) -> None:
