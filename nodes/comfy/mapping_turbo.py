@@ -89,12 +89,6 @@ def _plain(turbo: ComfyNode, ctx: MapContext) -> ComfyNode | str:
     return ComfyNode(turbo.id, "BasicScheduler", inputs)
 
 
-def _turbo_source(node: ComfyNode, ctx: MapContext) -> ComfyNode | None:
-    link = node.inputs.get("sigmas")
-    source = ctx.graph.nodes.get(link.node) if isinstance(link, LinkRef) else None
-    return source if source is not None and source.class_type == "SDTurboScheduler" else None
-
-
 def _source(node: ComfyNode, ctx: MapContext, name: str, classes: tuple[str, ...]) -> ComfyNode | None:
     link = node.inputs.get(name)
     source = ctx.graph.nodes.get(link.node) if isinstance(link, LinkRef) else None
@@ -103,7 +97,7 @@ def _source(node: ComfyNode, ctx: MapContext, name: str, classes: tuple[str, ...
 
 def _with_turbo(earlier: Mapper, advanced: bool) -> Mapper:
     def mapper(node: ComfyNode, ctx: MapContext) -> Emit | Any:
-        turbo = _turbo_source(node, ctx)
+        turbo = _source(node, ctx, "sigmas", ("SDTurboScheduler",))
         if turbo is None:
             return earlier(node, ctx)
         sigmas = _plain(turbo, ctx)
@@ -131,6 +125,11 @@ def _with_turbo(earlier: Mapper, advanced: bool) -> Mapper:
             seed, cfg = _get(noise, "noise_seed", 0), _get(guider, "cfg", 8.0)
             noise_on = noise.class_type == "RandomNoise"
             wires = {k: guider.inputs.get(k) for k in ("model", "positive", "negative")}
+        if noise_on is False and sigmas.inputs["denoise"] < 1.0:
+            # without added noise the Sampler (Advanced) runs the whole schedule, not its tail
+            return unsupported_emit(
+                node, "SDTurboScheduler below full denoise with the noise off is not mapped"
+            )
         return _sampler(
             node,
             ctx,
