@@ -101,3 +101,11 @@ def test_comfyuis_canny_templates_import_onto_it_and_check_clean(registry) -> No
     (canny,) = [n for n in result.workflow["nodes"].values() if n["type"] == "CannyEdgesComfy"]
     widgets = next(n["widgets_values"] for n in data["nodes"] if n["type"] == "Canny")
     assert [canny["params"]["low_threshold"], canny["params"]["high_threshold"]] == widgets[:2]
+    # exported back, it is ComfyUI's Canny with the same thresholds
+    from nodes.comfy.export import export_api
+    from nodes.workflow import workflow_from_dict
+
+    prompt = export_api(workflow_from_dict(result.workflow, registry), registry)
+    (exported,) = [v for v in prompt.values() if v["class_type"] == "Canny"]
+    assert [exported["inputs"]["low_threshold"], exported["inputs"]["high_threshold"]] == widgets[:2]
+    assert isinstance(exported["inputs"]["image"], list)  # still wired to its picture
