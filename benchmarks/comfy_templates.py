@@ -5,7 +5,7 @@ Lives here: `main` (a script). Imports `nodes` and the `comfyui_workflow_templat
 per template). Nothing is downloaded or run; each open-weight template (a name not starting `api_`) is
 imported with our importer and counted as "imports clean" when no node of it is unsupported.
 
-    python benchmarks/comfy_templates.py [--top 25] [--families]
+    python benchmarks/comfy_templates.py [--top 25] [--families] [--what-if]
 
 Prints the share of templates and of usage that import clean (and of those, the usage whose model families
 all run here, and the usage that `app check` then passes apart from missing model files), the unsupported ComfyUI node types weighted
@@ -51,6 +51,11 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--top", type=int, default=25, help="how many unsupported node types to list")
     p.add_argument("--families", action="store_true", help="also list families Nodeloom cannot run")
+    p.add_argument(
+        "--what-if",
+        action="store_true",
+        help="also list, per set of node types, the usage that mapping exactly that set would add",
+    )
     args = p.parse_args(argv)
     folder = templates_folder()
     usage = open_weight_usage(folder)
@@ -61,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     gaps: Counter[str] = Counter()  # ComfyUI class -> usage of the templates it blocks
     gap_templates: Counter[str] = Counter()
     families: Counter[str] = Counter()
+    blocked: Counter[frozenset[str]] = Counter()  # runnable templates' unsupported classes -> usage
     start = time.perf_counter()
     for name, weight in sorted(usage.items(), key=lambda kv: -kv[1]):
         data: Any = json.loads((folder / f"{name}.json").read_text(encoding="utf-8"))
@@ -76,6 +82,8 @@ def main(argv: list[str] | None = None) -> int:
         for class_type in classes:
             gaps[class_type] += weight
             gap_templates[class_type] += 1
+        if classes and not result.families:
+            blocked[frozenset(classes)] += weight
         if not classes:
             clean_count += 1
             clean_usage += weight
@@ -102,6 +110,15 @@ def main(argv: list[str] | None = None) -> int:
         print("\nmodel families Nodeloom cannot run, by usage:")
         for family, weight in families.most_common():
             print(f"  {weight / total:6.1%}  {family}")
+    if args.what_if:
+        # A template blocked by several node types gains nothing from one of them: group by the whole set.
+        print(
+            "\nwhat if (usage added by mapping exactly this set; families all run; the check may still refuse):"
+        )
+        for classes, weight in blocked.most_common(args.top):
+            names = sorted(classes)
+            more = f" (+{len(names) - 6} more)" if len(names) > 6 else ""
+            print(f"  {weight / total:6.2%}  {' + '.join(names[:6])}{more}")
     return 0
 
 

@@ -180,6 +180,12 @@ COMFY_CLASSES: dict[str, ComfyClass] = {
         ("prompt", "negative_prompt", "resolution"), ("positive", "negative", "latent")
     ),
     "QwenImage21Cache": ComfyClass(("device", "dtype"), ("MODEL",)),
+    # CameraAngle (nodes/comfy/mapping_camera.py); `view` is the editor's 3D preview state (socketless), not read
+    "CameraAngle": ComfyClass(
+        ("horizontal_angle", "vertical_angle", "zoom", "view"), ("camera_info", "prompt")
+    ),
+    "SDTurboScheduler": ComfyClass(("steps", "denoise"), ("SIGMAS",)),  # nodes/comfy/mapping_turbo.py
+    "Canny": ComfyClass(("low_threshold", "high_threshold"), ("IMAGE",)),  # nodes/comfy/canny_node.py
 }
 
 

@@ -278,6 +278,7 @@ EXPORTERS: dict[str, _Out | Callable[[NodeInstance], _Out]] = {
         drop=frozenset({"vae", "denoiser"}),
     ),
     "GetImageSize": _Out("GetImageSize", {"image": "image"}, {}, {"width": 0, "height": 1, "batch_size": 2}),
+    "CannyEdgesComfy": _Out("Canny", {"image": "image"}, {}, {"image": 0}),
     "MathExpression": _Out(
         "ComfyMathExpression",
         {f"values.{n}": n for n in "abcd"},

@@ -63,6 +63,12 @@ _OTHER_NAME_MARKERS: tuple[tuple[str, str], ...] = (
     ("stable_audio", "stable_audio"),
     ("minimax", "minimax"),
     ("kandinsky", "kandinsky5"),
+    # Anima: a Cosmos-Predict2 model with a Qwen3 0.6B encoder, whose CLIP type reads as SD
+    ("anima-", "anima"),  # with its separator, so that "animate" (Wan Animate) is not read as Anima
+    ("anima_", "anima"),
+    # FLUX.1 Fill: FLUX.1's loop here takes no inpainting channels (the k-samplers refuse them, a flow noise mask too)
+    ("flux1-fill", "flux_fill"),
+    ("flux.1-fill", "flux_fill"),
     # Registered families whose registry entry declares no name marker (yet).
     ("z_image", "zimage"),
     ("z-image", "zimage"),

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from nodes.comfy.canny_node import NODES as CANNY_NODES
 from nodes.comfy.edit_nodes import NODES as EDIT_NODES
 from nodes.comfy.sampling_nodes import NODES as SAMPLING_NODES
 from nodes.comfy.size_nodes import NODES as SIZE_NODES
@@ -181,4 +182,5 @@ NODES: tuple[NodeSpec, ...] = (
     *TEXT_NODES,  # StringConcatenate, StringReplace (nodes/comfy/text_nodes.py)
     *VALUE_NODES,  # GetImageSize, MathExpression (nodes/comfy/value_nodes.py)
     *EDIT_NODES,  # FluxKontextImageScale (nodes/comfy/edit_nodes.py)
+    *CANNY_NODES,  # CannyEdgesComfy (nodes/comfy/canny_node.py)
 )
