@@ -27,6 +27,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from app.import_summary import summary_lines
+from app.models_dir_arg import add_models_dir_argument  # noqa: F401 (re-exported: plan, serve)
 from nodes.comfy.api_format import ComfyFormatError, is_api_format
 from nodes.comfy.convert import COMFY_META_KEY, ImportResult, Unsupported, unsupported_nodes
 from nodes.comfy.export import ExportError, export_api
@@ -59,17 +60,6 @@ from pipelines.models_library import (
 
 EXIT_OK, EXIT_INVALID = 0, 2
 _PROBLEM_LINES = 20  # problems `app import` lists one by one; `app check` on the file lists them all
-
-
-def add_models_dir_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--models-dir",
-        action="append",
-        type=Path,
-        default=[],
-        metavar="DIR",
-        help="a models folder (ComfyUI-style with checkpoints/, vae/, ... or flat); repeatable",
-    )
 
 
 def library_from(dirs: list[Path] | None) -> ModelsLibrary:

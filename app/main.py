@@ -34,15 +34,9 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("DIFFUSERS_VERBOSITY", "error")
 
-from app.comfy_check import check_command  # noqa: E402  (after the environment above)
-from app.comfy_commands import (  # noqa: E402  (after the environment above)
-    add_models_dir_argument,
-    export_command,
-    import_command,
-    models_library_command,
-)
-from app.exit_codes import EXIT_INVALID  # noqa: E402
+from app.exit_codes import EXIT_INVALID  # noqa: E402  (after the environment above)
 from app.memory_args import add_memory_arguments  # noqa: E402
+from app.models_dir_arg import add_models_dir_argument  # noqa: E402
 from nodes.registry import default_registry  # noqa: E402
 
 
@@ -105,6 +99,8 @@ def _models_command(argv: list[str]) -> int:
     for action, text in library_actions.items():
         sub.add_parser(action, help=text, add_help=False)
     if argv[:1] and argv[0] in library_actions:
+        from app.comfy_commands import models_library_command
+
         try:
             return models_library_command(argv[0], argv[1:])
         except SystemExit as exc:  # argparse: 2 on bad arguments, 0 on --help
@@ -146,8 +142,12 @@ def main(argv: list[str] | None = None) -> int:
         from app.server.serve import serve_command
 
         return serve_command(argv[1:], default_registry)
-    comfy_commands = {"import": import_command, "check": check_command, "export-comfy": export_command}
-    if argv[:1] and argv[0] in comfy_commands:
+    if argv[:1] and argv[0] in ("import", "check", "export-comfy"):
+        # Imported here, not at the top: the editor's start-up does not need the ComfyUI converter.
+        from app.comfy_check import check_command
+        from app.comfy_commands import export_command, import_command
+
+        comfy_commands = {"import": import_command, "check": check_command, "export-comfy": export_command}
         try:
             return comfy_commands[argv[0]](argv[1:], default_registry())
         except SystemExit as exc:  # argparse: 2 on bad arguments, 0 on --help
