@@ -40,7 +40,6 @@ def decode_one(model: CompactLM, ids: torch.Tensor, kv: StaticKV) -> torch.Tenso
     end = start + 1
     assert end <= kv.max_tokens, "the KV cache is full"
     qk_width, v_width = (c.heads + c.kv_heads) * c.head_dim, c.kv_heads * c.head_dim
-    groups = c.heads // c.kv_heads
     x = model.embed_ids(ids).view(1, c.hidden)
     for layer, block in enumerate(model.blocks):
         att = block.attention
@@ -58,11 +57,8 @@ def decode_one(model: CompactLM, ids: torch.Tensor, kv: StaticKV) -> torch.Tenso
         kv.k[layer][:, :, start:end] = k
         kv.v[layer][:, :, start:end] = v.view(1, c.kv_heads, 1, c.head_dim)
         first = max(0, start - att.window + 1) if att.window else 0
-        y = F.scaled_dot_product_attention(  # the heads sharing a kv head are its queries (see `attend`)
-            q.reshape(1, c.kv_heads, groups, c.head_dim),
-            kv.k[layer][:, :, first:end],
-            kv.v[layer][:, :, first:end],
-            scale=c.attn_scale,
+        y = F.scaled_dot_product_attention(
+            q, kv.k[layer][:, :, first:end], kv.v[layer][:, :, first:end], enable_gqa=True, scale=c.attn_scale
         )
         y = linear_2d(att.wo, y.view(1, c.heads * c.head_dim))
         h = x + (block.post_attn_norm.forward(y) if block.post_attn_norm is not None else y)

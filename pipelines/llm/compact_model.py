@@ -238,14 +238,7 @@ class Attention(nn.Module):
     ) -> torch.Tensor:
         """q (B, H, S, D) over keys/values (B, Hkv, L, D) -> the output projection (B, S, hidden)."""
         c = self.config
-        b, h, s, d = q.shape
-        if s == 1 and not causal:
-            # One query a sequence: the G = H / Hkv heads sharing a kv head are G queries of that head
-            # (the same sums; each key and value is read once instead of through the GQA expansion).
-            y = F.scaled_dot_product_attention(
-                q.reshape(b, c.kv_heads, h // c.kv_heads, d), keys, values, attn_mask=mask, scale=c.attn_scale
-            )
-            return self.wo(y.reshape(b, s, h * d))
+        b, _, s, _ = q.shape
         y = F.scaled_dot_product_attention(
             q, keys, values, attn_mask=mask, is_causal=causal, enable_gqa=True, scale=c.attn_scale
         )
