@@ -250,6 +250,12 @@ def main() -> None:
         )
     print()
     _report_bars(med)
+    if "packed" in runs and "llama.cpp" in runs:  # each round's pair ran back to back: the least noisy ratio
+        pairs = [
+            float(p["decode_tok_s"]) / float(q["decode_tok_s"])
+            for p, q in zip(runs["packed"], runs["llama.cpp"], strict=True)
+        ]
+        print("decode packed / llama.cpp per round: " + ", ".join(f"{r:.2f}x" for r in pairs))
     _report_tokens(runs)
 
 
