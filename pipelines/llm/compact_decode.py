@@ -3,13 +3,14 @@
 Lives here: `decode_one`, `linear_2d`. Imports torch only (the decoder's classes are read by attribute, so
 this module needs nothing from `compact_model` at import time and `compact_model` can call it).
 
-Why: at batch 1 on a CPU a decode step of SmolLM2 is ~25 ms of kernels and, through the modules, ~15 ms
-more of Python: 9 module calls a block (each `nn.Module.__call__` checks its hooks), a `PackedWeight` built
-per matmul, 3-D reshapes around each matmul, separate (B, S, H, D) transposes. Here each block is one
-Python loop body over 2-D rows (B = S = 1), calling the kernels directly (`linear_2d`). Every tensor op
-is the one the module path makes, on the same values in the same order, so the logits are bit for bit
-those of `CompactLM.forward`'s path (tests/test_llm_packed.py checks it); only the Python around them
-differs. The prompt's prefill and batched steps keep the module path (their time is kernel time).
+Why: at batch 1 on a CPU a decode step of SmolLM2 is ~20 ms of kernels and (estimated from wall time
+against the profiler's kernel time) ~10-15 ms more of Python and small ops: 9 module calls a block (each
+`nn.Module.__call__` checks its hooks), a `PackedWeight` built per matmul, 3-D reshapes around each matmul,
+separate (B, S, H, D) transposes. Here each block is one Python loop body over 2-D rows (B = S = 1), calling
+the kernels directly (`linear_2d`). Every tensor op is the one the module path makes, on the same values in
+the same order, so the logits equal `CompactLM.forward_modules`'s bit for bit (checked for every family,
+float32 and packed, in tests/test_llm_families_gguf.py); only the Python around them differs. The prompt's
+prefill and batched steps keep the module path (their time is kernel time).
 """
 
 from __future__ import annotations
