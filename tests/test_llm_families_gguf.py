@@ -153,3 +153,28 @@ def test_our_gguf_reading_equals_transformers_gguf_loader(tmp_path: Path, family
     assert set(ours) == set(theirs)
     for name, tensor in ours.items():
         assert torch.equal(tensor, theirs[name]), name  # both dequantize with gguf-py: the same numbers
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_the_flat_decode_step_gives_the_modules_logits(tmp_path: Path, family: str) -> None:
+    model = tiny_family_model(family)
+    path = tmp_path / f"tiny-{family}-Q4_0.gguf"
+    write_family_gguf(family, model, path, Q.Q4_0)
+    compact = compact_from_float(model.state_dict(), CompactConfig.from_transformers(model.config))
+    with MemoryManager(MemoryConfig(device="cpu", policy="none")) as mm:
+        packed = open_llm(mm, path, keep_quantized="on")
+        with mm.use(packed.handle) as packed_model, torch.inference_mode():
+            for name, m in (("float32", compact), ("packed", packed_model)):
+                prompt = torch.tensor([[5, 17, 42, 99, 3, 7, 8, 9]])
+                flat, modules = m.new_kv(20), m.new_kv(20)
+                m.step(prompt, flat)
+                m.forward_modules(prompt, modules)
+                token = torch.tensor([[11]])
+                for i in range(6):  # past Gemma's 4-token window
+                    got, want = m.step(token, flat), m.forward_modules(token, modules)
+                    # the same kernels on the same values in the same order: equal bit for bit
+                    assert torch.equal(got, want), f"{name}, step {i}"
+                    token = got.argmax(-1, keepdim=True)
+                assert all(
+                    torch.equal(a, b) for a, b in zip(flat.k + flat.v, modules.k + modules.v, strict=True)
+                )

@@ -84,7 +84,7 @@ def batch_decode_step(
         if id(table) not in angles:  # each row's own position
             angles[id(table)] = (
                 table.cos[pos].view(b, 1, 1, c.head_dim),
-                table.sin[pos].view(b, 1, 1, c.head_dim),
+                table.sin_signed[pos].view(b, 1, 1, c.head_dim),
             )
         cos, sin = angles[id(table)]
         q, k, v = attention.project(block.attn_norm(x), cos, sin)  # (B, H, 1, D), (B, Hkv, 1, D)

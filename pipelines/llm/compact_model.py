@@ -2,7 +2,7 @@
 
 Lives here: `CompactConfig` (from a transformers config), `CompactLM`, `StaticKV`, `RotaryTable`,
 `UnsupportedPackedError`.
-Imports torch only (and reads a transformers config's attributes).
+Imports torch and `pipelines.llm.compact_decode` (the flat one-token step); reads a transformers config's attributes.
 
 Why our own: transformers' LlamaForCausalLM spends most of a batch-1 decode step in Python (masks, cache
 bookkeeping, output objects); here a step is 30 blocks of a few tensor ops each. The math is transformers':
@@ -25,6 +25,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from pipelines.llm.compact_decode import decode_one
 
 
 class UnsupportedPackedError(ValueError):
@@ -133,6 +135,8 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # transformers' LlamaRMSNorm: normalise in float32, then scale
+        if x.dtype == torch.float32 and self.weight.dtype == torch.float32:  # one op, same formula
+            return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
         xf = x.float()
         xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * xf.to(x.dtype)
@@ -147,6 +151,9 @@ class RotaryTable:
         emb = torch.cat([freqs, freqs], dim=-1)  # (P, D)
         self.cos = emb.cos().to(dtype)
         self.sin = emb.sin().to(dtype)
+        # rotate_half(x) * sin == roll(x, D/2) * sin_signed: two ops (roll, mul) instead of four
+        half = head_dim // 2
+        self.sin_signed = torch.cat([-self.sin[:, :half], self.sin[:, half:]], dim=-1)
 
 
 def rotary_tables(config: CompactConfig, positions: int, dtype: torch.dtype) -> list[RotaryTable]:
@@ -158,14 +165,13 @@ def rotary_tables(config: CompactConfig, positions: int, dtype: torch.dtype) -> 
     return [local if config.is_local(i) else full for i in range(config.layers)]
 
 
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin_signed: torch.Tensor) -> torch.Tensor:
+    """x: (B, H, S, D); cos/sin_signed: (S, D) (`RotaryTable.sin_signed`, broadcastable).
 
-
-def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x: (B, H, S, D); cos/sin: (S, D)."""
-    return x * cos + _rotate_half(x) * sin
+    transformers' x * cos + rotate_half(x) * sin, with rotate_half(x) = [-x2, x1] written as
+    roll(x, D/2) = [x2, x1] times sin with its first half negated: the same products bit for bit (a
+    fused multiply-add would round once instead of twice, and flip greedy near-ties of the packed path)."""
+    return x * cos + x.roll(x.shape[-1] // 2, -1) * sin_signed
 
 
 class StaticKV:
@@ -204,21 +210,23 @@ class Attention(nn.Module):
         self.window = window  # a local layer's sliding window (0: sees everything before it)
 
     def project(
-        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+        self, x: torch.Tensor, cos: torch.Tensor, sin_signed: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """x (B, S, hidden) -> q (B, H, S, D), k and v (B, Hkv, S, D), normed and rotated."""
+        """x (B, S, hidden) -> q (B, H, S, D), k and v (B, Hkv, S, D), normed and rotated.
+
+        `sin_signed`: the rotary table's `sin_signed` rows (see `apply_rotary`)."""
         c = self.config
         b, s, _ = x.shape
-        q, k, v = self.wqkv(x).split(
-            [c.heads * c.head_dim, c.kv_heads * c.head_dim, c.kv_heads * c.head_dim], -1
-        )
-        q = q.view(b, s, c.heads, c.head_dim)
-        k = k.view(b, s, c.kv_heads, c.head_dim)
-        if self.q_norm is not None and self.k_norm is not None:
-            q, k = self.q_norm(q), self.k_norm(k)
-        q, k = q.transpose(1, 2), k.transpose(1, 2)  # (B, H, S, D)
+        qk, v = self.wqkv(x).split([(c.heads + c.kv_heads) * c.head_dim, c.kv_heads * c.head_dim], -1)
         v = v.view(b, s, c.kv_heads, c.head_dim).transpose(1, 2)
-        return apply_rotary(q, cos, sin), apply_rotary(k, cos, sin), v
+        qk = qk.view(b, s, c.heads + c.kv_heads, c.head_dim)
+        if self.q_norm is not None and self.k_norm is not None:
+            q, k = qk.split([c.heads, c.kv_heads], 2)
+            q, k = self.q_norm(q).transpose(1, 2), self.k_norm(k).transpose(1, 2)  # (B, H, S, D)
+            return apply_rotary(q, cos, sin_signed), apply_rotary(k, cos, sin_signed), v
+        # no per-head norms: q and k rotate as one tensor (fewer small ops a step)
+        q, k = apply_rotary(qk.transpose(1, 2), cos, sin_signed).split([c.heads, c.kv_heads], 1)
+        return q, k, v
 
     def attend(
         self,
@@ -240,7 +248,7 @@ class Attention(nn.Module):
         s = x.shape[1]
         end = start + s
         table = kv.rotary[layer]
-        q, k, v = self.project(x, table.cos[start:end], table.sin[start:end])
+        q, k, v = self.project(x, table.cos[start:end], table.sin_signed[start:end])
         kv.k[layer][:, :, start:end] = k
         kv.v[layer][:, :, start:end] = v
         first = max(0, start - self.window + 1) if self.window else 0  # older positions are out of sight
@@ -336,6 +344,12 @@ class CompactLM(nn.Module):
         return torch.tanh(logits / cap) * cap if cap else logits
 
     def step(self, ids: torch.Tensor, kv: StaticKV) -> torch.Tensor:
+        if ids.shape == (1, 1):  # one decode step: the same ops with less Python (compact_decode)
+            return decode_one(self, ids, kv)
+        return self.forward_modules(ids, kv)
+
+    def forward_modules(self, ids: torch.Tensor, kv: StaticKV) -> torch.Tensor:
+        """`step` through the modules: any number of sequences and positions."""
         start = kv.filled
         assert start + ids.shape[1] <= kv.max_tokens, "the KV cache is full"
         x = self.embed_ids(ids)

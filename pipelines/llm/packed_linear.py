@@ -171,10 +171,16 @@ class PackedLinear(_Packed):
         self.register_buffer("bias", bias, persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = packed_matmul(x.reshape(-1, self.in_features), self.weight)
-        if self.bias is not None:
-            y = y + self.bias
-        return y.reshape(*x.shape[:-1], self.out_features)
+        return self.matmul_2d(x.reshape(-1, self.in_features)).reshape(*x.shape[:-1], self.out_features)
+
+    def matmul_2d(self, x: torch.Tensor) -> torch.Tensor:
+        """x (M, K) -> (M, N): `packed_matmul`'s ops on the buffers directly (the decode step's path)."""
+        xb = x.to(torch.bfloat16)
+        if self.kind == "int4":
+            y = torch._weight_int4pack_mm_for_cpu(xb, self.data, PACK_GROUP, self.aux).to(x.dtype)
+        else:
+            y = torch._weight_int8pack_mm(xb, self.data, self.aux).to(x.dtype)
+        return y + self.bias if self.bias is not None else y
 
 
 class PackedEmbedding(_Packed):
