@@ -116,7 +116,10 @@ def _norm_scale_shift(norm: torch.nn.GroupNorm, x: torch.Tensor) -> tuple[torch.
     """GroupNorm of `x` as `x * scale + shift`, (N, C, 1, 1) each: statistics over each group's whole input."""
     n, c = x.shape[:2]
     groups = norm.num_groups
-    var, mean = torch.var_mean(x.view(n, groups, -1), dim=2, unbiased=False)  # (N, G); a reduction, no copy
+    # (N, G): a reduction over each group's channels and pixels, at any strides (the mid block's attention can
+    # hand on a channels-last-like layout), without a copy
+    grouped = x.unflatten(1, (groups, c // groups))
+    var, mean = torch.var_mean(grouped, dim=(2, 3, 4), unbiased=False)
     rstd = torch.rsqrt(var + norm.eps).repeat_interleave(c // groups, dim=1)  # (N, C)
     mean = mean.repeat_interleave(c // groups, dim=1)
     scale = rstd * norm.weight if norm.affine else rstd
@@ -157,23 +160,30 @@ def lean_resnets_run(input_bytes: int, dtype: torch.dtype) -> bool:
     return dtype == torch.float32 and input_bytes > BAND_BYTES
 
 
+def _no_module_hooks(module: torch.nn.Module | None) -> bool:
+    """No torch forward hooks (streaming, patches): the fused resnet calls a conv's forward per band and reads
+    a norm's weights itself, so hooks on them would be skipped. Hooks inside a forward (int8) are kept."""
+    return module is None or not (module._forward_pre_hooks or module._forward_hooks)
+
+
 def _lean_resnet_ok(block: torch.nn.Module) -> bool:
     shortcut = getattr(block, "conv_shortcut", None)
+    parts = ("norm1", "norm2", "conv1", "conv2")
     return (
         type(block).__name__ == "ResnetBlock2D"
-        and all(
-            type(getattr(block, n, None)) is torch.nn.GroupNorm
-            and not hasattr(getattr(block, n), "_diffusers_hook")
-            for n in ("norm1", "norm2")
-        )
+        and all(type(getattr(block, n, None)) is torch.nn.GroupNorm for n in ("norm1", "norm2"))
+        and not any(hasattr(getattr(block, n), "_diffusers_hook") for n in ("norm1", "norm2"))
         and type(getattr(block, "nonlinearity", None)) is torch.nn.SiLU
         and getattr(block, "upsample", 1) is None
         and getattr(block, "downsample", 1) is None
-        and getattr(block, "time_embedding_norm", None) in ("default", "group")  # no temb: norm2 alone
+        # no temb: norm2 alone ("scale_shift" needs a temb)
+        and getattr(block, "time_embedding_norm", None) in ("default", "group")
         and _bandable(getattr(block, "conv1", None))
         and _bandable(getattr(block, "conv2", None))
         and block.conv2.in_channels == block.conv2.out_channels
         and (shortcut is None or (_bandable(shortcut) and shortcut.kernel_size == (1, 1)))
+        and all(_no_module_hooks(getattr(block, n)) for n in parts)
+        and _no_module_hooks(shortcut)
     )
 
 
@@ -186,7 +196,7 @@ def _lean_resnet(block: torch.nn.Module, forward: Callable[..., torch.Tensor]) -
     def run(x: torch.Tensor, temb: Any = None, *args: Any, **kwargs: Any) -> torch.Tensor:
         fused = x.dim() == 4 and lean_resnets_run(x.numel() * x.element_size(), x.dtype)
         plain = temb is not None or args or kwargs or not fused
-        if plain or not x.is_contiguous() or (block.training and block.dropout.p > 0):
+        if plain or (block.training and block.dropout.p > 0):
             return forward(x, temb, *args, **kwargs)
         h = _norm_silu_conv(block.norm1, conv1, pad1, x, into_x=False)
         h = _norm_silu_conv(block.norm2, conv2, pad2, h, into_x=True)
