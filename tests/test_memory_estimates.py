@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from memory import kv_cache_bytes
-from pipelines.diffusion.working import diffusion_working_bytes
 from pipelines.diffusion import vae_lean
+from pipelines.diffusion.working import diffusion_working_bytes
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
