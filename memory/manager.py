@@ -27,66 +27,40 @@ thread calls only `sample`, which reads host/device counters and feeds the lock-
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
 
-from memory.config import MemoryConfig, parse_bytes
+from memory.config import MemoryConfig
 from memory.devices import NvmlProbe, read_device, read_host, resolve_device
 from memory.errors import BudgetExceeded, fmt_bytes
 from memory.fit import budget_problem
-from memory.learned import LearnedPeaks, node_shape_key
+from memory.learned import LearnedPeaks
 from memory.ledger import ComponentSpec, Ledger, ModelHandle
 from memory.load_progress import ReportingSource
-from memory.patches import LayerPatch, PatchEvent, PatchState
+from memory.oom import failed_allocation_bytes, is_oom_error
+from memory.patches import LayerPatch, PatchState
 from memory.paths import user_data_dir
 from memory.peaks import PeakTracker
 from memory.placement import Placer
 from memory.policy import Policy, policy_named, stricter
 from memory.release import return_large_frees
+from memory.run_report import run_report
 from memory.scope import Meter, NodeScope, working_from
 from memory.telemetry import (
-    LoadEvent,
     LoadProgress,
     NodePeak,
     Sample,
     StepEvent,
     Telemetry,
     TransferEvent,
-    UnloadEvent,
-    WorkingReserved,
 )
 from memory.weights import header_bytes
+from memory.working import Working, record_node_peak, record_use, working_estimate
 
 __all__ = ["BudgetExceeded", "ComponentSpec", "MemoryManager", "ModelHandle", "Working"]
-
-
-# torch's messages: CUDA/MPS "Tried to allocate 2.00 GiB (GPU 0; ...)", CPU "you tried to allocate 123 bytes".
-_TRIED_RE = re.compile(r"[Tt]ried to allocate ([0-9.]+) ?([KMGT]i?B|bytes)")
-
-
-@dataclass(frozen=True)
-class Working:
-    """What a pipeline declares about one use's working memory: its formula and the shape it depends on.
-
-    shape_key: everything the activations scale with ("2x77", "1x64x64"); with the node type, model and
-    device kind it keys the learned peak that replaces `formula_bytes` once measured.
-    """
-
-    formula_bytes: int
-    shape_key: str
-
-
-def failed_allocation_bytes(exc: BaseException) -> int:
-    """The size in an allocator's message ("Tried to allocate 2.00 GiB"), or 0."""
-    match = _TRIED_RE.search(str(exc))
-    if not match:
-        return 0
-    return parse_bytes(match.group(1) + match.group(2).removesuffix("bytes"))
 
 
 class MemoryManager:
@@ -166,19 +140,9 @@ class MemoryManager:
         return budget_problem(handles, self.budget, self.device.type, self._placer.can_stream)
 
     def working_estimate(self, handle: ModelHandle, working: Working) -> tuple[int, int | None]:
-        """(bytes to reserve, learned figure or None) for `working` beside `handle` in the current node.
-
-        The node's whole learned peak (`memory.learned.node_shape_key`) counts when it is larger: it holds
-        what this use's window misses (the node's other uses and the work between them)."""
-        scope = self._scope
-        node_type = scope.node_type if scope is not None else ""
-        learned = self.learned.get(self.device_kind, node_type, handle.spec.learned_key, working.shape_key)
-        if scope is not None:
-            model_key, shape_key = scope.first_use or (handle.spec.learned_key, working.shape_key)
-            whole = self.learned.get(self.device_kind, node_type, model_key, node_shape_key(shape_key))
-            if whole is not None and whole > (learned if learned is not None else working.formula_bytes):
-                learned = whole
-        return (learned if learned is not None else working.formula_bytes), learned
+        """(bytes to reserve, learned figure or None) for `working` beside `handle` in the current node
+        (`memory.working.working_estimate`)."""
+        return working_estimate(self.learned, self.device_kind, self._scope, handle, working)
 
     @contextmanager
     def use(
@@ -239,39 +203,21 @@ class MemoryManager:
             if scope is not None and scope.first_use is not None and scope.first_use_peak is None:
                 scope.first_use_peak = closed.peak
             if working is not None:
-                self._fold_use(handle, working, working_bytes, learned, measured, ok)
+                record_use(
+                    self.telemetry,
+                    self.learned,
+                    self.device_kind,
+                    scope,
+                    handle,
+                    working,
+                    working_bytes,
+                    learned,
+                    measured,
+                    ok,
+                )
             self._report_stream_transfers(handle)
             if self.policy.unloads_after_use and not handle.is_locked and handle.key not in self._keep():
                 self._placer.evict(handle)
-
-    def _fold_use(
-        self,
-        handle: ModelHandle,
-        working: Working,
-        reserved: int,
-        learned: int | None,
-        measured: int,
-        ok: bool,
-    ) -> None:
-        scope = self._scope
-        node_id, node_type = (scope.node_id, scope.node_type) if scope is not None else ("", "")
-        self.telemetry.emit(
-            WorkingReserved(
-                node_id,
-                node_type,
-                handle.spec.name,
-                working.shape_key,
-                working.formula_bytes,
-                learned,
-                reserved,
-                "learned" if learned is not None else "formula",
-                measured,
-            )
-        )
-        if ok:
-            self.learned.record(
-                self.device_kind, node_type, handle.spec.learned_key, working.shape_key, measured
-            )
 
     def _keep(self) -> frozenset[str]:
         return self._scope.next_users if self._scope is not None else frozenset()
@@ -359,23 +305,8 @@ class MemoryManager:
             reserved = sum(self.ledger.working.pop(what, 0) for what in scope.reserved)
             measurement = scope.finish(self.ledger.device_weights())
             self.telemetry.emit(NodePeak(node_id, node_type, measurement.peak, measurement.baseline))
-            # The node's whole peak, for the next run and plan, when its first use's window missed it (it came
-            # in a later use or between them); else that use's own figure has it.
-            first_peak = scope.first_use_peak
-            if (
-                ok
-                and scope.first_use is not None
-                and first_peak is not None
-                and measurement.peak > first_peak
-            ):
-                model_key, shape_key = scope.first_use
-                self.learned.record(
-                    self.device_kind,
-                    node_type,
-                    model_key,
-                    node_shape_key(shape_key),
-                    max(0, measurement.working - reserved),
-                )
+            if ok:
+                record_node_peak(self.learned, self.device_kind, scope, measurement, reserved)
             if self.policy.unloads_after_use:
                 for handle in list(self.ledger.handles.values()):
                     if not handle.is_locked and handle.key not in scope.next_users:
@@ -389,11 +320,7 @@ class MemoryManager:
 
     def is_oom(self, exc: BaseException) -> bool:
         """True for torch's OutOfMemoryError (CUDA), our BudgetExceeded, and allocator failures on CPU/MPS."""
-        msg = str(exc)
-        return isinstance(exc, torch.OutOfMemoryError | BudgetExceeded | MemoryError) or (
-            isinstance(exc, RuntimeError)
-            and ("out of memory" in msg.lower() or "can't allocate memory" in msg)
-        )
+        return is_oom_error(exc)
 
     def begin_run(self) -> None:
         """Start a run from the configured policy: an OOM retry tightens the policy of the run that hit it,
@@ -433,36 +360,18 @@ class MemoryManager:
 
     def report(self) -> dict[str, Any]:
         """JSON-able run report: device, budget, policy, ledger, timeline, events, node peaks, steps."""
-        ev = self.telemetry.events
-
-        def rows(kind: type) -> list[dict[str, Any]]:
-            return [asdict(e) for e in ev(kind)]
-
-        return {
-            "device": str(self.device),
-            "device_kind": self.device_kind,
-            "policy": self.policy.name,
-            "initial_policy": self.config.policy,
-            "budget": {
-                "device_bytes": self.ledger.device_budget,
-                "host_bytes": self.ledger.host_budget,
-                "reserve": self.config.reserve,
-                "oom_reserve": self.oom_reserve,
-            },
-            "ignored_settings": self.ignored_settings(),
-            "ledger": self.ledger.rows(),
-            "device_reading": asdict(read_device(self.device, self._nvml)),
-            "timeline": [asdict(s) for s in self.telemetry.samples()],
-            "loads": rows(LoadEvent),
-            "unloads": rows(UnloadEvent),
-            "transfers": rows(TransferEvent),
-            "reservations": rows(WorkingReserved),
-            "node_peaks": rows(NodePeak),
-            "steps": rows(StepEvent),
-            "patches": rows(PatchEvent),  # LoRA patches: fused or on the fly, per model (memory.patches)
-            # Ours, and the kernel's high-water mark (read, never reset): the larger is the process peak.
-            "process_peak_rss": max(self.process_peak_rss, read_host().peak_rss or 0),
-        }
+        return run_report(
+            device=str(self.device),
+            device_kind=self.device_kind,
+            policy=self.policy.name,
+            config=self.config,
+            ledger=self.ledger,
+            oom_reserve=self.oom_reserve,
+            ignored_settings=self.ignored_settings(),
+            telemetry=self.telemetry,
+            device_reading=read_device(self.device, self._nvml),
+            process_peak_rss=max(self.process_peak_rss, read_host().peak_rss or 0),
+        )
 
     # -- sampler and lifetime ---------------------------------------------------------------------------
 

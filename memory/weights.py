@@ -22,11 +22,11 @@ from safetensors import safe_open
 from memory.estimates import element_size
 
 # safetensors dtype tags -> element size in bytes (format spec: https://github.com/huggingface/safetensors).
-_TAG_SIZE = MappingProxyType({
+TAG_SIZE = MappingProxyType({
     "F64": 8, "F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1, "F8_E5M2": 1,
     "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U64": 8, "U32": 4, "U16": 2, "U8": 1, "BOOL": 1,
 })  # fmt: skip
-_FLOAT_TAGS = frozenset({"F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2"})
+FLOAT_TAGS = frozenset({"F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2"})
 
 
 def _numel(shape: Iterable[int]) -> int:
@@ -73,7 +73,7 @@ def header_tensor_bytes(files: Iterable[Path], dtype: torch.dtype | None = None)
     """(key, bytes once loaded at `dtype`) for every tensor in the files, from their headers only."""
     target = element_size(dtype) if dtype is not None else None
     for _, key, tag, shape in header_entries(files):
-        size = target if (target is not None and tag in _FLOAT_TAGS) else _TAG_SIZE[tag]
+        size = target if (target is not None and tag in FLOAT_TAGS) else TAG_SIZE[tag]
         yield key, _numel(shape) * size
 
 
@@ -314,7 +314,7 @@ class SafetensorsSource:
         if missing:
             self._where.update(map_keys(missing, self.files))
             for _, key, tag, shape in header_entries(self.files):
-                self._stored[key] = _numel(shape) * _TAG_SIZE[tag]
+                self._stored[key] = _numel(shape) * TAG_SIZE[tag]
         reopen = reopen_bytes(sum(self._stored[self._where[n][1]] for n in names))
         yield from read_tensors(((n, *self._where[n]) for n in names), dtype, reopen)
 

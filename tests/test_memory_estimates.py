@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from memory import kv_cache_bytes
+from pipelines.diffusion import vae_lean
 from pipelines.diffusion.working import diffusion_working_bytes
 
 
@@ -52,7 +53,16 @@ def test_diffusion_formula_scales_with_pixels_and_batch() -> None:
     vae = diffusion_working_bytes(
         "vae_decode", height=512, width=512, block_out_channels=(128, 256, 512, 512)
     )
-    large = 3 * 256 * 512 * 512 * 4  # the last up block's input, GroupNorm and SiLU at 256 channels
+    # float32: the lean decode's resnets (vae_lean): the last up block's first resnet's 256-channel input and its
+    # 128-channel output, plus the row bands
+    large = (256 + 128) * 512 * 512 * 4 + 4 * vae_lean.BAND_BYTES
     assert vae == large + large // 64
+    half = diffusion_working_bytes(
+        "vae_decode", height=512, width=512, block_out_channels=(128, 256, 512, 512), dtype=torch.float16
+    )
+    large = (
+        3 * 256 * 512 * 512 * 2
+    )  # plain resnets: the last up block's input, GroupNorm and SiLU at 256 channels
+    assert half == large + large // 64
     with pytest.raises(ValueError):
         diffusion_working_bytes("teapot", height=8, width=8)

@@ -13,6 +13,7 @@ import torch
 
 from pipelines.diffusion.families import FAMILIES
 from pipelines.diffusion.sampling import denoiser_working_bytes
+from pipelines.diffusion.vae_lean import lean_decoder
 from pipelines.diffusion.values import DenoiserRef
 from pipelines.diffusion.working import diffusion_working_bytes
 from tests.live_tensors import live_tensor_peak
@@ -132,8 +133,18 @@ def test_vae_formulas_cover_the_live_activations() -> None:
             layers_per_block=2,
         )
     size = 256
-    decode = live_tensor_peak(vae, lambda: vae.decode(zeros(1, 4, size // 8, size // 8)))
+
+    def lean_decode(dtype: torch.dtype = torch.float32) -> None:  # as pipelines/diffusion/vae.py decodes
+        with lean_decoder(vae):
+            vae.decode(zeros(1, 4, size // 8, size // 8).to(dtype))
+
+    decode = live_tensor_peak(vae, lean_decode)
     encode = live_tensor_peak(vae, lambda: vae.encode(zeros(1, 3, size, size)))
     common = dict(height=size, width=size, block_out_channels=channels)
     assert_covers(diffusion_working_bytes("vae_decode", **common), decode, most=1.15)
     assert_covers(diffusion_working_bytes("vae_encode", **common), encode, most=1.15)
+    # Half precision keeps the plain resnets (the fused GroupNorm reduces at float32 only): its own formula.
+    vae.half()
+    half = live_tensor_peak(vae, lambda: lean_decode(torch.float16))
+    half_formula = diffusion_working_bytes("vae_decode", **common, dtype=torch.float16)
+    assert_covers(half_formula, half, most=1.15)

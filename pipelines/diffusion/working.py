@@ -1,7 +1,8 @@
 """Working memory of the diffusion components, declared as facts: which activations are alive at once.
 
 Lives here: `unet_activations`, `dit_activations`, `vae_activations`, `text_encoder_activations`,
-`chat_encoder_activations`, `chat_encoder_working_bytes`, `QWEN3_4B`, `diffusion_working_bytes`. May import: stdlib, torch, memory.estimates.
+`chat_encoder_activations`, `chat_encoder_working_bytes`, `QWEN3_4B`, `diffusion_working_bytes`. May import: stdlib, torch, memory.estimates,
+pipelines.diffusion.vae_lean (when the lean decode's resnets run, its band size).
 
 The model knowledge (skip connections, GEGLU, GroupNorm, the CLIP MLP) lives here, next to the pipelines
 that run those models; memory/ only multiplies and adds (`memory.estimates.activation_bytes`). Each figure is
@@ -17,6 +18,8 @@ from typing import Any
 import torch
 
 from memory.estimates import Activations, activation_bytes
+from pipelines.diffusion.vae_lean import BAND_BYTES as VAE_BAND_BYTES
+from pipelines.diffusion.vae_lean import lean_resnets_run
 
 
 def unet_activations(
@@ -65,18 +68,27 @@ def dit_activations(hidden: int, tokens: int) -> list[Activations]:
 
 
 def vae_activations(
-    block_out_channels: Sequence[int], height: int, width: int, *, decode: bool = True
+    block_out_channels: Sequence[int], height: int, width: int, *, decode: bool = True, lean: bool = False
 ) -> list[Activations]:
     """The VAE's full-resolution stage over height x width pixels.
 
     Decode: the last up block's first resnet takes the upsampled C_1 channels; its input, GroupNorm and
-    SiLU outputs are alive together (3 x C_1). The lean decode (`vae_lean`: SiLU in place, convs in row
-    bands) holds the input, the GroupNorm output and conv1's C_0 output plus the bands' kernel copies instead:
-    measured at the same 3 x C_1 on the SD-shaped VAE at 256x256 (195 MiB; 248 before it). Encode: conv_in's output, then the first resnet's input,
-    GroupNorm, SiLU and conv outputs at C_0 (5 x C_0).
+    SiLU outputs are alive together (3 x C_1): the plain decode, and the lean one (`vae_lean`) where it
+    keeps its plain resnets (not float32, or the input within `BAND_BYTES`); measured at 3 x C_1 on the
+    SD-shaped VAE at 256x256 (195 MiB above the built VAE, RSS). `lean`: the float32 lean decode, whose
+    resnets run GroupNorm + SiLU + conv in row bands and write conv2 over conv1's output: the resnet's input
+    and one C_0 output (C_1 + C_0; the row bands are `VAE_BAND_BYTES`, counted by the caller); measured at
+    115 MiB above the built VAE (RSS) and 105 MiB of live tensors on the SD-shaped VAE at 256x256.
+    Encode: conv_in's output, then the first resnet's input, GroupNorm, SiLU and conv outputs at C_0
+    (5 x C_0).
     """
     c0 = block_out_channels[0]
     c1 = block_out_channels[1] if len(block_out_channels) > 1 else c0
+    if decode and lean:
+        return [
+            Activations("upsampled input of the last up block's first resnet", 1, c1, height * width),
+            Activations("its conv1 output, overwritten by conv2's", 1, c0, height * width),
+        ]
     if decode:
         return [Activations("upsampled input, GroupNorm, SiLU", 3, c1, height * width)]
     return [Activations("conv_in out, resnet input, GroupNorm, SiLU, conv out", 5, c0, height * width)]
@@ -159,6 +171,7 @@ def diffusion_working_bytes(
     "vae_encode" (pass the VAE's block_out_channels, SD: 128, 256, 512, 512) or "text_encoder".
     """
     rows = batch * (2 if guidance else 1)  # the batch a call sees: doubled under CFG
+    bands = 0
     if kind == "denoiser":
         tokens = (height // vae_scale) * (width // vae_scale)
         terms = unet_activations(block_out_channels, layers_per_block, tokens, attention_level)
@@ -166,13 +179,18 @@ def diffusion_working_bytes(
         side = vae_scale * patch_size
         terms = dit_activations(hidden_size, (height // side) * (width // side) + text_tokens)
     elif kind in ("vae_decode", "vae_encode"):
-        terms = vae_activations(block_out_channels, height, width, decode=kind == "vae_decode")
+        c1 = block_out_channels[1] if len(block_out_channels) > 1 else block_out_channels[0]
+        lean = kind == "vae_decode" and lean_resnets_run(batch * c1 * height * width, dtype)
+        terms = vae_activations(block_out_channels, height, width, decode=kind == "vae_decode", lean=lean)
         rows = batch  # decoded once per picture, guidance or not
+        # The lean resnets' row bands: the band read and its normalized copy, and the conv kernel's copies of
+        # a band's input and output (live tensors 9 MiB above C_1 + C_0 at 256 and 512 px; RSS 19 MiB).
+        bands = VAE_BAND_BYTES * 4 if lean else 0
     elif kind == "text_encoder":
         terms = text_encoder_activations(hidden_size, text_tokens)
     else:
         raise ValueError(f"no working-memory formula for kind {kind!r}")
-    large = activation_bytes(terms, batch=rows, dtype=dtype)
+    large = activation_bytes(terms, batch=rows, dtype=dtype) + bands
     # Beside the large tensors live small ones (time embeddings, the text context, norm statistics, the
     # latents): 1/64 more covers them at every size measured.
     return large + large // 64

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from memory.weights import _FLOAT_TAGS, _TAG_SIZE, header_entries
+from memory.weights import FLOAT_TAGS, TAG_SIZE, header_entries
 
 DEFAULT_SKIP: tuple[str, ...] = (
     "pos_embed",
@@ -41,13 +41,13 @@ def stored_header_bytes(
         eight_bit = (
             key.endswith(".weight")
             and len(shape) >= 2
-            and tag in _FLOAT_TAGS
+            and tag in FLOAT_TAGS
             and not any(re.search(p, layer) for p in skip)
         )
         if eight_bit:
             total += numel + (4 * shape[0] if storage == "int8" else 0)
-        elif tag in _FLOAT_TAGS:
+        elif tag in FLOAT_TAGS:
             total += numel * compute
         else:
-            total += numel * _TAG_SIZE[tag]
+            total += numel * TAG_SIZE[tag]
     return total
