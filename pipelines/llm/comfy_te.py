@@ -148,40 +148,24 @@ def _qwen_encoder(memory: MemoryManager, path: Path, kind: str) -> tuple[ModelHa
 
 
 def _gemma_encoder(memory: MemoryManager, path: Path) -> tuple[ModelHandle, Any, Path, Any]:
-    """LTX-2's Gemma 3 registered as `ltx2_loaders.load_ltx2_text_encoder` registers it (same key, module and
-    tensors), its size picked from the file alone (the diffusion loader picks it from the checkpoint)."""
+    """LTX-2's Gemma 3 registered through `ltx2_loaders.register_gemma`, as the diffusion loader registers it
+    (same key, module and tensors), its size picked from the file alone (the diffusion loader picks it from the
+    checkpoint)."""
     from pipelines.diffusion.assembly import resolve_precision
-    from pipelines.diffusion.comfy_layouts.common import KeyMapTensors, converted_shapes
-    from pipelines.diffusion.comfy_layouts.ltx2_loaders import _gemma_key_map
+    from pipelines.diffusion.comfy_layouts.ltx2_loaders import fitted_gemma, register_gemma
     from pipelines.diffusion.comfy_layouts.text_encoders import ShippedTokenizerSource
-    from pipelines.diffusion.comfy_layouts.variants import fits, folder_of, module_shapes, variants_for
-    from pipelines.quant.split import module_factory, register_built
+    from pipelines.diffusion.comfy_layouts.variants import folder_of, variants_for
 
     fam = FAMILIES["ltx2"]
     slot = fam.text_encoders[0]
     for variant in variants_for([fam.name]):
-        folder = folder_of(variant)
-        make = module_factory(slot.model_class, folder / slot.subfolder)
-        wanted = module_shapes(make)
-        key_map, _ = _gemma_key_map(path, wanted)
-        if fits(converted_shapes(key_map), wanted, optional=("lm_head.",)):
+        if (fitted := fitted_gemma(path, variant)) is not None:
             break
     else:
         raise UnsupportedModelError(f"{path.name}: a Gemma 3 file of no size shipped for {fam.title}")
+    folder = folder_of(variant)
     torch_dtype, storage = resolve_precision("auto", fam, memory.device)
-    handle = register_built(
-        memory,
-        origin=path,
-        part=slot.subfolder,
-        name=slot.subfolder,
-        kind="text_encoder",
-        make=make,
-        tensors=lambda: KeyMapTensors(path, key_map),
-        dtype=torch_dtype,
-        storage=storage,
-        source=str(path),
-        blocks=slot.blocks,
-    )
+    handle = register_gemma(memory, path, fitted, torch_dtype, storage)
     tokenizer = ShippedTokenizerSource(folder, slot.tokenizer_subfolder, slot.model_ref)
     return handle, tokenizer, folder / slot.subfolder, fam
 

@@ -16,6 +16,7 @@ template's three loaders of one file hold each component once.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -260,12 +261,55 @@ def _gemma_key_map(path: Path, wanted: dict[str, tuple[int, ...]]) -> tuple[KeyM
     return {**text, **zeros}, True
 
 
+@dataclass(frozen=True)
+class FittedGemma:
+    """A Gemma 3 file read at one variant's text-encoder size: its module factory and key map."""
+
+    make: Callable[[], torch.nn.Module]
+    key_map: KeyMap
+    zeros: bool  # the file's vision tower did not fit: zeros stand in (text prompts only)
+
+
+def fitted_gemma(gemma: Path, variant: Variant) -> FittedGemma | None:
+    """The Gemma 3 file at `variant`'s text-encoder size; None when the file is another size."""
+    from pipelines.quant.split import module_factory
+
+    slot = _fam().text_encoders[0]
+    make = module_factory(slot.model_class, folder_of(variant) / slot.subfolder)
+    wanted = module_shapes(make)
+    key_map, zeros = _gemma_key_map(gemma, wanted)
+    if not fits(converted_shapes(key_map), wanted, optional=("lm_head.",)):
+        return None
+    return FittedGemma(make, key_map, zeros)
+
+
+def register_gemma(
+    mm: MemoryManager, gemma: Path, fitted: FittedGemma, dtype: torch.dtype, storage: str
+) -> ModelHandle:
+    """The Gemma 3 file's one ledger entry. LTX-2's text encoder and Load LLM (pipelines.llm.comfy_te) both
+    register it here, so the two roles get the same key and share one copy."""
+    from pipelines.quant.split import register_built
+
+    slot = _fam().text_encoders[0]
+    return register_built(
+        mm,
+        origin=gemma,
+        part=slot.subfolder,
+        name=slot.subfolder,
+        kind="text_encoder",
+        make=fitted.make,
+        tensors=lambda: KeyMapTensors(gemma, fitted.key_map),
+        dtype=dtype,
+        storage=storage,
+        source=str(gemma),
+        blocks=slot.blocks,
+    )
+
+
 def load_ltx2_text_encoder(
     mm: MemoryManager, paths: list[Path], *, dtype: str = "auto", config_dir: Path | None = None
 ) -> tuple[TextEncoderRef, str]:
     """Gemma 3 from ComfyUI's file and the text connectors from the LTX-2 checkpoint (LTXAVTextEncoderLoader)."""
-    from pipelines.quant.split import module_factory, register_built
-
     kinds = {_kind(p): p for p in paths}
     if "checkpoint" not in kinds:
         raise UnsupportedModelError(
@@ -278,31 +322,17 @@ def load_ltx2_text_encoder(
         )
     gemma, ckpt = kinds["gemma3"], kinds["checkpoint"]
     fam = _fam()
-    slot = fam.text_encoders[0]
     variant = _variant(ckpt, config_dir)
     folder = folder_of(variant)
-    make = module_factory(slot.model_class, folder / slot.subfolder)
-    wanted = module_shapes(make)
-    key_map, zeros = _gemma_key_map(gemma, wanted)
-    if not fits(converted_shapes(key_map), wanted, optional=("lm_head.",)):
+    fitted = fitted_gemma(gemma, variant)
+    if fitted is None:
         raise UnsupportedModelError(
             f"{gemma.name}: a Gemma 3 file, but not the size {variant.title} takes (its text_encoder config); "
             "field 'config_dir': give the model's diffusers folder"
         )
     torch_dtype, storage = resolve_precision(dtype, fam, mm.device)
-    gemma_handle = register_built(
-        mm,
-        origin=gemma,
-        part=slot.subfolder,
-        name=slot.subfolder,
-        kind="text_encoder",
-        make=make,
-        tensors=lambda: KeyMapTensors(gemma, key_map),
-        dtype=torch_dtype,
-        storage=storage,
-        source=str(gemma),
-        blocks=slot.blocks,
-    )
+    gemma_handle = register_gemma(mm, gemma, fitted, torch_dtype, storage)
+    zeros = fitted.zeros
     connectors = _register(mm, ckpt, "connectors", "text_encoder", folder, torch_dtype, storage)
     tokenizers = [
         ShippedTokenizerSource(folder, s.tokenizer_subfolder, s.model_ref) for s in fam.text_encoders
