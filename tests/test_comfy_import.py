@@ -167,7 +167,9 @@ def test_api_file_maps_every_node_to_its_nodeloom_type(registry) -> None:
     assert nodes["2"]["params"]["family"] == "flux"  # from the file name
     notes = "\n".join(_notes(result))
     assert "not applied" not in notes  # ModelSamplingAuraFlow's shift 2.0 is
-    assert "node ksampler_2 (KSampler): sampler 'dpmpp_2m_sde_gpu' runs as 'dpmpp_2m_sde'" in notes
+    assert (
+        "node ksampler_2 (KSampler): approximated: sampler 'dpmpp_2m_sde_gpu' runs as 'dpmpp_2m_sde'" in notes
+    )
     assert "weight_dtype" not in notes  # fp8_e4m3fn is one of our dtypes
     assert (
         "node load_controlnet (ControlNetLoader): ControlNet 'canny.safetensors': Nodeloom loads diffusers-format"

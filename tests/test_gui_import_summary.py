@@ -34,14 +34,18 @@ def test_the_summary_names_missing_models_and_differences_and_marks_them(
     banner = window.import_marks.banner
     assert banner.isVisible() and banner.title.text() == "Imported sd15.api.json"
     body = banner.body.text()
-    assert "7 node(s) mapped" in body
+    assert "7 node(s) mapped (1 approximated)" in body  # the sampler that runs as another is counted
     assert (
         "missing model: node load_checkpoint, field &#x27;path&#x27;: model &#x27;v1-5-pruned-emaonly-fp16.safetensors&#x27; not found"
         in body
     )
     assert f"searched: {models}" in body  # the folders searched
     assert "app models add-root DIR" in body and "File &gt; Settings &gt; Models folder" in body
-    assert "node ksampler: sampler &#x27;dpmpp_2m_sde_gpu&#x27; runs as &#x27;dpmpp_2m_sde&#x27;" in body
+    assert (
+        "approximated: node ksampler (KSampler): sampler &#x27;dpmpp_2m_sde_gpu&#x27; runs as &#x27;dpmpp_2m_sde&#x27;"
+        in body
+    )
+    assert body.count("dpmpp_2m_sde_gpu") == 1  # said once, not again as a node note
     assert banner.settings_button.isVisible()
     # The nodes are marked before any Run: the loader in red, the sampler in amber, each saying why.
     loader, sampler = window.scene.node_items["load_checkpoint"], window.scene.node_items["ksampler"]

@@ -109,6 +109,8 @@ class ImportSummary(QFrame):
         self.hide()
 
     def show_report(self, report: ImportReport) -> None:
+        from app.import_summary import is_approximated
+
         self.title.setText(f"Imported {Path(report.source).name}")
         items = [html.escape(line) for line in report.lines]
         items += [f"unsupported: {html.escape(u)}" for u in report.unsupported]
@@ -116,7 +118,7 @@ class ImportSummary(QFrame):
             f"node {html.escape(node)}: {html.escape(note)}"
             for node, notes in report.differs.items()
             for note in notes
-            if not any(note in line for line in report.lines)  # an approximated note is already a line
+            if not is_approximated(note)  # an approximated note is already a summary line
         ]
         self.body.setText("<br>".join(f"• {i}" for i in items))
         self.settings_button.setVisible(bool(report.missing))

@@ -125,7 +125,10 @@ def comfy_sampler_name(name: Any, node: ComfyNode, graph: ComfyGraph) -> Any:
     if not isinstance(name, str):
         return name
     if name.endswith("_gpu") and f"k_{name.removesuffix('_gpu')}" in K_SCHEDULER_NAMES:
-        graph.note(node, f"sampler {name!r} runs as {name.removesuffix('_gpu')!r} (noise drawn on the CPU)")
+        graph.note(
+            node,
+            f"approximated: sampler {name!r} runs as {name.removesuffix('_gpu')!r} (noise drawn on the CPU)",
+        )
         name = name.removesuffix("_gpu")
     if f"k_{name}" not in K_SCHEDULER_NAMES:
         graph.note(

@@ -27,7 +27,9 @@ def _easy_cache(node: ComfyNode, ctx: MapContext) -> PassThrough:
             f"({START_FRACTION} to {END_FRACTION} of the steps)",
         )
     if node.class_type == "LazyCache":
-        ctx.graph.note(node, "LazyCache runs as EasyCache here (per denoiser call, not after guidance)")
+        ctx.graph.note(
+            node, "approximated: LazyCache runs as EasyCache here (per denoiser call, not after guidance)"
+        )
     return PassThrough({0: "model"}, {"cache": (threshold, node.id)})
 
 
