@@ -142,3 +142,30 @@ def test_the_real_plan_follows_the_size_and_the_budget(qtbot, tmp_path: Path, re
     wait_until(lambda: window.plan_ui.last is not second and not window.plan_ui.controller.busy, timeout=120)
     assert not window.plan_ui.last.fits
     assert window.plan_ui.label.text().startswith("Plan: does not fit 1.00 MiB (none needs ")
+
+
+def test_a_plan_that_ends_after_the_window_closed_reports_nothing_and_raises_nothing(
+    qtbot, monkeypatch
+) -> None:
+    import shiboken6
+
+    from app.gui.plan_view import PlanController
+
+    errors: list[BaseException] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: errors.append(args.exc_value))
+    release = threading.Event()
+
+    def slow_plan(*_snap):  # a plan still running when the window closes (a loaded machine)
+        release.wait(30)
+        return "a plan"
+
+    controller = PlanController(lambda: ("wf", "registry", "config", "out"), slow_plan)
+    controller.timer.setInterval(0)
+    controller.request()
+    wait_until(lambda: controller._thread is not None and controller._thread.is_alive())
+    worker = controller._thread
+    controller.shutdown(timeout=0.01)  # the wait times out, as closeEvent's can on a busy box
+    shiboken6.delete(controller)  # the window and its controller are gone
+    release.set()
+    worker.join(30)
+    assert not worker.is_alive() and errors == []

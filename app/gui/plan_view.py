@@ -133,6 +133,7 @@ class PlanController(QObject):
         self.computed = 0  # plans computed (tests count them to check the debounce)
         self.last_thread = ""  # the thread the last plan ran on (tests check it is not the GUI's)
         self._thread: threading.Thread | None = None
+        self._closed = False  # set by shutdown: a plan that ends after it reports nothing
         self._pending = False
         self.timer = QTimer(self)
         self.timer.setSingleShot(True)
@@ -167,10 +168,15 @@ class PlanController(QObject):
         def work() -> None:
             self.last_thread = threading.current_thread().name
             try:
-                plan = self.compute(*snap)
-                self._done.emit(generation, plan, "")
+                plan, error = self.compute(*snap), ""
             except Exception as exc:  # a plan that fails says why in the status bar; editing goes on
-                self._done.emit(generation, None, f"{type(exc).__name__}: {exc}".splitlines()[0])
+                plan, error = None, f"{type(exc).__name__}: {exc}".splitlines()[0]
+            if self._closed:
+                return
+            try:
+                self._done.emit(generation, plan, error)
+            except RuntimeError:  # the window closed while this plan ran (shutdown's wait timed out)
+                pass
 
         self._thread = threading.Thread(target=work, name="nodeloom-plan", daemon=True)
         self._thread.start()
@@ -189,6 +195,7 @@ class PlanController(QObject):
 
     def shutdown(self, timeout: float = 10.0) -> None:
         """Stop asking and wait for a plan in flight (it closes its own memory manager)."""
+        self._closed = True
         self.timer.stop()
         self._pending = False
         if self._thread is not None:
