@@ -81,8 +81,8 @@ def _sets(folder: Path) -> dict[str, object]:
 
 def _reference_frames(folder: Path, pictures: list[Path]) -> np.ndarray:
     import torch
-    from diffusers.modular_pipelines.minimax_h3 import MiniMaxH3ImageReference
     from diffusers import MiniMaxH3Transformer3DModel
+    from diffusers.modular_pipelines.minimax_h3 import MiniMaxH3ImageReference
 
     pipe = reference_pipeline(folder)
     pipe.update_components(

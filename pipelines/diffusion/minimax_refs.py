@@ -195,7 +195,9 @@ def reference_to_video(
             "(MiniMax H3 Image to Video makes text to video)"
         )
     if len(pictures) > MAX_REFERENCE_PICTURES:
-        raise ValueError(f"MiniMax H3 takes at most {MAX_REFERENCE_PICTURES} reference pictures, got {len(pictures)}")
+        raise ValueError(
+            f"MiniMax H3 takes at most {MAX_REFERENCE_PICTURES} reference pictures, got {len(pictures)}"
+        )
     prepared = []
     for name, image in pictures:
         try:

@@ -29,7 +29,6 @@ from diffusers.utils.torch_utils import randn_tensor
 
 from memory import MemoryManager, Working
 from pipelines.diffusion.lora import use_denoiser
-from pipelines.diffusion.minimax_refs import build_ref2va_packed_sequence, is_ref2va, ref2va_denoiser
 from pipelines.diffusion.minimax_layout import (
     KEYFRAME_NOISE_AUG,
     MINIMAX_H3_AUDIO_CHANNELS,
@@ -40,6 +39,7 @@ from pipelines.diffusion.minimax_layout import (
     row_timesteps,
     unpatchify_video_rows,
 )
+from pipelines.diffusion.minimax_refs import build_ref2va_packed_sequence, is_ref2va, ref2va_denoiser
 from pipelines.diffusion.sampling import SamplerSettings
 from pipelines.diffusion.values import Conditioning, DenoiserRef, Latents
 from pipelines.steps import OnStep, Step
