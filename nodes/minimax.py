@@ -1,15 +1,17 @@
 """MiniMax H3 video nodes: the prompt and the latent of a text-, first-frame- or first-and-last-frame-to-video
 request, shaped like ComfyUI's `MiniMaxH3ImageToVideo`.
 
-Lives here: the node types `MiniMaxH3ImageToVideo`, `MiniMaxH3SigmaShift`, `VAEDecodeAudio` and the `NODES`
-tuple of their specs. Imports `nodes.declare`,
+Lives here: the node types `MiniMaxH3ImageToVideo`, `MiniMaxH3ReferenceToVideo`, `MiniMaxH3SigmaShift`,
+`VAEDecodeAudio`, `REF_IMAGE_INPUTS` and the `NODES` tuple of their specs. Imports `nodes.declare`,
 `nodes.kinds`, `nodes.spec`, `nodes.types`, `nodes.context`; torch and pipelines.diffusion inside the run
 function, so listing node types stays light.
 
 MiniMax H3 shows its keyframes to the text encoder (each labelled `<Picture i>` before the prompt) and packs
 them into the sequence as anchors, so one node makes both the conditioning and the latent, as ComfyUI's does
 (clip, vae, first_frame, last_frame, prompt, width, height, length -> positive, latent). Without pictures
-it is text to video. Frames are snapped up to the VAE's 17n + 5 (1 to 3600, as ComfyUI's node; the model was
+it is text to video. MiniMax H3 Reference to Video (ComfyUI's `MiniMaxH3ReferenceToVideo`, ref2va) does the same
+with up to nine reference pictures at their own sizes (`pipelines.diffusion.minimax_refs`); reference videos
+and sounds are not read yet. Frames are snapped up to the VAE's 17n + 5 (1 to 3600, as ComfyUI's node; the model was
 trained on 5 to 15 s at 24 fps, 124 to 362 frames).
 MiniMax H3 Sigma Shift sets the two schedules' shifts (ComfyUI's node of that name; the folder's are 12 and
 3); VAE Decode Audio is the sound track half of VAE Decode Video (ComfyUI's templates decode the frames with
@@ -22,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from nodes.context import NodeContext
 from nodes.declare import Node, node_type, param, wire
-from nodes.kinds import FLOAT, INT, TEXT
+from nodes.kinds import CHOICE, FLOAT, INT, TEXT
 from nodes.spec import NodeSpec, Output
 from nodes.types import AUDIO, CONDITIONING, DENOISER, IMAGE, LATENT, TEXT_ENCODER, VAE
 
@@ -82,6 +84,79 @@ class MiniMaxH3ImageToVideo(Node):
         return {"positive": positive, "latent": latent}
 
 
+# The reference pictures' inputs, ComfyUI's Autogrow `ref_images.ref_image_0` ... `ref_image_8` (our 1 to 9).
+REF_IMAGE_INPUTS = tuple(f"ref_image_{i}" for i in range(1, 10))
+
+
+@node_type(
+    "MiniMaxH3ReferenceToVideo",
+    tags=("MiniMaxH3ReferenceToVideo", "reference to video", "r2v", "ref2va", "video", "audio"),
+    title="MiniMax H3 Reference to Video",
+    category="diffusion/latent",
+    outputs=[Output("positive", CONDITIONING), Output("latent", LATENT)],
+    description="A MiniMax H3 prompt and video + sound latent conditioned on reference pictures (ref2va: "
+    "cite them as <Picture 1>, <Picture 2>, ... in the prompt, in the order they are wired); runs the "
+    "folder's transformer_ref.",
+)
+class MiniMaxH3ReferenceToVideo(Node):
+    text_encoder: TextEncoderRef = wire(TEXT_ENCODER)
+    vae: VaeRef = wire(VAE)
+    audio_vae: VaeRef | None = wire(
+        VAE, optional=True, help="ComfyUI's audio VAE input (reference sounds: not read yet)"
+    )
+    ref_image_1: torch.Tensor | None = wire(IMAGE, optional=True, help="<Picture 1>")
+    ref_image_2: torch.Tensor | None = wire(IMAGE, optional=True, help="<Picture 2>")
+    ref_image_3: torch.Tensor | None = wire(IMAGE, optional=True, help="<Picture 3>")
+    ref_image_4: torch.Tensor | None = wire(IMAGE, optional=True, help="<Picture 4>")
+    ref_image_5: torch.Tensor | None = wire(IMAGE, optional=True, help="<Picture 5>")
+    ref_image_6: torch.Tensor | None = wire(IMAGE, optional=True, help="<Picture 6>")
+    ref_image_7: torch.Tensor | None = wire(IMAGE, optional=True, help="<Picture 7>")
+    ref_image_8: torch.Tensor | None = wire(IMAGE, optional=True, help="<Picture 8>")
+    ref_image_9: torch.Tensor | None = wire(IMAGE, optional=True, help="<Picture 9>")
+    denoiser: DenoiserRef | None = wire(DENOISER, optional=True, help="checks the sides fit its patches")
+    text: str = param(TEXT, "", help="the prompt, citing <Picture i>", comfy="prompt")
+    width: int = param(INT, 1344, min=16, max=8192, step=16, help="pixels", comfy="width")
+    height: int = param(INT, 768, min=16, max=8192, step=16, help="pixels", comfy="height")
+    frames: int = param(
+        INT,
+        124,
+        min=1,
+        max=3600,
+        help="rounded up to 17n + 5 at 24 fps (trained on 124 to 362: 5 to 15 s)",
+        comfy="length",
+    )
+    ref_image_size: str = param(
+        CHOICE,
+        "match",
+        choices=("match", "max"),
+        help="match: each picture scaled down to the video's pixel area; max: down to a 2048 short edge",
+        comfy="ref_image_size",
+    )
+
+    def run(self, ctx: NodeContext) -> dict[str, Any]:
+        from pipelines.diffusion.minimax_refs import reference_to_video
+
+        for name, ref in (("text_encoder", self.text_encoder), ("vae", self.vae)):
+            if ref.family.name != "minimax":
+                raise ValueError(
+                    f"input '{name}': MiniMax H3 Reference to Video needs MiniMax H3's, got {ref.family.title}'s"
+                )
+        pictures = [(n, getattr(self, n)) for n in REF_IMAGE_INPUTS if getattr(self, n) is not None]
+        positive, latent = reference_to_video(
+            ctx.memory,
+            self.text_encoder,
+            self.vae,
+            self.denoiser,
+            self.text,
+            pictures,
+            self.width,
+            self.height,
+            self.frames,
+            self.ref_image_size,
+        )
+        return {"positive": positive, "latent": latent}
+
+
 @node_type(
     "MiniMaxH3SigmaShift",
     tags=("MiniMaxH3SigmaShift", "shift", "schedule"),
@@ -136,4 +211,9 @@ class VAEDecodeAudio(Node):
         )
 
 
-NODES: tuple[NodeSpec, ...] = (MiniMaxH3ImageToVideo.spec, MiniMaxH3SigmaShift.spec, VAEDecodeAudio.spec)
+NODES: tuple[NodeSpec, ...] = (
+    MiniMaxH3ImageToVideo.spec,
+    MiniMaxH3ReferenceToVideo.spec,
+    MiniMaxH3SigmaShift.spec,
+    VAEDecodeAudio.spec,
+)

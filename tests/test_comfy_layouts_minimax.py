@@ -1,6 +1,6 @@
 """MiniMax H3's ComfyUI files: the key maps round-trip, the files are detected as MiniMax H3 from their tensors,
 the pruned (curve-form) transformer's time embedding is ComfyUI's, the released configs fit released-size headers, and
-ComfyUI's MiniMax H3 text-to-video and image-to-video templates run from tiny files under the templates' own
+ComfyUI's MiniMax H3 text-to-video, image-to-video and reference-to-video (two pictures) templates run from tiny files under the templates' own
 names (`--models-dir`) with the frames and sound of the same graph on the diffusers folder.
 
 The tiny files are `demo:tiny-minimax` written by `comfy_layouts.minimax.write_minimax_files` (plain float
@@ -154,7 +154,10 @@ _SIZE = {  # the smallest video the pipeline makes (5 s at 24 fps), 32 x 32 px, 
     "sampler_custom_advanced.steps": 1,
     "save_video.format": "png",
 }
-TEMPLATES = ("video_minimax_h3_t2v", "video_minimax_h3_i2v")
+TEMPLATES = ("video_minimax_h3_t2v", "video_minimax_h3_i2v", "video_minimax_h3_r2v")
+_NODE = {"video_minimax_h3_r2v": "mini_max_h3_reference_to_video"}  # the latent node, if not Image to Video
+# The transformer file each template loads (r2v: the ref2va partition, from the folder's transformer_ref)
+_TRANSFORMER_ROLE = {"video_minimax_h3_r2v": "ref2va"}
 
 
 @pytest.fixture(scope="module")
@@ -169,6 +172,7 @@ def comfy_root(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     root = tmp / "ComfyUI"
     minimax.write_minimax_files(folder, root / "models")
     place_pictures("video_minimax_h3_i2v", root, size=(60, 40))
+    place_pictures("video_minimax_h3_r2v", root, size=(60, 40))  # 'match' sizes them to 32 x 32
     return folder, root
 
 
@@ -278,11 +282,12 @@ def test_the_template_on_its_own_file_names_gives_the_folders_video(
     assert main(["import", str(template_file(template)), "-o", str(imported), *dirs]) == 0
     workflow = json.loads(imported.read_text(encoding="utf-8"))
     paths = {n["params"]["path"] for n in workflow["nodes"].values() if n["type"].startswith("Load")}
-    assert {
-        minimax.MINIMAX_FILES[r] for r in ("transformer", "text_encoder", "vae_int8", "audio_vae")
-    } <= paths
-    ours = run_graph(imported, tmp_path / "files", _SIZE, dirs)
-    native = run_graph(_on_the_folder(workflow, folder), tmp_path / "folder", _SIZE, dirs)
+    role = _TRANSFORMER_ROLE.get(template, "transformer")
+    assert {minimax.MINIMAX_FILES[r] for r in (role, "text_encoder", "vae_int8", "audio_vae")} <= paths
+    node = _NODE.get(template, "mini_max_h3_image_to_video")
+    size = {k.replace("mini_max_h3_image_to_video", node): v for k, v in _SIZE.items()}
+    ours = run_graph(imported, tmp_path / "files", size, dirs)
+    native = run_graph(_on_the_folder(workflow, folder), tmp_path / "folder", size, dirs)
     assert len(ours) == len(native) == 124 and native[0].std() > 5
     # The same float32 weights read from ComfyUI's files: 1 of 255 where a value sits on a rounding edge (one
     # pixel of 570k seen in the t2v run).

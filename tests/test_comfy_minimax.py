@@ -41,7 +41,7 @@ def test_the_minimax_templates_map_every_node_and_the_family_runs(registry, name
         assert {"MiniMaxH3ImageToVideo", "VAEDecodeAudio", "CreateVideo"} <= types
 
 
-@pytest.mark.parametrize("name", ["video_minimax_h3_t2v", "video_minimax_h3_i2v"])
+@pytest.mark.parametrize("name", ["video_minimax_h3_t2v", "video_minimax_h3_i2v", "video_minimax_h3_r2v"])
 def test_app_check_passes_the_minimax_video_templates(tmp_path: Path, name: str) -> None:
     """`app check` is clean: every node mapped, the family runnable; the i2v template's dangling
     ImageScaleToTotalPixels (its input unwired, its output read by nothing an output needs) is skipped, as
@@ -51,11 +51,28 @@ def test_app_check_passes_the_minimax_video_templates(tmp_path: Path, name: str)
     assert main(["check", str(path)]) == 0
 
 
-def test_reference_to_video_is_refused_with_its_reason(registry) -> None:
+def test_reference_to_video_maps_its_pictures_and_refuses_videos_and_sounds(registry) -> None:
+    """The r2v template's two Autogrow pictures (`ref_images.ref_image_0`, `_1`) become ref_image_1 / _2 in
+    order, with its widgets (ref_image_size included) and the audio VAE wire; a reference video or sound wired
+    (not read here yet) is refused with that reason."""
     name = "video_minimax_h3_r2v"
-    result = import_comfy_data(_template(name), registry, name, title=name)
-    (only,) = result.unsupported
-    assert only.class_type == "MiniMaxH3ReferenceToVideo" and "ref2va" in str(only)
+    data = _template(name)
+    result = import_comfy_data(data, registry, name, title=name)
+    assert result.unsupported == [] and result.families == []
+    (node,) = [n for n in result.workflow["nodes"].values() if n["type"] == "MiniMaxH3ReferenceToVideo"]
+    assert set(node["inputs"]) == {"text_encoder", "vae", "audio_vae", "ref_image_1", "ref_image_2"}
+    assert node["params"]["ref_image_size"] == "match" and "<Picture 2>" in node["params"]["text"]
+    sources = [
+        result.workflow["nodes"][node["inputs"][f"ref_image_{i}"][0]]["params"]["path"] for i in (1, 2)
+    ]
+    assert sources == ["red_superboy_on_city_roof.png", "mecha_dragon_lightning.png"]  # ref_image_0, _1
+
+    for raw in data["nodes"]:
+        if raw["type"] == "MiniMaxH3ReferenceToVideo":
+            video = next(i for i in raw["inputs"] if i["name"] == "ref_videos.ref_video_0")
+            video["link"] = next(i for i in raw["inputs"] if i["name"] == "ref_images.ref_image_0")["link"]
+    (only,) = import_comfy_data(data, registry, name, title=name).unsupported
+    assert only.class_type == "MiniMaxH3ReferenceToVideo" and "ref_videos.ref_video_0" in str(only)
 
 
 def _api_graph(folder: Path, seed: int, shifts: tuple[float, float] = (12.0, 3.0)) -> dict:

@@ -167,6 +167,9 @@ COMFY_CLASSES: dict[str, ComfyClass] = {
     "CLIPVisionEncode": ComfyClass(("crop",), ("CLIP_VISION_OUTPUT",)),
     # ComfyUI's MiniMax H3 nodes (comfy_extras/nodes_minimax_h3.py) and the audio decode its templates use.
     "MiniMaxH3SigmaShift": ComfyClass(("shift_video", "shift_audio"), ("MODEL",)),
+    "MiniMaxH3ReferenceToVideo": ComfyClass(
+        ("prompt", "width", "height", "length", "ref_image_size"), ("CONDITIONING", "LATENT")
+    ),
     "VAEDecodeAudio": ComfyClass((), ("AUDIO",)),
     "TextEncodeQwenImageEdit": ComfyClass(("prompt",), ("CONDITIONING",)),
     "TextEncodeQwenImageEditPlus": ComfyClass(("prompt",), ("CONDITIONING",)),

@@ -308,6 +308,18 @@ EXPORTERS: dict[str, _Out | Callable[[NodeInstance], _Out]] = {
         {"positive": 0, "latent": 1},
         drop=frozenset({"denoiser"}),
     ),
+    "MiniMaxH3ReferenceToVideo": _Out(
+        "MiniMaxH3ReferenceToVideo",
+        {
+            "clip": "text_encoder",
+            "vae": "vae",
+            "audio_vae": "audio_vae",
+            **{f"ref_images.ref_image_{i - 1}": f"ref_image_{i}" for i in range(1, 10)},
+        },
+        {},
+        {"positive": 0, "latent": 1},
+        drop=frozenset({"denoiser"}),
+    ),
     "MiniMaxH3SigmaShift": _Out("MiniMaxH3SigmaShift", {"model": "denoiser"}, {}, {"denoiser": 0}),
     "VAEDecodeAudio": _Out("VAEDecodeAudio", {"samples": "latent", "vae": "vae"}, {}, {"audio": 0}),
     # Wan (nodes/comfy/mapping_wan.py): the same widgets and inputs.

@@ -10,13 +10,17 @@ helpers).
   file here; ours decodes with the audio VAE of the model folder the VAE came from.
 - ModelAttentionBackend -> passes the model through (an attention kernel choice: the math is the same),
   noted.
-- MiniMaxH3ReferenceToVideo is not mapped: the ref2va task (reference pictures, videos and sounds, the
-  `transformer_ref` checkpoint) does not run here yet, and the check says so.
+- MiniMaxH3ReferenceToVideo -> MiniMax H3 Reference to Video: clip -> text_encoder, vae, audio_vae, the
+  Autogrow pictures `ref_images.ref_image_0` ... in their `N` order as ref_image_1 ... ref_image_9,
+  prompt/width/height/length/ref_image_size; a reference video or sound wired (`ref_videos.*`,
+  `ref_video_audios.*`, `ref_audios.*`) is refused with the reason (not done here yet).
 """
 
 from __future__ import annotations
 
-from nodes.comfy.graph import ComfyNode
+import re
+
+from nodes.comfy.graph import ComfyNode, LinkRef
 from nodes.comfy.mapping import Emit, MapContext, Mapper, PassThrough, _emit, _get, unsupported_emit
 
 
@@ -51,12 +55,34 @@ def _block_sparse_attention(node: ComfyNode, ctx: MapContext) -> PassThrough:
     return PassThrough({0: "model"})
 
 
+_MAX_PICTURES = 9  # our node's ref_image_1 .. ref_image_9 (MiniMax H3's limit)
+_UNREAD_REFERENCES = ("ref_videos.", "ref_video_audios.", "ref_audios.")
+
+
+def _number(name: str) -> int:
+    match = re.search(r"(\d+)$", name)
+    return int(match.group(1)) if match else 0
+
+
 def _reference_to_video(node: ComfyNode, ctx: MapContext) -> Emit:
-    return unsupported_emit(
-        node,
-        "MiniMax H3 reference-to-video (ref2va: reference pictures, videos and sounds, the transformer_ref "
-        "checkpoint) does not run in Nodeloom yet; text and first/last-frame to video do (MiniMaxH3ImageToVideo)",
-    )
+    wired = [k for k, v in node.inputs.items() if isinstance(v, LinkRef)]
+    others = [k for k in wired if k.startswith(_UNREAD_REFERENCES)]
+    if others:
+        return unsupported_emit(
+            node,
+            f"MiniMax H3 reference to video with reference videos or sounds ({', '.join(sorted(others))}) does "
+            "not run in Nodeloom yet; reference pictures (ref_images) do",
+        )
+    pictures = sorted((k for k in wired if k.startswith("ref_images.")), key=_number)
+    if len(pictures) > _MAX_PICTURES:
+        return unsupported_emit(node, f"{len(pictures)} reference pictures; MiniMax H3 takes at most 9")
+    wires = {"text_encoder": "clip", "vae": "vae"}
+    if isinstance(node.inputs.get("audio_vae"), LinkRef):
+        wires["audio_vae"] = "audio_vae"
+    emit = _emit(node, "MiniMaxH3ReferenceToVideo", {}, ("positive", "latent"), **wires)
+    for i, name in enumerate(pictures):
+        emit.inputs[f"ref_image_{i + 1}"] = node.inputs[name]
+    return emit  # prompt, width, height, length, ref_image_size: declared
 
 
 MINIMAX_MAPPERS: dict[str, Mapper] = {

@@ -11,7 +11,8 @@ hard-coded assumptions: a video VAE that is 8x in space (H3's own is 16x: the ca
 not 32), 8 latent channels (not 24), an audio VAE with 8 latent channels (not 32) and a 200-sample hop at
 8 kHz (not 800 at 32 kHz). The Qwen3-VL text encoder has 51 tiny layers because the pipeline reads
 `hidden_states[50]` and refuses a shallower stack. The processor subfolder holds the image processor's config
-only (Qwen3-VL's video processor needs torchvision, which is not installed here).
+only (Qwen3-VL's video processor needs torchvision, which is not installed here). `transformer_ref` is the
+reference-to-video (ref2va) partition: the same transformer class and sizes, seeded differently.
 """
 
 from __future__ import annotations
@@ -164,12 +165,15 @@ def build_tiny_minimax() -> TinyMiniMaxH3:
     ).eval()
     torch.manual_seed(0)
     transformer = MiniMaxH3Transformer3DModel(**TINY_MINIMAX)
+    torch.manual_seed(1)  # the ref2va partition: the same class, other weights (as the release's)
+    transformer_ref = MiniMaxH3Transformer3DModel(**TINY_MINIMAX)
     torch.manual_seed(0)
     vae = AutoencoderKLMiniMaxH3(**TINY_MINIMAX_VAE)
     torch.manual_seed(0)
     audio_vae = AutoencoderKLMiniMaxH3Audio(**TINY_MINIMAX_AUDIO_VAE)
     components = dict(
         transformer=transformer,
+        transformer_ref=transformer_ref,
         vae=vae,
         audio_vae=audio_vae,
         text_encoder=text_encoder,

@@ -262,11 +262,22 @@ def load_diffusers_folder(
         audio = register_minimax_audio(mm, root, torch_dtype, _register_pretrained, allow_pickle=allow_pickle)
         audio_scheduler = read_json(root / "audio_scheduler" / "scheduler_config.json")
         schedulers = {**loaded.denoiser.scheduler_config, AUDIO_SCHEDULER_KEY: audio_scheduler}
-        loaded = replace(
-            loaded,
-            vae=replace(loaded.vae, audio=audio),
-            denoiser=replace(loaded.denoiser, scheduler_config=schedulers),
-        )
+        denoiser = replace(loaded.denoiser, scheduler_config=schedulers)
+        if (root / "transformer_ref" / "config.json").is_file():  # the ref2va partition, its own component
+            handle = _register_pretrained(
+                mm,
+                root,
+                "transformer_ref",
+                family.denoiser_ref,
+                kind="denoiser",
+                dtype=torch_dtype,
+                allow_pickle=allow_pickle,
+                blocks=family.denoiser_blocks,
+                storage=storage,
+            )
+            config = read_json(root / "transformer_ref" / "config.json")
+            denoiser = replace(denoiser, reference=replace(denoiser, handle=handle, config=config))
+        loaded = replace(loaded, vae=replace(loaded.vae, audio=audio), denoiser=denoiser)
     return loaded
 
 

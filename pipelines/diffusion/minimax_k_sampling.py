@@ -22,7 +22,7 @@ comfy_extras/nodes_minimax_h3.py), and so what this does:
 - the samplers are the k-diffusion ones ComfyUI runs unchanged on flow models (its ancestral, SDE and LCM
   samplers take `_RF` steps there: refused by name, as in Wan's loop). Euler over this state is exactly the
   two per-modality Euler schedules of the model's own loop (`tests/test_minimax_k_sampling.py` checks it).
-Noise, keyframe anchors and the packed layout are the model's own loop's (`minimax_sampling.packed_start`:
+Noise, keyframe anchors (and ref2va's reference pictures) and the packed layout are the model's own loop's (`minimax_sampling.packed_start`:
 one CPU generator in the pipeline's order), not ComfyUI's NestedTensor draw; none of these samplers draws
 noise per step.
 """
@@ -36,6 +36,7 @@ from pipelines.diffusion.k_samplers import K_SAMPLERS, SeededNoise
 from pipelines.diffusion.k_sampling import _sigmas_for
 from pipelines.diffusion.lora import use_denoiser
 from pipelines.diffusion.minimax_layout import row_timesteps, unpatchify_video_rows
+from pipelines.diffusion.minimax_refs import ref2va_denoiser
 from pipelines.diffusion.minimax_sampling import (
     AUDIO_SCHEDULER_KEY,
     PackedStart,
@@ -157,7 +158,8 @@ def sample_minimax_k(
     # 4. Denoising loop: the sampler calls `denoise` once per model call, each step reports through `done`
     _, channels, frames, height, width = latents.samples.shape
     total = len(sigmas) - 1
-    with use_denoiser(mm, denoiser, working=minimax_working(denoiser, start.tokens)) as model:
+    model_ref = ref2va_denoiser(denoiser, latents)  # ref2va: the folder's transformer_ref partition
+    with use_denoiser(mm, model_ref, working=minimax_working(denoiser, start.tokens)) as model:
         denoise = PackedDenoiser(model, start, shift_video, shift_audio)
 
         def done(i: int, now: torch.Tensor) -> None:

@@ -14,7 +14,9 @@ ComfyUI: the pipeline's `num_inference_steps` counts the sigma grid's points inc
 `steps + 1`. The schedule is the model's (a Sampler's `sigma_schedule` is not read here; ComfyUI's other
 k_* samplers run in `minimax_k_sampling` over ComfyUI's flow sigmas and that schedule). Noise is
 drawn from one CPU generator seeded with `seed` in the pipeline's order: one draw per keyframe anchor (noised
-to t = 0.999), then the video latent, then the audio rows. Anchors are never stepped.
+to t = 0.999), then the video latent, then the audio rows. Anchors are never stepped. Reference to video
+(ref2va) with pictures rides the same mechanism: the pictures are anchors at their own sizes, laid out by
+`minimax_refs.build_ref2va_packed_sequence`, and the transformer is the folder's `transformer_ref`.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from pipelines.diffusion.minimax_layout import (
     row_timesteps,
     unpatchify_video_rows,
 )
+from pipelines.diffusion.minimax_refs import build_ref2va_packed_sequence, is_ref2va, ref2va_denoiser
 from pipelines.diffusion.sampling import SamplerSettings
 from pipelines.diffusion.values import Conditioning, DenoiserRef, Latents
 from pipelines.steps import OnStep, Step
@@ -138,12 +141,16 @@ def packed_start(
         {k: v for k, v in denoiser.scheduler_config.items() if k != AUDIO_SCHEDULER_KEY}
     )
 
-    # The packed layout: [text | keyframe anchors | target audio | target video]
+    # The packed layout: [text | keyframe anchors or reference pictures | target audio | target video]
     tags = positive.token_tags
     if tags is None:
         tags = torch.full((positive.embeds.shape[1],), TEXT_TAG, dtype=torch.long)
-    anchors = tuple(anchor for anchor, _ in latents.keyframes)
-    layout = build_packed_sequence(tags, frames, height, width, audio_latents, patch3, anchors)
+    if is_ref2va(latents):
+        shapes = tuple((int(c.shape[2]), int(c.shape[3]), int(c.shape[4])) for _, c in latents.keyframes)
+        layout = build_ref2va_packed_sequence(tags, shapes, frames, height, width, audio_latents, patch3)
+    else:
+        anchors = tuple(anchor for anchor, _ in latents.keyframes)
+        layout = build_packed_sequence(tags, frames, height, width, audio_latents, patch3, anchors)
 
     # Anchor noise first, then the video latent, then the audio rows (float32)
     anchor_rows = []
@@ -228,7 +235,8 @@ def sample_minimax(
 
     # 5. Denoising loop: one forward per step, no guidance
     fields, text, tokens = start.fields, start.text, start.tokens
-    with use_denoiser(mm, denoiser, working=minimax_working(denoiser, tokens)) as model:
+    model_ref = ref2va_denoiser(denoiser, latents)  # ref2va: the folder's transformer_ref partition
+    with use_denoiser(mm, model_ref, working=minimax_working(denoiser, tokens)) as model:
         for i, (t, ta) in enumerate(zip(scheduler.timesteps, audio_scheduler.timesteps, strict=False)):
             unique, index = plan[i]
             v, va = model(

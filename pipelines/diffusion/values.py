@@ -121,6 +121,8 @@ class DenoiserRef:
     # LTX-2's guidance terms besides cfg (`ltx2_sampling.LTX2Guidance`, set by the LTX-2 Guidance node); None:
     # the pipeline's defaults.
     ltx2_guidance: Any = None
+    # MiniMax H3's reference-to-video partition (a folder's `transformer_ref/`), used for a ref2va request.
+    reference: DenoiserRef | None = None
 
 
 @dataclass(frozen=True)

@@ -270,8 +270,8 @@ def curve_form(model: torch.nn.Module, comfy: dict[str, torch.Tensor], grid: int
 def write_minimax_files(folder: Path, models: Path, *, names: Mapping[str, str] | None = None) -> Path:
     """Write the diffusers MiniMax H3 `folder` as ComfyUI's files under `models/` (plain float tensors under
     the templates' names: the fl2va transformer in the curve form the pruned release is in, and unpruned as
-    `minimax_h3_fl2va_bf16.safetensors`; the text encoder cut after layer 50 as ComfyUI's is); returns
-    `models`."""
+    `minimax_h3_fl2va_bf16.safetensors`; a folder's `transformer_ref` as the ref2va file, also curve form;
+    the text encoder cut after layer 50 as ComfyUI's is); returns `models`."""
     from diffusers import AutoencoderKLMiniMaxH3, AutoencoderKLMiniMaxH3Audio, MiniMaxH3Transformer3DModel
     from safetensors.torch import save_file
     from transformers import Qwen3VLForConditionalGeneration
@@ -288,6 +288,10 @@ def write_minimax_files(folder: Path, models: Path, *, names: Mapping[str, str] 
     comfy = transformer_from_diffusers(transformer.state_dict(), transformer.config)
     save(comfy, "diffusion_models", files["unpruned"])
     save(curve_form(transformer, comfy), "diffusion_models", files["transformer"])
+    if (folder / "transformer_ref" / "config.json").is_file():  # the ref2va partition, pruned as released
+        reference = MiniMaxH3Transformer3DModel.from_pretrained(str(folder), subfolder="transformer_ref")
+        state = transformer_from_diffusers(reference.state_dict(), reference.config)
+        save(curve_form(reference, state), "diffusion_models", files["ref2va"])
     encoder = Qwen3VLForConditionalGeneration.from_pretrained(str(folder), subfolder="text_encoder")
     state = text_encoder_to_comfy(encoder.state_dict(), "Qwen3VLForConditionalGeneration")
     # ComfyUI's file: the layers H3 reads and nothing after them (no final norm, no lm_head)

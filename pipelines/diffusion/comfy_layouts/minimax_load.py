@@ -20,6 +20,7 @@ when it has them (ComfyUI keeps them as buffers), else from the config folder.
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -313,6 +314,13 @@ def write_minimax_tiny_config(work: Path, root: Path | None = None) -> Path:
         save_demo_model("tiny-minimax", work / "tiny-minimax"),
         (root or RESOURCES_DIR / "configs") / "minimax-tiny",
     )
+    # The split files' transformer is whichever file was loaded (fl2va or ref2va: one class, one config), so the
+    # demo's ref2va partition has no place here.
+    shutil.rmtree(out / "transformer_ref", ignore_errors=True)
+    index_path = out / "model_index.json"
+    index = json.loads(index_path.read_text(encoding="utf-8"))
+    if index.pop("transformer_ref", None) is not None:
+        index_path.write_text(json.dumps(index, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     config_path = out / "text_encoder" / "config.json"
     config = json.loads(config_path.read_text(encoding="utf-8"))
     config["text_config"]["num_hidden_layers"] = TEXT_LAYERS
