@@ -174,6 +174,13 @@ def _tiny(workflow: dict[str, Any], fixture: str, demo: Path, needs_config: bool
             node["type"] = "ImageScale"
             node["params"] = {"width": 48, "height": 32, "method": "lanczos", "crop": "center"}
             continue
+        if node["type"] in ("TextEncodeQwenImageEdit", "TextEncodeQwenImageEditPlus"):
+            # The encoders' own picture sizes (1024 x 1024 px for the VAE reference, 384 x 384 px for
+            # Qwen2.5-VL) are not widgets in ComfyUI's file, so they are set here: at full size the tiny
+            # transformer attends over thousands of reference tokens, minutes on the CPU.
+            params["vae_pixels"] = 48 * 32
+            if node["type"] == "TextEncodeQwenImageEditPlus":  # the first release's node has no VL size
+                params["vl_pixels"] = 56 * 56
         for key, value in list(params.items()):
             if isinstance(value, bool) or not isinstance(value, int | float):
                 continue

@@ -9,7 +9,8 @@ feeds a TextGenerate a Load LLM of the same file (nodes.comfy.llm_loaders), and 
 `sampling_mode` is a dynamic combo: "on" brings temperature, top_k, top_p, min_p, repetition_penalty, seed
 (and presence_penalty), "off" none of them; API files name them `sampling_mode.<name>`, UI files keep them
 in the one widget list, which `textgen_widgets` reads. Its `image` input goes to LLM Generate's (a Qwen-VL
-model looks at the picture); video and audio are noted as unused.
+model looks at the picture); its newer `system_prompt` input goes to LLM Generate's; video and audio are
+noted as unused.
 """
 
 from __future__ import annotations
@@ -64,6 +65,8 @@ def _text_generate(node: ComfyNode, ctx: MapContext) -> Emit:
         "sampling": "sample" if sample else "greedy",
         "chat": inputs.get("use_default_template", True),
     }
+    if inputs.get("system_prompt") not in (None, ""):  # newer TextGenerate's optional system message
+        params["system_prompt"] = inputs["system_prompt"]
     if sample:
         params |= {
             "temperature": option("temperature", 0.7),

@@ -378,10 +378,23 @@ class _Resolver:
         if rn is None or rn.mode == MUTED:
             return None, None
         if rn.node.class_type in PRIMITIVE_CLASSES:
+            # A primitive whose own widget is wired (inside a subgraph, from the instance's promoted prompt
+            # box: FLUX.3 klein's) shows what the wire brings, as ComfyUI runs it; else its widget's value.
+            wired = next((i for i in rn.input_links if i is not None), None)
+            if wired is not None and not self._unfed(self.scope_of[rn.node.id], wired):
+                return None, (self.scope_of[rn.node.id], wired)
             return self.widgets.get(origin, {}).get("value"), None
         if rn.node.class_type == "Reroute" or rn.mode == BYPASSED:
             return None, self._pass_through(rn, link)
         return LinkRef(origin, link.origin_slot), None
+
+    def _unfed(self, prefix: str, link_id: int) -> bool:
+        """Whether the link comes from a subgraph input the instance leaves unset."""
+        link = self.links.get(prefix, {}).get(link_id)
+        if link is None or link.origin != f"{prefix}{SUBGRAPH_INPUT_ID}":
+            return False
+        boundary = self.boundaries.get(prefix)
+        return (boundary.inputs.get(link.origin_slot) if boundary else None) is None
 
     def _pass_through(self, rn: _RawNode, link: _Link) -> tuple[str, int] | None:
         """A reroute forwards its one input; a bypassed node its first input of the output's type."""

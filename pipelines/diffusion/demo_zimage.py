@@ -54,7 +54,9 @@ TINY_ZIMAGE = dict(
     rope_theta=256.0,
     t_scale=1000.0,
     axes_dims=[8, 4, 4],
-    axes_lens=[256, 32, 32],
+    # Caption positions as the released model's 1536 (rotary tables only, no weights): a template's long
+    # prompt (hundreds of tokens from the tiny byte-level tokenizer) then fits as it does on the real model.
+    axes_lens=[1536, 32, 32],
 )
 # Flux's VAE layout (16 latent channels, no quant convs, shift + scale) with 3 blocks: 4 pixels per latent.
 TINY_ZIMAGE_VAE = dict(

@@ -1,7 +1,7 @@
 """The k-diffusion samplers: one function per ComfyUI `sampler_name`, each a loop over a sigma schedule.
 
 Lives here: `Denoise`, `NoiseSampler`, `StepDone`, `SeededNoise`, `BrownianNoise`, `K_SAMPLERS`,
-`K_SAMPLER_NAMES`. May import: stdlib, math, torch, torchsde.
+`K_SAMPLER_NAMES`, `gradient_estimate`. May import: stdlib, math, torch, torchsde.
 
 Every sampler works on the Karras et al. (2022) ODE/SDE in "variance exploding" form: `x` has noise level
 sigma, `denoise(x, sigma)` returns the model's estimate of the clean latent, and `d = (x - denoised) / sigma`
@@ -23,7 +23,10 @@ Katherine Crowson), whose `sample_*` functions are the parity reference in tests
 - dpm_2_ancestral / dpmpp_2s_ancestral: dpm_2 / DPM-Solver++(2S) to sigma_down, then noise of sigma_up;
 - res_multistep (and _ancestral): the second-order exponential multistep "RES" solver (Zhang et al. 2023,
   arXiv 2308.02157), as ComfyUI's `res_multistep` writes it: phi functions over lambda, the previous
-  estimate at the previous sigma_down.
+  estimate at the previous sigma_down;
+- gradient_estimation: Euler plus (gamma - 1)(d - d_prev) dt (Permenter and Yuan 2024, "Interpreting and
+  improving diffusion models from an optimization perspective"; gamma 2, ComfyUI's default), the last step
+  to sigma 0 the clean estimate itself.
 
 Noise: ancestral, res_multistep and LCM steps draw from a generator on the latent's device seeded with the
 run's seed, seed + 1 on the CPU (ComfyUI's default noise sampler, `SeededNoise`); the SDE samplers draw Brownian increments from a `torchsde.BrownianTree` seeded the same way, so
@@ -294,6 +297,27 @@ def res_multistep_ancestral(denoise: Denoise, x, sigmas, noise: NoiseSampler, do
     return res_multistep(denoise, x, sigmas, noise, done, eta=1.0)
 
 
+GE_GAMMA = 2.0  # ComfyUI's `sample_gradient_estimation` default
+
+
+def gradient_estimate(d: torch.Tensor, old_d: torch.Tensor | None, sigma_next: torch.Tensor) -> torch.Tensor:
+    """The derivative a gradient-estimation step moves along: d, plus (gamma - 1)(d - d_prev) after the first
+    step (none on a last step to sigma 0, which lands on the clean estimate: Euler's landing there too)."""
+    if old_d is None or float(sigma_next) == 0.0:
+        return d
+    return d + (GE_GAMMA - 1.0) * (d - old_d)
+
+
+def gradient_estimation(denoise: Denoise, x, sigmas, noise: NoiseSampler, done: StepDone):
+    old_d: torch.Tensor | None = None
+    for i in range(len(sigmas) - 1):
+        d = _to_d(x, sigmas[i], denoise(x, sigmas[i]))
+        x = x + gradient_estimate(d, old_d, sigmas[i + 1]) * (sigmas[i + 1] - sigmas[i])
+        old_d = d
+        done(i, x)
+    return x
+
+
 # Samplers whose noise is a Brownian tree over the schedule (the others get SeededNoise).
 BROWNIAN = frozenset({"dpmpp_2m_sde", "dpmpp_sde"})
 
@@ -319,5 +343,6 @@ K_SAMPLERS: dict[str, Callable[..., torch.Tensor]] = {
     "dpmpp_2s_ancestral": dpmpp_2s_ancestral,
     "res_multistep": res_multistep,
     "res_multistep_ancestral": res_multistep_ancestral,
+    "gradient_estimation": gradient_estimation,
 }
 assert tuple(K_SAMPLERS) == K_SAMPLER_NAMES, "one list of names: pipelines.diffusion.schedulers"

@@ -37,12 +37,17 @@ from diffusers.utils.torch_utils import randn_tensor
 
 from memory import MemoryManager, Working
 from pipelines.diffusion.flow_sampling import check_flow_scheduler
+from pipelines.diffusion.k_samplers import gradient_estimate
 from pipelines.diffusion.lora import use_denoiser
 from pipelines.diffusion.manual_sigmas import check_sigmas, noised_start, set_manual_sigmas
 from pipelines.diffusion.sampling import SamplerSettings
 from pipelines.diffusion.schedulers import K_PREFIX, make_scheduler
 from pipelines.diffusion.values import Conditioning, DenoiserRef, Latents
 from pipelines.steps import OnStep, Step
+
+# ComfyUI's k-samplers the loop runs: Euler, and gradient estimation (Euler with a correction from the previous
+# step's velocity: on a flow model d = (x - x0) / sigma is the velocity, so it rides on the same Euler steps).
+_K_SAMPLERS = ("k_euler", "k_gradient_estimation")
 
 DEFAULT_FPS = 24.0  # LTX2Pipeline's `frame_rate` default
 
@@ -157,8 +162,11 @@ def _check(
     guidance: LTX2Guidance,
 ) -> None:
     title = denoiser.family.title
-    if settings.scheduler.startswith(K_PREFIX) and settings.scheduler != "k_euler":
-        raise ValueError(f"{title} runs with scheduler default or euler, not {settings.scheduler!r}")
+    if settings.scheduler.startswith(K_PREFIX) and settings.scheduler not in _K_SAMPLERS:
+        raise ValueError(
+            f"{title} runs with scheduler default, euler, k_euler or k_gradient_estimation, "
+            f"not {settings.scheduler!r}"
+        )
     if not settings.scheduler.startswith(K_PREFIX):
         check_flow_scheduler(denoiser, settings)
     if settings.denoise < 1.0:
@@ -311,6 +319,9 @@ def sample_ltx2(
         do_stg = guidance.stg_scale > 0.0 or guidance.audio_stg_scale > 0.0
         do_modality = guidance.modality_scale > 1.0 or guidance.audio_modality_scale > 1.0
         cfg_coords = (video_coords.repeat(2, 1, 1, 1), audio_coords.repeat(2, 1, 1, 1))
+        gradient = settings.scheduler == "k_gradient_estimation"
+        old_v: torch.Tensor | None = None
+        old_va: torch.Tensor | None = None
         for i, t in enumerate(timesteps):
             if not first_only:  # ComfyUI's noise mask: the kept share of each token is the clean latent
                 x = x * (1 - keep.unsqueeze(-1)) + clean * keep.unsqueeze(-1)
@@ -367,6 +378,9 @@ def sample_ltx2(
                 x0_g = x0_g * (1 - keep.unsqueeze(-1)) + clean * keep.unsqueeze(-1)
             v_g = (x - x0_g) / scheduler.sigmas[i]
             va_g = (a - a0_g) / audio_scheduler.sigmas[i]
+            if gradient:  # ComfyUI's gradient_estimation: the Euler step along d + (gamma - 1)(d - d_prev)
+                v_g, old_v = gradient_estimate(v_g, old_v, scheduler.sigmas[i + 1]), v_g
+                va_g, old_va = gradient_estimate(va_g, old_va, audio_scheduler.sigmas[i + 1]), va_g
             if keep is None or not first_only:
                 x = scheduler.step(v_g, t, x, return_dict=False)[0]
             else:  # the pipeline steps every frame but the first, which stays the encoded picture

@@ -14,9 +14,16 @@ prediction is rescaled to the norm of the positive one (`true_cfg`). `sampler.cf
 Editing (Qwen-Image-Edit): a prompt's `references` (the edit pictures' latents) are packed the same way and
 appended to the image tokens of that prompt's call, each with its own patch grid in `img_shapes`; only the
 image's own tokens of the prediction are kept, as `QwenImageEditPlusPipeline` does.
+
+Odd latent sides (a picture ComfyUI's ImageScaleToTotalPixels sized, FireRed-Image-Edit 1.1's template):
+ComfyUI pads each model input to the 2x2 patches (circularly) and crops the output; here the latent and the
+references are padded once the same way, the run is at the padded size and the result is cropped (an approximation
+of ComfyUI's: the padded border evolves instead of being re-copied each step).
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 import torch
@@ -85,8 +92,48 @@ def _predict(
     )[0][:, : x.shape[1]]
 
 
+def _pad_even(samples: torch.Tensor) -> torch.Tensor:
+    """(.., h, w) padded at the bottom / right to even sides, circularly (ComfyUI's `pad_to_patch_size`)."""
+    h, w = samples.shape[-2:]
+    return torch.nn.functional.pad(samples.float(), (0, w % 2, 0, h % 2), mode="circular").to(samples.dtype)
+
+
+def _padded_refs(cond: Conditioning | None) -> Conditioning | None:
+    if cond is None or not cond.references:
+        return cond
+    refs = tuple(replace(r, samples=_pad_even(r.samples)) for r in cond.references)
+    return replace(cond, references=refs)
+
+
 @torch.no_grad()
 def sample_qwenimage(
+    mm: MemoryManager,
+    denoiser: DenoiserRef,
+    positive: Conditioning,
+    negative: Conditioning | None,
+    latents: Latents,
+    settings: SamplerSettings,
+    *,
+    on_step: OnStep | None = None,
+) -> Latents:
+    """Denoise `latents`; odd sides run padded to even and come back cropped (module docstring)."""
+    odd_h, odd_w = latents.samples.shape[-2:]
+    refs = [*positive.references, *(negative.references if negative is not None else ())]
+    if odd_h % 2 or odd_w % 2 or any(r.samples.shape[-2] % 2 or r.samples.shape[-1] % 2 for r in refs):
+        mask = latents.noise_mask
+        padded = replace(
+            latents,
+            samples=_pad_even(latents.samples),
+            noise_mask=None if mask is None else _pad_even(mask),
+        )
+        pos = _padded_refs(positive)
+        assert pos is not None
+        out = _sample(mm, denoiser, pos, _padded_refs(negative), padded, settings, on_step=on_step)
+        return replace(out, samples=out.samples[..., :odd_h, :odd_w])
+    return _sample(mm, denoiser, positive, negative, latents, settings, on_step=on_step)
+
+
+def _sample(
     mm: MemoryManager,
     denoiser: DenoiserRef,
     positive: Conditioning,

@@ -42,6 +42,7 @@ K_SAMPLER_NAMES: tuple[str, ...] = (
     "dpmpp_2s_ancestral",
     "res_multistep",
     "res_multistep_ancestral",
+    "gradient_estimation",
 )
 K_PREFIX = "k_"
 # The ones ComfyUI runs unchanged on a flow-matching model (its ancestral/SDE/LCM samplers take other steps there):

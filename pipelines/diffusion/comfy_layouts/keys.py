@@ -2,7 +2,7 @@
 
 Lives here: `LAYOUTS` (family -> its transformer layout name), `transformer_to_diffusers`,
 `transformer_from_diffusers`, `wan_vae_table`, `vae_to_diffusers`, `vae_from_diffusers`, `strip_prefix` (from `comfy_layouts.prefix`).
-May import: stdlib, torch, diffusers (its single-file converters).
+May import: stdlib, torch, diffusers (its single-file converters), comfy_layouts.wan22_vae (Wan 2.2's VAE table).
 
 Reading goes through diffusers' own converters where they exist (`convert_z_image_transformer_checkpoint_to_
 diffusers`, `convert_flux2_transformer_checkpoint_to_diffusers`, `convert_wan_transformer_to_diffusers`); they
@@ -26,6 +26,7 @@ from collections.abc import Mapping
 import torch
 
 from pipelines.diffusion.comfy_layouts.prefix import strip_prefix
+from pipelines.diffusion.comfy_layouts.wan22_vae import is_wan22_vae, wan22_vae_table
 
 # The diffusers transformer key layout each family's ComfyUI file is in.
 LAYOUTS = {
@@ -268,7 +269,10 @@ def wan_vae_table(diffusers_keys: list[str]) -> dict[str, str]:
 
     The original keeps flat lists: `encoder.downsamples.K` (the same flat order as diffusers' down_blocks)
     and `decoder.upsamples.K`, where each up stage is its resnets then one upsampler (none after the last).
+    Wan 2.2's VAE (residual stages, nested lists) has its own table (`wan22_vae`).
     """
+    if is_wan22_vae(diffusers_keys):
+        return wan22_vae_table(diffusers_keys)
     per_stage: dict[int, int] = {}
     for k in diffusers_keys:
         m = re.match(r"decoder\.up_blocks\.(\d+)\.resnets\.(\d+)\.", k)
