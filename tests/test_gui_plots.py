@@ -31,7 +31,7 @@ def samples(start: float, stop: float, rss_mib: int) -> list[Sample]:
 
 
 def test_a_policy_change_starts_a_new_memory_series(qtbot, tmp_path: Path, registry, monkeypatch) -> None:
-    window = make_window(qtbot, tmp_path, registry)
+    window = make_window(qtbot, tmp_path, registry, plots=True)
     window.plots.add_records(samples(0, 10, 300))
     monkeypatch.setattr(
         SettingsDialog,
