@@ -15,7 +15,7 @@ from PIL import Image
 
 from app.main import main
 from pipelines.diffusion.comfy_layouts.writer import COMFY_FILES, write_comfy_files
-from pipelines.diffusion.demo_models import save_demo_model
+from tests.demo_support import copy_demo_model
 
 REPO = Path(__file__).resolve().parent.parent
 DEMOS = {
@@ -30,7 +30,7 @@ DEMOS = {
 
 def comfy_fixture(family: str, tmp: Path) -> tuple[Path, Path]:
     """(the demo's diffusers folder, a ComfyUI root whose models/ holds the same weights as ComfyUI's files)."""
-    folder = save_demo_model(DEMOS[family], tmp / DEMOS[family])
+    folder = copy_demo_model(DEMOS[family], tmp / DEMOS[family])
     return folder, write_comfy_files(folder, family, tmp / "ComfyUI")
 
 

@@ -5,7 +5,7 @@ every image family makes on its txt2img picture.
 Lives here: `demo_folder` (a fixture factory), `Txt2Img`, `assert_same_picture`, `block_sizes`, `run_workflow`,
 `txt2img_sets`, `only_picture`, `frames_in`. Each family test keeps its own reference side (the diffusers
 pipeline it is compared with) and its own sizes and prompts.
-May import: stdlib, numpy, PIL, pytest, app.main, memory.weights, pipelines.diffusion.demo_models.
+May import: stdlib, numpy, PIL, pytest, app.main, memory.weights, tests.demo_support.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import pytest
 from PIL import Image
 
 from app.main import main
-from pipelines.diffusion.demo_models import save_demo_model
+from tests.demo_support import copy_demo_model
 
 REPO = Path(__file__).resolve().parent.parent
 TXT2IMG = REPO / "resources/workflows/txt2img.json"
@@ -81,7 +81,7 @@ def demo_folder(name: str, *, scope: Literal["module", "session"] = "module") ->
 
     @pytest.fixture(scope=scope)
     def fixture(tmp_path_factory: pytest.TempPathFactory) -> Path:
-        return save_demo_model(name, tmp_path_factory.mktemp(name) / name)
+        return copy_demo_model(name, tmp_path_factory.mktemp(name) / name)
 
     return fixture
 

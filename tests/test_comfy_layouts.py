@@ -166,13 +166,13 @@ def test_names_round_trip_through_diffusers_converters() -> None:
 def test_shipped_tiny_config_folders_are_the_demo_models_configs(tmp_path: Path) -> None:
     from pipelines.diffusion.comfy_layouts.variants import TINY_SOURCES, VARIANTS
     from pipelines.diffusion.comfy_layouts.writer import write_config_folder
-    from pipelines.diffusion.demo_models import save_demo_model
+    from tests.demo_support import copy_demo_model
 
     for variant in VARIANTS:
         if variant.name not in TINY_SOURCES:
             continue
         fresh = write_config_folder(
-            save_demo_model(TINY_SOURCES[variant.name], tmp_path / variant.name),
+            copy_demo_model(TINY_SOURCES[variant.name], tmp_path / variant.name),
             tmp_path / f"{variant.name}-config",
         )
         shipped = sorted(p.relative_to(variant.folder) for p in variant.folder.rglob("*") if p.is_file())

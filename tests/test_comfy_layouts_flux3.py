@@ -64,11 +64,11 @@ def test_t2i_template_on_its_own_file_names_gives_the_folder_picture(tmp_path: P
     reading the diffusers folder."""
     from app.main import main
     from pipelines.diffusion.comfy_layouts.flux3 import write_flux3_files
-    from pipelines.diffusion.demo_models import save_demo_model
     from tests.comfy_layout_support import run_graph
+    from tests.demo_support import copy_demo_model
     from tests.template_runs import max_diff, native_graph
 
-    folder = save_demo_model("tiny-flux3", tmp_path / "tiny-flux3")
+    folder = copy_demo_model("tiny-flux3", tmp_path / "tiny-flux3")
     models = write_flux3_files(folder, tmp_path / "ComfyUI" / "models")
     # The upsampler's CLIPLoader stays in the import with nothing reading it (never loaded): a placeholder under
     # its name satisfies the check that every named model exists.

@@ -79,10 +79,10 @@ def test_released_config_has_comfyuis_shapes() -> None:
 def comfy(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """(the tiny Turbo's diffusers folder, a ComfyUI models folder with it as the templates' files)."""
     from pipelines.diffusion.comfy_layouts.krea2 import write_krea2_files
-    from pipelines.diffusion.demo_models import save_demo_model
+    from tests.demo_support import copy_demo_model
 
     tmp = tmp_path_factory.mktemp("krea2comfy")
-    turbo = save_demo_model("tiny-krea2-turbo", tmp / "tiny-krea2-turbo")
+    turbo = copy_demo_model("tiny-krea2-turbo", tmp / "tiny-krea2-turbo")
     models = write_krea2_files(turbo, tmp / "ComfyUI" / "models")
     # The int8 template's transformer name holds the same plain tensors (the loader reads the form, not the name).
     os.link(

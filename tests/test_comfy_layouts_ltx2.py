@@ -100,10 +100,10 @@ def test_gemma_names_read_back_and_the_file_is_told_apart() -> None:
 def files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
     """(the tiny folder, its ComfyUI files plain, the same fp8-scaled)."""
     from pipelines.diffusion.comfy_layouts.ltx2_writer import write_ltx2_files
-    from pipelines.diffusion.demo_models import save_demo_model
+    from tests.demo_support import copy_demo_model
 
     root = tmp_path_factory.mktemp("ltx2-comfy")
-    folder = save_demo_model("tiny-ltx2", root / "tiny-ltx2")
+    folder = copy_demo_model("tiny-ltx2", root / "tiny-ltx2")
     return (
         folder,
         write_ltx2_files(folder, root / "plain"),

@@ -24,7 +24,7 @@ from safetensors.torch import save_file
 
 from pipelines.diffusion.comfy_layouts.quant_writer import convrot_group, quantize_int8
 from pipelines.diffusion.comfy_layouts.qwen21 import QWEN21_FILES, write_qwen21_files
-from pipelines.diffusion.demo_models import save_demo_model
+from tests.demo_support import copy_demo_model
 from tests.family_support import run_workflow
 from tests.test_family_qwenimage21 import reference_pipeline, rgba_picture
 
@@ -51,8 +51,8 @@ def picture(path: Path, seed: int, size: tuple[int, int]) -> Path:
 def comfy(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
     """(the base folder, the Turbo folder, a ComfyUI root with models/ and input/)."""
     tmp = tmp_path_factory.mktemp("q21comfy")
-    base = save_demo_model("tiny-qwenimage21", tmp / "tiny-qwenimage21")
-    turbo = save_demo_model("tiny-qwenimage21-turbo", tmp / "tiny-qwenimage21-turbo")
+    base = copy_demo_model("tiny-qwenimage21", tmp / "tiny-qwenimage21")
+    turbo = copy_demo_model("tiny-qwenimage21-turbo", tmp / "tiny-qwenimage21-turbo")
     root = tmp / "ComfyUI"
     write_qwen21_files(base, root / "models")
     write_qwen21_files(turbo, root / "models", turbo=True)

@@ -86,13 +86,13 @@ def test_the_sdxl_turbo_template_runs_on_a_tiny_single_file(tmp_path: Path) -> N
     from diffusers import DiffusionPipeline
 
     from app.main import main
-    from pipelines.diffusion.demo_models import save_demo_model
     from pipelines.diffusion.export import save_sdxl_single_file
     from tests.comfy_layout_support import run_graph
+    from tests.demo_support import copy_demo_model
     from tests.template_runs import template_file
 
     source = template_file("sdxlturbo_example")
-    folder = save_demo_model("tiny-sdxl", tmp_path / "tiny-sdxl")
+    folder = copy_demo_model("tiny-sdxl", tmp_path / "tiny-sdxl")
     pipe = DiffusionPipeline.from_pretrained(str(folder))
     models = tmp_path / "ComfyUI" / "models"
     (models / "checkpoints").mkdir(parents=True)

@@ -105,10 +105,10 @@ def test_a_file_without_head_and_untied_cannot_generate() -> None:
 def krea2_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A ComfyUI models folder holding the tiny Krea 2 Turbo under the templates' file names."""
     from pipelines.diffusion.comfy_layouts.krea2 import write_krea2_files
-    from pipelines.diffusion.demo_models import save_demo_model
+    from tests.demo_support import copy_demo_model
 
     tmp = tmp_path_factory.mktemp("krea2writer")
-    return write_krea2_files(save_demo_model("tiny-krea2-turbo", tmp / "tiny-krea2-turbo"), tmp / "models")
+    return write_krea2_files(copy_demo_model("tiny-krea2-turbo", tmp / "tiny-krea2-turbo"), tmp / "models")
 
 
 def _run(graph: dict, tmp: Path, name: str):

@@ -172,10 +172,10 @@ def _experts_one_at_a_time(report: Path) -> None:
 
 @pytest.fixture(scope="module")
 def i2v_root(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    from pipelines.diffusion.demo_models import save_demo_model
+    from tests.demo_support import copy_demo_model
 
     tmp = tmp_path_factory.mktemp("wan22-i2v-template")
-    folder = save_demo_model("tiny-wan22-i2v", tmp / "tiny-wan22-i2v")
+    folder = copy_demo_model("tiny-wan22-i2v", tmp / "tiny-wan22-i2v")
     return folder, wan_template_root(folder, "video_wan2_2_14B_i2v", tmp / "ComfyUI", START)
 
 
@@ -214,10 +214,10 @@ def test_wan22_i2v_template_gives_the_native_two_expert_frames_one_expert_at_a_t
 
 @pytest.fixture(scope="module")
 def t2v_root(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    from pipelines.diffusion.demo_models import save_demo_model
+    from tests.demo_support import copy_demo_model
 
     tmp = tmp_path_factory.mktemp("wan22-t2v-template")
-    folder = save_demo_model("tiny-wan22", tmp / "tiny-wan22")
+    folder = copy_demo_model("tiny-wan22", tmp / "tiny-wan22")
     return folder, wan_template_root(folder, "video_wan2_2_14B_t2v", tmp / "ComfyUI")
 
 
@@ -250,10 +250,10 @@ def test_wan22_t2v_template_gives_the_native_two_expert_frames(
 
 @pytest.fixture(scope="module")
 def t2v21_root(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    from pipelines.diffusion.demo_models import save_demo_model
+    from tests.demo_support import copy_demo_model
 
     tmp = tmp_path_factory.mktemp("wan21-t2v-template")
-    folder = save_demo_model("tiny-wan", tmp / "tiny-wan")
+    folder = copy_demo_model("tiny-wan", tmp / "tiny-wan")
     return folder, wan_template_root(folder, "text_to_video_wan", tmp / "ComfyUI")
 
 
@@ -295,10 +295,10 @@ def test_wan21_t2v_template_runs_comfyuis_uni_pc_as_the_native_graph(
 
 @pytest.fixture(scope="module")
 def i2v21_root(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    from pipelines.diffusion.demo_models import save_demo_model
+    from tests.demo_support import copy_demo_model
 
     tmp = tmp_path_factory.mktemp("wan21-i2v-template")
-    folder = save_demo_model("tiny-wan-i2v", tmp / "tiny-wan-i2v")
+    folder = copy_demo_model("tiny-wan-i2v", tmp / "tiny-wan-i2v")
     return folder, wan_template_root(folder, "image_to_video_wan", tmp / "ComfyUI", START)
 
 

@@ -21,8 +21,8 @@ from PIL import Image
 
 from app.main import main
 from memory import MemoryConfig, MemoryManager
-from pipelines.diffusion.demo_models import save_demo_model
 from pipelines.diffusion.family_detect import detect_family
+from tests.demo_support import copy_demo_model
 from tests.family_support import frames_in, run_workflow
 
 # Every case builds or runs a model (the fixture alone takes about a second): all in the slow lane.
@@ -39,7 +39,7 @@ WIDTH, HEIGHT, FRAMES, FPS = 64, 32, 9, 24.0
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return save_demo_model("tiny-ltx2", tmp_path_factory.mktemp("ltx2") / "tiny-ltx2")
+    return copy_demo_model("tiny-ltx2", tmp_path_factory.mktemp("ltx2") / "tiny-ltx2")
 
 
 def run_cli(

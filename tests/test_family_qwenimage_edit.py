@@ -21,7 +21,7 @@ import torch
 from PIL import Image
 
 from app.main import main
-from pipelines.diffusion.demo_models import save_demo_model
+from tests.demo_support import copy_demo_model
 from tests.family_support import demo_folder
 
 REPO = Path(__file__).resolve().parent.parent
@@ -303,7 +303,7 @@ def test_an_edit_node_on_a_txt2img_model_or_without_a_picture_is_refused(
     err = capsys.readouterr().err
     assert "wire at least one picture" in err and "Traceback" not in err
 
-    qwenimage = save_demo_model("tiny-qwenimage", tmp_path / "tiny-qwenimage")
+    qwenimage = copy_demo_model("tiny-qwenimage", tmp_path / "tiny-qwenimage")
     args = ["--run", str(EDIT), "--out", str(tmp_path / "p"), "--quiet", "--set", f"load.path={qwenimage}"]
     assert main(args) == 1
     err = capsys.readouterr().err

@@ -1,5 +1,6 @@
 """The memory plot: a settings change starts a new series (no diagonal joining two memory managers'
-samples), and the x-axis follows the last runs instead of the whole session."""
+samples), and the x-axis follows the last runs instead of the whole session; a closed dock's plots are built
+when it is opened, with what came in meanwhile."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pyqtgraph as pg
 
 from app.gui.plots import RUNS_SHOWN, PlotsPanel
 from app.gui.settings import SettingsDialog
-from memory.telemetry import Sample, StepEvent
+from memory.telemetry import LoadEvent, Sample, StepEvent
 from tests.gui_support import make_window
 
 MIB = 1024 * 1024
@@ -31,7 +32,7 @@ def samples(start: float, stop: float, rss_mib: int) -> list[Sample]:
 
 
 def test_a_policy_change_starts_a_new_memory_series(qtbot, tmp_path: Path, registry, monkeypatch) -> None:
-    window = make_window(qtbot, tmp_path, registry)
+    window = make_window(qtbot, tmp_path, registry, plots=True)
     window.plots.add_records(samples(0, 10, 300))
     monkeypatch.setattr(
         SettingsDialog,
@@ -91,3 +92,19 @@ def test_the_steps_panel_with_nothing_or_one_step(qtbot) -> None:
     assert plots.steps_plot.getPlotItem().legend.isVisible()
     (left, right), _ = plots.steps_plot.getPlotItem().viewRange()
     assert 0 <= left < 1 < right <= 3  # around the one step, not -5..10
+
+
+def test_plots_opened_after_a_run_show_what_came_in_while_closed(qtbot, tmp_path: Path, registry) -> None:
+    window = make_window(qtbot, tmp_path, registry)  # the Live plots dock closed
+    window.plots.new_run()
+    window.plots.add_records(
+        [*samples(0, 5, 300), LoadEvent("m/unet", "unet", 12 * MIB, 0.5, "disk", "cpu", t=2.0)]
+    )
+    assert not window.plots.built  # nothing drawn for a dock nobody sees
+    window.plots_dock.show()
+    qtbot.waitUntil(lambda: window.plots.memory_plot.isVisible())
+    window.plots.redraw()
+    x, y = window.plots.curve_rss.getData()
+    assert len(x) == 10 and set(y) == {300}
+    lines = [i for i in window.plots.memory_plot.getPlotItem().items if isinstance(i, pg.InfiniteLine)]
+    assert [line.label.toPlainText() for line in lines] == ["+unet\n12 MiB"]

@@ -65,7 +65,7 @@ def steps_graph(registry, steps: int) -> object:
 
 def test_a_cancelled_nodes_timeline_bar_covers_the_time_it_ran(qtbot, tmp_path: Path) -> None:
     registry = make_registry(Calls())
-    window = make_window(qtbot, tmp_path, registry, for_runs=True)
+    window = make_window(qtbot, tmp_path, registry, for_runs=True, plots=True)
     window.model.load(steps_graph(registry, 1000))
     assert window.run_workflow()
     wait_until(lambda: window.scene.run_states["slow"].step >= 20)

@@ -24,8 +24,8 @@ REPO = Path(__file__).resolve().parent.parent
 TEXT_DEMO = REPO / "resources" / "workflows" / "text_demo.json"
 
 
-def make_window(qtbot, tmp_path: Path, registry) -> MainWindow:
-    return gui_support.make_window(qtbot, tmp_path, registry, for_runs=True)
+def make_window(qtbot, tmp_path: Path, registry, plots: bool = False) -> MainWindow:
+    return gui_support.make_window(qtbot, tmp_path, registry, for_runs=True, plots=plots)
 
 
 def wait_until(condition, timeout: float = 30.0) -> None:
@@ -83,7 +83,7 @@ def slow_graph(window: MainWindow, steps: int = 400, delay: float = 0.01) -> Non
 
 
 def test_run_the_demo_from_the_window(qtbot, tmp_path: Path, registry) -> None:
-    window = make_window(qtbot, tmp_path, registry)
+    window = make_window(qtbot, tmp_path, registry, plots=True)
     assert window.open_path(TEXT_DEMO)
     qtbot.keyClick(window.view, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)  # Ctrl+Enter
     assert "Run started" in window.output.log.toPlainText()
@@ -289,7 +289,7 @@ def test_closing_mid_run_leaves_the_memory_manager_to_the_worker(
 def test_the_txt2img_demo_draws_previews_then_the_picture(qtbot, tmp_path: Path, registry) -> None:
     from pipelines.paths import ModelNotFoundError, resolve_model_path
 
-    window = make_window(qtbot, tmp_path, registry)
+    window = make_window(qtbot, tmp_path, registry, plots=True)
     assert window.open_path(REPO / "resources" / "workflows" / "txt2img.json")
     try:
         complete = (

@@ -127,10 +127,10 @@ def _comfy_style_workflow(folder: Path, sigmas: str) -> dict:
 def test_the_template_shaped_graph_gives_the_native_img2video_frames(tmp_path: Path) -> None:
     from PIL import Image
 
-    from pipelines.diffusion.demo_models import save_demo_model
+    from tests.demo_support import copy_demo_model
     from tests.family_support import run_workflow
 
-    folder = save_demo_model("tiny-ltx2", tmp_path / "tiny-ltx2")
+    folder = copy_demo_model("tiny-ltx2", tmp_path / "tiny-ltx2")
     sets = {
         "load.path": str(folder),
         "sampler.steps": STEPS,

@@ -49,9 +49,9 @@ def test_comfy_ltx2_names_are_read_as_the_transformers_layers(tmp_path: Path) ->
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from pipelines.diffusion.demo_models import save_demo_model
+    from tests.demo_support import copy_demo_model
 
-    return save_demo_model("tiny-ltx2", tmp_path_factory.mktemp("ltx2-lora") / "tiny-ltx2")
+    return copy_demo_model("tiny-ltx2", tmp_path_factory.mktemp("ltx2-lora") / "tiny-ltx2")
 
 
 def _comfy_lora(folder: Path, path: Path) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:

@@ -140,10 +140,10 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """(the tiny diffusers folder, a ComfyUI models folder holding it under the templates' file names)."""
     from pipelines.diffusion.comfy_layouts.ltx2_writer import write_ltx2_files
     from pipelines.diffusion.comfy_layouts.template_fixtures import write_lora
-    from pipelines.diffusion.demo_models import save_demo_model
+    from tests.demo_support import copy_demo_model
 
     root = tmp_path_factory.mktemp("ltx2-files")
-    folder = save_demo_model("tiny-ltx2", root / "tiny-ltx2")
+    folder = copy_demo_model("tiny-ltx2", root / "tiny-ltx2")
     models = write_ltx2_files(folder, root / "models")
     (models / "latent_upscale_models").mkdir()
     _save_upsampler(folder, models / "latent_upscale_models" / UPSAMPLER)

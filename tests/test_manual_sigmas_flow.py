@@ -18,15 +18,15 @@ PROMPT, NEGATIVE = "a red square", "blurry"
 def test_qwenimage_steps_through_a_given_schedule(tmp_path: Path) -> None:
     from memory import MemoryConfig, MemoryManager
     from pipelines.diffusion.conditioning import encode_prompt
-    from pipelines.diffusion.demo_models import save_demo_model
     from pipelines.diffusion.denoising import sample
     from pipelines.diffusion.flow_sampling import calculate_shift
     from pipelines.diffusion.loading import load_model
     from pipelines.diffusion.sampling import SamplerSettings
     from pipelines.diffusion.schedulers import make_scheduler
     from pipelines.diffusion.values import Latents
+    from tests.demo_support import copy_demo_model
 
-    folder = save_demo_model("tiny-qwenimage", tmp_path / "tiny-qwenimage")
+    folder = copy_demo_model("tiny-qwenimage", tmp_path / "tiny-qwenimage")
     settings = SamplerSettings(scheduler="default", steps=3, cfg=3.0, seed=1)
     empty = Latents(samples=torch.zeros(1, 4, 8, 8), vae_scale_factor=4)
     with MemoryManager(MemoryConfig(device="cpu", policy="none", data_dir=tmp_path / "mm")) as mm:

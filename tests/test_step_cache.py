@@ -18,9 +18,9 @@ import torch
 
 from app.main import main
 from nodes.comfy.sources import import_comfy_data
-from pipelines.diffusion.demo_models import save_demo_model
 from pipelines.diffusion.step_cache import STEP_CACHES, StepCache
 from tests.comfy_ids import by_comfy_id
+from tests.demo_support import copy_demo_model
 from tests.family_support import only_picture, run_workflow
 
 REPO = Path(__file__).resolve().parent.parent
@@ -93,7 +93,7 @@ CASES = [
 def test_a_step_cache_skips_work_and_keeps_the_picture(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, demo: str, cfg: float, method: str, threshold: float
 ) -> None:
-    folder = save_demo_model(demo, tmp_path / demo)
+    folder = copy_demo_model(demo, tmp_path / demo)
     calls = AttentionCalls(monkeypatch)
     plain = run(folder, tmp_path / "plain", {"sampler.cfg": cfg})
     plain_calls, calls.count = calls.count, 0

@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from memory import MemoryManager
-from pipelines.diffusion.demo_models import save_demo_model
 from pipelines.diffusion.values import Latents, VaeRef
 from pipelines.diffusion.video_tiling import decode_video_planned, plan_video_decode
+from tests.demo_support import copy_demo_model
 
 # Wan 2.1's VAE config (the released diffusers folder's vae/config.json, the fields the formulas read).
 WAN21_VAE = {"base_dim": 96, "z_dim": 16, "scale_factor_spatial": 8, "scale_factor_temporal": 4}
@@ -23,7 +23,7 @@ WAN21_VAE = {"base_dim": 96, "z_dim": 16, "scale_factor_spatial": 8, "scale_fact
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return save_demo_model("tiny-wan", tmp_path_factory.mktemp("wan-tiles") / "tiny-wan")
+    return copy_demo_model("tiny-wan", tmp_path_factory.mktemp("wan-tiles") / "tiny-wan")
 
 
 def _latents(frames: int, h: int, w: int, scale: int, *, device: str = "cpu") -> Latents:

@@ -54,9 +54,9 @@ def _pipeline_on_sigmas(folder: Path, sigmas: list[float], cfg: float) -> np.nda
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from pipelines.diffusion.demo_models import save_demo_model
+    from tests.demo_support import copy_demo_model
 
-    return save_demo_model("tiny-wan", tmp_path_factory.mktemp("wan-k") / "tiny-wan")
+    return copy_demo_model("tiny-wan", tmp_path_factory.mktemp("wan-k") / "tiny-wan")
 
 
 def test_k_ddim_on_wan_is_flow_euler_over_comfyuis_simple_sigmas(folder: Path, tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ Lives here: `PlotsPanel`. Imports Qt, pyqtgraph, `memory.telemetry` records, `no
 `app.gui.plot_labels` (where the load/unload labels go).
 Records are appended as they are drained from the queue; a 10 Hz timer redraws only what changed, with at
 most `MAX_POINTS` samples per curve (FINDINGS: repaint cost grows with points).
+The plot widgets are built on the panel's first show (or first redraw): a closed dock never pays for them.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer
-from PySide6.QtGui import QFont, QFontMetrics
+from PySide6.QtGui import QFont, QFontMetrics, QShowEvent
 from PySide6.QtWidgets import QSizePolicy, QSplitter, QTabWidget, QWidget
 
 from app.gui import theme
@@ -85,8 +86,6 @@ class PlotsPanel(QSplitter):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(Qt.Orientation.Horizontal, parent)
-        pg.setConfigOptions(antialias=True)
-        self.tabs = QTabWidget()
         self.t: deque[float] = deque(maxlen=MAX_POINTS)
         self.allocated: deque[float] = deque(maxlen=MAX_POINTS)
         self.reserved: deque[float] = deque(maxlen=MAX_POINTS)
@@ -106,7 +105,23 @@ class PlotsPanel(QSplitter):
         self._dirty: set[str] = set()
         self._step_index = 0
         self._first_step: dict[str, int] = {}  # node id -> index of its first step (TTFT goes there)
+        self._largest: tuple[str, int] | None = None  # the largest model loaded in this series: name, bytes
+        self.timeline_bars: list[Any] = []  # drawn on the timeline plot
+        self._pending_marks: deque[LoadEvent | UnloadEvent] = deque(maxlen=MAX_MARKERS)  # before build()
+        self.built = False
+        self.timer = QTimer(self)
+        self.timer.setInterval(REDRAW_MS)
+        self.timer.timeout.connect(self._tick)
+        self.timer.start()
 
+    def build(self) -> None:
+        """The plot widgets, made on first show (or first redraw): the records are kept from the start, but the
+        three pyqtgraph plots took ~0.3 s of a window's ~1 s construction, which a closed dock never needs."""
+        if self.built:
+            return
+        self.built = True
+        pg.setConfigOptions(antialias=True)
+        self.tabs = QTabWidget()
         # The legend sits right of the plot area, in the plot's own layout: inside it (top right) it covered
         # the newest RSS samples and the load labels hanging from the top.
         self.memory_plot = _plot("Memory", "MiB", legend_outside=True)
@@ -128,7 +143,6 @@ class PlotsPanel(QSplitter):
         self.budget_label = pg.TextItem("", color=theme.ERROR, anchor=(0, 1))
         self.budget_label.setVisible(False)
         self.memory_plot.getPlotItem().addItem(self.budget_label, ignoreBounds=True)
-        self._largest: tuple[str, int] | None = None  # the largest model loaded in this series: name, bytes
         self.addWidget(self.memory_plot)
         self.addWidget(self.tabs)
         self.setStretchFactor(0, 3)
@@ -158,14 +172,16 @@ class PlotsPanel(QSplitter):
         self.timeline_plot = _plot("Last run: per-node timeline", "")
         self.timeline_plot.getPlotItem().legend.setVisible(False)
         self.timeline_plot.invertY(True)
-        self.timeline_bars: list[Any] = []
         self.tabs.addTab(self.timeline_plot, "Timeline")
 
-        self._dirty.add("steps")  # the first redraw drops legend entries for series without data
-        self.timer = QTimer(self)
-        self.timer.setInterval(REDRAW_MS)
-        self.timer.timeout.connect(self._tick)
-        self.timer.start()
+        while self._pending_marks:
+            self._add_marker(self._pending_marks.popleft())
+        # Everything recorded so far is drawn; the first redraw drops legend entries for series without data.
+        self._dirty.update({"memory", "steps", "timeline", "labels"})
+
+    def showEvent(self, event: QShowEvent) -> None:
+        self.build()
+        super().showEvent(event)
 
     # -- input ------------------------------------------------------------------------------------
 
@@ -207,6 +223,7 @@ class PlotsPanel(QSplitter):
         continuation, so start the memory plot afresh instead of joining them with a diagonal."""
         for series in (self.t, self.allocated, self.reserved, self.rss, self.budget):
             series.clear()
+        self._pending_marks.clear()
         while self._markers:
             self.memory_plot.removeItem(self._markers.popleft())
         self._label_text.clear()
@@ -260,6 +277,9 @@ class PlotsPanel(QSplitter):
             self._dirty.add("timeline")
 
     def _add_marker(self, record: LoadEvent | UnloadEvent) -> None:
+        if not self.built:
+            self._pending_marks.append(record)
+            return
         load = isinstance(record, LoadEvent)
         color = "#ffa726" if load else "#8d99ae"
         name = record.component.rsplit("/", 1)[-1]
@@ -304,6 +324,7 @@ class PlotsPanel(QSplitter):
         self.timer.setInterval(int(min(MAX_REDRAW_MS, max(REDRAW_MS, spent_ms * REDRAW_SHARE))))
 
     def redraw(self) -> None:
+        self.build()
         if "memory" in self._dirty:
             t = list(self.t)
             self.curve_alloc.setData(t, list(self.allocated))

@@ -143,6 +143,7 @@ def take_screenshot(
         window.scene.node_items[select].setSelected(True)
     window.view.fit()
     window.output.setCurrentIndex(0 if window.output.files.count() else 1)  # pictures, else streamed text
+    window.plots.build()  # made on first show: a saved layout may have the dock closed
     window.plots.tabs.setCurrentIndex(1)  # the per-node timeline of the run
     window.plots.redraw()
     if show == "history":
