@@ -173,7 +173,7 @@ class MiniMaxH3SigmaShift(Node):
     def run(self, ctx: NodeContext) -> dict[str, Any]:
         from dataclasses import replace
 
-        from pipelines.diffusion.minimax_sampling import AUDIO_SCHEDULER_KEY
+        from pipelines.diffusion.minimax_layout import AUDIO_SCHEDULER_KEY
 
         if self.denoiser.family.name != "minimax":
             raise ValueError(

@@ -133,14 +133,16 @@ def encode_clip_chunks(
     embeddings: Embeddings | None = None,
 ) -> ClipOutput:
     """Encode `text` with CLIP number `index` of `ref` (weights, chunks, embeddings, the ref's clip_skip)."""
-    tokenizer = ref.tokenizers[index].load()
-    runs = parse_weights(text)
-    chunks = chunk_tokens(tokenizer, runs, _lookup(ref, index, embeddings))
-    while len(chunks) < min_chunks:  # SDXL: both encoders must give the same number of chunks
-        chunks.append(empty_chunk(tokenizer))
     layer, normalise = clip_layer(default_layer, ref.clip_skip, normalise_skipped=normalise_skipped)
-    weighted = has_weights(runs)
     with use_text_encoder(mm, ref, index, working=working) as text_encoder:
+        # Tokens inside the use (the working figure does not depend on them): `app plan` stops at the use,
+        # before transformers' tokenizer is imported and built.
+        tokenizer = ref.tokenizers[index].load()
+        runs = parse_weights(text)
+        chunks = chunk_tokens(tokenizer, runs, _lookup(ref, index, embeddings))
+        while len(chunks) < min_chunks:  # SDXL: both encoders must give the same number of chunks
+            chunks.append(empty_chunk(tokenizer))
+        weighted = has_weights(runs)
         use_mask = getattr(text_encoder.config, "use_attention_mask", False)
 
         def run(chunk: PromptChunk) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -82,7 +82,7 @@ def encode_clip(
 ) -> Conditioning:
     # As diffusers' StableDiffusionPipeline.encode_prompt (one prompt; its clip_skip is our clip_skip - 1),
     # plus weights and 77-token chunks (clip_text.py).
-    tokens = ref.tokenizers[0].load().model_max_length
+    tokens = ref.tokenizers[0].max_length
     out = encode_clip_chunks(
         mm,
         ref,

@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from diffusers.image_processor import VaeImageProcessor
 
 from memory import ComponentSpec, MemoryManager, ModelHandle
 from pipelines.diffusion.values import DEFAULT_VAE_SCALE, Conditioning
@@ -58,8 +57,6 @@ def load_controlnet(
 ) -> ControlNetRef:
     """A diffusers-format ControlNet: a folder with `config.json` and its weights (loads nothing now; the
     manager reports its bytes as `LoadProgress` when it is first used)."""
-    from diffusers import ControlNetModel
-
     folder = path if path.is_dir() else path.parent
     config_file = folder / "config.json"
     if not config_file.is_file():
@@ -78,6 +75,8 @@ def load_controlnet(
             raise FileNotFoundError(f"field 'path': {folder} has no weight file (*.safetensors)")
 
     def build() -> torch.nn.Module:
+        from diffusers import ControlNetModel  # here: `app plan` registers the ControlNet without diffusers
+
         return ControlNetModel.from_pretrained(
             str(folder), dtype=dtype, local_files_only=True, use_safetensors=bool(files)
         )
@@ -109,6 +108,9 @@ def _control_image(
 ) -> torch.Tensor:
     """As StableDiffusionControlNetPipeline.prepare_image: resized to the picture, [0, 1], one per latent."""
     # The pipeline's own processor settings: the hint is resized to the picture, so the factor only rounds.
+    # here: `app plan` imports this module, not diffusers
+    from diffusers.image_processor import VaeImageProcessor
+
     processor = VaeImageProcessor(vae_scale_factor=DEFAULT_VAE_SCALE, do_convert_rgb=True, do_normalize=False)
     image = processor.preprocess(hint.image.permute(0, 3, 1, 2), height=height, width=width).to(torch.float32)
     if image.shape[0] == 1:

@@ -256,7 +256,7 @@ def load_diffusers_folder(
         audio = register_audio_decoder(mm, root, torch_dtype, _register_pretrained, allow_pickle=allow_pickle)
         loaded = replace(loaded, vae=replace(loaded.vae, audio=audio))
     if family.name == "minimax":  # the stereo sound track's VAE, and the audio rows' own schedule
-        from pipelines.diffusion.minimax_sampling import AUDIO_SCHEDULER_KEY
+        from pipelines.diffusion.minimax_layout import AUDIO_SCHEDULER_KEY
         from pipelines.diffusion.minimax_vae import register_minimax_audio
 
         audio = register_minimax_audio(mm, root, torch_dtype, _register_pretrained, allow_pickle=allow_pickle)
@@ -286,15 +286,13 @@ def _with_image_encoder(
 ) -> DenoiserRef:
     """Wan 2.1 I2V's CLIP vision encoder as its own lazy component (kind `image_encoder`), in float32 as the
     pipeline's examples load it (it is small beside the transformer)."""
-    from transformers import CLIPVisionModel
-
     from pipelines.diffusion.wan_image import ImageEncoderRef
 
     handle = _register_pretrained(
         mm,
         root,
         "image_encoder",
-        CLIPVisionModel,
+        ClassRef("transformers", "CLIPVisionModel"),  # imported when built: `app plan` never imports it
         kind="image_encoder",
         dtype=torch.float32,
         allow_pickle=allow_pickle,

@@ -12,8 +12,8 @@ from __future__ import annotations
 import torch
 
 from memory import MemoryManager
-from pipelines.diffusion.ltx2_sampling import DEFAULT_FPS
 from pipelines.diffusion.ltx2_vae import (
+    DEFAULT_FPS,
     decode_ltx2_audio,
     decode_ltx2_video,
     encode_ltx2_image,

@@ -33,12 +33,12 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from diffusers.utils.torch_utils import randn_tensor
 
 from memory import MemoryManager, Working
-from pipelines.diffusion.flow_sampling import check_flow_scheduler
+from pipelines.diffusion.flow_loop import check_flow_scheduler  # not flow_sampling: it imports diffusers
 from pipelines.diffusion.k_samplers import gradient_estimate
 from pipelines.diffusion.lora import use_denoiser
+from pipelines.diffusion.ltx2_vae import DEFAULT_FPS
 from pipelines.diffusion.manual_sigmas import check_sigmas, noised_start, set_manual_sigmas
 from pipelines.diffusion.sampling import SamplerSettings
 from pipelines.diffusion.schedulers import K_PREFIX, make_scheduler
@@ -48,8 +48,6 @@ from pipelines.steps import OnStep, Step
 # ComfyUI's k-samplers the loop runs: Euler, and gradient estimation (Euler with a correction from the previous
 # step's velocity: on a flow model d = (x - x0) / sigma is the velocity, so it rides on the same Euler steps).
 _K_SAMPLERS = ("k_euler", "k_gradient_estimation")
-
-DEFAULT_FPS = 24.0  # LTX2Pipeline's `frame_rate` default
 
 
 @dataclass(frozen=True)
@@ -225,6 +223,8 @@ def sample_ltx2(
     generator = torch.Generator("cpu").manual_seed(settings.seed)
 
     # 2. Prepare latent variables: float32 noise, video first then audio, as the pipeline draws them
+    from diffusers.utils.torch_utils import randn_tensor  # here: `app plan` reads ltx2_working, no diffusers
+
     x = randn_tensor(
         tuple(latents.samples.shape), generator=generator, device=torch.device(device), dtype=torch.float32
     )

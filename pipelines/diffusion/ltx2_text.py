@@ -35,26 +35,28 @@ def gemma_stack_working_bytes(config: dict, tokens: int, dtype: torch.dtype) -> 
 
 @torch.no_grad()
 def encode_ltx2(mm: MemoryManager, ref: TextEncoderRef, text: str, *, max_tokens: int) -> Conditioning:
-    # 1. Tokens, left-padded as the pipeline makes them (weighting syntax dropped: Gemma takes plain text)
-    tokenizer = ref.tokenizers[0].load()
-    tokenizer.padding_side = "left"
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    text = strip_weights(text).strip()
-    inputs = tokenizer(
-        text,
-        padding="max_length",
-        max_length=max_tokens,
-        truncation=True,
-        add_special_tokens=True,
-        return_tensors="pt",
-    )
-    ids, mask = inputs.input_ids.to(mm.device), inputs.attention_mask.to(mm.device)
-
-    # 2. Every hidden state of Gemma, stacked per token: (1, tokens, hidden x (layers + 1))
     config = text_encoder_config(ref)
     working = Working(gemma_stack_working_bytes(config, max_tokens, ref.dtype), f"1x{max_tokens}")
     with use_text_encoder(mm, ref, 0, working=working) as te:
+        # Tokens inside the use (the working figure needs only max_tokens): `app plan` stops at the use,
+        # before transformers' tokenizer is imported and built.
+        # 1. Tokens, left-padded as the pipeline makes them (weighting syntax dropped: Gemma takes plain text)
+        tokenizer = ref.tokenizers[0].load()
+        tokenizer.padding_side = "left"
+        if tokenizer.pad_token is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        text = strip_weights(text).strip()
+        inputs = tokenizer(
+            text,
+            padding="max_length",
+            max_length=max_tokens,
+            truncation=True,
+            add_special_tokens=True,
+            return_tensors="pt",
+        )
+        ids, mask = inputs.input_ids.to(mm.device), inputs.attention_mask.to(mm.device)
+
+        # 2. Every hidden state of Gemma, stacked per token: (1, tokens, hidden x (layers + 1))
         # logits_to_keep=1: the same hidden states without the unused (tokens, vocabulary) logits
         states = te(
             input_ids=ids, attention_mask=mask, output_hidden_states=True, logits_to_keep=1

@@ -3,7 +3,7 @@ spectrogram -> waveform), through the memory manager.
 
 Lives here: `register_audio_decoder`, `ltx2_latent_shapes`, `decode_ltx2_video`, `decode_ltx2_audio`,
 `audio_latent_frames`, `encode_ltx2_image`, `ltx2_vae_working`,
-`audio_decoder_working`, `AUDIO_LATENT_DOWNSAMPLE`. May import: stdlib, torch, diffusers, memory,
+`audio_decoder_working`, `AUDIO_LATENT_DOWNSAMPLE`, `DEFAULT_FPS`. May import: stdlib, torch, diffusers, memory,
 pipelines.diffusion.values / assembly.
 
 Mirrors the end of `LTX2Pipeline.__call__`: the video latents (1, C, F, h, w) are as the transformer sees
@@ -17,7 +17,6 @@ vocoder makes the waveform at its `output_sampling_rate`.
 
 from __future__ import annotations
 
-import importlib
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -26,17 +25,21 @@ import torch
 
 from memory import MemoryManager, ModelHandle, Working
 from pipelines.diffusion.assembly import read_json
+from pipelines.diffusion.family_types import ClassRef
 from pipelines.diffusion.values import AudioDecoderRef, Latents, VaeRef, ltx2_vae_ratios
 
 # `AutoencoderKLLTX2Audio`'s LATENT_DOWNSAMPLE_FACTOR: 4x in time and in mel bins (not in its config).
 AUDIO_LATENT_DOWNSAMPLE = 4
+# LTX2Pipeline's `frame_rate` default (here, not in ltx2_sampling: the latent nodes read it while `app plan` runs)
+DEFAULT_FPS = 24.0
 
 
-def _vocoder_class(root: Path) -> type:
-    """The vocoder class model_index.json names (`LTX2Vocoder`, or `LTX2VocoderWithBWE` for LTX-2.3)."""
+def _vocoder_class(root: Path) -> ClassRef:
+    """The vocoder class model_index.json names (`LTX2Vocoder`, or `LTX2VocoderWithBWE` for LTX-2.3), imported
+    when built (`app plan` registers it without diffusers)."""
     library, name = read_json(root / "model_index.json").get("vocoder", ("ltx2", "LTX2Vocoder"))
     module = "diffusers.pipelines.ltx2" if library == "ltx2" else str(library)
-    return getattr(importlib.import_module(module), str(name))
+    return ClassRef(module, str(name))
 
 
 def register_audio_decoder(
@@ -49,10 +52,14 @@ def register_audio_decoder(
 ) -> AudioDecoderRef:
     """The folder's `audio_vae` and `vocoder` as two lazy `vae` components (`register`: the folder loader's
     own `_register_pretrained`)."""
-    from diffusers import AutoencoderKLLTX2Audio
-
-    vae = register(
-        mm, root, "audio_vae", AutoencoderKLLTX2Audio, kind="vae", dtype=dtype, allow_pickle=allow_pickle
+    vae = register(  # the class is imported when built: `app plan` registers it without diffusers
+        mm,
+        root,
+        "audio_vae",
+        ClassRef("diffusers", "AutoencoderKLLTX2Audio"),
+        kind="vae",
+        dtype=dtype,
+        allow_pickle=allow_pickle,
     )
     vocoder = register(
         mm, root, "vocoder", _vocoder_class(root), kind="vae", dtype=dtype, allow_pickle=allow_pickle

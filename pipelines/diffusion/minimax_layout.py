@@ -3,7 +3,7 @@
 Lives here: `MiniMaxGeometry`, `minimax_geometry`, `PackedLayout`, `build_packed_sequence`, `row_timesteps`,
 `unpatchify_video_rows`, the copied helpers (`align_num_frames`, `video_latent_num_frames`,
 `audio_latent_num_frames`, `patchify_video_latents` and the rotary grids) and the model's constants
-(`MINIMAX_H3_FPS`, the modality tags). May import: stdlib, numpy, torch.
+(`MINIMAX_H3_FPS`, the modality tags, `AUDIO_SCHEDULER_KEY`). May import: stdlib, numpy, torch.
 
 MiniMax H3 denoises one sequence `[text | keyframe conditions | target audio | target video]` with full
 self-attention; every row has a modality tag, a (t, h, w) rotary coordinate in float64 and a timestep index.
@@ -28,6 +28,10 @@ import torch
 # ("trained range is ~124-362, longer is untested", ComfyUI's tooltip), a policy of that pipeline, not a limit
 # of the VAE or the transformer: Nodeloom takes what ComfyUI takes.
 MINIMAX_H3_FPS = 24
+# The folder's audio_scheduler/scheduler_config.json travels inside the denoiser's scheduler config under this
+# key (the loader puts it there: a DenoiserRef has one scheduler config). Here, not in minimax_sampling: the
+# loader reads it while `app plan` runs, and that module imports diffusers' scheduler.
+AUDIO_SCHEDULER_KEY = "_minimax_audio_scheduler"
 MAX_FRAMES = 3600  # ComfyUI's `length` maximum (MiniMaxH3ImageToVideo, EmptyMiniMaxH3LatentAV)
 # The audio VAE's latent rate (40 a second) and the stereo channels packed channel-major.
 MINIMAX_H3_AUDIO_LATENTS_PER_SECOND = 40

@@ -30,6 +30,7 @@ from diffusers.utils.torch_utils import randn_tensor
 from memory import MemoryManager, Working
 from pipelines.diffusion.lora import use_denoiser
 from pipelines.diffusion.minimax_layout import (
+    AUDIO_SCHEDULER_KEY,
     KEYFRAME_NOISE_AUG,
     MINIMAX_H3_AUDIO_CHANNELS,
     TEXT_TAG,
@@ -44,9 +45,6 @@ from pipelines.diffusion.sampling import SamplerSettings
 from pipelines.diffusion.values import Conditioning, DenoiserRef, Latents
 from pipelines.steps import OnStep, Step
 
-# The folder's audio_scheduler/scheduler_config.json travels inside the denoiser's scheduler config under this
-# key (the loader puts it there: a DenoiserRef has one scheduler config).
-AUDIO_SCHEDULER_KEY = "_minimax_audio_scheduler"
 _SCHEDULERS = ("default", "euler", "k_euler")  # the model's own rectified-flow Euler
 
 # Fitted on the meta device (tests/test_family_minimax_working.py, tests/live_tensors.py) at MiniMax H3's

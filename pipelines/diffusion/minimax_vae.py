@@ -26,6 +26,7 @@ import torch
 
 from memory import MemoryManager, ModelHandle, Working
 from pipelines.diffusion.assembly import read_json
+from pipelines.diffusion.family_types import ClassRef
 from pipelines.diffusion.minimax_layout import (
     KEYFRAME_ENCODE_SEED,
     MAX_FRAMES,
@@ -59,10 +60,14 @@ def register_minimax_audio(
     allow_pickle: bool,
 ) -> AudioDecoderRef:
     """The folder's `audio_vae` as a lazy `vae` component (`register`: the folder loader's own)."""
-    from diffusers import AutoencoderKLMiniMaxH3Audio
-
-    vae = register(
-        mm, root, "audio_vae", AutoencoderKLMiniMaxH3Audio, kind="vae", dtype=dtype, allow_pickle=allow_pickle
+    vae = register(  # the class is imported when built: `app plan` registers it without diffusers
+        mm,
+        root,
+        "audio_vae",
+        ClassRef("diffusers", "AutoencoderKLMiniMaxH3Audio"),
+        kind="vae",
+        dtype=dtype,
+        allow_pickle=allow_pickle,
     )
     config = read_json(root / "audio_vae" / "config.json")
     return AudioDecoderRef(vae=vae, vae_config=config, vocoder=None, vocoder_config={}, dtype=dtype)

@@ -118,25 +118,36 @@ def decode(mm: MemoryManager, ref: VaeRef, latents: Latents) -> torch.Tensor:
     return image.permute(0, 2, 3, 1).to(dtype=torch.float32, device="cpu")
 
 
+def _preprocessed_size(ref: VaeRef, image: torch.Tensor) -> tuple[int, int]:
+    """(H, W) of IMAGE (B, H, W, C) after `VaeImageProcessor.preprocess`: a tensor with the latent channel count
+    passes through, a picture is cut down to multiples of the scale (`get_default_height_width`)."""
+    height, width = int(image.shape[1]), int(image.shape[2])
+    if image.shape[-1] == ref.latent_channels:
+        return height, width
+    return height - height % ref.scale_factor, width - width % ref.scale_factor
+
+
 @torch.no_grad()
 def encode(mm: MemoryManager, ref: VaeRef, image: torch.Tensor) -> Latents:
     """IMAGE (B, H, W, C) in [0, 1] -> scaled latents (the distribution's mode: deterministic)."""
-    from diffusers.image_processor import (
-        VaeImageProcessor,
-    )  # here: `app plan` imports this module, not diffusers
-
     if int(ref.config.get("in_channels", 3)) == 4 and image.shape[-1] == 3:
         # Qwen-Image 2.1's VAE reads RGBA: an RGB picture is opaque (as the pipeline's `convert("RGBA")`)
         image = torch.cat([image, torch.ones_like(image[..., :1])], dim=-1)
-    # The latent channel count as the pipelines set it: preprocess passes a tensor with that many channels
-    # through untouched (as latents), which an RGBA picture for a 4-channel latent would be taken for.
-    processor = VaeImageProcessor(vae_scale_factor=ref.scale_factor, vae_latent_channels=ref.latent_channels)
-    pixels = processor.preprocess(
-        image.permute(0, 3, 1, 2)
-    )  # (B, C, H, W) in [-1, 1], sides multiple of scale
-    pixels = pixels.to(device=mm.device, dtype=ref.dtype)
-    working = vae_working(ref, pixels.shape[-2], pixels.shape[-1], pixels.shape[0], "vae_encode")
+    height, width = _preprocessed_size(ref, image)
+    working = vae_working(ref, height, width, image.shape[0], "vae_encode")
     with mm.use(ref.handle, working=working) as vae:
+        # Preprocessed inside the use: `app plan` stops at the use, before diffusers' seconds of imports.
+        from diffusers.image_processor import VaeImageProcessor
+
+        # The latent channel count as the pipelines set it: preprocess passes a tensor with that many channels
+        # through untouched (as latents), which an RGBA picture for a 4-channel latent would be taken for.
+        processor = VaeImageProcessor(
+            vae_scale_factor=ref.scale_factor, vae_latent_channels=ref.latent_channels
+        )
+        pixels = processor.preprocess(
+            image.permute(0, 3, 1, 2)
+        )  # (B, C, H, W) in [-1, 1], sides multiple of scale
+        pixels = pixels.to(device=mm.device, dtype=ref.dtype)
         if _frames(ref):
             latents = vae.encode(pixels.unsqueeze(2)).latent_dist.mode()[:, :, 0]
         else:

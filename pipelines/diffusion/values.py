@@ -39,6 +39,19 @@ class TokenizerSource:
         cls = self._model_class
         return cls.load() if isinstance(cls, ClassRef) else cls
 
+    @property
+    def max_length(self) -> int:
+        """The tokenizer's `model_max_length`, read from its tokenizer_config.json (`app plan` asks for it and
+        never builds a tokenizer: transformers' import is a second); the built tokenizer's when not there."""
+        import json
+
+        config = self.path / self.subfolder / "tokenizer_config.json"
+        if self._tokenizer is None and config.is_file():
+            value = json.loads(config.read_text(encoding="utf-8")).get("model_max_length")
+            if isinstance(value, int):
+                return value
+        return int(self.load().model_max_length)
+
     def load(self) -> Any:
         if self._tokenizer is None:
             from transformers import AutoTokenizer

@@ -172,8 +172,6 @@ def decode_video_planned(
     mm: MemoryManager, ref: VaeRef, latents: Latents, plan: VideoTilePlan
 ) -> torch.Tensor:
     """Video latents -> frames (T, H, W, 3) float32 in [0, 1], CPU, decoded as `plan` says."""
-    from diffusers.video_processor import VideoProcessor
-
     from pipelines.diffusion.video_vae import check_video_latents, unscale_video_latents
 
     check_video_latents(latents)
@@ -187,6 +185,9 @@ def decode_video_planned(
             video = _decode_spatial(vae, z, plan.tile_px)
         else:
             video = vae.decode(z, return_dict=False)[0]  # (1, 3, T, H, W) in [-1, 1]
+    # after the use: `app plan` stops at it, without diffusers
+    from diffusers.video_processor import VideoProcessor
+
     processor = VideoProcessor(vae_scale_factor=ref.scale_factor)
     frames_out = processor.postprocess_video(video.cpu(), output_type="pt")[0]  # (T, 3, H, W) in [0, 1]
     return frames_out.permute(0, 2, 3, 1).to(dtype=torch.float32, device="cpu")

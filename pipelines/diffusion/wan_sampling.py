@@ -26,8 +26,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 import torch
-from diffusers import FlowMatchEulerDiscreteScheduler
-from diffusers.utils.torch_utils import randn_tensor
 
 from memory import MemoryManager, Working
 from pipelines.diffusion.flow_loop import StepReport, check_flow_scheduler
@@ -200,6 +198,9 @@ def sample_wan(
     if settings.scheduler == "default":
         scheduler = make_scheduler("default", denoiser.scheduler_config)
     else:  # flow-matching Euler with the folder's shift (UniPC configs call it `flow_shift`)
+        # here: `app plan` reads wan_working without diffusers
+        from diffusers import FlowMatchEulerDiscreteScheduler
+
         config = denoiser.scheduler_config
         shift = config.get("flow_shift", config.get("shift", 1.0))
         scheduler = FlowMatchEulerDiscreteScheduler.from_config(config, shift=shift)
@@ -311,6 +312,8 @@ def _start_latent(
     shape = tuple(latents.samples.shape)
     if not settings.add_noise:
         return latents.samples.to(device=device, dtype=torch.float32)
+    from diffusers.utils.torch_utils import randn_tensor  # here: `app plan` reads wan_working, no diffusers
+
     noise = randn_tensor(shape, generator=generator, device=torch.device(device), dtype=torch.float32)
     if start == 0:
         return noise  # the pipeline's start: pure noise (the empty latent only gives the shape)

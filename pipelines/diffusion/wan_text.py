@@ -35,25 +35,26 @@ def umt5_working_bytes(config: dict, tokens: int, dtype: torch.dtype) -> int:
 
 @torch.no_grad()
 def encode_wan(mm: MemoryManager, ref: TextEncoderRef, text: str, *, max_tokens: int) -> Conditioning:
-    from diffusers.pipelines.wan.pipeline_wan import prompt_clean
-
-    # 1. Tokens, as the pipeline makes them (weighting syntax dropped: T5 takes plain text)
-    tokenizer = ref.tokenizers[0].load()
-    text = prompt_clean(strip_weights(text))
-    inputs = tokenizer(
-        text,
-        padding="max_length",
-        max_length=max_tokens,
-        truncation=True,
-        add_special_tokens=True,
-        return_attention_mask=True,
-        return_tensors="pt",
-    )
-    real = int(inputs.attention_mask.gt(0).sum())
-
-    # 2. The last hidden state at the real tokens, zeros after them
     working = Working(umt5_working_bytes(text_encoder_config(ref), max_tokens, ref.dtype), f"1x{max_tokens}")
     with use_text_encoder(mm, ref, 0, working=working) as te:
+        # Tokens inside the use: `app plan` stops at the use, before the pipeline module's seconds of imports.
+        from diffusers.pipelines.wan.pipeline_wan import prompt_clean
+
+        # 1. Tokens, as the pipeline makes them (weighting syntax dropped: T5 takes plain text)
+        tokenizer = ref.tokenizers[0].load()
+        text = prompt_clean(strip_weights(text))
+        inputs = tokenizer(
+            text,
+            padding="max_length",
+            max_length=max_tokens,
+            truncation=True,
+            add_special_tokens=True,
+            return_attention_mask=True,
+            return_tensors="pt",
+        )
+        real = int(inputs.attention_mask.gt(0).sum())
+
+        # 2. The last hidden state at the real tokens, zeros after them
         states = te(inputs.input_ids.to(mm.device), inputs.attention_mask.to(mm.device)).last_hidden_state
         states = states.to(dtype=ref.dtype).cpu()
     embeds = torch.zeros_like(states)

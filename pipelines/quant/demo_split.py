@@ -74,12 +74,12 @@ def write_split_set(folder: Path, out: Path) -> None:
 
 def ensure_split_demo(root: Path | None = None) -> Path:
     """The split demo folder, written first (atomically) when missing."""
-    from pipelines.diffusion.demo_models import ensure_demo_model
-
     root = root or demo_models_dir()
     out = root / SPLIT_DEMO
     if (out / "config" / "model_index.json").exists():
         return out
+    from pipelines.diffusion.demo_models import ensure_demo_model  # after the check: it imports diffusers
+
     folder = ensure_demo_model("tiny-flux", root)
     tmp = Path(tempfile.mkdtemp(prefix=f".{SPLIT_DEMO}-", dir=root))
     try:

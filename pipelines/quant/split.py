@@ -17,12 +17,16 @@ import torch
 
 from memory import ComponentSpec, MemoryManager, ModelHandle
 from pipelines.diffusion.assembly import component_keys_for
-from pipelines.quant.meta_load import build_from_tensors
+from pipelines.diffusion.family_types import ClassRef
 from pipelines.quant.tensor_files import SafetensorsTensors
 
 
-def module_factory(model_class: type, config_dir: Path) -> Callable[[], torch.nn.Module]:
-    """A function building `model_class` (diffusers or transformers) from `config_dir/config.json`, offline."""
+def module_factory(model_class: type | ClassRef, config_dir: Path) -> Callable[[], torch.nn.Module]:
+    """A function building `model_class` (diffusers or transformers) from `config_dir/config.json`, offline.
+    A `ClassRef` is imported and its config read when the function is called (`app plan` registers without)."""
+    if isinstance(model_class, ClassRef):
+        ref = model_class
+        return lambda: module_factory(ref.load(), config_dir)()
     from diffusers import ModelMixin
 
     if issubclass(model_class, ModelMixin):
@@ -71,6 +75,8 @@ def register_built(
     """
 
     def build() -> torch.nn.Module:
+        from pipelines.quant.meta_load import build_from_tensors  # here: it imports diffusers' hooks (int8)
+
         return build_from_tensors(make, tensors(), compute_dtype=dtype, storage=storage, source=source)
 
     return mm.register(

@@ -38,7 +38,6 @@ from pipelines.diffusion.single_file import ClipTokenizerSource
 from pipelines.diffusion.values import DenoiserRef, TextEncoderRef, TokenizerSource, VaeRef
 from pipelines.paths import RESOURCES_DIR, check_weights_format
 from pipelines.quant.detect import clip_width, detect_denoiser, detect_text_encoder, detect_vae
-from pipelines.quant.gguf_files import gguf_shapes, gguf_tensors
 from pipelines.quant.layouts import flux_bfl_to_diffusers, flux_config_from_shapes
 from pipelines.quant.split import module_factory, register_built
 from pipelines.quant.tensor_files import SafetensorsTensors
@@ -114,7 +113,12 @@ def load_denoiser_file(
     if suffix not in (".safetensors", ".gguf"):
         raise UnsupportedModelError(f"{path.name}: a denoiser file must be .safetensors or .gguf")
     is_gguf = suffix == ".gguf"
-    shapes = gguf_shapes(path) if is_gguf else SafetensorsTensors((path,)).shapes()
+    if is_gguf:  # here: gguf_files subclasses diffusers' GGUFLinear (seconds of imports), safetensors needn't
+        from pipelines.quant.gguf_files import gguf_shapes
+
+        shapes = gguf_shapes(path)
+    else:
+        shapes = SafetensorsTensors((path,)).shapes()
     from pipelines.diffusion.comfy_layouts import loaders as comfy
 
     if comfy.denoiser_layout(list(shapes)) is not None:  # Z-Image, Qwen-Image, FLUX.2, Wan (ComfyUI's files)
@@ -141,7 +145,11 @@ def load_denoiser_file(
 
     def read() -> Mapping[str, torch.Tensor]:
         # GGUF: the quantized blocks are read into memory (they are the stored size); safetensors: mapped.
-        return gguf_tensors(path, strip=found.prefix) if source is None else source
+        if source is not None:
+            return source
+        from pipelines.quant.gguf_files import gguf_tensors
+
+        return gguf_tensors(path, strip=found.prefix)
 
     builders: dict[str, Callable[[], Mapping[str, torch.Tensor]]] = {
         "diffusers": read,
@@ -218,7 +226,7 @@ def load_text_encoder_files(
         raise UnsupportedModelError(
             f"{fam.title}'s text encoder loads from its diffusers folder only, not from separate files"
         )
-    wants = [s.model_class.__name__.startswith("T5") for s in fam.text_encoders]
+    wants = [s.model_ref.name.startswith("T5") for s in fam.text_encoders]
     if (sum(not w for w in wants), sum(wants)) != (len(clips), len(t5s)):
         raise UnsupportedModelError(
             f"{fam.title} takes {sum(not w for w in wants)} CLIP and {sum(wants)} T5 files; "
@@ -238,7 +246,7 @@ def load_text_encoder_files(
                 part=slot.subfolder,
                 name=slot.subfolder,
                 kind="text_encoder",
-                make=module_factory(slot.model_class, folder / slot.subfolder),
+                make=module_factory(slot.model_ref, folder / slot.subfolder),
                 tensors=lambda source=source: source,
                 dtype=torch_dtype,
                 storage=storage,
@@ -246,7 +254,7 @@ def load_text_encoder_files(
             )
         )
         token_source = T5TokenizerSource if is_t5 else ClipTokenizerSource
-        tokenizers.append(token_source(folder, slot.tokenizer_subfolder, slot.model_class))
+        tokenizers.append(token_source(folder, slot.tokenizer_subfolder, slot.model_ref))
         names.append(f"{path.name}: {what.message}")
     return text_encoder_ref(
         handles, tokenizers, fam, torch_dtype

@@ -130,7 +130,7 @@ def denoiser_builder(path: Path) -> Callable[[dict[str, Any]], torch.nn.Module]:
 
 def scheduler_config(folder: Path) -> dict[str, Any]:
     """The video schedule with the audio one under `AUDIO_SCHEDULER_KEY`, as the folder loader gives them."""
-    from pipelines.diffusion.minimax_sampling import AUDIO_SCHEDULER_KEY
+    from pipelines.diffusion.minimax_layout import AUDIO_SCHEDULER_KEY
 
     audio = read_json(folder / "audio_scheduler" / "scheduler_config.json")
     return {**read_json(folder / "scheduler" / "scheduler_config.json"), AUDIO_SCHEDULER_KEY: audio}
