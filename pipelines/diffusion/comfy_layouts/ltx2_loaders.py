@@ -79,7 +79,7 @@ def _classes(folder: Path) -> dict[str, Callable[[dict[str, Any]], torch.nn.Modu
 
     from pipelines.diffusion.ltx2_vae import _vocoder_class
 
-    vocoder = _vocoder_class(folder)
+    vocoder = _vocoder_class(folder).load()  # a ClassRef: the plan names it; building needs the class
     return {
         "transformer": LTX2VideoTransformer3DModel.from_config,
         "connectors": LTX2TextConnectors.from_config,

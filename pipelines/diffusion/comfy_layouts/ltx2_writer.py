@@ -36,7 +36,7 @@ def write_ltx2_files(folder: Path, models: Path, *, scaled_fp8: bool = False) ->
         "connectors": LTX2TextConnectors,
         "vae": AutoencoderKLLTX2Video,
         "audio_vae": AutoencoderKLLTX2Audio,
-        "vocoder": _vocoder_class(folder),
+        "vocoder": _vocoder_class(folder).load(),
     }
     checkpoint: dict[str, torch.Tensor] = {}
     for part, cls in classes.items():
