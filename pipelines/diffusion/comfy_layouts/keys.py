@@ -26,7 +26,13 @@ from collections.abc import Mapping
 import torch
 
 from pipelines.diffusion.comfy_layouts.prefix import strip_prefix
-from pipelines.diffusion.comfy_layouts.wan22_vae import is_wan22_vae, wan22_vae_table
+from pipelines.diffusion.comfy_layouts.wan22_vae import (
+    WAN_RESNET,
+    is_wan22_vae,
+    wan22_vae_table,
+    wan_resnet_name,
+    wan_vae_shared_name,
+)
 
 # The diffusers transformer key layout each family's ComfyUI file is in.
 LAYOUTS = {
@@ -255,13 +261,20 @@ def _qwen21_from_diffusers(state: Mapping[str, torch.Tensor]) -> dict[str, torch
 
 # --- VAEs ---------------------------------------------------------------------------------------------
 
-_WAN_RESNET = {"norm1": "residual.0", "conv1": "residual.2", "norm2": "residual.3", "conv2": "residual.6"}
-_WAN_RESNET.update(conv_shortcut="shortcut")
 
-
-def _wan_resnet(rest: str) -> str:
-    part, _, tail = rest.partition(".")
-    return f"{_WAN_RESNET.get(part, part)}.{tail}"
+def _wan21_stage_name(rest: str, starts: dict[int, int], per_stage: dict[int, int]) -> str | None:
+    """A Wan 2.1 down/up stage key (`rest`: the key after `encoder.`/`decoder.`) in the original flat lists."""
+    if m := re.match(r"down_blocks\.(\d+)\.(.*)$", rest):
+        tail = m.group(2)
+        is_resnet = tail.split(".")[0] in WAN_RESNET
+        return f"encoder.downsamples.{m.group(1)}.{wan_resnet_name(tail) if is_resnet else tail}"
+    if m := re.match(r"up_blocks\.(\d+)\.resnets\.(\d+)\.(.*)$", rest):
+        stage, j = int(m.group(1)), int(m.group(2))
+        return f"decoder.upsamples.{starts[stage] + j}.{wan_resnet_name(m.group(3))}"
+    if m := re.match(r"up_blocks\.(\d+)\.upsamplers\.0\.(.*)$", rest):
+        stage = int(m.group(1))
+        return f"decoder.upsamples.{starts[stage] + per_stage[stage]}.{m.group(2)}"
+    return None
 
 
 def wan_vae_table(diffusers_keys: list[str]) -> dict[str, str]:
@@ -285,29 +298,7 @@ def wan_vae_table(diffusers_keys: list[str]) -> dict[str, str]:
     table: dict[str, str] = {}
     for k in diffusers_keys:
         side, _, rest = k.partition(".")
-        orig = None
-        if k.startswith(("quant_conv.", "post_quant_conv.")):
-            orig = ("conv1." if k.startswith("quant_conv.") else "conv2.") + k.split(".", 1)[1]
-        elif rest.startswith("conv_in."):
-            orig = f"{side}.conv1.{rest.removeprefix('conv_in.')}"
-        elif rest.startswith("norm_out."):
-            orig = f"{side}.head.0.{rest.removeprefix('norm_out.')}"
-        elif rest.startswith("conv_out."):
-            orig = f"{side}.head.2.{rest.removeprefix('conv_out.')}"
-        elif m := re.match(r"mid_block\.resnets\.(\d+)\.(.*)$", rest):
-            orig = f"{side}.middle.{2 * int(m.group(1))}.{_wan_resnet(m.group(2))}"
-        elif m := re.match(r"mid_block\.attentions\.0\.(.*)$", rest):
-            orig = f"{side}.middle.1.{m.group(1)}"
-        elif m := re.match(r"down_blocks\.(\d+)\.(.*)$", rest):
-            tail = m.group(2)
-            is_resnet = tail.split(".")[0] in _WAN_RESNET
-            orig = f"encoder.downsamples.{m.group(1)}.{_wan_resnet(tail) if is_resnet else tail}"
-        elif m := re.match(r"up_blocks\.(\d+)\.resnets\.(\d+)\.(.*)$", rest):
-            stage, j = int(m.group(1)), int(m.group(2))
-            orig = f"decoder.upsamples.{starts[stage] + j}.{_wan_resnet(m.group(3))}"
-        elif m := re.match(r"up_blocks\.(\d+)\.upsamplers\.0\.(.*)$", rest):
-            stage = int(m.group(1))
-            orig = f"decoder.upsamples.{starts[stage] + per_stage[stage]}.{m.group(2)}"
+        orig = wan_vae_shared_name(k) or _wan21_stage_name(rest, starts, per_stage)
         if orig is None:
             raise KeyError(f"no Wan VAE name for {k!r}")
         table[orig] = k
