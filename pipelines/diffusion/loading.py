@@ -226,16 +226,13 @@ def load_diffusers_folder(
         dtype=torch_dtype,
         vae_dtype=vdtype,
     )
-    if index.get(
-        "expand_timesteps"
-    ):  # Wan 2.2 TI2V-5B: a timestep per video token (its 48-channel VAE is config)
-        loaded = replace(loaded, denoiser=replace(loaded.denoiser, expand_timesteps=True))
-    if index.get("boundary_ratio") is not None and (root / "transformer_2" / "config.json").is_file():
-        # Wan 2.2's low-noise expert: a second denoiser component, used below the boundary timestep
-        low_noise = _register_pretrained(
+
+    def partition(base: DenoiserRef, subfolder: str) -> DenoiserRef:
+        """Another transformer of the same class in its own subfolder: `base` with that component's weights."""
+        handle = _register_pretrained(
             mm,
             root,
-            "transformer_2",
+            subfolder,
             family.denoiser_ref,
             kind="denoiser",
             dtype=torch_dtype,
@@ -243,9 +240,15 @@ def load_diffusers_folder(
             blocks=family.denoiser_blocks,
             storage=storage,
         )
-        second = replace(
-            loaded.denoiser, handle=low_noise, config=read_json(root / "transformer_2" / "config.json")
-        )
+        return replace(base, handle=handle, config=read_json(root / subfolder / "config.json"))
+
+    if index.get(
+        "expand_timesteps"
+    ):  # Wan 2.2 TI2V-5B: a timestep per video token (its 48-channel VAE is config)
+        loaded = replace(loaded, denoiser=replace(loaded.denoiser, expand_timesteps=True))
+    if index.get("boundary_ratio") is not None and (root / "transformer_2" / "config.json").is_file():
+        # Wan 2.2's low-noise expert: a second denoiser component, used below the boundary timestep
+        second = partition(loaded.denoiser, "transformer_2")
         denoiser = replace(loaded.denoiser, low_noise=second, boundary_ratio=float(index["boundary_ratio"]))
         loaded = replace(loaded, denoiser=denoiser)
     if family.denoiser_call == "wan" and (root / "image_encoder" / "config.json").is_file():
@@ -264,19 +267,7 @@ def load_diffusers_folder(
         schedulers = {**loaded.denoiser.scheduler_config, AUDIO_SCHEDULER_KEY: audio_scheduler}
         denoiser = replace(loaded.denoiser, scheduler_config=schedulers)
         if (root / "transformer_ref" / "config.json").is_file():  # the ref2va partition, its own component
-            handle = _register_pretrained(
-                mm,
-                root,
-                "transformer_ref",
-                family.denoiser_ref,
-                kind="denoiser",
-                dtype=torch_dtype,
-                allow_pickle=allow_pickle,
-                blocks=family.denoiser_blocks,
-                storage=storage,
-            )
-            config = read_json(root / "transformer_ref" / "config.json")
-            denoiser = replace(denoiser, reference=replace(denoiser, handle=handle, config=config))
+            denoiser = replace(denoiser, reference=partition(denoiser, "transformer_ref"))
         loaded = replace(loaded, vae=replace(loaded.vae, audio=audio), denoiser=denoiser)
     return loaded
 
