@@ -1,7 +1,7 @@
 """MiniMax H3's packed sequence: the geometry of a request and the row layout the transformer reads.
 
-Lives here: `MiniMaxGeometry`, `minimax_geometry`, `PackedLayout`, `build_packed_sequence`, `row_timesteps`,
-`unpatchify_video_rows`, the copied helpers (`align_num_frames`, `video_latent_num_frames`,
+Lives here: `MiniMaxGeometry`, `minimax_geometry`, `PackedLayout`, `build_packed_sequence`, `packed_layout`,
+`row_timesteps`, `unpatchify_video_rows`, the copied helpers (`align_num_frames`, `video_latent_num_frames`,
 `audio_latent_num_frames`, `patchify_video_latents` and the rotary grids) and the model's constants
 (`MINIMAX_H3_FPS`, the modality tags, `AUDIO_SCHEDULER_KEY`). May import: stdlib, numpy, torch.
 
@@ -295,6 +295,22 @@ def build_packed_sequence(
     position_ids[video_start:] = video_position_ids.reshape(-1, 3)
 
     # 2. Row indices and modality tags
+    return packed_layout(
+        position_ids, text_token_tags, condition_start, audio_start, video_start, num_condition_rows
+    )
+
+
+def packed_layout(
+    position_ids: torch.Tensor,
+    text_token_tags: torch.Tensor,
+    condition_start: int,
+    audio_start: int,
+    video_start: int,
+    condition_rows: int,
+) -> PackedLayout:
+    """The row indices and modality tags of a sequence laid out as text, condition (or reference) video rows,
+    audio rows, then the target video rows; the condition rows come first among the video rows."""
+    sequence_length, num_text_tokens = position_ids.shape[0], text_token_tags.shape[0]
     video_indices = torch.cat(
         [torch.arange(condition_start, audio_start), torch.arange(video_start, sequence_length)]
     )
@@ -304,9 +320,7 @@ def build_packed_sequence(
     token_tags[text_indices] = text_token_tags.to(torch.long)
     token_tags[audio_indices] = AUDIO_TAG
     token_tags[video_indices] = VIDEO_TAG
-    return PackedLayout(
-        position_ids, token_tags, video_indices, audio_indices, text_indices, num_condition_rows
-    )
+    return PackedLayout(position_ids, token_tags, video_indices, audio_indices, text_indices, condition_rows)
 
 
 def row_timesteps(

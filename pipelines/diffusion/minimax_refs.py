@@ -33,12 +33,11 @@ import numpy as np
 import torch
 
 from pipelines.diffusion.minimax_layout import (
-    AUDIO_TAG,
     MINIMAX_H3_AUDIO_CHANNELS,
-    VIDEO_TAG,
     PackedLayout,
     _frame_position_grid,
     _temporal_position_grid,
+    packed_layout,
 )
 from pipelines.diffusion.values import Conditioning, DenoiserRef, Latents, TextEncoderRef, VaeRef
 
@@ -158,16 +157,9 @@ def build_ref2va_packed_sequence(
     position_ids[video_start:, 1:] = target_grid.repeat(num_latent_frames, 1)
 
     # 3. Row indices (reference rows first among the video rows) and modality tags
-    video_indices = torch.cat(
-        [torch.arange(num_text_tokens, audio_start), torch.arange(video_start, sequence_length)]
+    return packed_layout(
+        position_ids, text_token_tags, num_text_tokens, audio_start, video_start, reference_rows
     )
-    audio_indices = torch.arange(audio_start, video_start)
-    text_indices = torch.arange(num_text_tokens)
-    token_tags = torch.empty(sequence_length, dtype=torch.long)
-    token_tags[text_indices] = text_token_tags.to(torch.long)
-    token_tags[audio_indices] = AUDIO_TAG
-    token_tags[video_indices] = VIDEO_TAG
-    return PackedLayout(position_ids, token_tags, video_indices, audio_indices, text_indices, reference_rows)
 
 
 def reference_to_video(
