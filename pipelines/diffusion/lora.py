@@ -291,18 +291,38 @@ def _denoiser_layers(ref: DenoiserRef) -> set[str]:
     }
 
 
+def _header_layers(files: tuple[Path, ...]) -> set[str]:
+    """Module paths with a weight as safetensors headers name them (no tensor read)."""
+    from safetensors import safe_open
+
+    names: set[str] = set()
+    for file in files:
+        with safe_open(str(file), framework="pt") as f:
+            names.update(k.removesuffix(".weight") for k in f.keys() if k.endswith(".weight"))
+    return names
+
+
 def _text_layers(handle: ModelHandle) -> set[str] | None:
     """Module paths of a text encoder from its safetensors headers; None when they can't be read that way
     (a single-file checkpoint names them differently): then the check happens when it is placed."""
-    from safetensors import safe_open
-
     if not handle.spec.files or handle.spec.prefixes:
         return None
-    names: set[str] = set()
-    for file in handle.spec.files:
-        with safe_open(str(file), framework="pt") as f:
-            names.update(k.removesuffix(".weight") for k in f.keys() if k.endswith(".weight"))
+    names = _header_layers(handle.spec.files)
     return names | {n.removeprefix("text_model.") for n in names}
+
+
+def _match(lora: LoraFile, known: dict[str, set[str] | None]) -> tuple[int, list[str]]:
+    """How many of the file's layers find their module in `known` (None: not checkable, counted as found),
+    and the keys that find none."""
+    applied, stray = 0, list(lora.unread)
+    for target, layers in lora.targets.items():
+        names = known.get(target, set())
+        for module in layers:
+            if names is None or module in names or module.removeprefix("text_model.") in names:
+                applied += 1
+            else:
+                stray.append(f"{target}:{module}")
+    return applied, stray
 
 
 def check_lora(
@@ -314,18 +334,17 @@ def check_lora(
     applies, with a sample of the keys.
     """
     lora = read_lora(path, denoiser.family.name, denoiser.config, allow_pickle=allow_pickle)
-    known: dict[str, set[str] | None] = {"denoiser": _denoiser_layers(denoiser)}
+    # The denoiser's headers first: building its class on the meta device imports diffusers' model code
+    # (seconds a plan need not spend). Headers can name modules with a prefix or in another layout, so
+    # anything they leave unmatched is checked again against the model itself.
+    known: dict[str, set[str] | None] = {"denoiser": _header_layers(denoiser.handle.spec.files)}
     if text_encoder is not None:
         for i, handle in enumerate(text_encoder.handles):
             known[_TEXT_TARGETS[i]] = _text_layers(handle)
-    applied, stray = 0, list(lora.unread)
-    for target, layers in lora.targets.items():
-        names = known.get(target, set())
-        for module in layers:
-            if names is None or module in names or module.removeprefix("text_model.") in names:
-                applied += 1
-            else:
-                stray.append(f"{target}:{module}")
+    applied, stray = _match(lora, known)
+    if any(s.startswith("denoiser:") for s in stray):
+        known["denoiser"] = _denoiser_layers(denoiser)
+        applied, stray = _match(lora, known)
     if applied == 0:
         sample = ", ".join(stray[:_SAMPLE]) or "(none)"
         raise ValueError(

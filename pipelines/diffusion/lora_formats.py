@@ -174,15 +174,18 @@ def _read_ltx2(path: Path, state_dict: dict[str, torch.Tensor]) -> LoraFile:
 
 def _peft_module(key: str, target: str) -> tuple[str, str] | None:
     """(module path, part) for a diffusers/PEFT key without its target prefix; None if it is no LoRA key."""
-    from diffusers.utils.state_dict_utils import DIFFUSERS_OLD_TO_PEFT, UNET_TO_DIFFUSERS
+    if ".lora_A." not in key and ".lora_B." not in key:
+        # Old diffusers attention-processor names: "attn1.processor.to_q_lora.down.weight" ->
+        # "attn1.to_q.lora_A". A PEFT key is already new; importing diffusers' tables for it would cost a
+        # plan seconds of diffusers.utils (torch._dynamo, peft).
+        from diffusers.utils.state_dict_utils import DIFFUSERS_OLD_TO_PEFT, UNET_TO_DIFFUSERS
 
-    # Old diffusers attention-processor names: "attn1.processor.to_q_lora.down.weight" -> "attn1.to_q.lora_A".
-    key = key.replace(".processor.", ".")
-    table = UNET_TO_DIFFUSERS if target == "denoiser" else DIFFUSERS_OLD_TO_PEFT
-    for old, new in table.items():
-        if old in key:
-            key = key.replace(old, new)
-            break
+        key = key.replace(".processor.", ".")
+        table = UNET_TO_DIFFUSERS if target == "denoiser" else DIFFUSERS_OLD_TO_PEFT
+        for old, new in table.items():
+            if old in key:
+                key = key.replace(old, new)
+                break
     for marker, part in (
         (".lora_A.", "down"),
         (".lora_B.", "up"),
