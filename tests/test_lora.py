@@ -306,3 +306,43 @@ def test_a_file_for_another_model_is_refused_with_a_sample_and_a_partial_one_war
     with caplog.at_level(logging.WARNING):
         ours("tiny-sd", [(partial, 1.0)])
     assert f"{len(unet_layers(pipe.unet))} layers applied, 1 not" in caplog.text
+
+
+def test_the_check_reads_the_denoisers_headers_and_asks_the_model_only_about_what_they_leave(
+    pipes, tmp_path, monkeypatch
+) -> None:
+    # A plan runs LoadLoRA's check: building the denoiser on the meta device imports diffusers' model code,
+    # seconds of `app plan`. A matching file is answered from the safetensors headers alone; a key they do
+    # not find is asked of the model itself before it is called stray (headers may name modules otherwise).
+    from safetensors.torch import load_file, save_file
+
+    import pipelines.diffusion.lora as lora_module
+    from pipelines.diffusion.loading import load_model
+
+    mm = MemoryManager(MemoryConfig(device="cpu", policy="auto"))
+    model = load_model(mm, "demo:tiny-sd")
+    mm.close()
+    pipe = pipes("tiny-sd")
+    matching = tmp_path / "matching.safetensors"
+    write_kohya(matching, pipe.unet, {}, seed=1)
+    built: list[str] = []
+    real = lora_module._denoiser_layers
+
+    def counting(ref):  # noqa: ANN001, ANN202 (a stand-in for the private function)
+        built.append("meta model")
+        return real(ref)
+
+    monkeypatch.setattr(lora_module, "_denoiser_layers", counting)
+    _, applied, stray = lora_module.check_lora(matching, model.denoiser, model.text_encoder)
+    assert (applied, stray, built) == (len(unet_layers(pipe.unet)), [], [])
+
+    partial = tmp_path / "partial.safetensors"
+    sd = load_file(str(matching))
+    sd["lora_unet_not_a_layer.lora_down.weight"] = torch.zeros(2, 4)
+    sd["lora_unet_not_a_layer.lora_up.weight"] = torch.zeros(4, 2)
+    save_file(sd, str(partial))
+    _, applied, stray = lora_module.check_lora(partial, model.denoiser, model.text_encoder)
+    assert built == ["meta model"]
+    assert applied == len(unet_layers(pipe.unet)) and stray == [
+        "denoiser:not.a.layer"
+    ]  # as kohya names convert
