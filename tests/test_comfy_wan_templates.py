@@ -385,3 +385,59 @@ def test_wan22_flf2v_template_gives_the_native_first_last_frame_frames(
     ours = run_graph(native, tmp_path / "native", sets)
     assert theirs[0].std() > 5
     assert _max_diff(theirs, ours) <= 1  # as the image-to-video case
+
+
+@pytest.fixture(scope="module")
+def flf2v21_root(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    from tests.demo_support import copy_demo_model
+
+    tmp = tmp_path_factory.mktemp("wan21-flf2v-template")
+    folder = copy_demo_model("tiny-wan-flf2v", tmp / "tiny-wan-flf2v")
+    return folder, wan_template_root(folder, "wan2.1_flf2v_720_f16", tmp / "ComfyUI", START)
+
+
+@pytest.mark.slow  # as the image-to-video case, one expert
+def test_wan21_flf2v_template_reads_its_frame_positions_and_gives_the_native_frames(
+    flf2v21_root: tuple[Path, Path], registry, tmp_path: Path
+) -> None:
+    """wan2.1_flf2v_720_f16: Wan 2.1 FLF2V's transformer file carries the two frames' CLIP positions
+    (`img_emb.emb_pos`, which diffusers' single-file converter leaves unnamed), so it loads as the FLF2V size;
+    both pictures go through CLIP Vision Encode; uni_pc / simple at shift 8, cfg 3 (the template's)."""
+    from PIL import Image
+
+    folder, root = flf2v21_root
+    template = "wan2.1_flf2v_720_f16"
+    start = root / "input/wan2.1_flf2v_720_f16_start_image.png"
+    end = root / "input/wan2.1_flf2v_720_f16_end_image.png"
+    Image.open(start).transpose(Image.Transpose.FLIP_LEFT_RIGHT).save(end)  # the ends differ
+    sets = {
+        "wan_first_last_frame_to_video.width": 48,
+        "wan_first_last_frame_to_video.height": 32,
+        "wan_first_last_frame_to_video.length": 5,
+        "ksampler.steps": STEPS,
+        "ksampler.seed": 42,
+        "save_video.format": "png",
+    }
+    theirs = run_graph(template_path(template), tmp_path / "template", sets, ("--models-dir", str(root)))
+    native = _native(REPO / "resources/workflows/img2video.json")
+    native["nodes"]["shift"]["params"]["shift"] = 8
+    native["nodes"]["end"] = {"type": "LoadImage", "params": {"path": str(end)}, "inputs": {}}
+    native["nodes"]["i2v"]["type"] = "WanFirstLastFrameToVideo"
+    native["nodes"]["i2v"]["inputs"]["end_image"] = ["end", "image"]
+    sets = {
+        "load.path": str(folder),
+        "image.path": str(start),
+        "i2v.width": 48,
+        "i2v.height": 32,
+        "i2v.length": 5,
+        "sampler.scheduler": "k_uni_pc",
+        "sampler.sigma_schedule": "simple",
+        "sampler.steps": STEPS,
+        "sampler.cfg": 3,
+        "sampler.seed": 42,
+        "save.format": "png",
+        **_prompts(template, registry),
+    }
+    ours = run_graph(native, tmp_path / "native", sets)
+    assert theirs[0].std() > 5
+    assert _max_diff(theirs, ours) <= 1  # as the image-to-video case

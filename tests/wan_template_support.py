@@ -39,6 +39,13 @@ TEMPLATE_FILES: dict[str, dict[str, str]] = {
         "clip_vision": "clip_vision_h.safetensors",
         "image": "image_to_video_wan_start_image.png",
     },
+    "wan2.1_flf2v_720_f16": {
+        "transformer": "wan2.1_flf2v_720p_14B_fp16.safetensors",
+        "text_encoder": "umt5_xxl_fp8_e4m3fn_scaled.safetensors",
+        "vae": "wan_2.1_vae.safetensors",
+        "clip_vision": "clip_vision_h.safetensors",
+        "image": "wan2.1_flf2v_720_f16_start_image.png",
+    },
     "text_to_video_wan": {
         "transformer": "wan2.1_t2v_1.3B_fp16.safetensors",
         "text_encoder": "umt5_xxl_fp8_e4m3fn_scaled.safetensors",

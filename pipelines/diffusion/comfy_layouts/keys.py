@@ -59,7 +59,12 @@ def transformer_to_diffusers(layout: str, state: Mapping[str, torch.Tensor]) -> 
     if layout == "flux2":
         return sfu.convert_flux2_transformer_checkpoint_to_diffusers(state)
     if layout == "wan":
-        return sfu.convert_wan_transformer_to_diffusers(state)
+        converted = sfu.convert_wan_transformer_to_diffusers(state)
+        # FLF2V's first/last-frame positions: diffusers' conversion script maps them, its single-file
+        # converter leaves the name as it is.
+        if "img_emb.emb_pos" in converted:
+            converted["condition_embedder.image_embedder.pos_embed"] = converted.pop("img_emb.emb_pos")
+        return converted
     if layout == "qwenimage":
         return state
     if layout == "qwenimage21":  # diffusers' names with the SwiGLU gate and up fused, gate rows first
@@ -192,6 +197,7 @@ _WAN_RENAMES = (  # diffusers -> ComfyUI, applied in order (the inverse of diffu
     ("condition_embedder.image_embedder.ff.net.0.proj", "img_emb.proj.1"),
     ("condition_embedder.image_embedder.ff.net.2", "img_emb.proj.3"),
     ("condition_embedder.image_embedder.norm2", "img_emb.proj.4"),
+    ("condition_embedder.image_embedder.pos_embed", "img_emb.emb_pos"),  # FLF2V: the two frames' positions
     ("attn1", "self_attn"),
     ("attn2", "cross_attn"),
     (".to_out.0.", ".o."),

@@ -57,6 +57,7 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("wan2.2-i2v-a14b", "wan", "a Wan 2.2 I2V A14B expert"),
     Variant("wan-i2v-tiny", "wan", "Wan 2.1 I2V (tiny demo)"),
     Variant("wan2.1-i2v-14b", "wan", "Wan 2.1 I2V 14B (CLIP ViT-H/14 image encoder)"),
+    Variant("wan-flf2v-tiny", "wan", "Wan 2.1 FLF2V (tiny demo)"),
     # Qwen-Image-Edit 2509's tiny demo (its processor/ too). No released size: 2509 and 2511 differ only in a
     # config flag (zero_cond_t) no tensor shows, so a real edit file takes its own folder as field 'config_dir'.
     Variant("qwenimage-edit-tiny", "qwenimage_edit", "Qwen-Image-Edit 2509 (tiny demo)"),
@@ -83,6 +84,7 @@ TINY_SOURCES = {
     "wan22-i2v-tiny": "tiny-wan22-i2v",
     "wan22-ti2v-tiny": "tiny-wan22-ti2v",
     "wan-i2v-tiny": "tiny-wan-i2v",
+    "wan-flf2v-tiny": "tiny-wan-flf2v",
     "qwenimage-edit-tiny": "tiny-qwenimage-edit",
     "qwenimage21-tiny": "tiny-qwenimage21",
     "qwenimage21-turbo-tiny": "tiny-qwenimage21-turbo",
