@@ -203,6 +203,8 @@ def test_the_models_library_detects_comfyui_transformer_files_by_their_names() -
         ("qwenimage", "qwen-image"),
         ("wan", "wan2.1-t2v-1.3b"),
         ("wan", "wan2.1-t2v-14b"),
+        ("wan", "wan2.1-i2v-14b"),
+        ("wan", "wan2.1-flf2v-14b"),  # the I2V size plus the two frames' positions (img_emb.emb_pos)
     ],
 )
 def test_a_released_size_in_comfyui_names_picks_its_shipped_config(family: str, folder: str) -> None:

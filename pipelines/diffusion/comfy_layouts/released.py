@@ -296,6 +296,22 @@ RELEASED: dict[str, dict[str, Any]] = {
         "image_encoder": CLIP_VIT_H,
         "image_processor": CLIP_PROCESSOR,
     },
+    # Wan 2.1 FLF2V 14B 720P (diffusers' scripts/convert_wan_to_diffusers.py): the I2V transformer with the
+    # first and last frames' CLIP positions (2 x 257 tokens) and flow shift 16.
+    "wan2.1-flf2v-14b": {
+        **_wan(
+            40,
+            13824,
+            40,
+            16.0,
+            in_channels=36,
+            image_dim=1280,
+            added_kv_proj_dim=5120,
+            pos_embed_seq_len=2 * 257,
+        ),
+        "image_encoder": CLIP_VIT_H,
+        "image_processor": CLIP_PROCESSOR,
+    },
 }
 _CLASSES = {  # the diffusers class of each subfolder, per pipeline
     "ZImagePipeline": {"transformer": "ZImageTransformer2DModel", "vae": "AutoencoderKL"},

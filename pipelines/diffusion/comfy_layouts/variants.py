@@ -58,6 +58,7 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("wan-i2v-tiny", "wan", "Wan 2.1 I2V (tiny demo)"),
     Variant("wan2.1-i2v-14b", "wan", "Wan 2.1 I2V 14B (CLIP ViT-H/14 image encoder)"),
     Variant("wan-flf2v-tiny", "wan", "Wan 2.1 FLF2V (tiny demo)"),
+    Variant("wan2.1-flf2v-14b", "wan", "Wan 2.1 FLF2V 14B 720P (first and last frames)"),
     # Qwen-Image-Edit 2509's tiny demo (its processor/ too). No released size: 2509 and 2511 differ only in a
     # config flag (zero_cond_t) no tensor shows, so a real edit file takes its own folder as field 'config_dir'.
     Variant("qwenimage-edit-tiny", "qwenimage_edit", "Qwen-Image-Edit 2509 (tiny demo)"),
