@@ -81,6 +81,8 @@ def _declared_widgets(emit: Emit, node: ComfyNode, registry: NodeRegistry) -> Em
 
 # Flow families whose own loop takes (or refuses, with its own message) ComfyUI's k-samplers: the video ones.
 _OWN_K_CHECKS = ("wan", "ltx2", "minimax")
+# Flow families that run ComfyUI's flow k-samplers (FLOW_K_SAMPLERS) in k loops of their own.
+_COMFY_K_FAMILIES = ("wan", "minimax", "zimage")
 
 
 class _Converter:
@@ -203,8 +205,8 @@ class _Converter:
             if family in FAMILIES and FAMILIES[family].flow:
                 # Flow models run their own flow-matching Euler loop here (k_euler maps onto it).
                 scheduler, schedule = data["params"].get("scheduler"), data["params"].get("sigma_schedule")
-                # Wan and MiniMax H3 run ComfyUI's flow samplers too (their own k loops).
-                wan_k = family in ("wan", "minimax") and str(scheduler).removeprefix("k_") in FLOW_K_SAMPLERS
+                # Wan, MiniMax H3 and Z-Image run ComfyUI's flow samplers too (their own k loops).
+                wan_k = family in _COMFY_K_FAMILIES and str(scheduler).removeprefix("k_") in FLOW_K_SAMPLERS
                 own_loop = FAMILIES[family].denoiser_call in _OWN_K_CHECKS
                 if scheduler != "k_euler" and own_loop and not wan_k:  # Wan runs ComfyUI's flow samplers too
                     self.graph.note(
@@ -214,6 +216,7 @@ class _Converter:
                     )
                 elif (
                     not own_loop
+                    and not wan_k
                     and isinstance(scheduler, str)
                     and scheduler.startswith("k_")
                     and scheduler != "k_euler"

@@ -47,6 +47,7 @@ from pipelines.diffusion.step_cache import step_cache
 from pipelines.diffusion.values import Conditioning, DenoiserRef, Latents
 from pipelines.diffusion.wan_k_sampling import sample_wan_k
 from pipelines.diffusion.wan_sampling import sample_wan
+from pipelines.diffusion.zimage_k_sampling import sample_zimage_k
 from pipelines.diffusion.zimage_sampling import sample_zimage
 from pipelines.steps import OnStep, Step
 
@@ -164,6 +165,11 @@ def sample(
         from pipelines.diffusion.minimax_sampling import sample_minimax
 
         return sample_minimax(mm, denoiser, positive, negative, latents, settings, on_step=on_step)
+    if denoiser.family.denoiser_call == "zimage" and settings.scheduler.startswith(K_PREFIX):
+        if (
+            settings.scheduler != "k_euler"
+        ):  # ComfyUI's samplers over its flow sigmas (the templates' res_multistep)
+            return sample_zimage_k(mm, denoiser, positive, negative, latents, settings, on_step=on_step)
     if settings.scheduler.startswith(K_PREFIX):
         if denoiser.family.flow and settings.scheduler == "k_euler":
             # Flow models keep their flow-matching Euler loop (ComfyUI's euler on a flow model is Euler too).
