@@ -54,7 +54,9 @@ _METHODS = ("offset", "index", "uxo/uno", "index_timestep_zero")
 )
 class ReferenceLatentMethod(Node):
     conditioning: Conditioning = wire(CONDITIONING)
-    reference_latents_method: str = param(CHOICE, "offset", choices=_METHODS)
+    reference_latents_method: str = param(
+        CHOICE, "offset", choices=_METHODS, comfy="reference_latents_method"
+    )
 
     def run(self, ctx: NodeContext) -> dict[str, Any]:
         method = "uxo" if "uxo" in self.reference_latents_method else self.reference_latents_method

@@ -202,6 +202,9 @@ def _save_picture(path: Path) -> Path:
 def test_style_reference_template_runs_on_its_file_names_and_gives_the_folder_picture(
     folder: Path, tmp_path: Path
 ) -> None:
+    from nodes.comfy.export import export_api
+    from nodes.registry import default_registry
+    from nodes.workflow import load_workflow
     from pipelines.diffusion.comfy_layouts.krea2 import KREA2_FILES, write_krea2_files
     from tests.comfy_layout_support import run_graph
     from tests.template_runs import import_template, max_diff, native_graph, place_loras, template_file
@@ -221,6 +224,12 @@ def test_style_reference_template_runs_on_its_file_names_and_gives_the_folder_pi
     assert nodes["flux_kontext_multi_reference_latent_meth"]["params"] == {
         "reference_latents_method": "index_timestep_zero"
     }
+    registry = default_registry(entry_point_packs=False)
+    exported = export_api(load_workflow(tmp_path / f"{TEMPLATE}.nodeloom.json", registry), registry)
+    (method_node,) = [
+        n for n in exported.values() if n["class_type"] == "FluxKontextMultiReferenceLatentMethod"
+    ]
+    assert method_node["inputs"]["reference_latents_method"] == "index_timestep_zero"  # and back to ComfyUI
     # 5 x 7 packed patches; the picture read by Qwen3-VL at 64 x 64 px and as a 48 x 32 px reference.
     sets = {
         "empty_latent_image_2.width": 40,

@@ -12,7 +12,7 @@ negative when none is given; ours is the wired negative's text), one call per pr
 (`is_distilled` in model_index.json) uses a fixed shift (mu 1.15); the base one computes it from the image's
 token count. `sampler.cfg` is the pipeline's `guidance_scale`; 0 is no guidance. A positive prompt with
 reference latents and a reference method (ComfyUI's style-reference template) has them appended after the
-image's tokens as ComfyUI's model places them (pipelines.diffusion.krea2_refs); the negative reads the same.
+image's tokens as ComfyUI's model places them (pipelines.diffusion.krea2_refs); the negative reads its own.
 """
 
 from __future__ import annotations
@@ -108,15 +108,15 @@ def krea2_working_bytes(
     return large + large // 64  # the small tensors beside them, as in `diffusion_working_bytes`
 
 
-def prompt_references(positive: Conditioning) -> tuple[list[torch.Tensor], str | None]:
-    """The positive prompt's reference latents and method, as ComfyUI's Krea 2 reads them: none without a
-    method (its model has no default placement)."""
-    method = positive.reference_method
-    if not positive.references or method is None:
+def prompt_references(prompt: Conditioning) -> tuple[list[torch.Tensor], str | None]:
+    """A prompt's reference latents and method, as ComfyUI's Krea 2 reads them: none without a method (its
+    model has no default placement)."""
+    method = prompt.reference_method
+    if not prompt.references or method is None:
         return [], None
     if method not in REFERENCE_METHODS:
         raise ValueError(f"reference method {method!r}: Krea 2 takes one of {', '.join(REFERENCE_METHODS)}")
-    return [ref.samples for ref in positive.references], method
+    return [ref.samples for ref in prompt.references], method
 
 
 @torch.no_grad()
@@ -171,26 +171,37 @@ def sample_krea2(
         )
     text_tokens = pos.embeds.shape[1]
     ids = position_ids(text_tokens, h // 2, w // 2, device)
-    refs, method = prompt_references(positive)
-    ref_tokens = None
-    if refs:
-        if settings.step_cache.on and settings.step_cache.method == "easy":
-            raise ValueError(f"{title}: cache 'easy' does not run with reference pictures; set cache to off")
-        ref_tokens, ref_ids = reference_tokens(refs, batch, device, dtype)
-        ids = torch.cat([ids, ref_ids], dim=0)
 
-    def predict(model: torch.nn.Module, cond: Conditioning, timestep: torch.Tensor) -> torch.Tensor:
+    def placement(prompt: Conditioning) -> tuple[torch.Tensor, torch.Tensor, bool] | None:
+        """A prompt's reference tokens, the positions with theirs appended, and whether at timestep zero
+        (each prompt its own, as ComfyUI conditions each model call on its prompt's references)."""
+        refs, method = prompt_references(prompt)
+        if not refs:
+            return None
+        tokens, ref_ids = reference_tokens(refs, batch, device, dtype)
+        return tokens, torch.cat([ids, ref_ids], dim=0), method == TIMESTEP_ZERO
+
+    placed = {"cond": placement(positive), "uncond": placement(negative) if neg is not None else None}
+    referenced = [p for p in placed.values() if p is not None]
+    if referenced and settings.step_cache.on and settings.step_cache.method == "easy":
+        raise ValueError(f"{title}: cache 'easy' does not run with reference pictures; set cache to off")
+
+    def predict(
+        model: torch.nn.Module, cond: Conditioning, timestep: torch.Tensor, branch: str
+    ) -> torch.Tensor:
         mask = cond.attention_mask
-        if ref_tokens is not None:
+        refs = placed[branch]
+        if refs is not None:
+            tokens, all_ids, zero = refs
             return krea2_forward(
                 model,
                 x,
-                ref_tokens,
+                tokens,
                 cond.embeds.to(device=device, dtype=dtype),
                 timestep,
-                ids,
+                all_ids,
                 None if mask is None else mask.to(device),
-                timestep_zero=method == TIMESTEP_ZERO,
+                timestep_zero=zero,
             )
         return model(
             hidden_states=x,
@@ -202,9 +213,10 @@ def sample_krea2(
         )[0]
 
     # 5. Denoising loop
-    extra = 0 if ref_tokens is None else ref_tokens.shape[1]
+    extra = max((tokens.shape[1] for tokens, _, _ in referenced), default=0)
+    zero = any(z for _, _, z in referenced)
     working = Working(
-        krea2_working_bytes(denoiser, h, w, batch, text_tokens, extra, method == TIMESTEP_ZERO),
+        krea2_working_bytes(denoiser, h, w, batch, text_tokens, extra, zero),
         f"{batch}x{h}x{w}+{text_tokens}t+{extra}r",
     )
     report = StepReport(on_step, len(timesteps), scheduler, unpack=lambda z: unpack_latents(z, h, w))
@@ -216,10 +228,10 @@ def sample_krea2(
             cache.step(i)
             timestep = (t / config.num_train_timesteps).expand(batch).to(x.dtype)
             with cache.branch("cond"):
-                noise_pred = predict(model, pos, timestep)
+                noise_pred = predict(model, pos, timestep, "cond")
             if neg is not None:
                 with cache.branch("uncond"):
-                    neg_pred = predict(model, neg, timestep)
+                    neg_pred = predict(model, neg, timestep, "uncond")
                 noise_pred = noise_pred + settings.cfg * (noise_pred - neg_pred)
 
             before = x
