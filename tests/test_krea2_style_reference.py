@@ -1,7 +1,8 @@
 """Krea 2 with a reference picture, as ComfyUI's style-reference template runs it: the transformer's forward
 with reference tokens equals diffusers' own when every token shares one timestep (so the plain path is
 unchanged), "index_timestep_zero" changes the velocity through the references alone, Qwen3-VL's patches are
-laid out as transformers' processor lays them, and `image_krea2_turbo_int8_image_style_reference` runs on the
+laid out as transformers' processor lays them, the taps are each decoder layer's input (DeepStack included) as
+ComfyUI reads them, and `image_krea2_turbo_int8_image_style_reference` runs on the
 tiny Turbo under its own file names and gives the folder's picture; the reference picture steers the latents
 (at the clean timestep differently from the step's), and, as ComfyUI's model, the references are ignored when
 no method is set.
@@ -257,3 +258,41 @@ def test_style_reference_template_runs_on_its_file_names_and_gives_the_folder_pi
     no_vae = json.loads(json.dumps(bypassed))
     del no_vae["nodes"]["text_encode_qwen_image_edit_plus"]["inputs"]["vae"]
     assert max_diff(no_method, run_graph(no_vae, tmp_path / "no_vae", sets, dirs)) == 0
+
+
+@torch.no_grad()
+def test_taps_are_the_layers_inputs_as_comfyui_reads_them_deepstack_included() -> None:
+    from transformers import Qwen3VLConfig, Qwen3VLModel
+
+    from pipelines.diffusion.krea2_pictures import _layer_inputs, qwen3vl_patches
+
+    tiny = Path(__file__).resolve().parent.parent / "resources" / "configs" / "krea2-turbo-tiny"
+    config = Qwen3VLConfig.from_pretrained(str(tiny / "text_encoder"))
+    config.vision_config.depth = 2
+    config.vision_config.deepstack_visual_indexes = [0, 1]  # features added after decoder layers 0 and 1
+    torch.manual_seed(0)
+    model = Qwen3VLModel(config).eval()
+    pixels, grid = qwen3vl_patches(_picture(flip=False)[:, :, :48], config.vision_config.to_dict())
+    pads = int(grid.prod()) // 4
+    ids = torch.tensor([[1, 7, 3, *[5] * pads, 4, 8, 9]])
+    picture = ids == 5
+    taps = _layer_inputs(model, (1, 2, 3))
+    try:
+        states = model(
+            input_ids=ids,
+            pixel_values=pixels,
+            image_grid_thw=grid,
+            mm_token_type_ids=picture.long(),
+            output_hidden_states=True,
+        ).hidden_states
+    finally:
+        taps.close()
+    deepstack = model.get_image_features(pixels, grid).deepstack_features  # per layer, per picture
+    # ComfyUI's tap k is layer k's input: transformers' hidden_states[k] plus layer k-1's DeepStack feature at
+    # the picture's tokens (the same addition, so exact), and the same everywhere else.
+    for k in (1, 2):
+        expected = states[k].clone()
+        expected[picture] += deepstack[k - 1][0]
+        assert torch.equal(taps.seen[k], expected)
+        assert not torch.equal(taps.seen[k], states[k])
+    assert 3 not in taps.seen  # the layer count: the final normed state, hidden_states[3], in both

@@ -23,7 +23,9 @@ comfy/text_encoders/qwen3vl.py and qwen_vl.py (`preprocess_embed`, `process_qwen
 
 The positions (mRoPE) and DeepStack features are transformers' `Qwen3VLModel` own, which give ComfyUI's
 layout (text counts on; a picture's tokens sit at its grid from the position it starts at; the text after
-resumes past the larger grid side).
+resumes past the larger grid side). The taps are read as ComfyUI reads them, each decoder layer's input
+(`_layer_inputs`: at the picture tokens the first taps differ from transformers' `hidden_states` by a
+DeepStack addition).
 """
 
 from __future__ import annotations
@@ -118,6 +120,35 @@ def _template_end(ids: list[int], tokenizer: Any) -> int:
     return end
 
 
+class _LayerInputs:
+    """What each chosen decoder layer is given (ComfyUI's tap k), held while the encoder runs."""
+
+    def __init__(self, layers: torch.nn.ModuleList, wanted: tuple[int, ...]) -> None:
+        self.seen: dict[int, torch.Tensor] = {}
+        self._handles = [
+            layers[k].register_forward_pre_hook(self._keeper(k)) for k in wanted if k < len(layers)
+        ]
+
+    def _keeper(self, k: int) -> Any:
+        def keep(module: torch.nn.Module, args: tuple[Any, ...]) -> None:
+            self.seen[k] = args[0]
+
+        return keep
+
+    def close(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+
+
+def _layer_inputs(te: torch.nn.Module, wanted: tuple[int, ...]) -> _LayerInputs:
+    """ComfyUI's tap k is decoder layer k's input, DeepStack's visual features already added after layers
+    0-2; transformers' `hidden_states[k]` is layer k-1's output before that addition. The two agree on text
+    (Krea 2's plain prompts read `hidden_states`) and on every tap past the DeepStack layers; a tap at the
+    layer count (none of Krea 2's) is the final normed state in both."""
+    language = getattr(te, "language_model", None) or te.model.language_model
+    return _LayerInputs(language.layers, wanted)
+
+
 @torch.no_grad()
 def encode_krea2_pictures(
     mm: MemoryManager,
@@ -159,13 +190,18 @@ def encode_krea2_pictures(
         formula = max(formula, edit_text_working_bytes(config, tokens, patches, ref.dtype))
     end = _template_end(ids[0].tolist(), tokenizer)
     with use_text_encoder(mm, ref, 0, working=Working(formula, f"1x{tokens}+{patches}p")) as te:
-        states = te(
-            input_ids=ids.to(mm.device),
-            attention_mask=torch.ones_like(ids).to(mm.device),
-            output_hidden_states=True,
-            **kwargs,
-        ).hidden_states
-        embeds = torch.stack([states[i] for i in layers], dim=2)[:, end:]  # (1, S, layers, hidden)
+        taps = _layer_inputs(te, layers)
+        try:
+            states = te(
+                input_ids=ids.to(mm.device),
+                attention_mask=torch.ones_like(ids).to(mm.device),
+                output_hidden_states=True,
+                **kwargs,
+            ).hidden_states
+        finally:
+            taps.close()
+        chosen = [taps.seen.get(i, states[i]) for i in layers]
+        embeds = torch.stack(chosen, dim=2)[:, end:]  # (1, S, layers, hidden)
     cond = Conditioning(embeds=embeds.cpu(), family=ref.family.name, text=text)
 
     # 3. The pictures' VAE latents, in order, as the prompt's references (ComfyUI: `reference_latents`)
