@@ -8,7 +8,9 @@ As ComfyUI's nodes of the same names (comfy_extras/nodes_qwen.py): `clip` is our
 the text, `vae` (optional) makes the pictures' reference latents, `image` / `image1..3` the pictures. The
 resizing follows diffusers' pipelines, the reference this is checked against (about 1024 x 1024 px for the
 VAE, sides multiples of 32; 384 x 384 px for Qwen2.5-VL in Plus), which differs from ComfyUI's (multiples
-of 8, area interpolation); `vae_pixels` / `vl_pixels` are those areas.
+of 8, area interpolation); `vae_pixels` / `vl_pixels` are those areas. On Krea 2's Qwen3-VL (ComfyUI's
+style-reference template) the Plus node follows ComfyUI itself, which is the only reference there
+(pipelines/diffusion/krea2_pictures.py); its pictures are optional.
 """
 
 from __future__ import annotations
@@ -44,10 +46,17 @@ def _encode(
 ) -> dict[str, Any]:
     from pipelines.diffusion.qwenimage_edit_text import encode_qwenimage_edit
 
+    if plus and text_encoder.family.name == "krea2":  # ComfyUI's style-reference template on Krea 2
+        from pipelines.diffusion.krea2_pictures import encode_krea2_pictures
+
+        cond = encode_krea2_pictures(
+            ctx.memory, text_encoder, text, images, vae=vae, vl_area=vl_pixels, vae_area=vae_pixels
+        )
+        return {"conditioning": cond}
     if text_encoder.family.name != "qwenimage_edit":
         raise ValueError(
             f"field 'text_encoder': {text_encoder.family.title} is not a Qwen-Image-Edit model "
-            "(load a Qwen-Image-Edit folder)"
+            "(load a Qwen-Image-Edit folder, or Krea 2 for the Plus node)"
         )
     if not images:
         raise ValueError("field 'image': wire at least one picture to edit")
@@ -100,7 +109,8 @@ class TextEncodeQwenImageEdit(Node):
     category="diffusion/conditioning",
     outputs=[Output("conditioning", CONDITIONING)],
     description="An edit instruction read by Qwen2.5-VL with up to three pictures ('Picture 1: ...', Qwen-Image-"
-    "Edit 2509/2511); with a VAE wired every picture's latents become references the sampler edits from.",
+    "Edit 2509/2511; or Krea 2's Qwen3-VL, as ComfyUI's style-reference template reads its picture); with a VAE "
+    "wired every picture's latents become references the sampler edits from.",
     tags=("edit", "TextEncodeQwenImageEditPlus"),
 )
 class TextEncodeQwenImageEditPlus(Node):

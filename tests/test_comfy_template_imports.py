@@ -34,6 +34,7 @@ FAMILY_OF = {
     "image_qwen_image_edit_2511_int8": "qwenimage_edit",
     "image_firered_image_edit1_1": "qwenimage_edit",
     "image_krea2_turbo_t2i": "krea2",
+    "image_krea2_turbo_int8_image_style_reference": "krea2",
     "flux_dev_full_text_to_image": "flux",
     "flux_schnell_full_text_to_image": "flux",
     "flux_kontext_dev_basic": "flux",

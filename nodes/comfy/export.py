@@ -269,6 +269,9 @@ EXPORTERS: dict[str, _Out | Callable[[NodeInstance], _Out]] = {
     "ReferenceLatent": _Out(
         "ReferenceLatent", {"conditioning": "conditioning", "latent": "latent"}, {}, {"conditioning": 0}
     ),
+    "ReferenceLatentMethod": _Out(
+        "FluxKontextMultiReferenceLatentMethod", {"conditioning": "conditioning"}, {}, {"conditioning": 0}
+    ),
     "EmptyVideoLatent": _Out(
         "EmptyHunyuanLatentVideo",
         {},

@@ -8,9 +8,10 @@ helpers).
 - FluxKontextImageScale -> ours (nodes/comfy/edit_nodes.py).
 - ImageStitch with no second picture (the Kontext template's second Load Image is bypassed) -> wired through:
   ComfyUI's node returns image1 as it is then; two pictures stitched are not done here (the node is refused).
-- FluxKontextMultiReferenceLatentMethod -> wired through: how the reference latents are placed comes from
-  the model here (its diffusers pipeline; 2511's `zero_cond_t` config is ComfyUI's "index_timestep_zero"),
-  which ComfyUI's own template note says its own files need no node for.
+- FluxKontextMultiReferenceLatentMethod -> ours, ReferenceLatentMethod (nodes/flux2.py): the method rides on
+  the conditioning. Krea 2 reads it as ComfyUI's model does (its references count only with a method); the
+  other edit models place their references as their diffusers pipelines do (2511's `zero_cond_t` config is
+  ComfyUI's "index_timestep_zero"), which ComfyUI's own template note says its own files need no node for.
 """
 
 from __future__ import annotations
@@ -46,18 +47,27 @@ def _image_stitch(node: ComfyNode, ctx: MapContext) -> Emit | PassThrough:
     return PassThrough({0: "image1"})
 
 
-def _reference_method(node: ComfyNode, ctx: MapContext) -> PassThrough:
+def _reference_method(node: ComfyNode, ctx: MapContext) -> Emit | PassThrough:
     method = _get(node, "reference_latents_method", "offset")
-    known = method in _REFERENCE_METHODS
+    if method not in _REFERENCE_METHODS:
+        ctx.graph.note(
+            node,
+            f"approximated: reference_latents_method {method!r} is not one ComfyUI has; the model's own "
+            "placement is used",
+        )
+        return PassThrough({0: "conditioning"})
     ctx.graph.note(
         node,
-        f"reference_latents_method {method!r}: the reference latents are placed as the model's own pipeline "
-        "places them (ComfyUI's files need no such node)"
-        if known
-        else f"approximated: reference_latents_method {method!r} is not one ComfyUI has; the model's own "
-        "placement is used",
+        f"reference_latents_method {method!r}: Krea 2 places its references so; the other edit models as "
+        "their own pipelines do (ComfyUI's files need no such node)",
     )
-    return PassThrough({0: "conditioning"})
+    return _emit(
+        node,
+        "ReferenceLatentMethod",
+        {"reference_latents_method": method},
+        ("conditioning",),
+        conditioning="conditioning",
+    )
 
 
 EDIT_MAPPERS: dict[str, Mapper] = {

@@ -175,6 +175,11 @@ def sample(
             # Flow models keep their flow-matching Euler loop (ComfyUI's euler on a flow model is Euler too).
             settings = replace(settings, scheduler="euler")
         else:
+            if denoiser.family.denoiser_call == "krea2" and positive.references and positive.reference_method:
+                raise ValueError(
+                    f"sampler {settings.scheduler}: Krea 2's reference pictures run in its own loop (euler or "
+                    "default), not the k-diffusion samplers"
+                )
             if settings.step_cache.on and settings.cache != "easy":
                 raise ValueError(
                     f"cache {settings.cache!r} works with the flow models' own loops (euler or default), "

@@ -1,7 +1,7 @@
 """The Krea 2 denoising loop, written out like diffusers' `Krea2Pipeline.__call__`, and its working memory.
 
 Lives here: `sample_krea2`, `krea2_working_bytes`, `krea2_activations`, `text_fusion_activations`,
-`position_ids`, `KREA2_DISTILLED_MU`. May import: stdlib,
+`position_ids`, `prompt_references`, `KREA2_DISTILLED_MU`. May import: stdlib,
 numpy, torch, diffusers, memory, pipelines.steps, pipelines.diffusion.*.
 
 What differs from the other flow-matching loops: the latents are packed into 2x2 patches (as Flux's), the
@@ -10,7 +10,9 @@ origin and each image token at its (0, h, w) grid cell, and the prompt is a fixe
 Guidance is `pos + cfg * (pos - neg)` (the pipeline's rule: it guides whenever cfg > 0, with "" as the
 negative when none is given; ours is the wired negative's text), one call per prompt. The Turbo folder
 (`is_distilled` in model_index.json) uses a fixed shift (mu 1.15); the base one computes it from the image's
-token count. `sampler.cfg` is the pipeline's `guidance_scale`; 0 is no guidance.
+token count. `sampler.cfg` is the pipeline's `guidance_scale`; 0 is no guidance. A positive prompt with
+reference latents and a reference method (ComfyUI's style-reference template) has them appended after the
+image's tokens as ComfyUI's model places them (pipelines.diffusion.krea2_refs); the negative reads its own.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from memory.estimates import Activations, activation_bytes
 from pipelines.diffusion.flow_loop import StepReport, check_flow_inputs
 from pipelines.diffusion.flow_sampling import config_shift, pack_latents, start_partway, unpack_latents
 from pipelines.diffusion.flux2_sampling import is_distilled
+from pipelines.diffusion.krea2_refs import REFERENCE_METHODS, TIMESTEP_ZERO, krea2_forward, reference_tokens
 from pipelines.diffusion.lora import use_denoiser
 from pipelines.diffusion.sampling import SamplerSettings, batched_conditioning
 from pipelines.diffusion.schedulers import make_scheduler
@@ -44,20 +47,27 @@ def position_ids(text_tokens: int, grid_h: int, grid_w: int, device: torch.devic
     return torch.cat([text_ids, image_ids.reshape(grid_h * grid_w, 3)], dim=0)
 
 
-def krea2_activations(config: dict, image_tokens: int, text_tokens: int) -> list[Activations]:
-    """The blocks' peak: inside a single-stream block, over text and image tokens together, the residual,
-    modulated input, q, attention out, the grouped k/v and the SwiGLU MLP (gate, up, product) are alive,
-    beside the text stream as it entered the blocks (fused and projected: 2 x hidden a text token)."""
+def krea2_activations(
+    config: dict, image_tokens: int, text_tokens: int, per_token_modulation: bool = False
+) -> list[Activations]:
+    """The blocks' peak: inside a single-stream block, over text and image tokens together (reference tokens
+    count as image tokens), the residual, modulated input, q, attention out, the grouped k/v and the SwiGLU
+    MLP (gate, up, product) are alive, beside the text stream as it entered the blocks (fused and projected:
+    2 x hidden a text token). Timestep-zero references add a per-token modulation: the 6 x hidden vector each
+    token takes and the block's copy of it with its table added."""
     head_dim = int(config.get("attention_head_dim", 128))
     hidden = int(config.get("num_attention_heads", 48)) * head_dim
     kv = int(config.get("num_key_value_heads", 12)) * head_dim
     tokens = image_tokens + text_tokens
-    return [
+    terms = [
         Activations("residual, modulated input, q, attention out", 4, hidden, tokens),
         Activations("grouped k and v", 2, kv, tokens),
         Activations("SwiGLU: gate, up, product", 3, int(config.get("intermediate_size", 16384)), tokens),
         Activations("the text stream entering the blocks", 2, hidden, text_tokens),
     ]
+    if per_token_modulation:
+        terms.append(Activations("per-token modulation and the block's copy", 2 * 6, hidden, tokens))
+    return terms
 
 
 def text_fusion_activations(config: dict, text_tokens: int) -> list[Activations]:
@@ -73,17 +83,40 @@ def text_fusion_activations(config: dict, text_tokens: int) -> list[Activations]
     ]
 
 
-def krea2_working_bytes(denoiser: DenoiserRef, h: int, w: int, batch: int, text_tokens: int) -> int:
-    """Bytes of one call on a (batch, C, h, w) latent (latent pixels) with a `text_tokens` prompt block: the
-    larger of the text fusion's peak and the blocks' (one after the other). Measured on the full-width
-    transformer on the meta device (tests/test_family_krea2.py): 1.01-1.04x."""
+def krea2_working_bytes(
+    denoiser: DenoiserRef,
+    h: int,
+    w: int,
+    batch: int,
+    text_tokens: int,
+    reference_tokens: int = 0,
+    per_token_modulation: bool = False,
+) -> int:
+    """Bytes of one call on a (batch, C, h, w) latent (latent pixels) with a `text_tokens` prompt block (and
+    `reference_tokens` appended): the larger of the text fusion's peak and the blocks' (one after the other).
+    Measured on the full-width transformer on the meta device (tests/test_family_krea2.py): 1.01-1.04x
+    without references."""
     config = denoiser.config
+    image_tokens = (h // 2) * (w // 2) + reference_tokens
     blocks = activation_bytes(
-        krea2_activations(config, (h // 2) * (w // 2), text_tokens), batch=batch, dtype=denoiser.dtype
+        krea2_activations(config, image_tokens, text_tokens, per_token_modulation),
+        batch=batch,
+        dtype=denoiser.dtype,
     )
     fusion = activation_bytes(text_fusion_activations(config, text_tokens), batch=batch, dtype=denoiser.dtype)
     large = max(blocks, fusion)
     return large + large // 64  # the small tensors beside them, as in `diffusion_working_bytes`
+
+
+def prompt_references(prompt: Conditioning) -> tuple[list[torch.Tensor], str | None]:
+    """A prompt's reference latents and method, as ComfyUI's Krea 2 reads them: none without a method (its
+    model has no default placement)."""
+    method = prompt.reference_method
+    if not prompt.references or method is None:
+        return [], None
+    if method not in REFERENCE_METHODS:
+        raise ValueError(f"reference method {method!r}: Krea 2 takes one of {', '.join(REFERENCE_METHODS)}")
+    return [ref.samples for ref in prompt.references], method
 
 
 @torch.no_grad()
@@ -139,8 +172,37 @@ def sample_krea2(
     text_tokens = pos.embeds.shape[1]
     ids = position_ids(text_tokens, h // 2, w // 2, device)
 
-    def predict(model: torch.nn.Module, cond: Conditioning, timestep: torch.Tensor) -> torch.Tensor:
+    def placement(prompt: Conditioning) -> tuple[torch.Tensor, torch.Tensor, bool] | None:
+        """A prompt's reference tokens, the positions with theirs appended, and whether at timestep zero
+        (each prompt its own, as ComfyUI conditions each model call on its prompt's references)."""
+        refs, method = prompt_references(prompt)
+        if not refs:
+            return None
+        tokens, ref_ids = reference_tokens(refs, batch, device, dtype)
+        return tokens, torch.cat([ids, ref_ids], dim=0), method == TIMESTEP_ZERO
+
+    placed = {"cond": placement(positive), "uncond": placement(negative) if neg is not None else None}
+    referenced = [p for p in placed.values() if p is not None]
+    if referenced and settings.step_cache.on and settings.step_cache.method == "easy":
+        raise ValueError(f"{title}: cache 'easy' does not run with reference pictures; set cache to off")
+
+    def predict(
+        model: torch.nn.Module, cond: Conditioning, timestep: torch.Tensor, branch: str
+    ) -> torch.Tensor:
         mask = cond.attention_mask
+        refs = placed[branch]
+        if refs is not None:
+            tokens, all_ids, zero = refs
+            return krea2_forward(
+                model,
+                x,
+                tokens,
+                cond.embeds.to(device=device, dtype=dtype),
+                timestep,
+                all_ids,
+                None if mask is None else mask.to(device),
+                timestep_zero=zero,
+            )
         return model(
             hidden_states=x,
             encoder_hidden_states=cond.embeds.to(device=device, dtype=dtype),
@@ -151,8 +213,11 @@ def sample_krea2(
         )[0]
 
     # 5. Denoising loop
+    extra = max((tokens.shape[1] for tokens, _, _ in referenced), default=0)
+    zero = any(z for _, _, z in referenced)
     working = Working(
-        krea2_working_bytes(denoiser, h, w, batch, text_tokens), f"{batch}x{h}x{w}+{text_tokens}t"
+        krea2_working_bytes(denoiser, h, w, batch, text_tokens, extra, zero),
+        f"{batch}x{h}x{w}+{text_tokens}t+{extra}r",
     )
     report = StepReport(on_step, len(timesteps), scheduler, unpack=lambda z: unpack_latents(z, h, w))
     with (
@@ -163,10 +228,10 @@ def sample_krea2(
             cache.step(i)
             timestep = (t / config.num_train_timesteps).expand(batch).to(x.dtype)
             with cache.branch("cond"):
-                noise_pred = predict(model, pos, timestep)
+                noise_pred = predict(model, pos, timestep, "cond")
             if neg is not None:
                 with cache.branch("uncond"):
-                    neg_pred = predict(model, neg, timestep)
+                    neg_pred = predict(model, neg, timestep, "uncond")
                 noise_pred = noise_pred + settings.cfg * (noise_pred - neg_pred)
 
             before = x

@@ -193,6 +193,9 @@ class Conditioning:
     controls: tuple[Any, ...] = ()
     # Reference pictures' LATENTs for editing (FLUX.2: `Flux2KleinPipeline(image=...)`), in order.
     references: tuple[Any, ...] = ()
+    # ComfyUI's `reference_latents_method` (FluxKontextMultiReferenceLatentMethod) when one was set: Krea 2
+    # reads its references only with one; the other families place theirs as their pipelines do.
+    reference_method: str | None = None
     # LTX-2: the connectors' per-token embeddings for the audio stream (`embeds` are the video stream's).
     audio_embeds: torch.Tensor | None = None
     # MiniMax H3: each row's modality tag (1 text, 0 a keyframe's vision block), which the transformer reads.
