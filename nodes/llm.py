@@ -132,6 +132,14 @@ class LLMGenerate(Node):
         step=0.01,
         help="sample: keep the smallest set of tokens whose probability reaches p (1 = all).",
     )
+    min_p: float = param(
+        FLOAT,
+        0.0,
+        min=0.0,
+        max=1.0,
+        step=0.01,
+        help="sample: drop tokens less likely than min_p times the most likely one (0 = off).",
+    )
     repetition_penalty: float = param(
         FLOAT,
         1.0,

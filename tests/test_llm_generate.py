@@ -112,6 +112,23 @@ def test_top_k_and_top_p_filter_like_transformers() -> None:
         assert torch.equal(ours, ref), p
 
 
+def test_min_p_filters_like_transformers_after_top_p() -> None:
+    # ComfyUI's TextGenerate samples with min_p 0.05 in its templates (the LTX-2.3 and Krea 2 prompt writers).
+    from transformers.generation.logits_process import MinPLogitsWarper
+
+    torch.manual_seed(0)
+    logits = torch.randn(3, 100) * 3
+    for m in (0.01, 0.05, 0.3, 1.0):
+        ours = logits_to_probs(logits, 1.0, min_p=m) > 0
+        ref = torch.isfinite(MinPLogitsWarper(m)(None, logits.clone()))
+        assert torch.equal(ours, ref), m
+    both = logits_to_probs(logits, 1.0, top_p=0.9, min_p=0.05) > 0
+    ref = torch.isfinite(MinPLogitsWarper(0.05)(None, TopPLogitsWarper(0.9)(None, logits.clone())))
+    assert torch.equal(both, ref)
+    with pytest.raises(ValueError, match="min_p"):
+        SamplingParams(temperature=1.0, min_p=1.5).check()
+
+
 def test_sample_draws_follow_the_distribution() -> None:
     logits = torch.log(torch.tensor([[0.7, 0.2, 0.1]]))
     g = torch.Generator().manual_seed(0)

@@ -184,7 +184,7 @@ def _text_generate(p: dict[str, Any]) -> dict[str, Any]:
     if p.get("sampling") != "sample":
         return widgets | {"sampling_mode": "off"}
     options = {name: p.get(name) for name in ("temperature", "top_k", "top_p", "repetition_penalty", "seed")}
-    options |= {"min_p": 0.0, "presence_penalty": 0.0}  # ours applies neither
+    options |= {"min_p": p.get("min_p", 0.0), "presence_penalty": 0.0}  # ours applies no presence penalty
     return widgets | {"sampling_mode": "on"} | {f"sampling_mode.{k}": v for k, v in options.items()}
 
 

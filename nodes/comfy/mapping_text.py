@@ -77,7 +77,7 @@ def _text_generate(node: ComfyNode, ctx: MapContext) -> Emit:
         }
         min_p, presence = option("min_p", 0.0), option("presence_penalty", 0.0)
         if isinstance(min_p, int | float) and min_p > 0:
-            ctx.graph.note(node, f"approximated: min_p {min_p} is not applied (LLM Generate has top_k/top_p)")
+            params["min_p"] = float(min_p)
         if isinstance(presence, int | float) and presence > 0:
             ctx.graph.note(node, f"approximated: presence_penalty {presence} is not applied")
     if inputs.get("thinking") is True:
