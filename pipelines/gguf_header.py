@@ -1,8 +1,8 @@
 """A cheap walk over a GGUF file's header: every declared size checked against the file's size, and what the
 header says (scalar metadata, array lengths, the tensor table) without gguf-py's parse.
 
-Lives here: `gguf_header_problem`, `read_gguf_header`, `GGUFHeader`, `GGUFTensorInfo`. Imports only the
-standard library; `GGUFTensorInfo.n_bytes` takes gguf-py's block table (`gguf.constants`) when asked.
+Lives here: `gguf_header_problem`, `read_gguf_header`, `GGUFHeader`, `GGUFTensorInfo`, `STRING_TYPE`. Imports
+only the standard library; `GGUFTensorInfo.n_bytes` takes gguf-py's block table (`gguf.constants`) when asked.
 
 `gguf.GGUFReader` believes the counts it reads: an array declared with 2^60 items is read item by item
 (each read past the end gives an empty view, so the loop never fails and only grows), a string of 2^60
@@ -29,7 +29,7 @@ _MAX_DIMS = 8  # llama.cpp allows 4 (GGML_MAX_DIMS); a few more cost nothing, 2^
 _MAX_NESTING = 8  # arrays of arrays: nothing writes more than two levels
 _HEADER = 24  # magic, version, tensor count, key/value count
 _ALIGNMENT = 32  # gguf's GGUF_DEFAULT_ALIGNMENT, when `general.alignment` does not say
-STRING_TYPE = _STRING
+STRING_TYPE = _STRING  # an array of strings: gguf-py makes two views of each item
 
 
 @dataclass(frozen=True)

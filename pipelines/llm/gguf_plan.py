@@ -50,7 +50,9 @@ TOKENIZERS = ("gpt2", "llama")
 # fresh process that had imported the LLM runtime, twice (the same to 0.2 MiB): `read_gguf` +72.2 MiB for
 # the reader's 245,266 numpy views (one per scalar item, a length and a bytes view per string: gguf-py
 # slices every item), 309 bytes a view; the token list, config and tokenizer +56.3 MiB for 98,052 tokens and
-# merges, 602 bytes each (their Python strings and the Rust tokenizer's vocabulary and merge tables).
+# merges, 602 bytes each (their Python strings and the Rust tokenizer's vocabulary and merge tables). Checked
+# on copies of its metadata with a half, twice and three times its vocabulary (a prefix; added token pairs
+# and merges): measured 67.4 / 213.4 / 315 MiB, estimated 64.1 / 228.8 / 329.1 MiB (0.95-1.07).
 _READER_BYTES_PER_VIEW = 309
 _TOKENIZER_BYTES_PER_ITEM = 602
 _TOKENIZER_ARRAYS = ("tokenizer.ggml.tokens", "tokenizer.ggml.merges")
