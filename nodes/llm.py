@@ -2,9 +2,10 @@
 
 Lives here: the node types `LoadLLM`, `LLMGenerate` and the `NODES` tuple of their specs. Imports `nodes.declare`,
 `nodes.kinds`, `nodes.spec`, `nodes.types` (as `types`: its TEXT is a wire type, nodes.kinds' a parameter kind),
-`nodes.context`, `pipelines.paths` and `pipelines.llm.runtime` / `pipelines.llm.vision` (inside the run
-functions: they import torch and transformers, which listing node types must not pay for); the model code lives
-in pipelines/. LLM Generate's optional `image` input feeds a vision model (Qwen2.5-VL, Qwen3-VL) its pictures.
+`nodes.context`, `pipelines.paths` and `pipelines.llm.gguf_plan` / `pipelines.llm.runtime` /
+`pipelines.llm.vision` (inside the run functions: they import torch and transformers, which listing node types
+must not pay for); the model code lives in pipelines/. LLM Generate's optional `image` input feeds a vision
+model (Qwen2.5-VL, Qwen3-VL) its pictures.
 """
 
 from __future__ import annotations
@@ -62,10 +63,15 @@ class LoadLLM(Node):
 
     def run(self, ctx: NodeContext) -> dict[str, Any]:
         ctx.importing(*LLM_IMPORTS)
-        from pipelines.llm.runtime import open_llm
+        from pipelines.llm.gguf_plan import first_repack_reserved
 
         resolved = resolve_model_path(self.path)
-        with ctx.interruptible():  # a first GGUF conversion has no steps: Ctrl+C stops it at once
+        # A first repack's working memory is reserved from the file's header before the runtime's imports
+        # (transformers) and the metadata parse: a plan stops at that reservation, the run's repack then
+        # reserves what it measures instead. A first GGUF conversion has no steps: Ctrl+C stops it at once.
+        with ctx.interruptible(), first_repack_reserved(ctx.memory, resolved, self.keep_quantized):
+            from pipelines.llm.runtime import open_llm
+
             llm = open_llm(
                 ctx.memory,
                 resolved,

@@ -11,8 +11,8 @@ Walking the graph in run order:
 - every other node runs for real with a capturing stand-in of the memory manager: loader nodes register their
   models (headers and configs, no weights) with the real manager; a loader that reserves working memory is
   about to work on weights (a GGUF LLM's first conversion to float32): it is stopped there, the reservation
-  counts, and the nodes fed by it are not simulated (a second plan, after that first run, has them); a
-  node that asks to `use` a model is
+  counts, and the nodes whose model comes from it are not run (a second plan, after that first run, has
+  them); a node that asks to `use` a model is
   stopped right there and the use it asked for (the model, its `Working` formula and shape key, what it
   reserved before, such as a KV cache) is recorded. The stopped node's outputs are stand-ins by port type
   (a latent passed through, a blank image of the latent's size, an empty text), so the nodes after it still
@@ -253,8 +253,23 @@ def walk(
             found.append(uses)
             values[nid] = _stand_ins(spec, kwargs)
             continue
+        if _model_unknown(spec, kwargs) and not _wired_models(memory, kwargs):
+            # Its model comes from a node the plan stopped: running it could only fail, after whatever it
+            # imports first (LLM Generate: the LLM runtime and transformers, ~1 s of a "no").
+            found.append(NodeUses(nid, node.type, note=_unknown_note(kwargs)))
+            values[nid] = _stand_ins(spec, kwargs)
+            continue
         found.append(_run_captured(nid, node.type, spec, kwargs, memory, out_dir, values, cancel, deferred))
     return found
+
+
+def _model_unknown(spec: NodeSpec, kwargs: dict[str, Any]) -> bool:
+    return any(p.type.name in MODEL_PORT_TYPES and kwargs.get(p.name) is UNKNOWN for p in spec.inputs)
+
+
+def _unknown_note(kwargs: dict[str, Any]) -> str:
+    missing = sorted({p for p, v in kwargs.items() if v is UNKNOWN})
+    return f"not simulated: its input(s) {', '.join(missing)} come from a node the plan could not run"
 
 
 def _run_captured(
@@ -293,11 +308,7 @@ def _run_captured(
     except Exception as exc:  # a node fed a stand-in may refuse it: its models still count as used
         values[nid] = _stand_ins(spec, kwargs)
         why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        uses.note = (
-            f"not simulated: its input(s) {', '.join(missing)} come from a node the plan could not run"
-            if missing
-            else f"not simulated ({type(exc).__name__}: {why})"
-        )
+        uses.note = _unknown_note(kwargs) if missing else f"not simulated ({type(exc).__name__}: {why})"
         uses.uses = [UseEstimate(h.key, h.spec.name, 0, "unknown") for h in _wired_models(memory, kwargs)]
         return uses
     uses.uses = [_estimate(memory, node_type, h, w, fixed) for h, w, fixed in capture.uses]

@@ -2,7 +2,7 @@
 
 Lives here: `WeightFormat`, `sniff_weight_format`, `check_weights_format`, `load_pickle_state_dict`,
 `open_gguf_reader`, `UnsafeFormatError`, `DamagedWeightsError`. Imports stdlib, safetensors, (lazily)
-torch and gguf-py, and `pipelines.gguf_header` (stdlib only).
+torch and gguf-py, and `pipelines.gguf_header` (a stdlib walk of the header).
 
 A file name proves nothing: a pickle renamed `model.SAFETENSORS`, `model.gguf` or `model` runs its payload
 the moment `torch.load(weights_only=False)` opens it. So the format comes from the bytes:

@@ -184,7 +184,7 @@ def test_smollm2_packed_quality_against_the_float32_copy() -> None:
 
 
 def test_auto_follows_the_measurement_and_remembers_it(tmp_path: Path, monkeypatch) -> None:
-    from pipelines.llm import packed_runtime
+    from pipelines.llm import packed_linear
     from pipelines.llm.runtime import quantized_mode
 
     calls: list[int] = []
@@ -198,11 +198,11 @@ def test_auto_follows_the_measurement_and_remembers_it(tmp_path: Path, monkeypat
 
     cpu = torch.device("cpu")
     monkeypatch.setenv("NODELOOM_DATA_DIR", str(tmp_path / "slow-kernels"))
-    monkeypatch.setattr(packed_runtime, "packed_kernels_work", probe(False))
+    monkeypatch.setattr(packed_linear, "packed_kernels_work", probe(False))
     assert quantized_mode(cpu, "auto") == "float"  # packed kernels measured slower here: the float32 copy
     assert quantized_mode(cpu, "on") == "packed" and quantized_mode(cpu, "off") == "float"
     monkeypatch.setenv("NODELOOM_DATA_DIR", str(tmp_path / "fast-kernels"))
-    monkeypatch.setattr(packed_runtime, "packed_kernels_work", probe(True))
+    monkeypatch.setattr(packed_linear, "packed_kernels_work", probe(True))
     assert quantized_mode(cpu, "auto") == "packed"
     assert quantized_mode(cpu, "auto") == "packed" and len(calls) == 2  # measured once per machine, then read
     assert quantized_mode(torch.device("cuda"), "auto") == "blocks"  # the packed kernels are CPU ones
@@ -211,7 +211,7 @@ def test_auto_follows_the_measurement_and_remembers_it(tmp_path: Path, monkeypat
 
 
 def test_a_model_the_packed_decoder_lacks_runs_in_float32_under_auto(tmp_path: Path, monkeypatch) -> None:
-    from pipelines.llm import packed_runtime
+    from pipelines.llm import gguf_plan
     from pipelines.llm.compact_model import UnsupportedPackedError
 
     path = tmp_path / "tiny.gguf"
@@ -221,7 +221,7 @@ def test_a_model_the_packed_decoder_lacks_runs_in_float32_under_auto(tmp_path: P
         raise UnsupportedPackedError("rope scaling 'llama3' is not supported by the packed decoder")
 
     monkeypatch.setattr(CompactConfig, "from_transformers", staticmethod(unsupported))
-    monkeypatch.setattr(packed_runtime, "packed_is_faster", lambda: True)
+    monkeypatch.setattr(gguf_plan, "packed_is_faster", lambda: True)
     with MemoryManager(MemoryConfig(device="cpu", policy="none")) as mm:
         assert open_llm(mm, path, keep_quantized="auto").handle.spec.storage == ""  # the float32 copy
         with pytest.raises(ValueError, match=r"tiny\.gguf: rope scaling 'llama3' .* keep_quantized off"):
@@ -229,11 +229,11 @@ def test_a_model_the_packed_decoder_lacks_runs_in_float32_under_auto(tmp_path: P
 
 
 def test_a_transformers_folder_under_auto_loads_in_float32(tmp_path: Path, monkeypatch) -> None:
-    from pipelines.llm import packed_runtime
+    from pipelines.llm import gguf_plan
 
     path = tmp_path / "tiny.gguf"
     write_tiny_gguf(tiny_llama(), path, Q.Q4_0)
-    monkeypatch.setattr(packed_runtime, "packed_is_faster", lambda: True)
+    monkeypatch.setattr(gguf_plan, "packed_is_faster", lambda: True)
     with MemoryManager(MemoryConfig(device="cpu", policy="none")) as mm:
         folder = open_llm(mm, path, keep_quantized="off").files.folder  # the converted transformers folder
         llm = open_llm(mm, folder, keep_quantized="auto")  # packing is for GGUF files only

@@ -119,10 +119,13 @@ def test_a_plan_never_converts_a_gguf_it_counts_the_conversion(
     assert not [p for p in tmp_path.rglob("*.safetensors")]  # nothing was converted
 
 
-@pytest.mark.slow  # reads SmolLM2's GGUF metadata and builds its tokenizer (~6 s)
+@pytest.mark.slow  # SmolLM2's GGUF: the plan reads its header, the fitting plan then imports transformers
 def test_a_plan_never_repacks_a_gguf_it_counts_the_repack(
     registry, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from pipelines.llm.gguf_plan import first_repack_bytes
+    from pipelines.paths import resolve_model_path
+
     monkeypatch.setenv("NODELOOM_DATA_DIR", str(tmp_path))  # nothing repacked yet: a first run
     # keep_quantized on: on a CPU the GGUF is repacked for the int4/int8 kernels (what `auto` picks here).
     wf = load_for_plan(WORKFLOWS / "llm.json", ["llm.keep_quantized=on"], [], registry)
@@ -133,7 +136,10 @@ def test_a_plan_never_repacks_a_gguf_it_counts_the_repack(
     assert loader.node_id == "llm" and not reserved["model"] and "repacking" in reserved["component"]
     # The mapped Q4_1 data (92 MiB) twice and the 108 MiB embedding twice in float32, at the least.
     assert reserved["bytes"] > 400 * MiB and "done by the run" in loader.note
+    # the figure from the file's header (the parse estimated), what Load LLM reserves before parsing
+    assert reserved["bytes"] == first_repack_bytes(resolve_model_path("builtin:smollm2"), mm.device, "on")
     assert loader.host_peak >= plan.baseline_rss + reserved["bytes"]
+    assert "not simulated" in plan.nodes[1].note  # LLM Generate: its model is the one not repacked yet
     assert not [p for p in tmp_path.rglob("packed.safetensors")]  # nothing was repacked
 
 

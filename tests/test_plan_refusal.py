@@ -5,6 +5,7 @@ costs are what made a "no" slow; benchmarks/plan_accuracy.py `--refusal` prints 
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -74,3 +75,20 @@ def test_a_refusal_imports_neither_diffusers_nor_transformers(name: str) -> None
     assert done.returncode == 1, done.stderr
     assert "least budget per policy: none" in done.stderr
     assert "imported: []" in done.stdout
+
+
+@pytest.mark.slow  # a fresh process importing torch (seconds)
+def test_a_first_llm_plan_refuses_from_the_gguf_header_without_transformers(tmp_path: Path) -> None:
+    # An empty data dir: the GGUF is not repacked yet, so Load LLM's first repack is the need. It is reserved
+    # from the file's header, before the LLM runtime (transformers) is imported and the vocabulary parsed.
+    # keep_quantized on: the repack `auto` picks on a CPU whose packed kernels measure faster (as here).
+    workflow = REPO / "resources/workflows/llm.json"
+    cmd = [sys.executable, "-c", _MODULES_SCRIPT, "plan", str(workflow), "--device", "cpu"]
+    cmd += ["--ram-budget", "1MiB", "--set", "llm.keep_quantized=on"]
+    env = {**os.environ, "NODELOOM_DATA_DIR": str(tmp_path)}
+    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 1, done.stderr
+    assert "least budget per policy: none" in done.stderr and "Traceback" not in done.stderr
+    assert "stopped before repacking SmolLM2" in done.stdout
+    assert "imported: []" in done.stdout
+    assert not list(tmp_path.rglob("packed.safetensors"))  # the plan repacked nothing

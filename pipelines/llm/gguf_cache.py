@@ -1,7 +1,9 @@
 """Convert a GGUF file once and keep the result: safetensors + config + tokenizer on disk.
 
 Lives here: `gguf_cache_key`, `gguf_cache_dir`, `ensure_gguf_converted`, `CONVERTER_VERSION`.
-Imports `memory` (for `user_data_dir`), `pipelines.llm.gguf_loader`, safetensors.
+Imports `memory` (for `user_data_dir`), safetensors; `pipelines.llm.gguf_loader` and transformers inside
+`convert_gguf`, so the file's key (`gguf_cache_key`, which the packed cache shares) costs no transformers
+import: `pipelines.llm.gguf_plan` reads it before a plan's first reservation.
 
 Layout, one folder per source file (a transformers model folder, loadable by `from_pretrained`):
 
@@ -29,20 +31,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from safetensors.torch import save_file
-from transformers import GenerationConfig
 
 from memory.paths import user_data_dir
-from pipelines.llm.gguf_loader import (
-    end_of_turn_ids,
-    float32_bytes,
-    gguf_config,
-    gguf_state_dict,
-    gguf_tokenizer,
-    gguf_tokens,
-    mapped_bytes,
-    read_gguf,
-    tensor_types,
-)
 from pipelines.load_progress import OnProgress
 
 # Bump when the converted layout or numbers change; old cache folders are then ignored.
@@ -98,6 +88,20 @@ def convert_gguf(
     """Write the transformers folder for `path` into `dest` (which must not exist). Returns the meta.
 
     `on_progress(stage, done, total)` follows each of `STAGES`; it may raise to cancel."""
+    from transformers import GenerationConfig
+
+    from pipelines.llm.gguf_loader import (
+        end_of_turn_ids,
+        float32_bytes,
+        gguf_config,
+        gguf_state_dict,
+        gguf_tokenizer,
+        gguf_tokens,
+        mapped_bytes,
+        read_gguf,
+        tensor_types,
+    )
+
     started = time.perf_counter()
     _stage(on_progress, 0, 0, 1)
     contents = read_gguf(path, lambda key, done, total: _stage(on_progress, 0, done, total, key))

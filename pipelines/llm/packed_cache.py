@@ -1,8 +1,9 @@
 """Repack a GGUF LLM once per file and machine, keep it on disk, and load it memory-mapped.
 
-Lives here: `packed_cache_dir`, `ensure_packed`, `load_packed_model`, `packed_weight_bytes`, `machine_tag`,
-`PACK_VERSION`. Imports `memory.paths`, `pipelines.llm.{gguf_cache,gguf_loader,packed_model,compact_model}`,
-safetensors and transformers (config, tokenizer files).
+Lives here: `ensure_packed`, `load_packed_model`, `packed_weight_bytes`, `repack_working_bytes`. Imports
+`pipelines.llm.{gguf_plan,gguf_loader,packed_model,compact_model}`, safetensors and transformers (config,
+tokenizer files). Where a file's folder is (`packed_cache_dir`, `machine_tag`, `PACK_VERSION`) lives in
+`pipelines.llm.gguf_plan`, which a plan reads without importing this module's dependencies.
 
 Layout, one folder per source file and machine (a folder `load_config`/`load_tokenizer` read as they read a
 converted one):
@@ -22,7 +23,6 @@ and renamed into place, so an interrupted repack leaves nothing half-written.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -37,9 +37,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from memory.paths import user_data_dir
 from pipelines.llm.compact_model import CompactConfig, CompactLM
-from pipelines.llm.gguf_cache import gguf_cache_key
 from pipelines.llm.gguf_loader import (
     GGUFContents,
     end_of_turn_ids,
@@ -49,34 +47,20 @@ from pipelines.llm.gguf_loader import (
     mapped_bytes,
     read_gguf,
 )
+from pipelines.llm.gguf_plan import (
+    META_FILE,
+    PACK_VERSION,
+    WEIGHTS_FILE,
+    is_packed,
+    packed_cache_dir,
+    repack_bytes,
+)
 from pipelines.llm.packed_model import compact_from_packed, pack_gguf_tensors
 from pipelines.load_progress import OnProgress
 
-# Bump when the packed names or numbers change; old folders are then ignored.
-PACK_VERSION = 2  # 2: data aligned to 64 bytes
-WEIGHTS_FILE = "packed.safetensors"
-_META_FILE = "nodeloom-packed.json"
 _ALIGN = 64  # bytes: what the kernels' aligned vector loads need of a weight's start
 # safetensors stores tensors sorted by name; "~" sorts after every name here
 _TAIL, _TAIL_BYTES = "~tail", 4096
-
-
-def machine_tag() -> str:
-    """What the packed layout depends on besides the file: torch's version and its CPU kernels."""
-    capability = torch.backends.cpu.get_cpu_capability()
-    return hashlib.sha256(f"{PACK_VERSION}:{torch.__version__}:{capability}".encode()).hexdigest()[:8]
-
-
-def packed_cache_root() -> Path:
-    return user_data_dir() / "gguf-packed"
-
-
-def packed_cache_dir(path: Path, root: Path | None = None) -> Path:
-    return (root or packed_cache_root()) / f"{gguf_cache_key(Path(path))}-{machine_tag()}"
-
-
-def is_packed(folder: Path) -> bool:
-    return (folder / _META_FILE).is_file() and (folder / WEIGHTS_FILE).is_file()
 
 
 def _rss() -> int:
@@ -89,14 +73,10 @@ def _rss() -> int:
 
 
 def repack_working_bytes(contents: GGUFContents, parsed_bytes: int) -> int:
-    """What a repack holds at its peak beside what was resident before it started: `parsed_bytes` (the
-    reader's metadata and the tokenizer built from it, measured as they were made), the mapped tensor data
-    (every page is faulted in), the packed tensors (about the file's tensor bytes: 91 vs 92 MiB for SmolLM2's
-    Q4_1 file, int4 groups costing what Q4_1 blocks do) and the largest tensor dequantized to float32 twice
-    (the rows being packed and their quantized copy beside them). Measured on SmolLM2-135M Q4_1: 588 MiB
-    above the start, this figure 600 MiB."""
+    """`gguf_plan.repack_bytes` of the parsed file: `parsed_bytes` measured as the reader and tokenizer were
+    made, the mapped tensor bytes and the largest tensor's float32 bytes from the reader's table."""
     largest = max((int(np.prod(t.shape)) for t in contents.reader.tensors), default=0) * 4
-    return parsed_bytes + 2 * mapped_bytes(contents) + 2 * largest
+    return repack_bytes(parsed_bytes, mapped_bytes(contents), largest)
 
 
 def _write_packed(
@@ -142,7 +122,7 @@ def _write_packed(
         "bytes": sum(t.numel() * t.element_size() for t in state.values()),
         "seconds": round(time.perf_counter() - started, 3),
     }
-    (dest / _META_FILE).write_text(json.dumps(meta, indent=2))
+    (dest / META_FILE).write_text(json.dumps(meta, indent=2))
     if on_progress is not None:
         on_progress("GGUF: repacking the weights (3/3)", 1, 1)
 
@@ -203,7 +183,7 @@ def ensure_packed(
 
 def packed_weight_bytes(folder: Path) -> int:
     """Bytes the loaded model holds: the packed tensors, as the safetensors header lists them."""
-    return int(json.loads((folder / _META_FILE).read_text())["bytes"])
+    return int(json.loads((folder / META_FILE).read_text())["bytes"])
 
 
 def load_packed_model(folder: Path, config: object, on_progress: OnProgress | None = None) -> CompactLM:

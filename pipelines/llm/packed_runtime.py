@@ -1,7 +1,8 @@
-"""A GGUF LLM with packed weights, as the memory manager sees it; and the measured rule for `auto`.
+"""A GGUF LLM with packed weights, as the memory manager sees it.
 
-Lives here: `open_packed_llm`, `packed_is_faster`. Imports `memory`, `pipelines.model_keys`,
-`pipelines.llm.{hf_loader,packed_cache,packed_linear}`; never nodes/, app/ or Qt.
+Lives here: `open_packed_llm`. Imports `memory`, `pipelines.model_keys`,
+`pipelines.llm.{gguf_plan,hf_loader,packed_cache}`; never nodes/, app/ or Qt. (The measured rule for `auto`,
+`packed_is_faster`, lives in `pipelines.llm.gguf_plan`.)
 
 The handle's weight bytes are the packed tensors' bytes (known from the cache's meta before anything
 loads), so the KV-cache budget check counts what is really held; the manager's `build` memory-maps them.
@@ -9,24 +10,14 @@ loads), so the KV-cache budget check counts what is really held; the manager's `
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
 from pathlib import Path
 
 from transformers import PretrainedConfig
 
 from memory import ComponentSpec, MemoryManager, ModelHandle
+from pipelines.llm.gguf_plan import WEIGHTS_FILE, repack_what
 from pipelines.llm.hf_loader import LLMFiles, load_config
-from pipelines.llm.packed_cache import (
-    WEIGHTS_FILE,
-    ensure_packed,
-    load_packed_model,
-    machine_tag,
-    packed_cache_root,
-    packed_weight_bytes,
-)
-from pipelines.llm.packed_linear import packed_kernels_work
+from pipelines.llm.packed_cache import ensure_packed, load_packed_model, packed_weight_bytes
 from pipelines.load_progress import OnProgress
 from pipelines.model_keys import component_keys
 
@@ -36,7 +27,7 @@ def open_packed_llm(
 ) -> tuple[LLMFiles, ModelHandle, PretrainedConfig]:
     """Repack `path` once (cached per file and machine) and register the packed model. A first repack's
     working memory is reserved for its duration, as a float32 conversion's is."""
-    what = f"repacking {Path(path).name}"
+    what = repack_what(path)
     reserved: list[int] = []
 
     def reserve(nbytes: int) -> None:
@@ -62,20 +53,3 @@ def open_packed_llm(
     if handle.weight_bytes is None:
         handle.weight_bytes = packed_weight_bytes(folder)
     return files, handle, config
-
-
-def packed_is_faster(root: Path | None = None) -> bool:
-    """`packed_kernels_work` measured once per machine (torch version + CPU capability) and remembered."""
-    root = root or packed_cache_root()
-    record = root / f"probe-{machine_tag()}.json"
-    try:
-        return bool(json.loads(record.read_text())["packed_faster"])
-    except (OSError, ValueError, KeyError):
-        pass
-    faster, packed_s, float_s = packed_kernels_work()
-    root.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".probe-", dir=root)
-    with os.fdopen(fd, "w") as f:
-        json.dump({"packed_faster": faster, "packed_s": packed_s, "float32_s": float_s}, f)
-    os.replace(tmp, record)  # atomic: a reader sees the old record or the whole new one
-    return faster

@@ -26,6 +26,7 @@ from pipelines.llm.chat import build_prompt_ids
 from pipelines.llm.compact_model import UnsupportedPackedError
 from pipelines.llm.detokenize import TextStream
 from pipelines.llm.generate import GenerationResult, generate
+from pipelines.llm.gguf_plan import quantized_mode
 from pipelines.llm.hf_loader import (
     LLMFiles,
     build_causal_lm,
@@ -78,26 +79,6 @@ class LLMModel:
         return kv_geometry(self.config).bytes_for(tokens, self.dtype)
 
 
-def quantized_mode(device: torch.device, keep_quantized: bool | str) -> str:
-    """ "packed", "blocks" (GGUF blocks dequantized per layer) or "float" (the float32 copy).
-
-    The rule for "auto", from measurements (benchmarks/llm_vs_llamacpp.py): on a CPU, packed when
-    `packed_kernels_work` measures torch's int4 matmul faster than a float32 one at batch 1 on this machine
-    (it is ~3x here: decoding reads ~85 MB a token instead of 540 MB), else the float32 copy (dequantizing
-    per layer was 16x slower than it); on an accelerator, the blocks (the packed kernels are CPU ones)."""
-    if keep_quantized in (False, "off"):
-        return "float"
-    if keep_quantized not in (True, "on", "auto", "packed", "blocks"):
-        raise ValueError(f"keep_quantized must be 'auto', 'on' or 'off', not {keep_quantized!r}")
-    if keep_quantized == "blocks" or device.type != "cpu":
-        return "blocks"
-    if keep_quantized in (True, "on", "packed"):
-        return "packed"
-    from pipelines.llm.packed_runtime import packed_is_faster
-
-    return "packed" if packed_is_faster() else "float"
-
-
 def open_llm(
     memory: MemoryManager,
     path: Path,
@@ -114,7 +95,8 @@ def open_llm(
     `keep_quantized` (GGUF only; ignored for other files): True/"on" keeps the file's quantization in memory:
     on a CPU repacked for torch's int4/int8 matmuls and run by the compact decoder (pipelines.llm.packed_*),
     elsewhere as the file's blocks dequantized per layer (pipelines.llm.gguf_quantized); the ledger counts
-    the bytes held. False/"off": the float32 copy. "auto": `quantized_mode` decides (see there). "packed" and
+    the bytes held. False/"off": the float32 copy. "auto": `quantized_mode` decides (`pipelines.llm.gguf_plan`).
+    "packed" and
     "blocks" name one of the two quantized forms explicitly (packed falls back to blocks off the CPU).
 
     A first-time GGUF conversion holds every tensor in float32 for a moment: that is budgeted as
