@@ -100,8 +100,12 @@ def test_picture_grids_equal_the_demo_folders_image_processors(name: str, tmp_pa
     _assert_grids_match(tmp_path, SIZES)
 
 
+# Both spellings in one file: the top-level pixel range overrides `size` (the processor's __init__).
+BOTH = {**QWEN25_VL, "size": {"shortest_edge": 56 * 56, "longest_edge": 28 * 28 * 1280}}
+
+
 @pytest.mark.slow  # imports transformers' image processor (seconds)
-@pytest.mark.parametrize("config", [QWEN25_VL, QWEN3_VL], ids=["qwen2.5-vl", "qwen3-vl"])
+@pytest.mark.parametrize("config", [QWEN25_VL, QWEN3_VL, BOTH], ids=["qwen2.5-vl", "qwen3-vl", "both"])
 def test_picture_grids_equal_the_processor_on_released_config_layouts(config: dict, tmp_path: Path) -> None:
     (tmp_path / "preprocessor_config.json").write_text(json.dumps(config), encoding="utf-8")
     _assert_grids_match(tmp_path, RELEASED_SIZES)

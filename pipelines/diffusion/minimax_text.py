@@ -65,7 +65,7 @@ def minimax_token_count(ref: TextEncoderRef, text: str, keyframes: tuple[Any, ..
     PIL pictures), from the pictures' sizes, `processor/preprocessor_config.json` and the tokenizer.json:
     no transformers import."""
     source = ref.tokenizers[0]
-    counter = token_counter(source.path / source.subfolder, source.load)
+    counter = token_counter(source.path / source.subfolder)
     count = counter.count(text, special_tokens=False)
     if keyframes:
         settings = vision_settings(source.path / "processor", "the keyframes' image processor")

@@ -20,7 +20,6 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 PREPROCESSOR_CONFIG = "preprocessor_config.json"
 
@@ -117,14 +116,16 @@ class TokenCounter:
         return len(self.encode(text, special_tokens))
 
 
-def token_counter(folder: Path, load: Callable[[], Any]) -> TokenCounter:
-    """`folder`'s tokenizer.json read by the tokenizers library; without one, the transformers tokenizer
-    `load` builds (slow: it imports transformers, but counts the same)."""
+def token_counter(folder: Path) -> TokenCounter:
+    """`folder`'s tokenizer.json read by the tokenizers library; without one, transformers' tokenizer from
+    `folder` (slow: it imports transformers, but counts the same)."""
     path = folder / "tokenizer.json"
     if path.is_file():
         from tokenizers import Tokenizer
 
         tokenizer = Tokenizer.from_file(str(path))
         return TokenCounter(lambda text, special: tokenizer.encode(text, add_special_tokens=special).ids)
-    loaded = load()
+    from transformers import AutoTokenizer
+
+    loaded = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
     return TokenCounter(lambda text, special: loaded(text, add_special_tokens=special)["input_ids"])

@@ -157,7 +157,7 @@ def picture_counts(
     pictures' sizes, the folder's preprocessor_config.json and tokenizer.json: no transformers import."""
     source = ref.tokenizers[0]
     folder = source.path / source.subfolder
-    counter = token_counter(folder, source.load)
+    counter = token_counter(folder)
     counts, patches = [], 0
     if images:
         why = "a Qwen-Image 2.1 diffusers folder has a processor/ subfolder; pictures need it"

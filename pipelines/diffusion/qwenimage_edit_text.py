@@ -213,8 +213,7 @@ def edit_counts(
     area = vl_area if plus else vae_area  # the first release shows the VL model the VAE-sized picture
     grids = [picture_grid(settings, *picture_sizes(*_picture_size(i), area)) for i in images]
     counts = [math.prod(g) // settings.merge_size**2 for g in grids]
-    folder = _tokenizer_folder(ref)
-    counter = token_counter(folder, ref.tokenizers[0].load)
+    counter = token_counter(_tokenizer_folder(ref))
     tokens = counter.count(_expand_pads(edit_prompt(text, len(images), plus=plus), counts))
     return tokens, sum(math.prod(g) for g in grids)
 
