@@ -29,7 +29,7 @@ from memory.estimates import activation_bytes
 from pipelines.diffusion.lora import use_text_encoder
 from pipelines.diffusion.minimax_layout import TEXT_TAG, VIDEO_TAG
 from pipelines.diffusion.prompt_weights import strip_weights
-from pipelines.diffusion.qwen_vl_counts import picture_grid, token_counter, vision_settings
+from pipelines.diffusion.qwen_vl_counts import picture_grid, vision_settings
 from pipelines.diffusion.values import Conditioning, TextEncoderRef
 from pipelines.diffusion.working import chat_encoder_activations
 from pipelines.diffusion.zimage_text import text_encoder_config
@@ -65,7 +65,7 @@ def minimax_token_count(ref: TextEncoderRef, text: str, keyframes: tuple[Any, ..
     PIL pictures), from the pictures' sizes, `processor/preprocessor_config.json` and the tokenizer.json:
     no transformers import."""
     source = ref.tokenizers[0]
-    counter = token_counter(source.path / source.subfolder)
+    counter = source.counter()
     count = counter.count(text, special_tokens=False)
     if keyframes:
         settings = vision_settings(source.path / "processor", "the keyframes' image processor")

@@ -33,7 +33,7 @@ from PIL import Image
 from memory import MemoryManager, Working
 from pipelines.diffusion.lora import use_text_encoder
 from pipelines.diffusion.prompt_weights import strip_weights
-from pipelines.diffusion.qwen_vl_counts import picture_grid, token_counter, vision_settings
+from pipelines.diffusion.qwen_vl_counts import picture_grid, vision_settings
 from pipelines.diffusion.qwenimage_edit_working import edit_text_working_bytes
 from pipelines.diffusion.qwenimage_text import qwenimage_text_working_bytes
 from pipelines.diffusion.vae import vae_working
@@ -157,7 +157,7 @@ def picture_counts(
     pictures' sizes, the folder's preprocessor_config.json and tokenizer.json: no transformers import."""
     source = ref.tokenizers[0]
     folder = source.path / source.subfolder
-    counter = token_counter(folder)
+    counter = source.counter()
     counts, patches = [], 0
     if images:
         why = "a Qwen-Image 2.1 diffusers folder has a processor/ subfolder; pictures need it"

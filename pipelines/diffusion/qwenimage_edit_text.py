@@ -39,7 +39,7 @@ from PIL import Image
 from memory import MemoryManager, Working
 from pipelines.diffusion.lora import use_text_encoder
 from pipelines.diffusion.prompt_weights import strip_weights
-from pipelines.diffusion.qwen_vl_counts import picture_grid, token_counter, vision_settings
+from pipelines.diffusion.qwen_vl_counts import picture_grid, vision_settings
 from pipelines.diffusion.qwenimage_edit_working import edit_text_working_bytes
 from pipelines.diffusion.vae import vae_working
 from pipelines.diffusion.values import Conditioning, Latents, TextEncoderRef, VaeRef
@@ -213,7 +213,7 @@ def edit_counts(
     area = vl_area if plus else vae_area  # the first release shows the VL model the VAE-sized picture
     grids = [picture_grid(settings, *picture_sizes(*_picture_size(i), area)) for i in images]
     counts = [math.prod(g) // settings.merge_size**2 for g in grids]
-    counter = token_counter(_tokenizer_folder(ref))
+    counter = ref.tokenizers[0].counter(_tokenizer_folder(ref))
     tokens = counter.count(_expand_pads(edit_prompt(text, len(images), plus=plus), counts))
     return tokens, sum(math.prod(g) for g in grids)
 
