@@ -1,9 +1,10 @@
-"""The `# Copied from diffusers.<module>.<name>` markers (STYLE.md, pipelines 5): each sits directly above
-the function or class it names, and that copy still matches the installed diffusers' original.
+"""The `# Copied from diffusers.<module>.<name>` (or `transformers.<module>.<name>`) markers (STYLE.md,
+pipelines 5): each sits directly above the function or class it names, and that copy still matches the
+installed library's original.
 
 "Matches" compares the two syntax trees with docstrings and type annotations left out (ours are annotated,
-diffusers' often are not); everything that runs must be the same. Code that follows diffusers loosely says
-"Adapted from" instead and is not checked here. The originals are read from diffusers' source files, not
+diffusers' often are not); everything that runs must be the same. Code that follows a library loosely says
+"Adapted from" instead and is not checked here. The originals are read from the libraries' source files, not
 imported, so this stays in the fast lane.
 """
 
@@ -15,7 +16,7 @@ import re
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-MARKER = re.compile(r"^# Copied from (diffusers(?:\.\w+)+)$")
+MARKER = re.compile(r"^# Copied from ((?:diffusers|transformers)(?:\.\w+)+)$")
 Definition = ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
 
 
@@ -47,14 +48,16 @@ def _definition(tree: ast.Module, name: str) -> Definition | None:
     return next((n for n in tree.body if isinstance(n, Definition) and n.name == name), None)
 
 
-def _diffusers_source(module: str) -> Path:
-    root = Path(importlib.util.find_spec("diffusers").origin).parent
+def _library_source(module: str) -> Path:
+    """The file of `module` (`diffusers.x.y`, `transformers.x.y`), found without importing the library."""
+    root = Path(importlib.util.find_spec(module.split(".")[0]).origin).parent
     return root.joinpath(*module.split(".")[1:]).with_suffix(".py")
 
 
-def test_every_copied_from_marker_names_the_definition_under_it_and_matches_diffusers() -> None:
+def test_every_copied_from_marker_names_the_definition_under_it_and_matches_the_library() -> None:
     markers = _markers()
     assert markers, "no `# Copied from diffusers.` marker found: the pattern no longer matches the code"
+    assert any(target.startswith("transformers.") for *_, target in markers), "no transformers marker seen"
     for path, number, target in markers:
         where = f"{path.relative_to(REPO)}:{number}"
         module, _, name = target.rpartition(".")
@@ -63,10 +66,10 @@ def test_every_copied_from_marker_names_the_definition_under_it_and_matches_diff
         assert ours.lineno == number + 1 or (
             ours.decorator_list and ours.decorator_list[0].lineno == number + 1
         ), f"{where}: the marker for `{name}` is not directly above it (it is at line {ours.lineno})"
-        source = _diffusers_source(module)
-        assert source.is_file(), f"{where}: diffusers has no module {module}"
+        source = _library_source(module)
+        assert source.is_file(), f"{where}: no module {module} in the installed library"
         original = _definition(ast.parse(source.read_text(encoding="utf-8")), name)
-        assert original is not None, f"{where}: diffusers' {module} has no `{name}`"
+        assert original is not None, f"{where}: {module} has no `{name}`"
         assert _without_docs_and_annotations(ours) == _without_docs_and_annotations(original), (
             f"{where}: `{name}` differs from {target}; copy it again, or say `Adapted from` if it differs on purpose"
         )

@@ -51,11 +51,25 @@ _MODULES_SCRIPT = (
 @pytest.mark.slow  # a fresh process per workflow, importing torch (seconds each)
 @pytest.mark.parametrize(
     "name",
-    ["txt2img", "img2img", "inpaint", "hires_fix", "controlnet", "txt2img_flux", "txt2video", "img2video"],
+    [
+        "txt2img",
+        "img2img",
+        "inpaint",
+        "hires_fix",
+        "controlnet",
+        "txt2img_flux",
+        "txt2video",
+        "img2video",
+        "edit_qwenimage",
+        "edit_qwenimage21",
+        "img2video_minimax",
+    ],
 )
 def test_a_refusal_imports_neither_diffusers_nor_transformers(name: str) -> None:
     # The shipped workflows whose "no" is made from headers and configs alone: no model library, no tokenizer
-    # (the text and VAE nodes stop at their model use, before their preprocessing imports them).
+    # (the text and VAE nodes stop at their model use, before their preprocessing imports them). The
+    # picture prompts (Qwen-Image-Edit, Qwen-Image 2.1, MiniMax H3's keyframes) declare their size from the
+    # folder's preprocessor_config.json and tokenizer.json, so not even transformers' image processor.
     workflow = REPO / "resources/workflows" / f"{name}.json"
     cmd = [
         sys.executable,

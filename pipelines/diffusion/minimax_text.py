@@ -1,10 +1,10 @@
 """MiniMax H3 prompt encoding: the folder's Qwen3-VL read at `hidden_states[50]`, with keyframes labelled
 and shown to it for image-to-video.
 
-Lives here: `encode_minimax`, `minimax_text_working`, `TEXT_ENCODER_LAYER`, `image_processor_of`.
-May import: stdlib, torch, transformers, memory (and memory.estimates), pipelines.diffusion.values / lora /
-prompt_weights / working /
-zimage_text / minimax_layout.
+Lives here: `encode_minimax`, `minimax_text_working`, `minimax_token_count`, `minimax_presentation`,
+`TEXT_ENCODER_LAYER`, `image_processor_of`. May import: stdlib, torch, transformers, memory (and
+memory.estimates), pipelines.diffusion.values / lora / prompt_weights / working / zimage_text /
+minimax_layout / qwen_vl_counts.
 
 Adapted from diffusers' `MiniMaxH3TextEncoderStep` and `MiniMaxH3FL2VATextEncoderStep` with
 `get_qwen3vl_prompt_embeds`: the prompt is tokenized verbatim (no chat template, no special tokens, no
@@ -12,11 +12,14 @@ padding, no truncation); with keyframes, each one is preceded by `"<Picture i>: 
 (`<|vision_start|>`, one `<|image_pad|>` per merged patch, `<|vision_end|>`) whose rows are tagged as video.
 The language model runs with an all-ones mask and the Qwen-internal token types (1 on image pads), and the
 hidden state after decoder layer 50 is the conditioning. The checkpoint is guidance-distilled: a negative
-prompt is never used.
+prompt is never used. The working memory is declared from `minimax_token_count` (the keyframes' grids and
+the token counts from the folder's configs and tokenizer.json), and the tokenizer and image processor run
+inside the model use, where `app plan` stops: transformers' imports cost it seconds.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -26,6 +29,7 @@ from memory.estimates import activation_bytes
 from pipelines.diffusion.lora import use_text_encoder
 from pipelines.diffusion.minimax_layout import TEXT_TAG, VIDEO_TAG
 from pipelines.diffusion.prompt_weights import strip_weights
+from pipelines.diffusion.qwen_vl_counts import picture_grid, vision_settings
 from pipelines.diffusion.values import Conditioning, TextEncoderRef
 from pipelines.diffusion.working import chat_encoder_activations
 from pipelines.diffusion.zimage_text import text_encoder_config
@@ -56,13 +60,28 @@ def minimax_text_working(config: dict[str, Any], tokens: int, dtype: torch.dtype
     return Working(large + large // 64, f"1x{tokens}")  # the small tensors beside them
 
 
-@torch.no_grad()
-def encode_minimax(
-    mm: MemoryManager, ref: TextEncoderRef, text: str, keyframes: tuple[Any, ...] = ()
-) -> Conditioning:
-    """`keyframes`: PIL pictures already on the canvas, in packed order (first, then last)."""
+def minimax_token_count(ref: TextEncoderRef, text: str, keyframes: tuple[Any, ...] = ()) -> int:
+    """The length of the presentation `encode_minimax` builds (`text` without weighting; the keyframes as
+    PIL pictures), from the pictures' sizes, `processor/preprocessor_config.json` and the tokenizer.json:
+    no transformers import."""
+    source = ref.tokenizers[0]
+    counter = source.counter()
+    count = counter.count(text, special_tokens=False)
+    if keyframes:
+        settings = vision_settings(source.path / "processor", "the keyframes' image processor")
+        for index, picture in enumerate(keyframes):
+            label = counter.count(f"<Picture {index + 1}>: ", special_tokens=False)
+            merged = math.prod(picture_grid(settings, *picture.size)) // settings.merge_size**2
+            count += label + merged + 2  # the vision block: start, one pad per merged patch, end
+    return count
+
+
+def minimax_presentation(
+    ref: TextEncoderRef, text: str, keyframes: tuple[Any, ...]
+) -> tuple[list[int], list[int], dict[str, torch.Tensor], Any]:
+    """The language model's ids and their modality tags (each keyframe's label and vision block, then the
+    prompt verbatim), the keyframes' vision features, and the tokenizer."""
     tokenizer = ref.tokenizers[0].load()
-    text = strip_weights(text)  # Qwen takes plain text
 
     # 1. The keyframes' vision features (the presentation is text only without them)
     vision: dict[str, torch.Tensor] = {}
@@ -88,10 +107,18 @@ def encode_minimax(
     prompt = tokenizer(text, add_special_tokens=False)["input_ids"]
     ids += prompt
     tags += [TEXT_TAG] * len(prompt)
-    if not ids:
-        raise ValueError("field 'text': MiniMax H3 needs a prompt (it has no token to condition on)")
+    return ids, tags, vision, tokenizer
 
-    # 3. One language-model call, read after decoder layer 50
+
+@torch.no_grad()
+def encode_minimax(
+    mm: MemoryManager, ref: TextEncoderRef, text: str, keyframes: tuple[Any, ...] = ()
+) -> Conditioning:
+    """`keyframes`: PIL pictures already on the canvas, in packed order (first, then last)."""
+    text = strip_weights(text)  # Qwen takes plain text
+    tokens = minimax_token_count(ref, text, keyframes)
+    if not tokens:
+        raise ValueError("field 'text': MiniMax H3 needs a prompt (it has no token to condition on)")
     config = text_encoder_config(ref)
     layers = int(config.get("text_config", config).get("num_hidden_layers", 64))
     if layers < TEXT_ENCODER_LAYER:
@@ -101,12 +128,14 @@ def encode_minimax(
         )
     # ComfyUI's Qwen3-VL-32B file stops after layer 50: its last hidden state is then the final norm's input.
     truncated = layers == TEXT_ENCODER_LAYER
-    input_ids = torch.tensor([ids], dtype=torch.long, device=mm.device)
-    image_pad = tokenizer.convert_tokens_to_ids("<|image_pad|>")
-    video_pad = tokenizer.convert_tokens_to_ids("<|video_pad|>")
-    token_types = (input_ids == image_pad).long() + 2 * (input_ids == video_pad).long()
-    working = minimax_text_working(config, len(ids), ref.dtype)
+    working = minimax_text_working(config, tokens, ref.dtype)
     with use_text_encoder(mm, ref, 0, working=working) as te:
+        # The presentation, built here in the use: `app plan` stops at the use, before transformers' imports
+        ids, tags, vision, tokenizer = minimax_presentation(ref, text, keyframes)
+        input_ids = torch.tensor([ids], dtype=torch.long, device=mm.device)
+        image_pad = tokenizer.convert_tokens_to_ids("<|image_pad|>")
+        video_pad = tokenizer.convert_tokens_to_ids("<|video_pad|>")
+        token_types = (input_ids == image_pad).long() + 2 * (input_ids == video_pad).long()
         seen: list[torch.Tensor] = []
         hook = None
         if truncated:  # the final norm's input: the hidden state after the last (50th) layer

@@ -1,10 +1,10 @@
 """Qwen-Image 2.1 prompt encoding: Qwen3-VL reads the pipeline's template, with the edit pictures when there
 are any, and the pictures' VAE latents become the prompt's references.
 
-Lives here: `encode_qwenimage21`, `picture_inputs`, `output_size`, `calculate_dimensions`, `PictureInputs`,
-`SYSTEM_PROMPT`, `T2I_TEMPLATE`, `TI2I_TEMPLATE`, `PICTURE_SLOT`. May import: stdlib, numpy, PIL, torch,
-transformers, diffusers, memory, pipelines.diffusion.values / lora / prompt_weights / vae / zimage_text /
-qwenimage_text / qwenimage_edit_working.
+Lives here: `encode_qwenimage21`, `picture_inputs`, `picture_counts`, `output_size`, `calculate_dimensions`,
+`PictureInputs`, `SYSTEM_PROMPT`, `T2I_TEMPLATE`, `TI2I_TEMPLATE`, `PICTURE_SLOT`. May import: stdlib, numpy,
+PIL, torch, transformers, diffusers, memory, pipelines.diffusion.values / lora / prompt_weights / vae /
+zimage_text / qwenimage_text / qwenimage_edit_working / qwen_vl_counts.
 
 Adapted from diffusers' `QwenImage21Pipeline._get_qwen_prompt_embeds` and its `__call__` step 1 for one
 prompt. The template is a hand-built string (not the chat template; the checkpoint expects it); with pictures
@@ -15,7 +15,9 @@ the normed state there), past the system turn's tokens; `image_slots` marks the 
 Each picture is resized once, to about `area` pixels (sides multiples of 32, PIL Lanczos via diffusers'
 `VaeImageProcessor`), as RGBA: the VAE reads all four channels, Qwen3-VL the picture over white. Qwen3-VL's
 image processor is transformers' PIL class (`Qwen2VLImageProcessorPil`, from `processor/`), never the
-torchvision one (not installed here; the pipeline falls back to the same class).
+torchvision one (not installed here; the pipeline falls back to the same class). The encoder's working
+memory is declared from `picture_counts` (grids and token counts from the folder's configs and
+tokenizer.json) and the preprocessing runs inside the model use, where `app plan` stops.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from PIL import Image
 from memory import MemoryManager, Working
 from pipelines.diffusion.lora import use_text_encoder
 from pipelines.diffusion.prompt_weights import strip_weights
+from pipelines.diffusion.qwen_vl_counts import picture_grid, vision_settings
 from pipelines.diffusion.qwenimage_edit_working import edit_text_working_bytes
 from pipelines.diffusion.qwenimage_text import qwenimage_text_working_bytes
 from pipelines.diffusion.vae import vae_working
@@ -77,10 +80,16 @@ class PictureInputs:
     vae_pixels: tuple[torch.Tensor, ...]  # each (1, 4, H, W) in [-1, 1], RGBA
 
 
-def _to_rgba(image: torch.Tensor) -> Image.Image:
-    """IMAGE (1, H, W, C) in [0, 1] -> the 8-bit RGBA picture the pipeline converts every input to."""
+def _picture_size(image: torch.Tensor) -> tuple[int, int]:
+    """(width, height) of an IMAGE (1, H, W, C); a batch is refused."""
     if image.ndim != 4 or image.shape[0] != 1:
         raise ValueError(f"a Qwen-Image 2.1 picture is one image, got a batch of shape {tuple(image.shape)}")
+    return int(image.shape[2]), int(image.shape[1])
+
+
+def _to_rgba(image: torch.Tensor) -> Image.Image:
+    """IMAGE (1, H, W, C) in [0, 1] -> the 8-bit RGBA picture the pipeline converts every input to."""
+    _picture_size(image)
     array = (image[0].clamp(0, 1).numpy() * 255).round().astype(np.uint8)
     mode = "RGBA" if array.shape[-1] == 4 else "RGB"
     return Image.fromarray(array[..., :4] if mode == "RGBA" else array[..., :3], mode=mode).convert("RGBA")
@@ -93,12 +102,18 @@ def _over_white(picture: Image.Image) -> Image.Image:
     return white
 
 
-def _expand_pads(text: str, grids: torch.Tensor, merge: int) -> str:
-    """Each `<|image_pad|>`, in order, becomes its picture's merged-patch count of them, as
+def _expand_pads(text: str, counts: list[int]) -> str:
+    """Each `<|image_pad|>`, in order, becomes its picture's merged-patch count (`counts`) of them, as
     `Qwen3VLProcessor.replace_image_token` makes it (grid t x h x w // merge**2)."""
     parts = text.split(IMAGE_PAD)
-    counts = [int(g.prod()) // merge**2 for g in grids]
     return parts[0] + "".join(IMAGE_PAD * n + rest for n, rest in zip(counts, parts[1:], strict=True))
+
+
+def _prompt(text: str, pictures: int) -> str:
+    """The pipeline's template (`text` already non-empty), one slot per picture."""
+    if not pictures:
+        return T2I_TEMPLATE.format(text)
+    return TI2I_TEMPLATE.format(" ".join(PICTURE_SLOT.format(i + 1) for i in range(pictures)), text)
 
 
 def picture_inputs(
@@ -117,7 +132,7 @@ def picture_inputs(
 
     text = text or " "  # Qwen has no bos token: an empty prompt would leave the encoder nothing to read
     if not images:
-        tokens = tokenizer(T2I_TEMPLATE.format(text), return_tensors="pt")
+        tokens = tokenizer(_prompt(text, 0), return_tensors="pt")
         return PictureInputs(tokens.input_ids, tokens.attention_mask, None, None, ())
     processor = VaeImageProcessor(vae_scale_factor=16, vae_latent_channels=latent_channels)
     vl_pictures, vae_pixels = [], []
@@ -125,26 +140,47 @@ def picture_inputs(
         w, h = output_size(picture.width, picture.height, resolution)
         vl_pictures.append(_over_white(processor.resize(picture, width=w, height=h)))
         vae_pixels.append(processor.preprocess(picture, width=w, height=h))
-    slots = " ".join(PICTURE_SLOT.format(i + 1) for i in range(len(images)))
     vision = image_processor(images=vl_pictures, return_tensors="pt")
     grids = vision["image_grid_thw"]
-    prompt = _expand_pads(TI2I_TEMPLATE.format(slots, text), grids, image_processor.merge_size)
+    counts = [int(g.prod()) // image_processor.merge_size**2 for g in grids]
+    prompt = _expand_pads(_prompt(text, len(images)), counts)
     tokens = tokenizer(prompt, return_tensors="pt")
     return PictureInputs(
         tokens.input_ids, tokens.attention_mask, vision["pixel_values"], grids, tuple(vae_pixels)
     )
 
 
+def picture_counts(
+    ref: TextEncoderRef, text: str, images: list[torch.Tensor] | tuple[torch.Tensor, ...], *, resolution: int
+) -> tuple[int, int]:
+    """(tokens, patches) of the `picture_inputs` the encoder will make (`text` without weighting), from the
+    pictures' sizes, the folder's preprocessor_config.json and tokenizer.json: no transformers import."""
+    source = ref.tokenizers[0]
+    folder = source.path / source.subfolder
+    counter = source.counter()
+    counts, patches = [], 0
+    if images:
+        why = "a Qwen-Image 2.1 diffusers folder has a processor/ subfolder; pictures need it"
+        settings = vision_settings(folder, why)
+        for image in images:
+            w, h = output_size(*_picture_size(image), resolution)
+            grid = picture_grid(settings, w, h)
+            patches += math.prod(grid)
+            counts.append(math.prod(grid) // settings.merge_size**2)
+    tokens = counter.count(_expand_pads(_prompt(text or " ", len(images)), counts))
+    return tokens, patches
+
+
 def _load_image_processor(ref: TextEncoderRef) -> Any:
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
     folder = ref.tokenizers[0].path / ref.tokenizers[0].subfolder
-    if not (folder / "preprocessor_config.json").is_file():
-        raise ValueError(
-            f"{folder}: no preprocessor_config.json (a Qwen-Image 2.1 diffusers folder has a processor/ "
-            "subfolder); pictures need it"
-        )
     return Qwen2VLImageProcessorPil.from_pretrained(str(folder), local_files_only=True)
+
+
+def _drop_count(tokenizer: Any) -> int:
+    """The system turn's token count (the pipeline's `_drop_idx`, from the same turn its template starts with)."""
+    return len(tokenizer(_SYSTEM_TURN).input_ids)
 
 
 @torch.no_grad()
@@ -162,11 +198,6 @@ def _reference(mm: MemoryManager, vae: VaeRef, pixels: torch.Tensor) -> Latents:
     return Latents(samples=latents.cpu(), vae_scale_factor=vae.scale_factor, source="encoded")
 
 
-def _drop_count(tokenizer: Any) -> int:
-    """The system turn's token count (the pipeline's `_drop_idx`, from the same turn its template starts with)."""
-    return len(tokenizer(_SYSTEM_TURN).input_ids)
-
-
 @torch.no_grad()
 def encode_qwenimage21(
     mm: MemoryManager,
@@ -178,33 +209,34 @@ def encode_qwenimage21(
     resolution: int = 1024,
 ) -> Conditioning:
     """One prompt (and 0-3 pictures) -> embeddings, their image slots and (with a VAE) reference latents."""
-    # 1. The template (weighting syntax dropped: Qwen takes plain text) and the pictures, resized once
+    # 1. The prompt's size (weighting syntax dropped: Qwen takes plain text): what the working memory is
     if len(images) > MAX_PICTURES:
         raise ValueError(f"Qwen-Image 2.1 takes at most {MAX_PICTURES} pictures here, got {len(images)}")
-    tokenizer = ref.tokenizers[0].load()
-    image_processor = _load_image_processor(ref) if images else None
     text = strip_weights(text)
-    channels = vae.latent_channels if vae is not None else 64
-    inputs = picture_inputs(
-        image_processor, tokenizer, text, list(images), resolution=resolution, latent_channels=channels
-    )
-    image_token = tokenizer.convert_tokens_to_ids(IMAGE_PAD)
-
-    # 2. Qwen3-VL: the last decoder layer's output, before the final norm, past the system turn
+    tokens, patches = picture_counts(ref, text, images, resolution=resolution)
     config = text_encoder_config(ref)
-    ids = inputs.input_ids
-    tokens = ids.shape[1]
-    kwargs: dict[str, Any] = {"mm_token_type_ids": (ids == image_token).long().to(mm.device)}
-    if inputs.pixel_values is not None:
-        patches = inputs.pixel_values.shape[0]
-        formula = edit_text_working_bytes(config, tokens, patches, ref.dtype)
-        kwargs["pixel_values"] = inputs.pixel_values.to(device=mm.device, dtype=ref.dtype)
-        kwargs["image_grid_thw"] = inputs.image_grid_thw.to(mm.device)
-        shape = f"1x{tokens}+{patches}p"
+    if images:
+        formula, shape = edit_text_working_bytes(config, tokens, patches, ref.dtype), f"1x{tokens}+{patches}p"
     else:
         formula, shape = qwenimage_text_working_bytes(config, tokens, ref.dtype), f"1x{tokens}"
-    drop = _drop_count(tokenizer)
+
+    # 2. Qwen3-VL: the last decoder layer's output, before the final norm, past the system turn
     with use_text_encoder(mm, ref, 0, working=Working(formula, shape)) as te:
+        # The template and the pictures, resized once, here in the use: `app plan` stops at the use, before
+        # transformers' tokenizer and processor and diffusers' resize are imported
+        tokenizer = ref.tokenizers[0].load()
+        image_processor = _load_image_processor(ref) if images else None
+        channels = vae.latent_channels if vae is not None else 64
+        inputs = picture_inputs(
+            image_processor, tokenizer, text, list(images), resolution=resolution, latent_channels=channels
+        )
+        image_token = tokenizer.convert_tokens_to_ids(IMAGE_PAD)
+        drop = _drop_count(tokenizer)
+        ids = inputs.input_ids
+        kwargs: dict[str, Any] = {"mm_token_type_ids": (ids == image_token).long().to(mm.device)}
+        if inputs.pixel_values is not None:
+            kwargs["pixel_values"] = inputs.pixel_values.to(device=mm.device, dtype=ref.dtype)
+            kwargs["image_grid_thw"] = inputs.image_grid_thw.to(mm.device)
         language = getattr(te.model, "language_model", te.model)
         handle = language.norm.register_forward_hook(lambda module, args, output: args[0])
         try:

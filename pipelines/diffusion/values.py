@@ -2,7 +2,7 @@
 
 Lives here: `DenoiserRef`, `TextEncoderRef`, `VaeRef`, `AudioDecoderRef`, `ltx2_vae_ratios`, `TokenizerSource`, `LoraPatch`, `Conditioning`,
 `Latents`, `vae_scale_factor` and `DEFAULT_VAE_SCALE` (the one formula for pixels per latent).
-May import: stdlib, torch, transformers, memory, pipelines.diffusion.families.
+May import: stdlib, torch, transformers, memory, pipelines.diffusion.families / family_types / qwen_vl_counts.
 
 Model references hold `memory.ModelHandle`s (lazy: registered with the memory manager, loaded only inside
 `mm.use(...)`), never modules. Data values hold CPU-or-device tensors and the family they belong to, so a
@@ -23,6 +23,7 @@ from pipelines.diffusion.family_types import ClassRef
 
 if TYPE_CHECKING:
     from memory import ModelHandle
+    from pipelines.diffusion.qwen_vl_counts import TokenCounter
 
 
 class TokenizerSource:
@@ -33,6 +34,7 @@ class TokenizerSource:
         self.subfolder = subfolder
         self._model_class = model_class  # a ClassRef is imported when asked for (`app plan` never asks)
         self._tokenizer: Any = None
+        self._counters: dict[Path, TokenCounter] = {}
 
     @property
     def model_class(self) -> type:
@@ -60,6 +62,17 @@ class TokenizerSource:
                 str(self.path), subfolder=self.subfolder, local_files_only=True
             )
         return self._tokenizer
+
+    def counter(self, folder: Path | None = None) -> TokenCounter:
+        """A token counter for this tokenizer's tokenizer.json without transformers (`app plan` counts a
+        prompt's tokens with it), or for `folder`'s (a processor/ beside it); each read once and kept: a
+        real Qwen tokenizer.json takes tenths of a second to parse."""
+        from pipelines.diffusion.qwen_vl_counts import token_counter
+
+        folder = self.path / self.subfolder if folder is None else folder
+        if folder not in self._counters:
+            self._counters[folder] = token_counter(folder)
+        return self._counters[folder]
 
     def __repr__(self) -> str:
         return f"TokenizerSource({str(self.path)!r}, {self.subfolder!r})"
