@@ -191,6 +191,8 @@ def load_single_file(
 
     keys = read_checkpoint_keys(path, allow_pickle=allow_pickle)
     detected = detect_single_file_family(keys)
+    if detected not in ("sd1", "sd2", "sdxl"):  # FLUX.1 / SD3 all-in-one: `single_file_flow`, via load_model
+        raise UnsupportedModelError(f"{path.name}: a {detected} checkpoint; load it with loading.load_model")
     config_dir = config_dir or CONFIG_DIRS.get(detected)
     if config_dir is None or not (config_dir / "model_index.json").exists():
         raise UnsupportedModelError(
