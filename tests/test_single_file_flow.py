@@ -67,6 +67,23 @@ def test_released_sd35_large_layout_is_what_diffusers_reads_and_names() -> None:
     }
 
 
+def test_shipped_sd35_large_configs_are_the_released_sizes() -> None:
+    from transformers import CLIPTextConfig, CLIPTextModelWithProjection
+
+    def count(module: torch.nn.Module) -> int:
+        return sum(p.numel() for p in module.parameters())
+
+    folder = CONFIG_DIRS["sd3"]
+    assert (
+        round(count(_meta_model(SD3Transformer2DModel, folder)) / 1e9, 1) == 8.1
+    )  # "8.1 billion parameters"
+    with init_empty_weights():
+        clip_l = CLIPTextModelWithProjection(CLIPTextConfig.from_pretrained(folder / "text_encoder"))
+        clip_g = CLIPTextModelWithProjection(CLIPTextConfig.from_pretrained(folder / "text_encoder_2"))
+    assert count(clip_l) == 123_060_480 + 768 * 768  # OpenAI's CLIP-L text tower and its 768 x 768 projection
+    assert count(clip_g) == 694_659_840  # OpenCLIP bigG, as SDXL's second encoder
+
+
 def _rows_only(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """A state dict of distinct values with each tensor's row count (dim 0, the only dim the FLUX.1 layouts
     fuse and split along) and one column: FLUX.1's full width in a few MB."""
@@ -258,3 +275,21 @@ def test_sd3_fp8_scaled_all_in_one_loads_as_comfyui_dequantizes_it(tiny_sd3, tmp
         q, k, v = (getattr(transformer.transformer_blocks[0].attn, f"to_{n}").weight for n in "qkv")
         assert torch.equal(torch.cat([q, k, v]), expected)
     assert picture(fp8, config_dir=folder, cfg=5.0).float().std() > 5
+
+
+@pytest.mark.slow
+def test_flux1_all_in_one_reads_its_vae_under_either_prefix(tiny_flux, tmp_path: Path) -> None:
+    # ComfyUI saves FLUX.1's VAE under `vae.` (supported_models.Flux.vae_key_prefix); files made by other tools
+    # use the LDM `first_stage_model.`, which diffusers' converter reads too.
+    from safetensors.torch import load_file, save_file
+
+    path, folder = tiny_flux
+    renamed = {
+        "first_stage_model." + k.removeprefix("vae.") if k.startswith("vae.") else k: v
+        for k, v in load_file(str(path)).items()
+    }
+    other = tmp_path / "flux1-ldm-vae.safetensors"
+    save_file(renamed, str(other))
+    assert (
+        _max_diff(picture(other, config_dir=folder, cfg=1.0), picture(path, config_dir=folder, cfg=1.0)) == 0
+    )

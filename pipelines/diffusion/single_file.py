@@ -8,6 +8,7 @@ diffusers' `from_single_file` guesses the family and fetches its configs from th
 component at a config-only folder shipped in `resources/configs/<family>/` (configs and, where we can ship
 it, the tokenizer; no weights). Each component's key map is traced from the header through diffusers'
 converters (pipelines/diffusion/lazy_load.py); its tensors are read one at a time when the manager loads it.
+ComfyUI's FLUX.1 / SD3 all-in-one files load the same way in `single_file_flow` (loading.load_model picks).
 """
 
 from __future__ import annotations
