@@ -258,6 +258,21 @@ CHECKPOINT_LAYOUTS: dict[str, CheckpointLayout] = {
             ("conditioner.embedders.0.transformer.", "conditioner.embedders.1.model."),
             open_clip_slots=(1,),
         ),
+        # ComfyUI's all-in-one files (comfy/supported_models.py: text encoders under `text_encoders.`, the
+        # VAE under `vae.` for FLUX.1 and `first_stage_model.` for SD3); read by `single_file_flow`.
+        CheckpointLayout(
+            "flux1", FLUX, "flux", ("text_encoders.clip_l.transformer.", "text_encoders.t5xxl.transformer.")
+        ),
+        CheckpointLayout(
+            "sd3",
+            SD3,
+            "sd3.5-large",
+            (
+                "text_encoders.clip_l.transformer.",
+                "text_encoders.clip_g.transformer.",
+                "text_encoders.t5xxl.transformer.",
+            ),
+        ),
     )
 }
 
@@ -277,7 +292,8 @@ def family_for_pipeline_class(class_name: str) -> Family:
 def detect_single_file_family(keys: Iterable[str]) -> str:
     """Which original-format (CompVis/SGM) checkpoint this is, from its tensor names alone.
 
-    Returns "sd1", "sd2" or "sdxl"; raises `UnsupportedModelError` for others. Names, not shapes, so tiny
+    Returns "sd1", "sd2", "sdxl", or "flux1" / "sd3" (ComfyUI's all-in-one files); raises
+    `UnsupportedModelError` for others. Names, not shapes, so tiny
     test checkpoints are recognised like real ones. diffusers' `infer_diffusers_model_type` relies on
     layer-9 keys and widths that tiny models do not have.
     """
@@ -286,9 +302,11 @@ def detect_single_file_family(keys: Iterable[str]) -> str:
     def has_prefix(prefix: str) -> bool:
         return any(k.startswith(prefix) for k in keys)
 
-    if has_prefix("model.diffusion_model.joint_blocks.") or has_prefix("joint_blocks."):
+    if has_prefix("model.diffusion_model.joint_blocks."):
+        return _all_in_one("sd3", keys)
+    if has_prefix("joint_blocks."):
         raise UnsupportedModelError(
-            "this is a Stable Diffusion 3 checkpoint; single-file SD3 is not supported yet"
+            "this is a Stable Diffusion 3 transformer file (no text encoders or VAE): load it with Load Denoiser"
         )
     if has_prefix("noise_refiner.") or has_prefix("model.diffusion_model.noise_refiner."):
         raise UnsupportedModelError(
@@ -314,8 +332,12 @@ def detect_single_file_family(keys: Iterable[str]) -> str:
         raise UnsupportedModelError(
             "this is an LTX-2 checkpoint; single-file LTX-2 is not supported yet (load its diffusers folder)"
         )
-    if has_prefix("double_blocks.") or has_prefix("model.diffusion_model.double_blocks."):
-        raise UnsupportedModelError("this is a Flux checkpoint; single-file Flux is not supported yet")
+    if has_prefix("model.diffusion_model.double_blocks."):  # after FLUX.2, whose files have double_blocks too
+        return _all_in_one("flux1", keys)
+    if has_prefix("double_blocks."):
+        raise UnsupportedModelError(
+            "this is a Flux transformer file (no text encoders or VAE): load it with Load Denoiser"
+        )
     if not has_prefix("model.diffusion_model."):
         raise UnsupportedModelError("no UNet weights (model.diffusion_model.*): not an SD/SDXL checkpoint")
     if has_prefix("conditioner.embedders.1.model."):
@@ -327,6 +349,17 @@ def detect_single_file_family(keys: Iterable[str]) -> str:
     if has_prefix("cond_stage_model.transformer."):
         return "sd1"
     raise UnsupportedModelError("no text encoder weights found: not a full SD/SDXL checkpoint")
+
+
+def _all_in_one(layout: str, keys: set[str]) -> str:
+    """A ComfyUI all-in-one layout id, once the file is seen to hold text encoders beside its transformer."""
+    if not any(k.startswith("text_encoders.") for k in keys):  # a prefixed transformer alone
+        title = "Stable Diffusion 3" if layout == "sd3" else "FLUX.1"
+        raise UnsupportedModelError(
+            f"this {title} file holds a transformer but no text encoders (text_encoders.*): load it with "
+            "Load Denoiser, and its text encoders and VAE from their own files"
+        )
+    return layout
 
 
 def denoiser_stream_blocks(family: Family, config: dict[str, Any]) -> tuple[str, ...]:

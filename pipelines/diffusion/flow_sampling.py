@@ -16,6 +16,7 @@ the sequence after the noisy tokens. SD3 runs classic classifier-free guidance o
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -254,10 +255,21 @@ def sample_sd3(
         init = latents.samples.to(device=device, dtype=noise.dtype)
         x = scheduler.scale_noise(init, timesteps[:1].repeat(batch), noise)
 
-    # 4. Prepare conditioning: negative first, then positive, as one doubled batch under CFG
-    conds = same_length([batched_conditioning(negative, batch), positive] if do_cfg else [positive])
-    embeds = torch.cat([c.embeds for c in conds]).to(device=device, dtype=denoiser.dtype)
-    pooled = torch.cat([c.pooled for c in conds]).to(device=device, dtype=denoiser.dtype)
+    # 4. Prepare conditioning: negative first, then positive, as one doubled batch under CFG; as ComfyUI's
+    # `CONDCrossAttn.can_concat`, prompts whose lengths repeat to more than 4x the shorter one (a 2-chunk
+    # positive, 154 + 256 tokens, beside a 77 + 256 negative: an LCM of 136530) run as two calls instead.
+    conds = [batched_conditioning(negative, batch), positive] if do_cfg else [positive]
+    lengths = [c.embeds.shape[1] for c in conds]
+    if math.lcm(*lengths) // min(lengths) <= 4:
+        conds = same_length(conds)
+    groups = [conds] if len({c.embeds.shape[1] for c in conds}) == 1 else [[c] for c in conds]
+    inputs = [
+        (
+            torch.cat([c.embeds for c in g]).to(device=device, dtype=denoiser.dtype),
+            torch.cat([c.pooled for c in g]).to(device=device, dtype=denoiser.dtype),
+        )
+        for g in groups
+    ]
 
     # 5. Denoising loop
     working = denoiser_working(
@@ -270,17 +282,20 @@ def sample_sd3(
     ):
         for i, t in enumerate(timesteps):
             cache.step(i)
-            model_input = torch.cat([x] * 2) if do_cfg else x
-            timestep = t.expand(model_input.shape[0])
-
             with cache.branch("cfg" if do_cfg else "cond"):
-                noise_pred = model(
-                    hidden_states=model_input,
-                    timestep=timestep,
-                    encoder_hidden_states=embeds,
-                    pooled_projections=pooled,
-                    return_dict=False,
-                )[0]
+                preds = []
+                for embeds, pooled in inputs:
+                    model_input = torch.cat([x] * (embeds.shape[0] // batch))
+                    preds.append(
+                        model(
+                            hidden_states=model_input,
+                            timestep=t.expand(model_input.shape[0]),
+                            encoder_hidden_states=embeds,
+                            pooled_projections=pooled,
+                            return_dict=False,
+                        )[0]
+                    )
+                noise_pred = torch.cat(preds)
 
             if do_cfg:
                 noise_pred_uncond, noise_pred_text = noise_pred.chunk(2)

@@ -338,6 +338,12 @@ def load_model(
 
         if ltx2_loaders.is_checkpoint_file(path):  # ComfyUI's LTX-2 checkpoint
             return ltx2_loaders.load_ltx2_checkpoint(mm, path, dtype=dtype, config_dir=config_dir)
+        from pipelines.diffusion import single_file_flow
+
+        if (layout := single_file_flow.flow_layout(path)) is not None:  # ComfyUI's FLUX.1 / SD3 all-in-one
+            return single_file_flow.load_flow_single_file(
+                mm, path, layout, dtype=dtype, config_dir=config_dir
+            )
         return load_single_file(mm, path, dtype=dtype, allow_pickle=allow_pickle, config_dir=config_dir)
     raise ValueError(f"unknown loader kind {kind!r} (auto, folder, single_file)")
 

@@ -8,6 +8,7 @@ diffusers' `from_single_file` guesses the family and fetches its configs from th
 component at a config-only folder shipped in `resources/configs/<family>/` (configs and, where we can ship
 it, the tokenizer; no weights). Each component's key map is traced from the header through diffusers'
 converters (pipelines/diffusion/lazy_load.py); its tensors are read one at a time when the manager loads it.
+ComfyUI's FLUX.1 / SD3 all-in-one files load the same way in `single_file_flow` (loading.load_model picks).
 """
 
 from __future__ import annotations
@@ -191,6 +192,8 @@ def load_single_file(
 
     keys = read_checkpoint_keys(path, allow_pickle=allow_pickle)
     detected = detect_single_file_family(keys)
+    if detected not in ("sd1", "sd2", "sdxl"):  # FLUX.1 / SD3 all-in-one: `single_file_flow`, via load_model
+        raise UnsupportedModelError(f"{path.name}: a {detected} checkpoint; load it with loading.load_model")
     config_dir = config_dir or CONFIG_DIRS.get(detected)
     if config_dir is None or not (config_dir / "model_index.json").exists():
         raise UnsupportedModelError(

@@ -41,6 +41,7 @@ FAMILY_OF_NAME: tuple[tuple[str, str], ...] = (
     ("flux1", "flux1"),
     ("flux.1", "flux1"),
     ("sd_xl", "sdxl"),
+    ("sd3", "sd3"),  # sd3.5_large_fp8_scaled: ComfyUI's all-in-one checkpoint
 )
 # Fixture id -> (demo model, our family id).
 _DEMOS = {
@@ -63,9 +64,10 @@ _DEMOS = {
     "wan_flf2v": ("tiny-wan-flf2v", "wan"),
     "flux1": ("tiny-flux", "flux"),
     "sdxl": ("tiny-sdxl", "sdxl"),
+    "sd3": ("tiny-sd3", "sd3"),
 }
 # Fixtures whose tiny shapes are no released size: their loaders read the config from the demo folder.
-NEEDS_CONFIG_DIR = frozenset({"flux1", "sdxl"})
+NEEDS_CONFIG_DIR = frozenset({"flux1", "sdxl", "sd3"})
 
 
 def fixture_of_name(name: str) -> str | None:
@@ -146,6 +148,21 @@ def _write_wan(folder: Path, models: Path) -> None:
         _save(state, models / "clip_vision" / "clip_vision.safetensors")
 
 
+def _write_all_in_one(folder: Path, path: Path, layout: str) -> None:
+    """The demo as ComfyUI's all-in-one checkpoint (CheckpointLoaderSimple's `flux1-schnell-fp8`,
+    `sd3.5_large_fp8_scaled`): the transformer in its release names, text encoders and VAE beside it."""
+    from diffusers import DiffusionPipeline
+
+    from pipelines.diffusion.export_flow import save_flux_single_file, save_sd3_single_file
+
+    pipe = DiffusionPipeline.from_pretrained(str(folder))
+    if layout == "flux1":
+        save_flux_single_file(pipe.transformer, pipe.vae, pipe.text_encoder, pipe.text_encoder_2, path)
+    else:
+        encoders = (pipe.text_encoder, pipe.text_encoder_2, pipe.text_encoder_3)
+        save_sd3_single_file(pipe.transformer, pipe.vae, encoders, path)
+
+
 def write_fixture(fixture: str, work: Path) -> tuple[Path, Path]:
     """(the demo's diffusers folder, a ComfyUI models folder of its tiny files) for a fixture id, under `work`."""
     from pipelines.diffusion.demo_models import save_demo_model
@@ -191,6 +208,9 @@ def write_fixture(fixture: str, work: Path) -> tuple[Path, Path]:
     elif fixture == "flux1":
         names = {"denoiser": "flux1.safetensors", "clip_l": "clip_l.safetensors", "t5": "t5xxl.safetensors"}
         write_flux1_files(folder, models, {**names, "vae": "ae.safetensors"})
+        _write_all_in_one(folder, models / "checkpoints" / "flux1.safetensors", "flux1")
+    elif fixture == "sd3":
+        _write_all_in_one(folder, models / "checkpoints" / "sd3.safetensors", "sd3")
     elif fixture == "sdxl":
         from diffusers import DiffusionPipeline
 
