@@ -85,6 +85,7 @@ def node_type(
     version: int = 1,
     is_output: bool = False,
     tags: tuple[str, ...] = (),
+    imports: tuple[str, ...] = (),
 ) -> Callable[[type[T]], type[T]]:
     """Declare the class as the node type `name` (saved in workflow files); sets `cls.spec`."""
 
@@ -107,6 +108,7 @@ def node_type(
             version=version,
             is_output=is_output,
             tags=tags,
+            imports=imports,
         )
         return cls
 

@@ -45,10 +45,27 @@ def _ltx2(kwargs: dict[str, Any]) -> dict[str, Any]:
     return {"latent": latent}
 
 
+def _minimax(kwargs: dict[str, Any]) -> dict[str, Any]:
+    # The keyframes and references ride along as anchors and rows of their own; the video and sound
+    # latents have the text-to-video shapes, which are what the sampler and the decode after it plan with.
+    from pipelines.diffusion.minimax_vae import empty_minimax_latent
+
+    latent = empty_minimax_latent(
+        kwargs["vae"],
+        kwargs.get("denoiser"),
+        int(kwargs["width"]),
+        int(kwargs["height"]),
+        int(kwargs["frames"]),
+    )
+    return {"latent": latent}
+
+
 _STAND_INS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "WanImageToVideo": _wan,
     "WanFirstLastFrameToVideo": _wan,
     "LTXVImageToVideo": _ltx2,
+    "MiniMaxH3ImageToVideo": _minimax,
+    "MiniMaxH3ReferenceToVideo": _minimax,
 }
 
 

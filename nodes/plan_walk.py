@@ -4,7 +4,9 @@ Lives here: `NodeUses`, `UseEstimate`, `walk`. Imports `memory`, `nodes.*`, and 
 formulas (the same functions the pipelines call before each use).
 
 Walking the graph in run order:
-- a node that writes outputs (`is_output`) is not run: it uses no model and the plan must write nothing;
+- a node that writes outputs (`is_output`) is not run: it uses no model and the plan must write nothing; the
+  modules it declares (`NodeSpec.imports`: Save Video's PyAV) join the deferred imports, made before a fitting
+  plan measures the baseline;
 - a node that samples (a DENOISER and a LATENT input: Sampler, SamplerAdvanced) gets its working memory from
   `pipelines.diffusion.planned_working` (its family's loop formula on the latent's shape, video frames
   included, plus a step cache's residuals when `cache` is on); its output is its input latent (same shape);
@@ -25,6 +27,7 @@ larger, at the first use and beside each model the node uses after it, as the ma
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -232,6 +235,8 @@ def walk(
         if spec.is_output:
             found.append(NodeUses(nid, node.type, note="writes outputs: not run by the plan"))
             values[nid] = {}
+            # Its writer library (PyAV: ~15 MiB of RSS) is in the run's baseline: imported before it is measured.
+            deferred.extend(m for m in spec.imports if m not in sys.modules and m not in deferred)
             continue
         if node.type in registry.pack_types and not _model_ports(spec):
             # A node pack's node that touches no model: running it could take as long as the run itself

@@ -116,6 +116,10 @@ class NodeSpec:
     # for its sinks when no outputs are named.
     is_output: bool = False
     tags: tuple[str, ...] = field(default=())
+    # Modules a run of this node imports that the nodes before it may not have (an output node's writer
+    # library): a memory plan, which does not run output nodes, imports them before it measures the process
+    # baseline, so the RSS they add is in the prediction.
+    imports: tuple[str, ...] = field(default=())
 
     def __post_init__(self) -> None:
         # Frozen dataclass: normalise lists to tuples so specs are hashable and immutable.

@@ -73,6 +73,7 @@ class CreateVideo(Node):
     title="Save Video",
     category="output",
     is_output=True,
+    imports=("av",),
     description="Write a numbered mp4 (H.264), webm (VP9), animated webp or set of PNG frames, with the workflow embedded.",
     tags=("video", "mp4", "webm", "webp", "SaveVideo", "SaveAnimatedWEBP"),
 )
