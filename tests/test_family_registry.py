@@ -34,7 +34,10 @@ def test_checkpoint_layouts_are_variants_of_registered_families() -> None:
         assert FAMILIES[layout.family.name] is layout.family
         assert len(layout.text_encoder_prefixes) == len(layout.family.text_encoders)
     # SD 2.x ships no config folder: only the layouts that do have one.
-    assert set(CONFIG_DIRS) == {"sd1", "sdxl"} and all(p.is_dir() for p in CONFIG_DIRS.values())
+    # FLUX.1's and SD3.5's one-file checkpoints read the shipped flux/ and sd3.5-large/ folders.
+    assert set(CONFIG_DIRS) == {"sd1", "sdxl", "flux1", "sd3"} and all(
+        p.is_dir() for p in CONFIG_DIRS.values()
+    )
     assert set(SPLIT_CONFIG_DIRS) == {"sd", "sdxl", "flux"} and all(
         p.is_dir() for p in SPLIT_CONFIG_DIRS.values()
     )

@@ -133,9 +133,15 @@ def _checked(path: Path, key_map: KeyMap, module: torch.nn.Module, what: str, fo
 
 def flow_layout(path: Path) -> str | None:
     """ "flux1" / "sd3" for a ComfyUI all-in-one `.safetensors` of those families (its header only), else None."""
-    if path.suffix.lower() != ".safetensors":
+    from pipelines.weight_format import WeightFormat, sniff_weight_format
+
+    # A pickle named .safetensors is not read here: the checkpoint loader refuses it by its real format.
+    if path.suffix.lower() != ".safetensors" or sniff_weight_format(path) is not WeightFormat.SAFETENSORS:
         return None
-    keys = file_keys(path)
+    try:
+        keys = file_keys(path)
+    except Exception:  # noqa: BLE001 (a damaged file: the checkpoint loader names what is wrong with it)
+        return None
     if not any(k.startswith(DENOISER_PREFIX + b) for k in keys for b in ("joint_blocks.", "double_blocks.")):
         return None
     try:
