@@ -1,7 +1,7 @@
 """ComfyUI's KSampler samplers on Wan (uni_pc, dpmpp_2m, heun, ...): the k-diffusion loops over ComfyUI's flow
 sigmas, so that a Wan template's `uni_pc` / `simple` sampler runs here as ComfyUI runs it.
 
-Lives here: `WAN_K_SAMPLERS`, `flow_sigmas`, `FlowDenoiser`, `sample_wan_k`. May import: stdlib, torch, memory, pipelines.steps,
+Lives here: `WAN_K_SAMPLERS`, `flow_sigmas`, `flow_start`, `FlowDenoiser`, `sample_wan_k`. May import: stdlib, torch, memory, pipelines.steps,
 pipelines.diffusion.* (the samplers, the sigma schedules, the Wan loop's input helpers).
 
 What ComfyUI does with a flow-matching model (comfy/model_sampling.py, `ModelSamplingDiscreteFlow` and
@@ -48,6 +48,19 @@ def flow_sigmas(shift: float) -> DiscreteSigmas:
     """ComfyUI's noise levels of a flow model at `shift`: time_snr_shift over t = 1/1000 ... 1."""
     t = torch.arange(1, _TRAIN_STEPS + 1, dtype=torch.float64) / _TRAIN_STEPS
     return DiscreteSigmas(sigmas=(shift * t / (1 + (shift - 1) * t)).float())
+
+
+def flow_start(latents: Latents, settings: SamplerSettings, first_sigma: float) -> torch.Tensor:
+    """ComfyUI's CONST noise scaling of one CPU draw of the seed: sigma_0 x noise + (1 - sigma_0) x latent (an
+    empty latent counts as zeros; no noise when a segment adds none)."""
+    shape = tuple(latents.samples.shape)
+    noise = (
+        torch.randn(shape, generator=torch.Generator("cpu").manual_seed(settings.seed))
+        if settings.add_noise
+        else torch.zeros(shape)
+    )
+    latent_in = latents.samples.float() if latents.source != "empty" else torch.zeros(shape)
+    return first_sigma * noise + (1.0 - first_sigma) * latent_in
 
 
 def _check(denoiser: DenoiserRef, latents: Latents, settings: SamplerSettings) -> str:
@@ -152,14 +165,7 @@ def sample_wan_k(
 
     # 3. Prepare latent variables: ComfyUI's CONST noise scaling of one CPU draw
     shape = tuple(latents.samples.shape)
-    noise = (
-        torch.randn(shape, generator=torch.Generator("cpu").manual_seed(settings.seed))
-        if settings.add_noise
-        else torch.zeros(shape)
-    )
-    latent_in = latents.samples.float() if latents.source != "empty" else torch.zeros(shape)
-    first = float(sigmas[0])
-    x = (first * noise + (1.0 - first) * latent_in).to(device)
+    x = flow_start(latents, settings, float(sigmas[0])).to(device)
     step_noise = SeededNoise(
         x, settings.seed
     )  # none of WAN_K_SAMPLERS draws from it; their signature takes one

@@ -29,7 +29,7 @@ from pipelines.diffusion.sampling import SamplerSettings, denoiser_working
 from pipelines.diffusion.schedulers import FLOW_K_SAMPLERS, K_PREFIX
 from pipelines.diffusion.sizes import config_patch_size
 from pipelines.diffusion.values import Conditioning, DenoiserRef, Latents
-from pipelines.diffusion.wan_k_sampling import flow_sigmas
+from pipelines.diffusion.wan_k_sampling import flow_sigmas, flow_start
 from pipelines.diffusion.zimage_sampling import (
     CFG_NORMALIZATION,
     _captions,
@@ -134,15 +134,7 @@ def sample_zimage_k(
         return latents
 
     # 3. Prepare latent variables: ComfyUI's CONST noise scaling of one CPU draw
-    shape = tuple(latents.samples.shape)
-    noise = (
-        torch.randn(shape, generator=torch.Generator("cpu").manual_seed(settings.seed))
-        if settings.add_noise
-        else torch.zeros(shape)
-    )
-    latent_in = latents.samples.float() if latents.source != "empty" else torch.zeros(shape)
-    first = float(sigmas[0])
-    x = (first * noise + (1.0 - first) * latent_in).to(device)
+    x = flow_start(latents, settings, float(sigmas[0])).to(device)
     step_noise = SeededNoise(
         x, settings.seed
     )  # none of ZIMAGE_K_SAMPLERS draws from it; their signature takes one
