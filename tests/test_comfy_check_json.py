@@ -171,3 +171,33 @@ def test_the_largest_gaps_say_why_they_are_not_mapped(tmp_path: Path, capsys) ->
     assert (
         "no Nodeloom node does what this ComfyUI node does" in reasons["some_custom_node"]
     )  # the generic reason
+
+
+def test_a_controlnet_of_a_flow_family_is_refused_by_the_check_as_at_run(tmp_path, capsys) -> None:
+    """The samplers apply ControlNets to SD 1.x and SDXL only (a Qwen-Image, SD 3.5 or FLUX.1 graph with one is
+    refused at Run): `app check` names the ControlNet loader and its family instead of passing the file."""
+    import json
+
+    from app.main import main
+
+    def graph(control_net: str) -> dict:
+        return {
+            "1": {"class_type": "ControlNetLoader", "inputs": {"control_net_name": control_net}},
+            "2": {
+                "class_type": "CheckpointLoaderSimple",
+                "inputs": {"ckpt_name": "v1-5-pruned-emaonly.safetensors"},
+            },
+        }
+
+    found = {}
+    for name in ("sd3.5_large_controlnet_canny.safetensors", "control_v11p_sd15_canny.safetensors"):
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(graph(name)), encoding="utf-8")
+        capsys.readouterr()
+        main(["check", "--json", str(path)])
+        found[name] = [
+            p for p in json.loads(capsys.readouterr().out)[0]["problems"] if p["kind"] == "unsupported-family"
+        ]
+    [problem] = found["sd3.5_large_controlnet_canny.safetensors"]
+    assert "ControlNet" in problem["message"] and "SD 1.x and SDXL" in problem["message"], problem
+    assert found["control_v11p_sd15_canny.safetensors"] == []  # an SD 1.5 ControlNet still checks clean

@@ -140,6 +140,26 @@ def _name_families(graph: ComfyGraph) -> set[str]:
     }
 
 
+_CONTROLNET_LOADERS = {"ControlNetLoader": "control_net_name", "DiffControlNetLoader": "control_net_name"}
+
+
+def _controlnet_findings(graph: ComfyGraph) -> list[tuple[str, str, str, str, str]]:
+    """(node id, class, field, family, evidence) for a ControlNet file of a flow-matching family (Qwen-Image's Fun
+    Union, SD 3.5's canny, FLUX.1's): the samplers here apply ControlNets to SD 1.x and SDXL only, so such a
+    graph would be refused at Run; the check says so first."""
+    found: list[tuple[str, str, str, str, str]] = []
+    for node_id, node in graph.nodes.items():
+        widget = _CONTROLNET_LOADERS.get(node.class_type)
+        name = node.inputs.get(widget) if widget is not None else None
+        named = family_of_name(name)
+        family = _our_family(named, graph) if named is not None else None
+        if family in FAMILIES and FAMILIES[family].flow:
+            title = FAMILIES[family].title
+            evidence = f"{name!r}: a {title} ControlNet; Nodeloom runs SD 1.x and SDXL ControlNets"
+            found.append((node_id, node.class_type, str(widget), f"{family}_controlnet", evidence))
+    return found
+
+
 def family_problems(graph: ComfyGraph) -> list[FamilyProblem]:
     """One problem per loader node whose model family is not in FAMILIES (each family said once per node)."""
     named = _name_families(graph)
@@ -160,6 +180,9 @@ def family_problems(graph: ComfyGraph) -> list[FamilyProblem]:
             if family is not None and family not in FAMILIES:
                 name = node.inputs[widget]
                 out.append(FamilyProblem(node_id, node.class_type, widget, family, repr(name)))
+    out += [
+        FamilyProblem(*finding) for finding in _controlnet_findings(graph)
+    ]  # only SD/SDXL ControlNets run
     out += [FamilyProblem(*finding) for finding in wan_variant_findings(graph)]  # Wan models run elsewhere
     out += [FamilyProblem(*finding) for finding in ltx25_findings(graph)]  # LTX-2.5's Gemma 4 encoder
     return out
