@@ -25,7 +25,7 @@ from memory import MemoryManager
 from pipelines.diffusion.k_samplers import K_SAMPLERS, SeededNoise
 from pipelines.diffusion.k_sampling import _sigmas_for
 from pipelines.diffusion.lora import use_denoiser
-from pipelines.diffusion.sampling import SamplerSettings, denoiser_working
+from pipelines.diffusion.sampling import SamplerSettings
 from pipelines.diffusion.schedulers import FLOW_K_SAMPLERS, K_PREFIX
 from pipelines.diffusion.sizes import config_patch_size
 from pipelines.diffusion.values import Conditioning, DenoiserRef, Latents
@@ -33,8 +33,8 @@ from pipelines.diffusion.wan_k_sampling import flow_sigmas, flow_start
 from pipelines.diffusion.zimage_sampling import (
     CFG_NORMALIZATION,
     _captions,
-    caption_tokens,
     zimage_guidance,
+    zimage_working,
 )
 from pipelines.steps import OnStep, Step
 
@@ -123,7 +123,7 @@ def sample_zimage_k(
     # 1. Check inputs
     name = _check(denoiser, latents, settings)
     device = mm.device
-    batch, _, h, w = latents.samples.shape
+    batch = latents.samples.shape[0]
     do_cfg = settings.cfg > 0.0 and negative is not None  # Z-Image's `guidance_scale > 0`
 
     # 2. Prepare sigmas: ComfyUI's flow levels at the folder's (or ModelSamplingAuraFlow's) shift
@@ -145,14 +145,7 @@ def sample_zimage_k(
     neg_caps = _captions(negative, batch, device, dtype) if do_cfg and negative is not None else []
 
     # 5. Denoising loop: the sampler calls `denoise`, each step reports through `done`
-    working = denoiser_working(
-        denoiser,
-        h * latents.vae_scale_factor,
-        w * latents.vae_scale_factor,
-        batch,
-        guidance=do_cfg,
-        text_tokens=caption_tokens(positive, negative if do_cfg else None),
-    )
+    working = zimage_working(denoiser, latents, positive, negative, guidance=do_cfg)
     total = len(sigmas) - 1
     with use_denoiser(mm, denoiser, working=working) as model:
         denoise = ZImageFlowDenoiser(model, denoiser, pos_caps, neg_caps, settings.cfg)

@@ -1,6 +1,6 @@
 """The Z-Image denoising loop, written out like diffusers' `ZImagePipeline.__call__`.
 
-Lives here: `sample_zimage`, `get_default_z_image_sigmas`, `zimage_guidance`, `caption_tokens`,
+Lives here: `sample_zimage`, `get_default_z_image_sigmas`, `zimage_guidance`, `caption_tokens`, `zimage_working`,
 `CFG_NORMALIZATION`, `CFG_TRUNCATION`. May import: stdlib, torch, diffusers, memory, pipelines.steps, pipelines.diffusion.*.
 
 What differs from the other flow-matching loops (flow_sampling.py): the transformer takes lists (one
@@ -19,7 +19,7 @@ import torch
 from diffusers import FlowMatchEulerDiscreteScheduler
 from diffusers.utils.torch_utils import randn_tensor
 
-from memory import MemoryManager
+from memory import MemoryManager, Working
 from pipelines.diffusion.flow_loop import StepReport, check_flow_inputs
 from pipelines.diffusion.flow_sampling import config_shift, start_partway
 from pipelines.diffusion.lora import use_denoiser
@@ -60,6 +60,27 @@ def caption_tokens(positive: Conditioning, negative: Conditioning | None) -> int
     to its longest row (`SEQ_MULTI_OF` in diffusers' transformer_z_image)."""
     longest = max(c.embeds.shape[1] for c in (positive, negative) if c is not None)
     return -(-longest // _SEQ_MULTI_OF) * _SEQ_MULTI_OF
+
+
+def zimage_working(
+    denoiser: DenoiserRef,
+    latents: Latents,
+    positive: Conditioning,
+    negative: Conditioning | None,
+    *,
+    guidance: bool,
+) -> Working:
+    """The transformer's working memory for one call of the loop (the doubled batch under guidance, captions
+    padded as the transformer pads them): the figure both Z-Image loops give `use_denoiser`."""
+    batch, _, h, w = latents.samples.shape
+    return denoiser_working(
+        denoiser,
+        h * latents.vae_scale_factor,
+        w * latents.vae_scale_factor,
+        batch,
+        guidance=guidance,
+        text_tokens=caption_tokens(positive, negative if guidance else None),
+    )
 
 
 def _captions(
@@ -123,14 +144,7 @@ def sample_zimage(
     neg_caps = _captions(negative, batch, device, dtype) if do_cfg and negative is not None else []
 
     # 5. Denoising loop
-    working = denoiser_working(
-        denoiser,
-        h * latents.vae_scale_factor,
-        w * latents.vae_scale_factor,
-        batch,
-        guidance=do_cfg,
-        text_tokens=caption_tokens(positive, negative if do_cfg else None),
-    )
+    working = zimage_working(denoiser, latents, positive, negative, guidance=do_cfg)
     report = StepReport(on_step, len(timesteps), scheduler)
     with (
         use_denoiser(mm, denoiser, working=working) as model,
