@@ -1,6 +1,6 @@
 """Test support for ComfyUI-layout files: tiny fixtures written as ComfyUI's files, and the split-loader graph.
 
-Lives here: `comfy_fixture`, `split_graph`, `run_graph`. May import: stdlib, numpy, PIL, app.main,
+Lives here: `comfy_fixture`, `split_graph`, `run_graph`, `config_content`. May import: stdlib, numpy, PIL, app.main,
 pipelines.diffusion.
 """
 
@@ -18,6 +18,27 @@ from pipelines.diffusion.comfy_layouts.writer import COMFY_FILES, write_comfy_fi
 from tests.demo_support import copy_demo_model
 
 REPO = Path(__file__).resolve().parent.parent
+# What a config records about the library that wrote it, not the model: a new transformers or diffusers release
+# rewrites it (transformers 5.24 -> 5.25 did on 2026-12-03) while every other byte stays.
+_WRITER_VERSIONS = ("transformers_version", "_diffusers_version")
+
+
+def config_content(path: Path) -> object:
+    """A shipped config file's content as a rebuild must reproduce it: a JSON file parsed, without the writer
+    libraries' version fields (at any depth); any other file its bytes."""
+    if path.suffix != ".json":
+        return path.read_bytes()
+
+    def strip(value: object) -> object:
+        if isinstance(value, dict):
+            return {k: strip(v) for k, v in value.items() if k not in _WRITER_VERSIONS}
+        if isinstance(value, list):
+            return [strip(v) for v in value]
+        return value
+
+    return strip(json.loads(path.read_text(encoding="utf-8")))
+
+
 DEMOS = {
     "zimage": "tiny-zimage",
     "qwenimage": "tiny-qwenimage",
