@@ -26,6 +26,8 @@ $(DEV_STAMP): $(STAMP)
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
 	# The k-diffusion samplers' parity reference (tests/test_k_sampling.py): its own dependencies are not ours.
 	$(BIN)/python -m pip install --quiet --no-deps k-diffusion==0.1.1.post1
+	# The upscalers' parity reference (tests/test_rrdbnet.py), for the same reason: it pulls torchvision.
+	$(BIN)/python -m pip install --quiet --no-deps spandrel==0.4.2
 	touch $(DEV_STAMP)
 
 setup: $(STAMP)

@@ -84,18 +84,21 @@ def _model_files(workflow: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def _fixture_of(workflow: dict[str, Any]) -> str | None:
-    from pipelines.diffusion.comfy_layouts.template_fixtures import fixture_of_name
+    """The fixture of the workflow's denoiser; the model-free one when it has none (an upscaler utility)."""
+    from pipelines.diffusion.comfy_layouts.template_fixtures import MODEL_FREE, fixture_of_name
 
     for type_ in ("LoadDenoiser", "LoadDiffusionModel"):
         for loader, name in _model_files(workflow):
             if loader == type_ and (fixture := fixture_of_name(name)) is not None:
                 return fixture
+    if not any(loader in ("LoadDenoiser", "LoadDiffusionModel") for loader, _ in _model_files(workflow)):
+        return MODEL_FREE
     return None
 
 
-def _cached_fixture(fixture: str, work: Path) -> tuple[Path, Path]:
+def _cached_fixture(fixture: str, work: Path) -> tuple[Path | None, Path]:
     """The fixture's (demo folder, models folder), written once under `work/fixtures/<id>`."""
-    from pipelines.diffusion.comfy_layouts.template_fixtures import write_fixture, write_lora
+    from pipelines.diffusion.comfy_layouts.template_fixtures import MODEL_FREE, write_fixture, write_lora
 
     done = work / "fixtures" / fixture
     if not (done / "ok").is_file():
@@ -105,8 +108,10 @@ def _cached_fixture(fixture: str, work: Path) -> tuple[Path, Path]:
         if not done.exists():
             tmp.rename(done)
         (done / "ok").write_text("", encoding="utf-8")
-    folder = next(p for p in done.iterdir() if p.is_dir() and p.name.startswith("tiny-"))
     models = done / "ComfyUI/models"
+    if fixture == MODEL_FREE:
+        return None, models
+    folder = next(p for p in done.iterdir() if p.is_dir() and p.name.startswith("tiny-"))
     lora = models / "loras" / "lora.safetensors"
     if not lora.is_file() and fixture != "sdxl":  # a LoRA for the templates' LoRA loaders (not SDXL's UNet)
         try:
@@ -165,7 +170,7 @@ def _picture(path: Path, size: tuple[int, int] = (64, 48)) -> None:
     Image.fromarray(rgb.astype(np.uint8)).save(path)
 
 
-def _tiny(workflow: dict[str, Any], fixture: str, demo: Path, needs_config: bool) -> dict[str, Any]:
+def _tiny(workflow: dict[str, Any], fixture: str, demo: Path | None, needs_config: bool) -> dict[str, Any]:
     """The imported workflow at tiny settings: its own size / steps / frames widgets rewritten."""
     side = 64 if fixture == "ltx2" else 32  # LTX-2's first stage runs at half size, 32 px at least
     for node in workflow["nodes"].values():
@@ -260,6 +265,10 @@ def run_one(name: str, work: Path) -> dict[str, Any]:
     for node in plain["nodes"].values():
         if node["type"] == "LoadImage" and isinstance(node.get("params", {}).get("path"), str):
             _picture(root / "input" / node["params"]["path"])
+        if node["type"] == "LoadVideo" and isinstance(node.get("params", {}).get("path"), str):
+            from pipelines.diffusion.comfy_layouts.template_fixtures import write_tiny_clip
+
+            write_tiny_clip(root / "input" / node["params"]["path"])
     dirs = ["--models-dir", str(models)]
     imported = root / f"{name}.nodeloom.json"
     code, text = _cli(["import", str(source), "-o", str(imported), *dirs])

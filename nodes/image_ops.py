@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # torch-heavy: each run function imports what it uses, so lis
     title="Load Upscale Model",
     category="image/upscale",
     outputs=[Output("upscale_model", UPSCALE_MODEL)],
-    description="An ESRGAN-family upscaler (read by spandrel: pip install 'nodeloom[upscale]').",
+    description="An upscale model: ESRGAN / Real-ESRGAN files read natively, others by spandrel (pip install 'nodeloom[upscale]').",
     tags=("upscale", "esrgan", "realesrgan", "UpscaleModelLoader"),
 )
 class LoadUpscaleModel(Node):

@@ -1,9 +1,12 @@
 """Upscale models (ESRGAN family and the rest of what spandrel reads), run in overlapping tiles.
 
 Lives here: `UpscaleModelRef`, `load_upscale_model`, `upscale_tiled`, `upscale_image`.
-May import: stdlib, torch, safetensors, memory, pipelines.paths; `spandrel` lazily (an optional extra).
+May import: stdlib, torch, safetensors, memory, pipelines.paths, pipelines.image.rrdbnet; `spandrel` lazily
+(an optional extra).
 
-The architectures come from spandrel, the library ComfyUI uses: it reads a state dict and recognises the
+ESRGAN's RRDBNet (Real-ESRGAN x4plus / x2plus, the file ComfyUI's templates name, and the classic ESRGAN
+layout) is built here from its tensors (`pipelines.image.rrdbnet`), with no extra package. Every other
+architecture comes from spandrel, the library ComfyUI uses: it reads a state dict and recognises the
 architecture and its scale. spandrel needs torchvision, which has no CPU wheel on PyPI for every torch, so
 it is the optional extra `nodeloom[upscale]`; without it, the loader says how to get it. The tiling is
 ours and works for any image-to-image module: tiles of `tile` pixels overlap by `overlap`, each tile's
@@ -32,6 +35,10 @@ MIN_TILE = 32
 class UpscaleModelRef:
     handle: ModelHandle
     path: Path
+    # What the working-memory formula needs, from the file's header where it is an RRDBNet's (else
+    # Real-ESRGAN x4plus's values, an estimate the measured peak replaces after the first run).
+    feature_width: int = 64
+    scale: int = 4
 
 
 class UpscalerUnavailable(RuntimeError):
@@ -48,15 +55,27 @@ def _read_state_dict(path: Path, allow_pickle: bool) -> dict[str, torch.Tensor]:
     return torch.load(str(path), map_location="cpu", weights_only=True)
 
 
-def _build_with_spandrel(path: Path, allow_pickle: bool) -> torch.nn.Module:
+def _build(path: Path, allow_pickle: bool) -> torch.nn.Module:
+    """RRDBNet files natively; anything else (or an RRDB variant this reader does not know) via spandrel."""
+    from pipelines.image.rrdbnet import is_rrdbnet, rrdbnet_from_state_dict
+
+    state = _read_state_dict(path, allow_pickle)
+    native_error: Exception | None = None
+    if is_rrdbnet(set(state)):
+        try:
+            return rrdbnet_from_state_dict(state)
+        except (KeyError, RuntimeError, ValueError) as exc:  # e.g. ESRGAN+ or an odd upsampler: spandrel's
+            native_error = exc
     try:
         import spandrel
     except ImportError as exc:  # spandrel missing, or its torchvision import failing
+        known = f" (read as ESRGAN, it failed: {native_error})" if native_error else ""
         raise UpscalerUnavailable(
-            f"{path.name}: upscale models load through the 'spandrel' package, which is not usable here "
+            f"{path.name}: this upscale model's architecture is not ESRGAN's RRDBNet{known}; other "
+            f"architectures load through the 'spandrel' package, which is not usable here "
             f"({type(exc).__name__}: {exc}). Install it with: pip install 'nodeloom[upscale]'"
         ) from exc
-    descriptor = spandrel.ModelLoader().load_from_state_dict(_read_state_dict(path, allow_pickle))
+    descriptor = spandrel.ModelLoader().load_from_state_dict(state)
     if not isinstance(descriptor, spandrel.ImageModelDescriptor):
         raise ValueError(f"{path.name}: {descriptor.architecture.name} is not an image-to-image model")
     return descriptor.model.eval()
@@ -69,16 +88,29 @@ def load_upscale_model(mm: MemoryManager, path: Path, *, allow_pickle: bool = Fa
         raise FileNotFoundError(f"field 'path': no upscale model at {path}")
     check_weights_format(path, allow_pickle=allow_pickle)
     files = (path,) if path.suffix.lower() == ".safetensors" else ()
+    dims = _header_dims(path) if files else None
     handle = mm.register(
         ComponentSpec(
             **component_keys(path, "upscaler", files=files).spec_fields(),
             name=path.stem,
             kind="upscaler",
-            build=lambda: _build_with_spandrel(path, allow_pickle),
+            build=lambda: _build(path, allow_pickle),
             files=files,
         )
     )
-    return UpscaleModelRef(handle=handle, path=path)
+    if dims is None:
+        return UpscaleModelRef(handle=handle, path=path)
+    return UpscaleModelRef(handle=handle, path=path, feature_width=dims[0], scale=dims[1])
+
+
+def _header_dims(path: Path) -> tuple[int, int] | None:
+    from safetensors import safe_open
+
+    from pipelines.image.rrdbnet import rrdbnet_dims
+
+    with safe_open(str(path), framework="pt") as f:
+        shapes = {key: tuple(f.get_slice(key).get_shape()) for key in f.keys()}
+    return rrdbnet_dims(shapes)
 
 
 def _ramp(length: int, overlap: int, at_start: bool, at_end: bool) -> torch.Tensor:
@@ -136,9 +168,12 @@ def upscale_tiled(
 
 
 def _working_bytes(tile: int, channels: int = 64, scale: int = 4) -> int:
-    # A conv trunk of `channels` features over one tile plus the tile's upscaled output, float32; the
-    # manager replaces this by the measured peak once the node has run.
-    return 4 * tile * tile * (2 * channels + 3 * scale * scale)
+    # ESRGAN's peak is its last upsampling stage: `channels` features at the output's size, three to four
+    # copies alive (the interpolated map, the conv's output, the activation); measured on Real-ESRGAN
+    # x4plus / x2plus / x1 and an 8x RRDBNet at 96-256 px tiles, float32: 218-269 floats per output pixel
+    # with 64 features, so 4 * channels + 16 is never below them and at most 1.25x above. For other
+    # architectures (spandrel's) it is an estimate the manager replaces by the measured peak after a run.
+    return 4 * (tile * scale) ** 2 * (4 * channels + 16)
 
 
 def _runner(model: torch.nn.Module, device: torch.device) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -160,7 +195,9 @@ def upscale_image(
     pixels = image[..., :3].permute(0, 3, 1, 2).contiguous()
     while True:
         try:
-            with mm.use(ref.handle, working_bytes=_working_bytes(tile)) as model:
+            with mm.use(
+                ref.handle, working_bytes=_working_bytes(tile, ref.feature_width, ref.scale)
+            ) as model:
                 result = upscale_tiled(_runner(model, mm.device), pixels, tile, overlap)
             return result.permute(0, 2, 3, 1).contiguous(), tile
         except (torch.OutOfMemoryError, MemoryError, RuntimeError) as exc:

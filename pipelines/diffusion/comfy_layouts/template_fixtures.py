@@ -2,8 +2,9 @@
 
 Lives here: `FAMILY_OF_NAME` (a template's model file name marker -> fixture id), `fixture_of_name`,
 `write_fixture` (a fixture id -> a ComfyUI models folder of tiny files plus the demo folder they came from),
-`write_flux1_files`, `save_ltx2_upsampler`. May import: stdlib, torch, safetensors, diffusers, transformers,
-`pipelines.diffusion` (demo models, the ComfyUI layout writers, the single-file exporters).
+`write_flux1_files`, `save_ltx2_upsampler`, `save_tiny_upscaler`, `write_tiny_clip`, `MODEL_FREE`. May import: stdlib, torch, safetensors, diffusers, transformers,
+`pipelines.diffusion` (demo models, the ComfyUI layout writers, the single-file exporters),
+`pipelines.image.rrdbnet`, PyAV.
 
 Used by `benchmarks/comfy_template_runs.py` (every runnable template on tiny files under its own names) and by
 the template tests. The files hold plain float tensors under released names; the loaders read what a file is
@@ -68,6 +69,10 @@ _DEMOS = {
 }
 # Fixtures whose tiny shapes are no released size: their loaders read the config from the demo folder.
 NEEDS_CONFIG_DIR = frozenset({"flux1", "sdxl", "sd3"})
+# The fixture of templates with no denoiser (the upscaler utilities): no demo folder, only the files every
+# fixture has (a tiny Real-ESRGAN under the name ComfyUI's templates use).
+MODEL_FREE = "model-free"
+UPSCALER_NAME = "RealESRGAN_x4plus.safetensors"
 
 
 def fixture_of_name(name: str) -> str | None:
@@ -80,6 +85,46 @@ def _save(state: dict[str, Any], path: Path, metadata: dict[str, str] | None = N
 
     path.parent.mkdir(parents=True, exist_ok=True)
     save_file({k: v.contiguous() for k, v in state.items()}, str(path), metadata=metadata)
+
+
+def save_tiny_upscaler(path: Path, *, seed: int = 0) -> Path:
+    """Real-ESRGAN x4plus's layout (BasicSR's names) with 16 features and 2 blocks (the released file: 64 and
+    23), seeded: what a template's `RealESRGAN_x4plus.safetensors` holds here."""
+    import torch
+
+    from pipelines.image.rrdbnet import RRDBNet
+
+    torch.manual_seed(seed)
+    model = RRDBNet(num_feat=16, num_block=2, num_grow_ch=32)
+    state = {}
+    for key, value in model.state_dict().items():
+        if key.startswith("conv_ups."):  # conv_ups.0 -> conv_up1, as the released file names them
+            _, index, rest = key.split(".", 2)
+            key = f"conv_up{int(index) + 1}.{rest}"
+        state[key] = value
+    _save(state, path)
+    return path
+
+
+def write_tiny_clip(path: Path, frames: int = 3, size: tuple[int, int] = (24, 16), fps: int = 8) -> Path:
+    """A short H.264 clip (a colour ramp whose blue rises over time) for a template's Load Video name."""
+    import av
+    import numpy as np
+
+    w, h = size
+    path.parent.mkdir(parents=True, exist_ok=True)
+    ys, xs = np.mgrid[0:h, 0:w]
+    with av.open(str(path), "w", format="mp4") as container:
+        stream = container.add_stream("libx264", rate=fps)
+        stream.width, stream.height, stream.pix_fmt = w, h, "yuv420p"
+        for t in range(frames):
+            rgb = np.stack([xs * 255 // (w - 1), ys * 255 // (h - 1), np.full_like(xs, 40 * t)], -1)
+            frame = av.VideoFrame.from_ndarray(rgb.astype(np.uint8), format="rgb24")
+            for packet in stream.encode(frame):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    return path
 
 
 def write_flux1_files(folder: Path, models: Path, names: dict[str, str]) -> None:
@@ -163,8 +208,17 @@ def _write_all_in_one(folder: Path, path: Path, layout: str) -> None:
         save_sd3_single_file(pipe.transformer, pipe.vae, encoders, path)
 
 
-def write_fixture(fixture: str, work: Path) -> tuple[Path, Path]:
-    """(the demo's diffusers folder, a ComfyUI models folder of its tiny files) for a fixture id, under `work`."""
+def write_fixture(fixture: str, work: Path) -> tuple[Path | None, Path]:
+    """(the demo's diffusers folder, a ComfyUI models folder of its tiny files) for a fixture id, under `work`;
+    no demo folder for `MODEL_FREE`. Every fixture's models folder also holds the tiny upscaler."""
+    models = work / "ComfyUI" / "models"
+    save_tiny_upscaler(models / "upscale_models" / UPSCALER_NAME)
+    if fixture == MODEL_FREE:
+        return None, models
+    return _write_family(fixture, work), models
+
+
+def _write_family(fixture: str, work: Path) -> Path:
     from pipelines.diffusion.demo_models import save_demo_model
 
     demo, family = _DEMOS[fixture]
@@ -220,7 +274,7 @@ def write_fixture(fixture: str, work: Path) -> tuple[Path, Path]:
         (models / "checkpoints").mkdir(parents=True, exist_ok=True)
         checkpoint = models / "checkpoints" / "sdxl.safetensors"
         save_sdxl_single_file(pipe.unet, pipe.vae, pipe.text_encoder, pipe.text_encoder_2, checkpoint)
-    return folder, models
+    return folder
 
 
 def write_lora(fixture: str, folder: Path, path: Path, *, seed: int = 7, rank: int = 4) -> Path:
