@@ -45,6 +45,7 @@ from pipelines.diffusion.minimax_sampling import (
     packed_start,
     unpack_result,
 )
+from pipelines.diffusion.minimax_vae import still_request
 from pipelines.diffusion.sampling import SamplerSettings
 from pipelines.diffusion.schedulers import FLOW_K_SAMPLERS, K_PREFIX
 from pipelines.diffusion.values import Conditioning, DenoiserRef, Latents
@@ -137,7 +138,8 @@ def sample_minimax_k(
     *,
     on_step: OnStep | None = None,
 ) -> Latents:
-    # 1. Check inputs
+    # 1. Check inputs (an image latent is a still: one frame, no sound rows)
+    latents = still_request(denoiser, latents)
     name = _check(denoiser, positive, latents, settings)
 
     # 2. Prepare sigmas: ComfyUI's flow levels at the video shift, the named schedule

@@ -17,6 +17,14 @@ drawn from one CPU generator seeded with `seed` in the pipeline's order: one dra
 to t = 0.999), then the video latent, then the audio rows. Anchors are never stepped. Reference to video
 (ref2va) with pictures rides the same mechanism: the pictures are anchors at their own sizes, laid out by
 `minimax_refs.build_ref2va_packed_sequence`, and the transformer is the folder's `transformer_ref`.
+
+A still (ComfyUI's `image_minimax_h3_t2i`: an Empty Latent Image under this model) is a one-frame video with no
+sound rows (`minimax_vae.still_request`): the image latent gains a time axis of one latent frame, as ComfyUI's
+`fix_empty_latent_channels` gives a 3D-latent model, and the audio track has zero latents, so the packed
+sequence is [text | video]. That is how H3 is trained on pictures (diffusion-pipe's MiniMax H3 trainer packs an
+item without sound with `torch.empty([1, 32, 2, 0])` audio); diffusers' pipeline has no still (it snaps
+`num_frames` up to 17n + 5 and always makes sound). The sampled latent keeps its zero-length sound track, so
+ComfyUI's Separate AV Latent splits it as it does a video's.
 """
 
 from __future__ import annotations
@@ -41,6 +49,7 @@ from pipelines.diffusion.minimax_layout import (
     unpatchify_video_rows,
 )
 from pipelines.diffusion.minimax_refs import build_ref2va_packed_sequence, is_ref2va, ref2va_denoiser
+from pipelines.diffusion.minimax_vae import still_request
 from pipelines.diffusion.sampling import SamplerSettings
 from pipelines.diffusion.values import Conditioning, DenoiserRef, Latents
 from pipelines.steps import OnStep, Step
@@ -92,7 +101,7 @@ def check_request(
     if latents.samples.ndim != 5 or latents.audio is None or latents.audio.ndim != 3:
         raise ValueError(
             f"{title} denoises a video latent with its sound track: feed the sampler from an Empty Video Latent "
-            "wired to this model's VAE (or MiniMax H3 Image to Video)"
+            "wired to this model's VAE (or MiniMax H3 Image to Video), or an Empty Latent (a still)"
         )
     if latents.samples.shape[0] != 1:
         raise ValueError(f"{title}: one video at a time, got a batch of {latents.samples.shape[0]}")
@@ -185,8 +194,10 @@ def unpack_result(start: PackedStart, rows: torch.Tensor, audio: torch.Tensor, l
     """The generated video rows and the audio rows (as the mono VAE's two batch items) as a Latents."""
     _, channels, frames, height, width = latents.samples.shape
     samples = unpatchify_video_rows(rows, channels, frames, height, width, start.patch)
-    audio_latents = audio.shape[0] // MINIMAX_H3_AUDIO_CHANNELS
-    audio = audio.reshape(MINIMAX_H3_AUDIO_CHANNELS, audio_latents, -1).permute(0, 2, 1).contiguous()
+    audio_latents = audio.shape[0] // MINIMAX_H3_AUDIO_CHANNELS  # 0 for a still
+    audio = (
+        audio.reshape(MINIMAX_H3_AUDIO_CHANNELS, audio_latents, audio.shape[-1]).permute(0, 2, 1).contiguous()
+    )
     return Latents(
         samples=samples.cpu(),
         vae_scale_factor=latents.vae_scale_factor,
@@ -209,6 +220,7 @@ def sample_minimax(
 ) -> Latents:
     del negative  # guidance-distilled: the pipeline has no negative prompt
     # 1. Check inputs
+    latents = still_request(denoiser, latents)
     _check(denoiser, positive, latents, settings)
     assert latents.audio is not None
     device = torch.device(mm.device)
