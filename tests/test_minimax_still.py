@@ -6,10 +6,15 @@ sound rows (`pipelines.diffusion.minimax_vae.still_request`), decoded to one pic
   reading the demo's diffusers folder gives the same picture.
 - The still's packed sequence is diffusers' layout builder's for one latent frame and zero audio latents, and
   ComfyUI's sampler path (the k-samplers over the packed state) gives the native H3 loop's latent for it.
+- A still whose latent sides are no whole patches (the template's own size) is sized and padded as ComfyUI
+  does: its 8 px grid rounded to the model's 16, the model's input padded around on every call and the output
+  cut back (`res_multistep` against a re-write of that).
+- One latent frame decodes as ComfyUI's single-image decode.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -22,9 +27,10 @@ from tests.template_runs import import_template, max_diff, native_graph, templat
 
 TEMPLATE = "image_minimax_h3_t2i"
 PROMPT = "a small yellow square on a black background"
-# The template asks for 16:9 (ResolutionSelector: 1296x728, 0.9 MP); MiniMax H3's sides are multiples of 32
-# (the tiny fixture's too), so 16:9 on that grid, small enough for a CPU run: 512x288.
-WIDTH, HEIGHT = 512, 288
+# The template asks for 1296x728 (ResolutionSelector: 16:9, 0.9 MP, a multiple of 8); scaled by 1/18 onto the
+# same 8 px grid, 72x40, small enough for a CPU run. With the tiny 8x VAE that is 9x5 latents: no whole 2x2
+# patches, as the template's 81x46 are not at the release's 16x (the loops pad them as ComfyUI does).
+WIDTH, HEIGHT = 72, 40
 SETS = {
     "empty_latent_image.width": WIDTH,
     "empty_latent_image.height": HEIGHT,
@@ -115,14 +121,19 @@ def test_a_still_is_one_latent_frame_packed_as_diffusers_lays_out_no_sound(tiny)
 
 
 @pytest.mark.slow  # the tiny model: three 2-step runs
-def test_comfyuis_sampler_path_gives_the_native_loops_still(tiny) -> None:
+@pytest.mark.parametrize("sides", [(6, 8), (5, 9)], ids=["whole-patches", "padded"])
+def test_comfyuis_sampler_path_gives_the_native_loops_still(tiny, sides: tuple[int, int]) -> None:
     from pipelines.diffusion.minimax_k_sampling import sample_minimax_k
     from pipelines.diffusion.minimax_sampling import sample_minimax
     from pipelines.diffusion.minimax_vae import still_request
     from pipelines.diffusion.sampling import SamplerSettings
+    from pipelines.diffusion.values import Latents
 
     mm, (loaded, _), positive, image = tiny
     denoiser = loaded.denoiser
+    image = Latents(
+        samples=torch.zeros(1, image.samples.shape[1], *sides), vae_scale_factor=image.vae_scale_factor
+    )
     native = sample_minimax(
         mm, denoiser, positive, None, image, SamplerSettings(scheduler="default", steps=2)
     )
@@ -172,3 +183,75 @@ def test_the_still_decodes_to_one_picture_as_comfyui_decodes_a_single_image(tiny
     # The same float32 decoder on the same input; the folder's VAE is run here through the memory manager
     # (its own module instance): differences are float32 rounding, none seen.
     assert np.allclose(ours.numpy(), theirs.numpy(), atol=1e-5)
+
+
+def test_an_empty_latent_is_remade_on_the_models_grid_as_comfyui_rounds_it(tiny) -> None:
+    """ComfyUI's Empty Latent Image is an 8 px grid; its sampler resizes it to the model's (nearest-exact):
+    the template's 1296x728 is 162x91 there and round(162 / 2) x round(91 / 2) = 81x46 at the release's 16x,
+    a 1296x736 picture."""
+    from pipelines.diffusion.minimax_vae import still_request
+    from pipelines.diffusion.values import Latents
+
+    _, (loaded, _), _, _ = tiny
+    release_grid = dataclasses.replace(loaded.denoiser, vae_scale_factor=16)
+    empty = Latents(samples=torch.zeros(1, 4, 728 // 8, 1296 // 8), vae_scale_factor=8)
+    still = still_request(release_grid, empty)
+    channels = int(loaded.denoiser.config["in_channels"])
+    assert tuple(still.samples.shape) == (1, channels, 1, 46, 81)
+    assert still.pixel_size == (736, 1296)
+
+
+@pytest.mark.slow  # the tiny model: two 3-step runs
+def test_a_still_of_odd_latent_sides_is_padded_on_every_call_as_comfyui_does(tiny) -> None:
+    """ComfyUI's MiniMax H3 forward pads its input to whole 2x2 patches (`pad_to_patch_size`, circular), builds
+    the layout at the padded size and cuts the output back; its sampler's state is the unpadded latent. Here
+    the rows carry the padding, made again from the latent before each call; `res_multistep` over both."""
+    from pipelines.diffusion.lora import use_denoiser
+    from pipelines.diffusion.minimax_k_sampling import sample_minimax_k
+    from pipelines.diffusion.minimax_layout import (
+        patchify_video_latents,
+        row_timesteps,
+        unpatchify_video_rows,
+    )
+    from pipelines.diffusion.minimax_sampling import packed_start
+    from pipelines.diffusion.minimax_vae import still_request
+    from pipelines.diffusion.sampling import SamplerSettings
+    from pipelines.diffusion.values import Latents
+    from tests.test_minimax_k_sampling import _comfy_res_multistep, _comfy_simple_sigmas
+
+    mm, (loaded, _), positive, _ = tiny
+    denoiser = loaded.denoiser
+    channels = int(denoiser.config["in_channels"])
+    image = Latents(samples=torch.zeros(1, channels, 5, 9), vae_scale_factor=denoiser.vae_scale_factor)
+    steps, seed, shift = 3, 7, 12.0
+    settings = SamplerSettings(scheduler="k_res_multistep", sigma_schedule="simple", steps=steps, seed=seed)
+    ours = sample_minimax_k(mm, denoiser, positive, image, settings)
+    assert tuple(ours.samples.shape) == (1, channels, 1, 5, 9)
+
+    start = packed_start(mm, denoiser, positive, still_request(denoiser, image), seed)
+    assert start.padded == (6, 10)
+    noise = unpatchify_video_rows(start.x, channels, 1, 6, 10, start.patch)[..., :5, :9]  # the same draw
+
+    with use_denoiser(mm, denoiser) as model:
+
+        def comfy_model(latent: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
+            s = float(sigma)
+            padded = torch.nn.functional.pad(latent, (0, 1, 0, 1, 0, 0), mode="circular")
+            unique, index = row_timesteps(start.layout, 1.0 - s, 1.0 - s)  # no audio rows: t_a unused
+            v, _ = model(
+                hidden_states=patchify_video_latents(padded, start.patch)[None],
+                audio_hidden_states=start.audio[None],
+                encoder_hidden_states=start.text,
+                timestep=unique,
+                timestep_indices=index,
+                return_dict=False,
+                **start.fields,
+            )
+            out = -unpatchify_video_rows(v[0].float(), channels, 1, 6, 10, start.patch)[..., :5, :9]
+            return latent - s * out  # CONST's clean estimate from the model's -velocity
+
+        theirs = _comfy_res_multistep(comfy_model, noise, _comfy_simple_sigmas(shift, steps))
+    # Same float32 model calls on the same padded inputs; the clean estimate is formed along different
+    # algebra (x + sigma v vs x - sigma (-v)) and the sigmas along different float32 paths: ~1e-6 seen.
+    assert torch.allclose(ours.samples, theirs, atol=1e-4)
+    assert ours.samples.abs().max() > 0.1

@@ -139,26 +139,22 @@ def empty_minimax_latent(
 def still_request(denoiser: DenoiserRef, latents: Latents) -> Latents:
     """An image latent (B, C, h, w) as the one-frame video with no sound H3 denoises for a still; any other
     latent unchanged. An empty one is first remade at this model's channels and pixels per latent, as
-    ComfyUI's `fix_empty_latent_channels` remakes an Empty Latent Image's zeros."""
+    ComfyUI's `fix_empty_latent_channels` remakes an Empty Latent Image's zeros (its 8 px grid resized
+    nearest-exact: a side of 728 px is 91 latents there, round(91 x 8 / 16) = 46 at H3's 16, a 736 px picture).
+    Its sides need not be whole 2x2 patches: the loops pad it as ComfyUI does (`minimax_sampling`)."""
     if latents.samples.ndim != 4 or latents.audio is not None:
         return latents
     samples = latents.samples
     channels, scale = int(denoiser.config.get("in_channels", samples.shape[1])), denoiser.vae_scale_factor
     if latents.source == "empty" and not samples.any():
-        (height, width), batch = latents.pixel_size, samples.shape[0]
-        samples = torch.zeros(batch, channels, height // scale, width // scale)
+        ratio = latents.vae_scale_factor / scale
+        size = (round(samples.shape[-2] * ratio), round(samples.shape[-1] * ratio))
+        samples = torch.zeros(samples.shape[0], channels, *size)
         latents = dataclasses.replace(latents, vae_scale_factor=scale)
     if samples.shape[1] != channels:
         raise ValueError(
             f"input 'latent': {denoiser.family.title} denoises {channels}-channel latents, this image latent "
             f"has {samples.shape[1]}"
-        )
-    patch = int(denoiser.config.get("patch_size", (1, 2, 2))[-1])
-    if samples.shape[-2] % patch or samples.shape[-1] % patch:
-        height, width = latents.pixel_size
-        raise ValueError(
-            f"input 'latent': a {denoiser.family.title} still's width and height must be multiples of "
-            f"{latents.vae_scale_factor * patch} px, got {width}x{height}"
         )
     audio_channels = int(denoiser.config.get("audio_in_channels", 32))
     return dataclasses.replace(
