@@ -179,6 +179,8 @@ class EmptyLatent(Node):
         width, height = self.width or native, self.height or native
         if not (self.width and self.height):  # a size the user did not type: say which and why
             ctx.log(f"{width}x{height} px: {why}")
+        if vae is None and denoiser is not None and denoiser.family.denoiser_call == "minimax":
+            scale = multiple = DEFAULT_VAE_SCALE  # a still on ComfyUI's 8 px grid (minimax_vae.still_request)
         if width % multiple or height % multiple:
             raise ValueError(f"width and height must be multiples of {multiple} (got {width}x{height})")
         samples = torch.zeros(self.batch, channels, height // scale, width // scale)

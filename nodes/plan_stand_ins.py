@@ -1,6 +1,8 @@
-"""Latents a memory plan hands on for the image-to-video nodes, which it stops at their VAE use.
+"""Latents a memory plan hands on for the image-to-video nodes, which it stops at their VAE use, and for the
+samplers, which it does not run.
 
-Lives here: `latent_stand_in`. Imports `pipelines.diffusion` (inside the functions, as the nodes do).
+Lives here: `latent_stand_in`, `sampled_stand_in`. Imports `pipelines.diffusion` (inside the functions, as the
+nodes do).
 
 A node stopped at its first model use has no outputs; `nodes.plan_walk` makes stand-ins by port type, and a
 latent it can only pass through from an input. The image-to-video nodes have no latent input, yet their
@@ -8,6 +10,10 @@ latent has exactly the shape of the empty latent the text-to-video nodes make fr
 encoded frames go into `concat` or the first frame); without it the sampler after them would be planned at
 the denoiser's native picture size, without frames. Each entry builds that empty latent (zeros: no weights
 read, no VAE run); the conditioning outputs pass their inputs through, as the nodes do.
+
+A sampler's latent is its input's, but for MiniMax H3 on an image latent (ComfyUI's still template): the run
+hands on a one-frame video with a zero-length sound track (`minimax_vae.still_request`), which Separate AV
+Latent splits and VAE Decode decodes, so the plan hands that on too.
 """
 
 from __future__ import annotations
@@ -79,3 +85,15 @@ def latent_stand_in(node_type: str, kwargs: dict[str, Any]) -> dict[str, Any] | 
         return make(kwargs)
     except (ValueError, KeyError, TypeError, AttributeError):
         return None
+
+
+def sampled_stand_in(denoiser: Any, latent: Any) -> Any:
+    """The latent a sampler on `denoiser` hands on for `latent` (the plan does not run the sampler)."""
+    if getattr(getattr(denoiser, "family", None), "denoiser_call", None) != "minimax":
+        return latent
+    from pipelines.diffusion.minimax_vae import still_request
+
+    try:
+        return still_request(denoiser, latent)
+    except (ValueError, AttributeError):  # the run names the field; the plan passes the latent on
+        return latent

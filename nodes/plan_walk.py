@@ -9,7 +9,8 @@ Walking the graph in run order:
   plan measures the baseline;
 - a node that samples (a DENOISER and a LATENT input: Sampler, SamplerAdvanced) gets its working memory from
   `pipelines.diffusion.planned_working` (its family's loop formula on the latent's shape, video frames
-  included, plus a step cache's residuals when `cache` is on); its output is its input latent (same shape);
+  included, plus a step cache's residuals when `cache` is on); its output is its input latent (same shape;
+  MiniMax H3's still: `plan_stand_ins.sampled_stand_in`);
 - every other node runs for real with a capturing stand-in of the memory manager: loader nodes register their
   models (headers and configs, no weights) with the real manager; a loader that reserves working memory is
   about to work on weights (a GGUF LLM's first conversion to float32): it is stopped there, the reservation
@@ -38,7 +39,7 @@ from memory import MemoryManager, ModelHandle, Working
 from memory.learned import node_shape_key
 from nodes.context import Cancelled, CancelToken, NodeContext
 from nodes.executor import model_keys
-from nodes.plan_stand_ins import latent_stand_in
+from nodes.plan_stand_ins import latent_stand_in, sampled_stand_in
 from nodes.registry import NodeRegistry
 from nodes.spec import NodeSpec
 from nodes.types import MODEL_PORT_TYPES
@@ -256,6 +257,9 @@ def walk(
                 ]
             uses.node_id = nid
             found.append(uses)
+            latent = kwargs.get("latent")
+            if latent is not None and latent is not UNKNOWN:
+                kwargs["latent"] = sampled_stand_in(kwargs["denoiser"], latent)
             values[nid] = _stand_ins(spec, kwargs)
             continue
         if _model_unknown(spec, kwargs) and not _wired_models(memory, kwargs):

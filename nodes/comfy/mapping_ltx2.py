@@ -2,8 +2,8 @@
 
 Lives here: `LTX2_MAPPERS`, `is_ltx2_graph`, `ltx2_sampler_name`. Imports `nodes.comfy.graph`,
 `nodes.comfy.mapping` (Emit, PassThrough and helpers), `nodes.comfy.mapping_text` (TextGenerate's mapper),
-`nodes.comfy.mapping_media` (VAEDecodeTiled's, for other families) and `pipelines.diffusion.family_detect` (the
-LTX-2 file-name markers, from its registry entry).
+`nodes.comfy.mapping_media` (VAEDecodeTiled's, for other families), `nodes.comfy.mapping_minimax` (which graphs
+are MiniMax H3's) and `pipelines.diffusion.family_detect` (the LTX-2 file-name markers, from its registry entry).
 
 What each does here:
 - loaders: the checkpoint's audio VAE (LTXVAudioVAELoader) and the Gemma + connectors text encoder
@@ -40,6 +40,7 @@ from nodes.comfy.mapping import (
     unsupported_emit,
 )
 from nodes.comfy.mapping_media import MEDIA_MAPPERS
+from nodes.comfy.mapping_minimax import is_minimax_graph
 from nodes.comfy.mapping_text import TEXT_MAPPERS
 
 # Classes only LTX-2 (not LTX-Video 0.9) graphs hold: the audio-video latent and its loaders.
@@ -58,7 +59,10 @@ _LTXV_DEFAULT_FPS = 25.0  # LTXVConditioning's default frame_rate
 
 
 def is_ltx2_graph(graph: ComfyGraph) -> bool:
-    """Whether the workflow runs an LTX-2 model (its audio-video nodes are LTX-2's only)."""
+    """Whether the workflow runs an LTX-2 model (its audio-video nodes are LTX-2's only, but for Separate AV
+    Latent, which MiniMax H3's still template also uses: "any AV model, e.g. LTXV or MiniMax H3")."""
+    if is_minimax_graph(graph):
+        return False
     return any(node.class_type in _LTX2_ONLY for node in graph.nodes.values())
 
 

@@ -1,7 +1,7 @@
 """ComfyUI's MiniMax H3 nodes onto ours.
 
-Lives here: `MINIMAX_MAPPERS`. Imports `nodes.comfy.graph` and `nodes.comfy.mapping` (Emit, PassThrough, the
-helpers).
+Lives here: `MINIMAX_MAPPERS`, `is_minimax_graph`. Imports `nodes.comfy.graph` and `nodes.comfy.mapping` (Emit,
+PassThrough, the helpers, the core EmptyLatentImage mapper).
 
 - MiniMaxH3ImageToVideo -> our MiniMax H3 Image to Video (nodes/minimax.py): clip -> text_encoder, the
   optional first/last frames, prompt/width/height/length; outputs positive and the latent.
@@ -14,14 +14,38 @@ helpers).
   Autogrow pictures `ref_images.ref_image_0` ... in their `N` order as ref_image_1 ... ref_image_9,
   prompt/width/height/length/ref_image_size; a reference video or sound wired (`ref_videos.*`,
   `ref_video_audios.*`, `ref_audios.*`) is refused with the reason (not done here yet).
+- EmptyLatentImage in a MiniMax H3 graph (`image_minimax_h3_t2i`) -> Empty Latent as elsewhere, noted: the
+  sampler makes it a still, one latent frame with no sound rows (`minimax_vae.still_request`).
 """
 
 from __future__ import annotations
 
 import re
 
-from nodes.comfy.graph import ComfyNode, LinkRef
-from nodes.comfy.mapping import Emit, MapContext, Mapper, PassThrough, _emit, _get, unsupported_emit
+from nodes.comfy.graph import ComfyGraph, ComfyNode, LinkRef
+from nodes.comfy.mapping import MAPPERS, Emit, MapContext, Mapper, PassThrough, _emit, _get, unsupported_emit
+
+
+def is_minimax_graph(graph: ComfyGraph) -> bool:
+    """Whether the workflow runs MiniMax H3: it holds its text encoder's loader (CLIPLoader type `minimax`) or
+    one of its nodes (MiniMaxH3ImageToVideo, ...)."""
+    return any(
+        node.class_type.startswith("MiniMaxH3")
+        or (node.class_type == "CLIPLoader" and node.inputs.get("type") == "minimax")
+        for node in graph.nodes.values()
+    )
+
+
+def _empty_latent_image(node: ComfyNode, ctx: MapContext) -> Emit:
+    emit = MAPPERS["EmptyLatentImage"](node, ctx)
+    if is_minimax_graph(ctx.graph):
+        ctx.graph.note(
+            node,
+            "MiniMax H3 still: the sampler denoises this as one latent frame with no sound rows (the packed "
+            "sequence is text + video, as H3 is trained on pictures); diffusers' pipeline has no still, and "
+            "ComfyUI's run of it was not compared",
+        )
+    return emit
 
 
 def _image_to_video(node: ComfyNode, ctx: MapContext) -> Emit:
@@ -92,4 +116,5 @@ MINIMAX_MAPPERS: dict[str, Mapper] = {
     "ModelAttentionBackend": _attention_backend,
     "BlockSparseAttention": _block_sparse_attention,
     "MiniMaxH3ReferenceToVideo": _reference_to_video,
+    "EmptyLatentImage": _empty_latent_image,
 }

@@ -35,7 +35,7 @@ from memory import MemoryManager
 from pipelines.diffusion.k_samplers import K_SAMPLERS, SeededNoise
 from pipelines.diffusion.k_sampling import _sigmas_for
 from pipelines.diffusion.lora import use_denoiser
-from pipelines.diffusion.minimax_layout import row_timesteps, unpatchify_video_rows
+from pipelines.diffusion.minimax_layout import row_timesteps
 from pipelines.diffusion.minimax_refs import ref2va_denoiser
 from pipelines.diffusion.minimax_sampling import (
     AUDIO_SCHEDULER_KEY,
@@ -45,6 +45,7 @@ from pipelines.diffusion.minimax_sampling import (
     packed_start,
     unpack_result,
 )
+from pipelines.diffusion.minimax_vae import still_request
 from pipelines.diffusion.sampling import SamplerSettings
 from pipelines.diffusion.schedulers import FLOW_K_SAMPLERS, K_PREFIX
 from pipelines.diffusion.values import Conditioning, DenoiserRef, Latents
@@ -110,6 +111,7 @@ class PackedDenoiser:
         s = max(float(sigma), _SIGMA_FLOOR)
         s_audio = self.audio_sigma(s)
         video, carried = self.split(state)
+        video = self.start.repad(video)  # a still's patch padding, made from the latent for each call
         audio = carried * (s_audio / s)  # the audio latent itself, at its own sigma
         rows = torch.cat([self.anchors, video]) if self.start.kept else video
         unique, index = (v.to(state.device) for v in row_timesteps(self.start.layout, 1.0 - s, 1.0 - s_audio))
@@ -137,7 +139,8 @@ def sample_minimax_k(
     *,
     on_step: OnStep | None = None,
 ) -> Latents:
-    # 1. Check inputs
+    # 1. Check inputs (an image latent is a still: one frame, no sound rows)
+    latents = still_request(denoiser, latents)
     name = _check(denoiser, positive, latents, settings)
 
     # 2. Prepare sigmas: ComfyUI's flow levels at the video shift, the named schedule
@@ -156,7 +159,7 @@ def sample_minimax_k(
     state = torch.cat([start.x[start.kept :].flatten(), start.audio.flatten()])
 
     # 4. Denoising loop: the sampler calls `denoise` once per model call, each step reports through `done`
-    _, channels, frames, height, width = latents.samples.shape
+    _, channels, frames, _, _ = latents.samples.shape
     total = len(sigmas) - 1
     model_ref = ref2va_denoiser(denoiser, latents)  # ref2va: the folder's transformer_ref partition
     with use_denoiser(mm, model_ref, working=minimax_working(denoiser, start.tokens)) as model:
@@ -165,9 +168,7 @@ def sample_minimax_k(
         def done(i: int, now: torch.Tensor) -> None:
             if on_step is not None:
                 video, _ = denoise.split(now)
-                frame = unpatchify_video_rows(video, channels, frames, height, width, start.patch)[
-                    :, :, frames // 2
-                ]
+                frame = start.video(video, channels, frames)[:, :, frames // 2]
                 on_step(Step(i + 1, total, timestep=1.0 - float(sigmas[i]), latents=frame))
 
         state = K_SAMPLERS[name](denoise, state, sigmas, SeededNoise(state, settings.seed), done)

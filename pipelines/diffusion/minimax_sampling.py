@@ -17,10 +17,23 @@ drawn from one CPU generator seeded with `seed` in the pipeline's order: one dra
 to t = 0.999), then the video latent, then the audio rows. Anchors are never stepped. Reference to video
 (ref2va) with pictures rides the same mechanism: the pictures are anchors at their own sizes, laid out by
 `minimax_refs.build_ref2va_packed_sequence`, and the transformer is the folder's `transformer_ref`.
+
+A still (ComfyUI's `image_minimax_h3_t2i`: an Empty Latent Image under this model) is a one-frame video with no
+sound rows (`minimax_vae.still_request`): the image latent gains a time axis of one latent frame, as ComfyUI's
+`fix_empty_latent_channels` gives a 3D-latent model, and the audio track has zero latents, so the packed
+sequence is [text | video]. That is how H3 is trained on pictures (diffusion-pipe's MiniMax H3 trainer packs an
+item without sound with `torch.empty([1, 32, 2, 0])` audio); diffusers' pipeline has no still (it snaps
+`num_frames` up to 17n + 5 and always makes sound). The sampled latent keeps its zero-length sound track, so
+ComfyUI's Separate AV Latent splits it as it does a video's. A still's latent sides need not be whole 2x2
+patches (the template's 1296x728 is 81x46 latents): as ComfyUI's forward (`pad_to_patch_size`, circular, the
+layout built at the padded size, the output cut back), the rows cover the latent wrapped around to whole
+patches, and that padding is made again from the latent after every step (`PackedStart.repad`), so it is no
+state of its own, as in ComfyUI, whose sampler steps the unpadded latent.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -41,6 +54,7 @@ from pipelines.diffusion.minimax_layout import (
     unpatchify_video_rows,
 )
 from pipelines.diffusion.minimax_refs import build_ref2va_packed_sequence, is_ref2va, ref2va_denoiser
+from pipelines.diffusion.minimax_vae import still_request
 from pipelines.diffusion.sampling import SamplerSettings
 from pipelines.diffusion.values import Conditioning, DenoiserRef, Latents
 from pipelines.steps import OnStep, Step
@@ -92,7 +106,7 @@ def check_request(
     if latents.samples.ndim != 5 or latents.audio is None or latents.audio.ndim != 3:
         raise ValueError(
             f"{title} denoises a video latent with its sound track: feed the sampler from an Empty Video Latent "
-            "wired to this model's VAE (or MiniMax H3 Image to Video)"
+            "wired to this model's VAE (or MiniMax H3 Image to Video), or an Empty Latent (a still)"
         )
     if latents.samples.shape[0] != 1:
         raise ValueError(f"{title}: one video at a time, got a batch of {latents.samples.shape[0]}")
@@ -120,6 +134,30 @@ class PackedStart:
     text: torch.Tensor
     tokens: int
     patch: tuple[int, int, int]
+    size: tuple[int, int] = (0, 0)  # the latent's (h, w)
+    padded: tuple[int, int] = (0, 0)  # ... rounded up to the patch: what the rows cover
+
+    def video(self, rows: torch.Tensor, channels: int, frames: int) -> torch.Tensor:
+        """Target video rows -> the (1, C, F, h, w) latent (the patch padding cut off)."""
+        (h, w), (ph, pw) = self.size, self.padded
+        return unpatchify_video_rows(rows, channels, frames, ph, pw, self.patch)[..., :h, :w]
+
+    def repad(self, rows: torch.Tensor) -> torch.Tensor:
+        """Target video rows with their padding made again from the latent, as ComfyUI pads the model's
+        input on every call (`pad_to_patch_size`, circular): the padding is no state of its own."""
+        if self.size == self.padded:
+            return rows
+        channels = rows.shape[1] // math.prod(self.patch)
+        frames = rows.shape[0] * self.patch[0] * self.patch[1] * self.patch[2] // math.prod(self.padded)
+        return patchify_video_latents(_pad(self.video(rows, channels, frames), self.padded), self.patch)
+
+
+def _pad(latent: torch.Tensor, padded: tuple[int, int]) -> torch.Tensor:
+    """(1, C, F, h, w) -> (1, C, F, *padded), wrapped around (ComfyUI's circular `pad_to_patch_size`)."""
+    extra_h, extra_w = padded[0] - latent.shape[-2], padded[1] - latent.shape[-1]
+    if not (extra_h or extra_w):
+        return latent
+    return torch.nn.functional.pad(latent, (0, extra_w, 0, extra_h, 0, 0), mode="circular")
 
 
 def packed_start(
@@ -133,6 +171,9 @@ def packed_start(
     patch = tuple(int(p) for p in config.get("patch_size", (1, 2, 2)))
     patch3 = (patch[0], patch[1], patch[2])
     _, _, frames, height, width = latents.samples.shape
+    # A still's sides need not be whole patches (ComfyUI's Empty Latent Image steps by 8 px): its rows cover the
+    # latent rounded up to the patch, wrapped around as ComfyUI pads it (videos are whole patches already).
+    padded = (-(-height // patch3[1]) * patch3[1], -(-width // patch3[2]) * patch3[2])
     _, audio_channels, audio_latents = latents.audio.shape
     generator = torch.Generator("cpu").manual_seed(seed)
     scheduler = MiniMaxH3Scheduler.from_config(
@@ -145,10 +186,10 @@ def packed_start(
         tags = torch.full((positive.embeds.shape[1],), TEXT_TAG, dtype=torch.long)
     if is_ref2va(latents):
         shapes = tuple((int(c.shape[2]), int(c.shape[3]), int(c.shape[4])) for _, c in latents.keyframes)
-        layout = build_ref2va_packed_sequence(tags, shapes, frames, height, width, audio_latents, patch3)
+        layout = build_ref2va_packed_sequence(tags, shapes, frames, *padded, audio_latents, patch3)
     else:
         anchors = tuple(anchor for anchor, _ in latents.keyframes)
-        layout = build_packed_sequence(tags, frames, height, width, audio_latents, patch3, anchors)
+        layout = build_packed_sequence(tags, frames, *padded, audio_latents, patch3, anchors)
 
     # Anchor noise first, then the video latent, then the audio rows (float32)
     anchor_rows = []
@@ -159,7 +200,7 @@ def packed_start(
     video = randn_tensor(
         tuple(latents.samples.shape), generator=generator, device=device, dtype=torch.float32
     )
-    x = patchify_video_latents(video, patch3)  # (F x h x w, C x patch)
+    x = patchify_video_latents(_pad(video, padded), patch3)  # (F x h x w, C x patch)
     if anchor_rows:
         x = torch.cat([*anchor_rows, x])
     assert x.shape[0] == layout.video_indices.numel(), (x.shape, layout.video_indices.shape)
@@ -178,15 +219,19 @@ def packed_start(
         text=positive.embeds.to(device),
         tokens=int(layout.token_tags.numel()),
         patch=patch3,
+        size=(height, width),
+        padded=padded,
     )
 
 
 def unpack_result(start: PackedStart, rows: torch.Tensor, audio: torch.Tensor, latents: Latents) -> Latents:
     """The generated video rows and the audio rows (as the mono VAE's two batch items) as a Latents."""
-    _, channels, frames, height, width = latents.samples.shape
-    samples = unpatchify_video_rows(rows, channels, frames, height, width, start.patch)
-    audio_latents = audio.shape[0] // MINIMAX_H3_AUDIO_CHANNELS
-    audio = audio.reshape(MINIMAX_H3_AUDIO_CHANNELS, audio_latents, -1).permute(0, 2, 1).contiguous()
+    _, channels, frames, _, _ = latents.samples.shape
+    samples = start.video(rows, channels, frames)
+    audio_latents = audio.shape[0] // MINIMAX_H3_AUDIO_CHANNELS  # 0 for a still
+    audio = (
+        audio.reshape(MINIMAX_H3_AUDIO_CHANNELS, audio_latents, audio.shape[-1]).permute(0, 2, 1).contiguous()
+    )
     return Latents(
         samples=samples.cpu(),
         vae_scale_factor=latents.vae_scale_factor,
@@ -209,10 +254,11 @@ def sample_minimax(
 ) -> Latents:
     del negative  # guidance-distilled: the pipeline has no negative prompt
     # 1. Check inputs
+    latents = still_request(denoiser, latents)
     _check(denoiser, positive, latents, settings)
     assert latents.audio is not None
     device = torch.device(mm.device)
-    _, channels, frames, height, width = latents.samples.shape
+    _, channels, frames, _, _ = latents.samples.shape
     scheduler_config = {k: v for k, v in denoiser.scheduler_config.items() if k != AUDIO_SCHEDULER_KEY}
     scheduler = MiniMaxH3Scheduler.from_config(scheduler_config)
     audio_scheduler = MiniMaxH3Scheduler.from_config(
@@ -221,7 +267,7 @@ def sample_minimax(
 
     # 2-3. The packed layout and the noised rows
     start = packed_start(mm, denoiser, positive, latents, settings.seed)
-    layout, x, a, kept, patch3 = start.layout, start.x, start.audio, start.kept, start.patch
+    layout, x, a, kept = start.layout, start.x, start.audio, start.kept
 
     # 4. Prepare timesteps: one schedule per modality (zip: the pipeline walks the video schedule)
     scheduler.set_timesteps(settings.steps + 1, device=device)  # grid points: the calls and the final 0
@@ -246,7 +292,7 @@ def sample_minimax(
                 return_dict=False,
                 **fields,
             )
-            x[kept:] = scheduler.step(v[0, kept:].float(), t, x[kept:], return_dict=False)[0]
+            x[kept:] = start.repad(scheduler.step(v[0, kept:].float(), t, x[kept:], return_dict=False)[0])
             a = audio_scheduler.step(va[0].float(), ta, a, return_dict=False)[0]
 
             if on_step is not None:
@@ -258,12 +304,8 @@ def sample_minimax(
                         step=i + 1,
                         total=len(scheduler.timesteps),
                         timestep=float(t),
-                        latents=unpatchify_video_rows(rows, channels, frames, height, width, patch3)[
-                            :, :, middle
-                        ],
-                        denoised=unpatchify_video_rows(denoised, channels, frames, height, width, patch3)[
-                            :, :, middle
-                        ],
+                        latents=start.video(rows, channels, frames)[:, :, middle],
+                        denoised=start.video(denoised, channels, frames)[:, :, middle],
                     )
                 )
 

@@ -1,7 +1,7 @@
 """MiniMax H3's latents in and out: the empty video + sound latent, keyframes encoded as anchors, and the
 decode to frames (video VAE) and a stereo waveform (audio VAE).
 
-Lives here: `register_minimax_audio`, `geometry_of`, `minimax_latent_shapes`, `empty_minimax_latent`,
+Lives here: `register_minimax_audio`, `geometry_of`, `minimax_latent_shapes`, `empty_minimax_latent`, `still_request`,
 `keyframe_minimax_latent`, `prepare_keyframe`, `image_to_video`, `decode_minimax`,
 `decode_minimax_frames`, `decode_minimax_audio`, `minimax_vae_working`,
 `minimax_audio_working`. May import: stdlib, numpy, torch, PIL, diffusers, memory, pipelines.video.value,
@@ -11,6 +11,8 @@ Mirrors the ends of diffusers' MiniMax H3 blocks: the video latents (1, C, F, h,
 them (normalised by the VAE config's `latents_mean` / `latents_std`); decode denormalises, decodes, undoes the
 ImageNet pixel normalisation and clamps to [0, 1] (`MiniMaxH3VideoDecodeStep`). The audio latents travel as
 (2, C, L): the two stereo channels are two batch items of the mono audio VAE (`MiniMaxH3AudioDecodeStep`).
+A still (an image latent under this model, ComfyUI's `image_minimax_h3_t2i`) is one latent frame with a
+zero-length sound track (`still_request`, see `minimax_sampling`), decoded as ComfyUI decodes a single image.
 A keyframe is resized onto the canvas (Lanczos stretch for the first, cover-crop for a last one:
 `MiniMaxH3ResizeStep`), ImageNet-normalised, encoded, its posterior *sampled* under seed 42, rounded
 through float16 and normalised (`encode_vae_condition`).
@@ -18,6 +20,7 @@ through float16 and normalised (`encode_vae_condition`).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -133,6 +136,35 @@ def empty_minimax_latent(
     )
 
 
+def still_request(denoiser: DenoiserRef, latents: Latents) -> Latents:
+    """An image latent (B, C, h, w) as the one-frame video with no sound H3 denoises for a still; any other
+    latent unchanged. An empty one is first remade at this model's channels and pixels per latent, as
+    ComfyUI's `fix_empty_latent_channels` remakes an Empty Latent Image's zeros (its 8 px grid resized
+    nearest-exact: a side of 728 px is 91 latents there, round(91 x 8 / 16) = 46 at H3's 16, a 736 px picture).
+    Its sides need not be whole 2x2 patches: the loops pad it as ComfyUI does (`minimax_sampling`)."""
+    if latents.samples.ndim != 4 or latents.audio is not None:
+        return latents
+    samples = latents.samples
+    channels, scale = int(denoiser.config.get("in_channels", samples.shape[1])), denoiser.vae_scale_factor
+    if latents.source == "empty" and not samples.any():
+        ratio = latents.vae_scale_factor / scale
+        size = (round(samples.shape[-2] * ratio), round(samples.shape[-1] * ratio))
+        samples = torch.zeros(samples.shape[0], channels, *size)
+        latents = dataclasses.replace(latents, vae_scale_factor=scale)
+    if samples.shape[1] != channels:
+        raise ValueError(
+            f"input 'latent': {denoiser.family.title} denoises {channels}-channel latents, this image latent "
+            f"has {samples.shape[1]}"
+        )
+    audio_channels = int(denoiser.config.get("audio_in_channels", 32))
+    return dataclasses.replace(
+        latents,
+        samples=samples.unsqueeze(2),  # (B, C, 1, h, w): one latent frame
+        audio=torch.zeros(MINIMAX_H3_AUDIO_CHANNELS, audio_channels, 0),  # no sound rows
+        fps=latents.fps or float(MINIMAX_H3_FPS),
+    )
+
+
 def prepare_keyframe(image: torch.Tensor, width: int, height: int, *, first: bool):  # -> PIL.Image.Image
     """An IMAGE batch's first picture onto the canvas, as `MiniMaxH3ResizeStep`: the first keyframe stretched
     (Lanczos), a follower cover-cropped (the released model's rounding and centring)."""
@@ -242,6 +274,8 @@ def decode_minimax_frames(mm: MemoryManager, vae: VaeRef, latents: Latents) -> t
     if samples.ndim != 5 or samples.shape[0] != 1:
         raise ValueError(f"input 'latent': one video latent (1, C, frames, h, w), got {tuple(samples.shape)}")
     _, _, count, h, w = samples.shape
+    if count == 1:
+        return _decode_still(mm, vae, samples)
     s = vae.scale_factor
     clip_length = int(vae.config.get("clip_length", 17))
     out_frames = (count - 2) // 5 * clip_length + 5  # 5n + 2 -> 17n + 5
@@ -269,12 +303,35 @@ def decode_minimax_frames(mm: MemoryManager, vae: VaeRef, latents: Latents) -> t
     return video[0].permute(1, 2, 3, 0).to(dtype=torch.float32, device="cpu")
 
 
+def _decode_still(mm: MemoryManager, vae: VaeRef, samples: torch.Tensor) -> torch.Tensor:
+    """One latent frame -> one picture (1, H, W, 3), as ComfyUI's single-image decode (comfy/ldm/minimax/vae.py
+    `decode`, PR #16881): the latent frame through the decoder alone, the last of the pixel frames it gives
+    kept. Diffusers' `decode` has no such path (its chunking returns no frame for one latent frame); its
+    `_decode_clip` is the one-chunk decode (spatially tiled where tiling is on), as its `_encode` runs a single
+    frame through `_encode_clip`."""
+    _, _, _, h, w = samples.shape
+    s = vae.scale_factor
+    ratio = math.prod(vae.config.get("temporal_downsample_factors", (1, 2, 2, 1, 1, 1)))
+    with mm.use(vae.handle, working=minimax_vae_working(vae, h * s, w * s, ratio)) as model:
+        device = mm.device
+        mean = torch.tensor(vae.config["latents_mean"], device=device).view(1, -1, 1, 1, 1)
+        std = torch.tensor(vae.config["latents_std"], device=device).view(1, -1, 1, 1, 1)
+        x = samples.to(device=device, dtype=torch.float32) * std + mean
+        picture = model._decode_clip(x.to(vae.dtype))[:, :, -1:]
+        pixel_mean = torch.tensor(PIXEL_MEAN, device=device).view(1, -1, 1, 1, 1)
+        pixel_std = torch.tensor(PIXEL_STD, device=device).view(1, -1, 1, 1, 1)
+        picture = (picture.float() * pixel_std + pixel_mean).clamp(0, 1)  # (1, 3, 1, H, W)
+    return picture[0].permute(1, 2, 3, 0).to(dtype=torch.float32, device="cpu")
+
+
 @torch.no_grad()
 def decode_minimax_audio(mm: MemoryManager, ref: AudioDecoderRef, audio: torch.Tensor) -> Audio:
     """Audio latents (2, C, L) -> the stereo sound track (the waveform clipped to [-1, 1], the VIDEO value's
     range; the decoder may overshoot it)."""
     if audio.ndim != 3 or audio.shape[0] != MINIMAX_H3_AUDIO_CHANNELS:
         raise ValueError(f"input 'latent': MiniMax H3 audio latents are (2, C, L), got {tuple(audio.shape)}")
+    if audio.shape[-1] == 0:
+        raise ValueError("input 'latent': this MiniMax H3 latent has no sound (a still): nothing to decode")
     with mm.use(ref.vae, working=minimax_audio_working(ref, audio.shape[-1])) as audio_vae:
         device = mm.device
         mean = torch.tensor(ref.vae_config["latents_mean"], device=device).view(1, -1, 1)
@@ -289,7 +346,7 @@ def decode_minimax_audio(mm: MemoryManager, ref: AudioDecoderRef, audio: torch.T
 def decode_minimax(mm: MemoryManager, vae: VaeRef, latents: Latents, fps: float) -> Video:
     """Frames (T, H, W, 3) in [0, 1] and, when the latent carries one, the stereo sound track."""
     frames = decode_minimax_frames(mm, vae, latents)
-    if latents.audio is None or vae.audio is None:
+    if latents.audio is None or latents.audio.shape[-1] == 0 or vae.audio is None:  # a still has no sound
         return Video(frames, fps)
     return Video(frames, fps, decode_minimax_audio(mm, vae.audio, latents.audio))
 
