@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from app.main import main
 from nodes.comfy.family_check import family_of_name
 from pipelines.diffusion.families import FAMILIES
@@ -201,3 +203,25 @@ def test_a_controlnet_of_a_flow_family_is_refused_by_the_check_as_at_run(tmp_pat
     [problem] = found["sd3.5_large_controlnet_canny.safetensors"]
     assert "ControlNet" in problem["message"] and "SD 1.x and SDXL" in problem["message"], problem
     assert found["control_v11p_sd15_canny.safetensors"] == []  # an SD 1.5 ControlNet still checks clean
+
+
+@pytest.mark.parametrize(
+    ("template", "node_class", "family"),
+    [
+        ("image_netayume_lumina_t2i", "CheckpointLoaderSimple", "lumina2"),  # no "lumina" in its file name
+        ("image_ming_image_01_design_t2i", "UNETLoader", "ming_image"),  # CLIP type "qwen_image"
+        ("image_ernie_image", "UNETLoader", "ernie_image"),  # CLIP type "flux2"
+        ("llm_qwen3_5_text_gen", "CLIPLoader", "qwen3_5"),  # CLIP type "stable_diffusion"
+    ],
+)
+def test_templates_of_families_not_run_here_are_refused_by_the_check(
+    template: str, node_class: str, family: str, capsys
+) -> None:
+    """Each of these passed `app check` although its model does not run here (the family hid behind another
+    family's CLIP type, or the file name did not say it)."""
+    from tests.template_runs import template_file
+
+    assert main(["check", str(template_file(template)), "--json"]) == 2
+    (report,) = json.loads(capsys.readouterr().out)
+    found = [p for p in report["problems"] if p["kind"] == "unsupported-family"]
+    assert any(node_class in p["message"] and repr(family) in p["message"] for p in found), found

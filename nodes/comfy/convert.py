@@ -383,6 +383,9 @@ def convert_graph(graph: ComfyGraph, registry: NodeRegistry, ctx: MapContext, *,
         "nodes": nodes,
         "ui": _ui_section(graph, nodes),
     }
+    # A CLIP loader's file matters to the family check when a kept node reads it or the LLM made from it (the
+    # templates' switched-off prompt writers keep their loader for the export, but nothing runs it).
+    used = read | {source for llm, source in converter.llm_of.items() if llm in read}
     return ImportResult(
-        workflow, list(graph.notes), unsupported_nodes(workflow, registry), family_problems(graph)
+        workflow, list(graph.notes), unsupported_nodes(workflow, registry), family_problems(graph, used=used)
     )

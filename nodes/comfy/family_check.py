@@ -13,6 +13,7 @@ the other families' markers first, because ours are substrings of theirs ("flux"
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,6 +56,10 @@ _OTHER_NAME_MARKERS: tuple[tuple[str, str], ...] = (
     ("ltx", "ltxv"),
     ("hidream", "hidream"),
     ("lumina", "lumina2"),
+    ("netayume", "lumina2"),  # NetaYume Lumina: a Lumina 2 fine-tune whose file name omits "lumina"
+    ("ming_image", "ming_image"),  # Ming Image: its Ling text encoder loads with CLIP type "qwen_image"
+    ("ernie-image", "ernie_image"),  # ERNIE-Image: its Ministral encoder loads with CLIP type "flux2"
+    ("ernie_image", "ernie_image"),
     ("chroma", "chroma"),
     ("omnigen", "omnigen2"),
     ("cosmos", "cosmos"),
@@ -101,6 +106,32 @@ _NAME_WIDGETS = {
     "UnetLoaderGGUF": ("unet_name",),
 }
 _CLIP_LOADERS = ("CLIPLoader", "DualCLIPLoader")
+# Text-encoder / LLM file-name markers of models no reader here loads (`pipelines.llm.comfy_te` reads Qwen3,
+# Qwen2.5-VL, Qwen3-VL, Mistral and Gemma 3), for CLIP loaders whose `type` says nothing of them: ComfyUI's
+# Qwen3.5 text-generation template loads its LLM with type "stable_diffusion".
+_TEXT_ENCODER_MARKERS: tuple[tuple[str, str], ...] = (
+    ("qwen3.5", "qwen3_5"),
+    ("qwen3_5", "qwen3_5"),
+    ("qwen3.8", "qwen3_8"),
+)
+
+
+def _text_encoder_findings(
+    graph: ComfyGraph, used: Collection[str] | None
+) -> list[tuple[str, str, str, str, str]]:
+    """(node id, class, field, family, evidence) for a CLIP loader's file of an LLM family no reader here loads,
+    among the loaders the run reads (`used`: node ids; None = all)."""
+    found: list[tuple[str, str, str, str, str]] = []
+    for node_id, node in graph.nodes.items():
+        if node.class_type not in _CLIP_LOADERS or (used is not None and node_id not in used):
+            continue
+        for widget in ("clip_name", "clip_name1", "clip_name2"):
+            name = node.inputs.get(widget)
+            lowered = name.lower() if isinstance(name, str) else ""
+            family = next((f for marker, f in _TEXT_ENCODER_MARKERS if marker in lowered), None)
+            if family is not None:
+                found.append((node_id, node.class_type, widget, family, repr(name)))
+    return found
 
 
 @dataclass(frozen=True)
@@ -160,8 +191,9 @@ def _controlnet_findings(graph: ComfyGraph) -> list[tuple[str, str, str, str, st
     return found
 
 
-def family_problems(graph: ComfyGraph) -> list[FamilyProblem]:
-    """One problem per loader node whose model family is not in FAMILIES (each family said once per node)."""
+def family_problems(graph: ComfyGraph, *, used: Collection[str] | None = None) -> list[FamilyProblem]:
+    """One problem per loader node whose model family is not in FAMILIES (each family said once per node);
+    `used`, where given, the node ids the imported run reads (a switched-off prompt writer's loader is not)."""
     named = _name_families(graph)
     out: list[FamilyProblem] = []
     for node_id, node in graph.nodes.items():
@@ -183,6 +215,7 @@ def family_problems(graph: ComfyGraph) -> list[FamilyProblem]:
     out += [
         FamilyProblem(*finding) for finding in _controlnet_findings(graph)
     ]  # only SD/SDXL ControlNets run
+    out += [FamilyProblem(*finding) for finding in _text_encoder_findings(graph, used)]  # LLMs not read here
     out += [FamilyProblem(*finding) for finding in wan_variant_findings(graph)]  # Wan models run elsewhere
     out += [FamilyProblem(*finding) for finding in ltx25_findings(graph)]  # LTX-2.5's Gemma 4 encoder
     return out
