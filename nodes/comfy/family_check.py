@@ -107,13 +107,9 @@ _NAME_WIDGETS = {
 }
 _CLIP_LOADERS = ("CLIPLoader", "DualCLIPLoader")
 # Text-encoder / LLM file-name markers of models no reader here loads (`pipelines.llm.comfy_te` reads Qwen3,
-# Qwen2.5-VL, Qwen3-VL, Mistral and Gemma 3), for CLIP loaders whose `type` says nothing of them: ComfyUI's
-# Qwen3.5 text-generation template loads its LLM with type "stable_diffusion".
-_TEXT_ENCODER_MARKERS: tuple[tuple[str, str], ...] = (
-    ("qwen3.5", "qwen3_5"),
-    ("qwen3_5", "qwen3_5"),
-    ("qwen3.8", "qwen3_8"),
-)
+# Qwen2.5-VL, Qwen3-VL, Qwen3.5, Mistral and Gemma 3), for CLIP loaders whose `type` says nothing of them
+# (ComfyUI's Qwen3.5 text-generation template loads its LLM with type "stable_diffusion").
+_TEXT_ENCODER_MARKERS: tuple[tuple[str, str], ...] = (("qwen3.8", "qwen3_8"),)
 
 
 def _text_encoder_findings(
