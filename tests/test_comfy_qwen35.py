@@ -126,3 +126,103 @@ def test_text_generation_template_describes_its_picture(tmp_path: Path) -> None:
         assert result.outputs[writer]["text"]
     finally:
         mm.close()
+
+
+def _greedy(memory, path: Path, prompt: str = "a red fox in the snow") -> tuple[list[int], list[int]]:
+    """(Load LLM's greedy tokens, the ids of `prompt`) on a ComfyUI Qwen3.5 file."""
+    from pipelines.llm.runtime import GenerationRequest, generate_text, open_llm
+
+    llm = open_llm(memory, path)
+    out = generate_text(memory, llm, GenerationRequest(prompt=prompt, chat=False, max_new_tokens=12))
+    return out.result.tokens, llm.tokenizer(prompt, add_special_tokens=True)["input_ids"]
+
+
+@pytest.mark.slow  # builds and runs a tiny Qwen3.5
+def test_an_int8_convrot_file_reads_dequantized(tmp_path: Path, cpu_memory) -> None:
+    """ComfyUI's int8 ConvRot form (the Qwen-Image 2.1 prompt enhancers' `*.int8_convrot`): read through the
+    `comfy_quant` reader, it generates what transformers does on the same weights quantized and read back."""
+    from safetensors.torch import load_file, save_file
+
+    from pipelines.diffusion.comfy_layouts.quant_writer import comfy_quant_state, fake_quantized
+
+    plain = tmp_path / "plain.safetensors"
+    reference = save_tiny_qwen35(plain, vision=False)
+    state = load_file(str(plain))
+    path = tmp_path / "qwen3.5_9b_qwen_image_2.1_pe_t2i.int8_convrot.safetensors"
+    save_file(comfy_quant_state(state, "int8_convrot"), str(path))
+    back = fake_quantized(state, "int8_convrot")
+    assert not torch.equal(
+        back["model.layers.0.linear_attn.in_proj_qkv.weight"],
+        state["model.layers.0.linear_attn.in_proj_qkv.weight"],
+    )  # really quantized
+    hf = {
+        ("model.language_model." + k.removeprefix("model.")) if k.startswith("model.") else k: v
+        for k, v in back.items()
+    }
+    missing, unexpected = reference.load_state_dict(hf, strict=False)
+    assert not unexpected and all(k.startswith("model.visual.") for k in missing)
+    tokens, ids = _greedy(cpu_memory, path)
+    with torch.no_grad():
+        expected = reference.generate(
+            torch.tensor([ids]), max_new_tokens=12, do_sample=False, eos_token_id=[0, 2], pad_token_id=0
+        )[0, len(ids) :].tolist()
+    # The same dequantized float32 weights (the reader's formula is the writer's inverse, checked in
+    # test_comfy_quant): the same argmax at every step.
+    assert tokens == expected
+
+
+@pytest.mark.slow  # ~10 s of transformers imports when first in a process
+def test_a_quantized_form_not_read_here_is_refused_by_name(tmp_path: Path, cpu_memory) -> None:
+    from safetensors.torch import load_file, save_file
+
+    from pipelines.diffusion.comfy_layouts.quant_writer import marker
+    from pipelines.llm.runtime import open_llm
+
+    plain = tmp_path / "plain.safetensors"
+    save_tiny_qwen35(plain, vision=False)
+    state = load_file(str(plain))
+    state["model.layers.0.mlp.up_proj.comfy_quant"] = marker({"format": "int4_w4a8"})
+    path = tmp_path / "qwen3.5_9b_flux3_prompt_upsampler_w4a8.safetensors"
+    save_file(state, str(path))
+    with pytest.raises(
+        ValueError, match=r"qwen3\.5_9b_flux3_prompt_upsampler_w4a8\.safetensors.*int4_w4a8"
+    ) as exc:
+        open_llm(cpu_memory, path)
+    assert "\n" not in str(exc.value)
+
+
+@pytest.mark.slow  # writes the tiny Qwen-Image 2.1 and runs its template (~10 s)
+def test_qwen_image_21_template_runs_with_its_prompt_enhancer_on(tmp_path: Path) -> None:
+    """`image_qwen_image_2_1_t2i` with its subgraph's `switch` (the Qwen3.5 prompt enhancer) turned on: the
+    enhancer's Load LLM feeds the prompt encode, and the template checks and runs on the tiny files."""
+    import json
+
+    from app.main import main
+    from pipelines.diffusion.comfy_layouts.qwen21 import write_qwen21_files
+    from tests.comfy_layout_support import run_graph
+    from tests.demo_support import copy_demo_model
+    from tests.template_runs import template_file
+
+    enhancer = "qwen3.5_9b_qwen_image_2.1_pe_t2i.int8_convrot.safetensors"
+    models = write_qwen21_files(copy_demo_model("tiny-qwenimage21", tmp_path / "q21"), tmp_path / "models")
+    save_tiny_qwen35(models / "text_encoders" / enhancer)
+    data = json.loads(template_file("image_qwen_image_2_1_t2i").read_text(encoding="utf-8"))
+    subgraph = data["definitions"]["subgraphs"][0]
+    slot = next(i for i, s in enumerate(subgraph["inputs"]) if s["name"] == "switch")
+    (instance,) = [n for n in data["nodes"] if n["type"] == subgraph["id"]]
+    assert instance["widgets_values"][slot] is False  # as shipped: the enhancer off
+    instance["widgets_values"][slot] = True
+    source = tmp_path / "t2i.json"
+    source.write_text(json.dumps(data), encoding="utf-8")
+    imported = tmp_path / "t2i.nodeloom.json"
+    dirs = ("--models-dir", str(models))
+    assert main(["import", str(source), "-o", str(imported), *dirs]) == 0
+    assert main(["check", str(source), *dirs]) == 0
+    nodes = json.loads(imported.read_text(encoding="utf-8"))["nodes"]
+    (llm,) = [node for node in nodes.values() if node["type"] == "LoadLLM"]
+    assert llm["params"]["path"] == enhancer
+    (writer,) = [n for n, node in nodes.items() if node["type"] == "LLMGenerate"]
+    assert nodes["text_encode_qwen_image21"]["inputs"]["prompt"][0] == writer  # the enhancer writes the prompt
+    sets = {"empty_latent_image.width": 32, "empty_latent_image.height": 32, f"{writer}.max_new_tokens": 8}
+    (picture,) = run_graph(imported, tmp_path / "out", {**sets, "ksampler.steps": 2}, dirs)
+    assert picture.shape[:2] == (32, 32)
