@@ -46,8 +46,8 @@ def test_original_names_round_trip_and_name_the_family() -> None:
 
 
 def _prompt_upsampler_off(name: str, out: Path) -> Path:
-    """The template with its subgraph's promoted `switch` (the prompt upsampler: TextGenerate on a Qwen3.5 file,
-    an LLM Nodeloom does not load from ComfyUI's file) set to false."""
+    """The template with its subgraph's promoted `switch` (the prompt upsampler: TextGenerate on a Qwen3.5 file)
+    set to false: the picture then compares with the diffusers folder's on the template's own prompt."""
     from tests.template_runs import template_file
 
     data = json.loads(template_file(name).read_text(encoding="utf-8"))

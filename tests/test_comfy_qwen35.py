@@ -169,6 +169,7 @@ def test_an_int8_convrot_file_reads_dequantized(tmp_path: Path, cpu_memory) -> N
     # The same dequantized float32 weights (the reader's formula is the writer's inverse, checked in
     # test_comfy_quant): the same argmax at every step.
     assert tokens == expected
+    assert len(expected) > 1
 
 
 @pytest.mark.slow  # ~10 s of transformers imports when first in a process
@@ -222,7 +223,83 @@ def test_qwen_image_21_template_runs_with_its_prompt_enhancer_on(tmp_path: Path)
     (llm,) = [node for node in nodes.values() if node["type"] == "LoadLLM"]
     assert llm["params"]["path"] == enhancer
     (writer,) = [n for n, node in nodes.items() if node["type"] == "LLMGenerate"]
-    assert nodes["text_encode_qwen_image21"]["inputs"]["prompt"][0] == writer  # the enhancer writes the prompt
+    assert (
+        nodes["text_encode_qwen_image21"]["inputs"]["prompt"][0] == writer
+    )  # the enhancer writes the prompt
     sets = {"empty_latent_image.width": 32, "empty_latent_image.height": 32, f"{writer}.max_new_tokens": 8}
     (picture,) = run_graph(imported, tmp_path / "out", {**sets, "ksampler.steps": 2}, dirs)
     assert picture.shape[:2] == (32, 32)
+
+
+def _configs_like_tiny(root: Path, *, tokenizer: bool, tied: bool) -> Path:
+    """A resources/ folder whose `qwen3.5-tiny` is the shipped one, its head tied or not, with or without its
+    tokenizer (as the released sizes ship none)."""
+    import json
+    import shutil
+
+    from pipelines.paths import RESOURCES_DIR
+
+    shipped = RESOURCES_DIR / "configs" / "qwen3.5-tiny"
+    folder = root / "configs" / "qwen3.5-tiny"
+    shutil.copytree(shipped / "text_encoder", folder / "text_encoder")
+    if tokenizer:
+        shutil.copytree(shipped / "tokenizer", folder / "tokenizer")
+    config_file = folder / "text_encoder" / "config.json"
+    config = json.loads(config_file.read_text(encoding="utf-8"))
+    config["tie_word_embeddings"] = config["text_config"]["tie_word_embeddings"] = tied
+    config_file.write_text(json.dumps(config), encoding="utf-8")
+    return root
+
+
+@pytest.mark.slow  # builds and runs a tiny Qwen3.5
+def test_a_tied_head_file_without_lm_head_generates(
+    tmp_path: Path, cpu_memory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The 4B's form: no `lm_head` in the file, the config ties it to the embedding."""
+    from safetensors.torch import load_file, save_file
+    from transformers import Qwen3_5Config, Qwen3_5ForConditionalGeneration
+
+    from pipelines.llm import comfy_qwen35
+
+    resources = _configs_like_tiny(tmp_path / "resources", tokenizer=True, tied=True)
+    monkeypatch.setattr(comfy_qwen35, "RESOURCES_DIR", resources)
+    plain = tmp_path / "plain.safetensors"
+    save_tiny_qwen35(plain)
+    state = load_file(str(plain))
+    del state["lm_head.weight"]
+    path = tmp_path / "qwen3.5_4b_bf16.safetensors"
+    save_file(state, str(path))
+    config = Qwen3_5Config.from_pretrained(str(resources / "configs" / "qwen3.5-tiny" / "text_encoder"))
+    reference = Qwen3_5ForConditionalGeneration(config).eval()
+    hf = {
+        ("model.language_model." + k.removeprefix("model.") if k.startswith("model.") else "model." + k): v
+        for k, v in state.items()
+    }
+    missing, unexpected = reference.load_state_dict(hf, strict=False)
+    assert not unexpected and missing == ["lm_head.weight"]
+    assert reference.lm_head.weight is reference.model.language_model.embed_tokens.weight  # tied
+    tokens, ids = _greedy(cpu_memory, path)
+    with torch.no_grad():
+        expected = reference.generate(
+            torch.tensor([ids]), max_new_tokens=12, do_sample=False, eos_token_id=[0, 2], pad_token_id=0
+        )[0, len(ids) :].tolist()
+    assert tokens == expected  # same float32 weights, same calls: the same argmax at every step
+    assert len(expected) > 1  # a head of zeros would stop at once (token 0 ends the text)
+
+
+@pytest.mark.slow  # ~10 s of transformers imports when first in a process
+def test_a_size_without_a_shipped_tokenizer_says_so(
+    tmp_path: Path, cpu_memory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pipelines.diffusion.families import UnsupportedModelError
+    from pipelines.llm import comfy_qwen35
+    from pipelines.llm.runtime import open_llm
+
+    resources = _configs_like_tiny(tmp_path / "resources", tokenizer=False, tied=False)
+    monkeypatch.setattr(comfy_qwen35, "RESOURCES_DIR", resources)
+    path = tmp_path / "qwen3.5_9b_bf16.safetensors"
+    save_tiny_qwen35(path)
+    with pytest.raises(
+        UnsupportedModelError, match=r"^qwen3\.5_9b_bf16\.safetensors: .*no tokenizer is shipped"
+    ):
+        open_llm(cpu_memory, path)
