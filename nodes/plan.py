@@ -229,7 +229,7 @@ def make_plan(
         requested,
         budget,
         sim.fits,
-        sim.problem,
+        sim.problem.rstrip(".") if sim.problem else sim.problem,  # callers go on with "; each policy needs"
         baseline,
         {
             "host": _host_peak(memory, baseline, peak_sim.device_peak, peak_sim.host_copies_peak),
