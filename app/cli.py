@@ -239,7 +239,11 @@ def memory_config(args: Any) -> MemoryConfig:
     """The one mapping from the memory flags (--device, --offload, --vram-budget, --ram-budget) to the config
     `--run` and `--sweep` both use; raises ValueError naming a malformed setting."""
     return MemoryConfig(
-        device=args.device, policy=args.offload, vram_budget=args.vram_budget, ram_budget=args.ram_budget
+        device=args.device,
+        policy=args.offload,
+        vram_budget=args.vram_budget,
+        ram_budget=args.ram_budget,
+        count_process_rss=True,  # --ram-budget on the CPU is the RSS the run may reach
     )
 
 

@@ -70,6 +70,11 @@ def plan_text(plan: MemoryPlan) -> str:
             f"; without {', '.join(plan.baseline_without)}, not imported: nothing fits)"
             if plan.baseline_without
             else ")"
+        )
+        + (
+            f", counted against the budget: {fmt_bytes(max(plan.budget - plan.baseline_rss, 0))} left for models"
+            if plan.baseline_counted
+            else ""
         ),
     ]
     for n in plan.nodes:

@@ -54,20 +54,28 @@ def parse_bytes(value: str | int | float) -> int:
     return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
 
 
+def _fraction(value: str | int | float | None) -> float | None:
+    """The share of what is available that `value` asks for (None: all of it), or None for a size."""
+    if value is None:
+        return 1.0
+    if isinstance(value, str):
+        match = _SIZE_RE.match(value)
+        if match and not match.group(2) and float(match.group(1)) <= 1.0:
+            return float(match.group(1))
+    elif isinstance(value, float) and value <= 1.0:
+        return value
+    return None
+
+
 def parse_budget(value: str | int | float | None, available: int) -> int:
     """A budget in bytes: a size ("6GiB"), a fraction of `available` ("0.5"), or all of it (None).
 
     A unitless number <= 1 is a fraction; anything else is a size.
     """
-    if value is None:
-        return available
-    if isinstance(value, str):
-        match = _SIZE_RE.match(value)
-        if match and not match.group(2) and float(match.group(1)) <= 1.0:
-            return int(float(match.group(1)) * available)
-    elif isinstance(value, float) and value <= 1.0:
-        return int(value * available)
-    return parse_bytes(value)
+    share = _fraction(value)
+    if share is not None:
+        return int(share * available)
+    return parse_bytes(value)  # type: ignore[arg-type]  # None is a fraction (all of it)
 
 
 @dataclass(frozen=True)
@@ -95,6 +103,12 @@ class MemoryConfig:
         the same bytes twice. Set it to leave room for other programs or for allocator fragmentation.
     data_dir: where the learned peaks JSON lives; default `memory.paths.user_data_dir()`.
     sample_hz: telemetry sampling rate.
+    count_process_rss: on the CPU, make ram_budget the RSS the run may reach: the process's own RSS outside
+        the ledger (interpreter, torch, libraries; `MemoryManager.process_baseline`) is taken off it before
+        models are placed (`Ledger.models_budget`), and a budget given as all or a share of the available RAM
+        is counted above the RSS the process held at start (that RAM was not available). The CLI, GUI and
+        sweeps set it. False keeps ram_budget the models' budget alone: what tests sizing a budget from a tiny
+        model's bytes, and library callers that budget only their models, mean. No effect on an accelerator.
     """
 
     device: str = "auto"
@@ -105,6 +119,7 @@ class MemoryConfig:
     data_dir: Path | None = None
     # >= 20 Hz: per-node peaks on the CPU come from these samples (plus a reading at every boundary).
     sample_hz: float = 20.0
+    count_process_rss: bool = False
 
     def __post_init__(self) -> None:
         policy_named(self.policy)  # raises with the list of names
@@ -122,11 +137,19 @@ class MemoryConfig:
         if self.sample_hz <= 0:
             raise ValueError("sample_hz must be positive")
 
-    def budgets(self, device_type: str, host_available: int, device_free: int) -> Budgets:
-        """Budgets in bytes for a device of `device_type` (the reserve taken off the device budget)."""
+    def budgets(
+        self, device_type: str, host_available: int, device_free: int, process_rss: int = 0
+    ) -> Budgets:
+        """Budgets in bytes for a device of `device_type` (the reserve taken off the device budget).
+
+        `process_rss`: the process's RSS when `host_available` was read; with `count_process_rss`, a CPU
+        budget that is a share of the available RAM lies above it (the RSS the run may reach)."""
         reserve = parse_bytes(self.reserve) if self.reserve else 0
         if device_type == "cpu":
-            return Budgets(max(parse_budget(self.ram_budget, host_available) - reserve, 0), None)
+            ram = parse_budget(self.ram_budget, host_available)
+            if self.count_process_rss and _fraction(self.ram_budget) is not None:
+                ram += process_rss
+            return Budgets(max(ram - reserve, 0), None)
         device = max(parse_budget(self.vram_budget, device_free) - reserve, 0)
         return Budgets(device, parse_budget(self.ram_budget, host_available))
 

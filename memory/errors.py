@@ -24,9 +24,11 @@ class BudgetExceeded(MemoryError):
 
     The message says what needed how much, how much could be had, and ends with the ledger (what was
     where), once: callers that add context must not append the ledger again (`ledger_text` holds it).
+    `note`: why the budget has less than it says, when it does (on a CPU: what the process itself holds).
     """
 
-    def __init__(self, what: str, needs: int, has: int, ledger_text: str) -> None:
+    def __init__(self, what: str, needs: int, has: int, ledger_text: str, note: str = "") -> None:
         self.what, self.needs, self.has, self.ledger_text = what, needs, has, ledger_text
-        message = f"{what} needs {fmt_bytes(needs)} but only {fmt_bytes(has)} of the budget can be freed."
+        message = f"{what} needs {fmt_bytes(needs)} but only {fmt_bytes(has)} of the budget can be freed"
+        message += f": {note}." if note else "."
         super().__init__(f"{message}\n{ledger_text}" if ledger_text else message)

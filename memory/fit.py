@@ -19,7 +19,7 @@ import re
 from collections.abc import Callable, Iterable
 
 from memory.errors import fmt_bytes
-from memory.ledger import ModelHandle
+from memory.ledger import Ledger, ModelHandle
 from memory.weights import header_tensor_bytes
 
 
@@ -59,19 +59,26 @@ def least_resident_bytes(h: ModelHandle, can_stream: bool) -> int | None:
 
 
 def budget_problem(
-    handles: Iterable[ModelHandle], budget: int, device: str, can_stream: Callable[[ModelHandle], bool]
+    handles: Iterable[ModelHandle], ledger: Ledger, can_stream: Callable[[ModelHandle], bool]
 ) -> str | None:
-    """Why the first of `handles` that can never fit in `budget` won't (a sentence), or None."""
+    """Why the first of `handles` that can never fit in `ledger`'s budget won't (a sentence), or None.
+
+    The room is `ledger.models_budget()`: on a CPU, the RAM budget less what the process itself holds."""
+    room, device = ledger.models_budget(), ledger.device.type
+    held = ledger.baseline_note()
     for h in handles:
         need = least_resident_bytes(h, can_stream(h))
-        if need is not None and need > budget:
+        if need is not None and need > room:
             how = (
                 "its weights outside the streamed blocks plus its largest block"
                 if can_stream(h)
                 else "its weights, from the file headers"
             )
+            budget = fmt_bytes(ledger.device_budget) + (
+                f"; {held}, leaving {fmt_bytes(room)}" if held else ""
+            )
             return (
-                f"the {device} memory budget ({fmt_bytes(budget)}) is too small for {h.spec.name}: it needs at "
+                f"the {device} memory budget ({budget}) is too small for {h.spec.name}: it needs at "
                 f"least {fmt_bytes(need)} ({how}) before any working memory; nothing was loaded"
             )
     return None

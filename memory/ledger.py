@@ -127,12 +127,21 @@ class ModelHandle:
 class Ledger:
     """Handles by key plus working-memory reservations, against a device budget (and a host budget on
     accelerators, where host copies are a second tier). Invariant kept by the manager:
-    `device_used() <= device_budget` after every change."""
+    `device_used() <= models_budget()` after every change.
 
-    def __init__(self, device: torch.device, device_budget: int, host_budget: int | None) -> None:
+    `baseline`: on a CPU, the RSS the process holds that is no ledger entry (interpreter, torch, libraries),
+    counted against the budget there, since the budget is host RAM (`models_budget`); an accelerator's budget
+    is its own memory, which the baseline does not touch. Set by its owner (the manager measures it, a plan
+    passes the one it measured); 0 means not counted.
+    """
+
+    def __init__(
+        self, device: torch.device, device_budget: int, host_budget: int | None, baseline: int = 0
+    ) -> None:
         self.device = device
         self.device_budget = device_budget
         self.host_budget = host_budget
+        self.baseline = baseline
         self.handles: dict[str, ModelHandle] = {}
         self.working: dict[str, int] = {}
         self._tick = 0
@@ -148,8 +157,24 @@ class Ledger:
     def device_used(self) -> int:
         return self.device_weights() + sum(self.working.values())
 
+    def counted_baseline(self) -> int:
+        """The process's own RSS taken off the device budget: the baseline on a CPU, 0 on an accelerator."""
+        return self.baseline if self.device.type == "cpu" else 0
+
+    def models_budget(self) -> int:
+        """What the budget leaves for models and working memory: on a CPU the RAM budget less the process's
+        own RSS (so the run's RSS stays within the RAM budget), on an accelerator the whole device budget."""
+        return max(self.device_budget - self.counted_baseline(), 0)
+
+    def baseline_note(self) -> str:
+        """For a message about a budget too small: what the process itself holds of it, or ""."""
+        held = self.counted_baseline()
+        if not held:
+            return ""
+        return f"the process itself holds {fmt_bytes(held)} of the {fmt_bytes(self.device_budget)} budget"
+
     def device_free(self) -> int:
-        return self.device_budget - self.device_used()
+        return self.models_budget() - self.device_used()
 
     def host_used(self) -> int:
         return sum(h.host_bytes + h.pinned_bytes for h in self.handles.values())
@@ -185,9 +210,11 @@ class Ledger:
             )
         for what, n in self.working.items():
             lines.append(f"{'working: ' + what:<52} {'':>11} {'':<8} {fmt_bytes(n):>11}")
+        held = self.counted_baseline()
         lines.append(
-            f"{dev} used {fmt_bytes(self.device_used())} of budget {fmt_bytes(self.device_budget)} "
-            f"(free {fmt_bytes(self.device_free())})"
+            f"{dev} used {fmt_bytes(self.device_used())} of budget {fmt_bytes(self.device_budget)}"
+            + (f" less the process's own {fmt_bytes(held)}" if held else "")
+            + f" (free {fmt_bytes(self.device_free())})"
         )
         if self.host_budget is not None:
             lines.append(f"host copies {fmt_bytes(self.host_used())} of budget {fmt_bytes(self.host_budget)}")

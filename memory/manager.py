@@ -20,6 +20,9 @@ earlier for (device kind, node type, model, shape) when one exists, else the for
 use took. Each reservation is reported (`WorkingReserved`: formula or learned). A node's whole peak is learned
 too (beyond its weights, keyed by its first use): a use reserves it when it is larger than the use's own.
 
+The process's own RSS: on the CPU with `config.count_process_rss` (the CLI, GUI and sweeps), the RSS outside
+the ledger is measured before each placement and taken off the budget (`process_baseline`, `Ledger.baseline`).
+
 Threads: the ledger, placer and scopes belong to the compute thread (the one running nodes). The sampler
 thread calls only `sample`, which reads host/device counters and feeds the lock-guarded peak tracker.
 """
@@ -74,7 +77,7 @@ class MemoryManager:
         self._nvml = NvmlProbe() if self.device.type == "cuda" else None
         host = read_host()
         free = host.available if self.device.type == "cpu" else read_device(self.device, None).free
-        budgets = self.config.budgets(self.device.type, host.available, free)
+        budgets = self.config.budgets(self.device.type, host.available, free, host.rss)
         self.ledger = Ledger(self.device, budgets.device, budgets.host)
         self.learned = LearnedPeaks(self.config.data_dir or user_data_dir())
         self._placer = Placer(self.ledger, self.device, self.telemetry)
@@ -107,6 +110,25 @@ class MemoryManager:
     def ignored_settings(self) -> list[str]:
         return self.config.ignored_settings(self.device.type)
 
+    # -- the process's own RSS ----------------------------------------------------------------------------
+
+    @property
+    def counts_baseline(self) -> bool:
+        """Whether the process's own RSS is taken off the budget: on the CPU, when the config says so."""
+        return self.device.type == "cpu" and self.config.count_process_rss
+
+    def process_baseline(self) -> int:
+        """The RSS this process holds that is no ledger entry (interpreter, torch, libraries, tokenizers),
+        measured now: the one figure the placer (`Ledger.baseline`) and `app plan` count."""
+        held = self.ledger.device_weights() if self.device.type == "cpu" else 0
+        return max(read_host().rss - held - self.ledger.host_used(), 0)
+
+    def _measure_baseline(self) -> None:
+        # Only while no working memory is reserved: an open use's activations are in the RSS and in its
+        # reservation, and would count twice; the figure from before it holds until then.
+        if self.counts_baseline and not self.ledger.working:
+            self.ledger.baseline = self.process_baseline()
+
     # -- registration and use ---------------------------------------------------------------------------
 
     def register(self, spec: ComponentSpec) -> ModelHandle:
@@ -137,7 +159,8 @@ class MemoryManager:
         """Why one of these registered models can never fit the device budget (checked before any load), or
         None; from headers only (`memory.fit`), a lower bound that never refuses what a policy could run."""
         handles = [self.ledger.handles[k] for k in keys if k in self.ledger.handles]
-        return budget_problem(handles, self.budget, self.device.type, self._placer.can_stream)
+        self._measure_baseline()
+        return budget_problem(handles, self.ledger, self._placer.can_stream)
 
     def working_estimate(self, handle: ModelHandle, working: Working) -> tuple[int, int | None]:
         """(bytes to reserve, learned figure or None) for `working` beside `handle` in the current node
@@ -165,6 +188,7 @@ class MemoryManager:
             working_bytes, learned = self.working_estimate(handle, working)
             if scope is not None and scope.first_use is None:
                 scope.first_use = (handle.spec.learned_key, working.shape_key)
+        self._measure_baseline()
         weights_before = self.ledger.device_weights()
         window_open = self._meter.open()
         try:
@@ -241,6 +265,7 @@ class MemoryManager:
         replaces the earlier amount. Release with `release_working`; whatever a node reserved and didn't
         release is released when its `node_scope` ends.
         """
+        self._measure_baseline()
         current = self.ledger.working.get(what, 0)
         self._placer.make_room(nbytes - current, what, None, self.policy)
         self.ledger.working[what] = nbytes
@@ -260,10 +285,12 @@ class MemoryManager:
         if handle is not None and not (self.policy.prefers_streaming and self._placer.can_stream(handle)):
             weights = handle.weight_bytes or 0
         needs = weights + extra_bytes
-        if needs > self.budget:
+        self._measure_baseline()
+        room = self.ledger.models_budget()
+        if needs > room:
             if weights:
                 what += f" plus the weights of {handle.spec.name} ({fmt_bytes(weights)})"  # type: ignore[union-attr]
-            raise BudgetExceeded(what, needs, self.budget, self.ledger_text())
+            raise BudgetExceeded(what, needs, room, self.ledger_text(), self.ledger.baseline_note())
 
     # -- weight patches ---------------------------------------------------------------------------------
 
@@ -272,6 +299,7 @@ class MemoryManager:
     ) -> PatchState:
         """`memory.patches.apply_patches` on the placed `handle`, with what a fused patch keeps counted in the
         ledger as `handle`'s bytes (room made first, per the policy: `Placer.patch`) until `unpatch`."""
+        self._measure_baseline()
         return self._placer.patch(handle, layers, mode, signature, self.policy)
 
     def unpatch(self, handle: ModelHandle) -> PatchState | None:

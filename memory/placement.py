@@ -78,7 +78,7 @@ class Placer:
 
     def _over_budget(self, what: str, needs: int, has: int, policy: Policy | None) -> BudgetExceeded:
         head = f"memory policy: {policy.name}\n" if policy is not None else ""
-        return BudgetExceeded(what, needs, has, head + self.ledger.text())
+        return BudgetExceeded(what, needs, has, head + self.ledger.text(), self.ledger.baseline_note())
 
     def can_stream(self, h: ModelHandle) -> bool:
         if not h.spec.blocks:
@@ -202,7 +202,10 @@ class Placer:
             self.telemetry.emit(TransferEvent(h.spec.name, moving, seconds, gbps))
 
     def _stream(self, h: ModelHandle, working: int, policy: Policy) -> int:
-        """Keep as many blocks resident as fit beside the streaming window; stream the rest."""
+        """Keep as many blocks resident as fit beside the streaming window; stream the rest.
+
+        The room is the ledger's (`device_free`): on a CPU the RAM budget less the process's own RSS, so the
+        blocks kept leave room for the interpreter and libraries and the run's RSS stays within the budget."""
         assert h.module is not None
         sizes = self._block_bytes[h.key]
         fixed = self.full_bytes(h) - sum(sizes)

@@ -172,11 +172,15 @@ def simulate(
     device_budget: int,
     host_budget: int | None,
     blocks: dict[str, tuple[int, list[int]] | None] | None = None,
+    baseline: int = 0,
 ) -> Simulation:
     """Replay `steps` under `policy` on a fresh ledger (`components`: specs with their weight bytes; `blocks`:
-    `block_tables(components)`, read once from the headers, else read here)."""
+    `block_tables(components)`, read once from the headers, else read here).
+
+    `baseline`: the process's own RSS the run counts against a CPU budget (`Ledger.baseline`; 0: none), so
+    the plan keeps as many blocks resident as the run will."""
     blocks = blocks if blocks is not None else block_tables(components)
-    ledger = Ledger(device, device_budget, host_budget)
+    ledger = Ledger(device, device_budget, host_budget, baseline)
     telemetry = Telemetry()
     placer = SimPlacer(ledger, device, telemetry)
     for spec, weight_bytes in components:
@@ -249,15 +253,17 @@ def least_budget(
     device: torch.device,
     host_budget: int | None,
     upper: int,
+    baseline: int = 0,
 ) -> int | None:
     """The smallest device budget under which `policy` runs `steps` (within 64 KiB), or None above `upper`.
 
-    A bisection: a larger budget never makes a policy need more (it evicts, streams or refuses less)."""
+    A bisection: a larger budget never makes a policy need more (it evicts, streams or refuses less). With a
+    `baseline` (a CPU run counting its own RSS) the budget found includes it."""
 
     blocks = block_tables(components)
 
     def fits(budget: int) -> bool:
-        return simulate(components, steps, policy, device, budget, host_budget, blocks).fits
+        return simulate(components, steps, policy, device, budget, host_budget, blocks, baseline).fits
 
     if not fits(upper):
         return None

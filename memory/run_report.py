@@ -52,6 +52,8 @@ def run_report(
             "host_bytes": ledger.host_budget,
             "reserve": config.reserve,
             "oom_reserve": oom_reserve,
+            # The process's own RSS taken off a CPU budget at the last placement (0: not counted).
+            "process_baseline": ledger.counted_baseline(),
         },
         "ignored_settings": ignored_settings,
         "ledger": ledger.rows(),

@@ -5,8 +5,8 @@ SamplerAdvanced in `KSamplerFields`), `VAEDecode`, `VAEEncode`, and the `NODES` 
 `LoadDenoiser`, `LoadTextEncoder`, `LoadVAE` from nodes.split_loaders). Imports `nodes.spec`,
 `nodes.types`, `nodes.context`, `nodes.split_loaders`, `pipelines.paths` and `pipelines.diffusion`; the model
 code lives in pipelines/. At module level only the light facts the specs need (`families`, `schedulers`,
-`prompt_weights`, `quant.formats`: names, no torch); each run function imports its pipeline code, so listing
-node types or painting the editor never imports torch or diffusers.
+`guidance`, `prompt_weights`, `quant.formats`: names, no torch); each run function imports its pipeline
+code, so listing node types or painting the editor never imports torch or diffusers.
 
 Every model is used through `ctx.memory.use(...)` inside pipelines/diffusion, so under the sequential policy
 the text encoder is gone before the denoiser loads, and the denoiser before the VAE decodes.
@@ -28,6 +28,7 @@ from nodes.spec import NodeSpec, Output
 from nodes.split_loaders import SPLIT_NODES
 from nodes.types import CONDITIONING, DENOISER, IMAGE, LATENT, SIGMAS, TEXT_ENCODER, VAE
 from pipelines.diffusion.families import DIFFUSION_IMPORTS
+from pipelines.diffusion.guidance import CFG_RULES
 from pipelines.diffusion.prompt_weights import WEIGHTINGS
 from pipelines.diffusion.schedulers import K_SCHEDULER_NAMES, SCHEDULER_NAMES, SIGMA_SCHEDULES
 from pipelines.diffusion.step_cache import STEP_CACHES
@@ -226,10 +227,21 @@ class KSamplerFields(Node):
         "Flux: the distilled guidance value (the negative is not used); "
         "Z-Image: the pipeline's guidance_scale, pos + cfg * (pos - neg), 0 = no guidance; "
         "Qwen-Image: the pipeline's true_cfg_scale, neg + cfg * (pos - neg) rescaled to the positive's norm, "
-        "cfg <= 1 = no guidance; "
+        "cfg <= 1 = no guidance (cfg_rule pipeline); "
         "FLUX.2 [klein]: true CFG above 1 on base models, ignored by distilled ones (as the pipeline); "
         "FLUX.2 [dev]: the embedded guidance value (the negative is not used)",
         comfy="cfg",
+    )
+    cfg_rule: str = param(
+        CHOICE,
+        "pipeline",
+        choices=CFG_RULES,
+        help="how cfg combines the prompts (Qwen-Image; the other families: pipeline only): pipeline = the "
+        "diffusers pipeline's rule; comfyui = ComfyUI's plain neg + cfg * (pos - neg), what an imported graph "
+        "runs; comfyui_cfgnorm = that, then ComfyUI's CFGNorm (x0 scaled to the positive's norm) at cfg_norm",
+    )
+    cfg_norm: float = param(
+        FLOAT, 1.0, min=0.0, max=100.0, step=0.01, help="cfg_rule comfyui_cfgnorm: ComfyUI's CFGNorm strength"
     )
     seed: int = param(SEED, 42, min=0, max=SEED_MAX, comfy="seed")
     cache: str = param(

@@ -5,8 +5,10 @@ Lives here: `MemoryPlan`, `NodePlan`, `make_plan`, `choose_policy`. Imports `mem
 `make_plan` finds each node's uses without loading weights (`nodes.plan_walk`), then replays them under every
 policy with the policy's own placement code (`memory.plan.simulate`) on the manager's budgets. Predicted
 peaks: device = the most the ledger holds (weights + working memory); host = the process baseline (the RSS
-measured in this process after the loader nodes ran, i.e. interpreter + libraries + tokenizers and configs)
-plus, on a CPU, the device peak (the device is RAM) or, with an accelerator, the copies kept in host RAM.
+measured in this process after the loader nodes ran, i.e. interpreter + libraries + tokenizers and configs:
+`MemoryManager.process_baseline`) plus, on a CPU, the device peak (the device is RAM) or, with an accelerator,
+the copies kept in host RAM. On a CPU whose budget counts the process's own RSS (`counts_baseline`), the
+simulation takes the same baseline off the budget as the run's placer does, so both keep the same blocks.
 A policy that does not fit gets the smallest budget it would need (a bisection over the same simulation).
 """
 
@@ -19,9 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from memory import MemoryManager
-from memory.devices import read_host
 from memory.errors import fmt_bytes
-from memory.plan import PlannedUse, PlanStep, Simulation, least_budget, simulate
+from memory.plan import PlannedUse, PlanStep, Simulation, block_tables, least_budget, simulate
 from memory.policy import POLICIES, Policy, policy_named
 from nodes.context import CancelToken
 from nodes.executor import Executor
@@ -66,6 +67,8 @@ class MemoryPlan:
     # Modules a run imports that `baseline_rss` leaves out: only when no policy fits (the plan then answers
     # without importing them); empty otherwise.
     baseline_without: list[str] = field(default_factory=list)
+    # On a CPU whose budget bounds the run's RSS: the baseline is taken off the budget before models are placed.
+    baseline_counted: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -120,19 +123,38 @@ def make_plan(
     keys = {u.key for s in steps for u in s.uses}
     components = [(h.spec, h.weight_bytes) for k, h in memory.ledger.handles.items() if k in keys]
     budget, host_budget = memory.budget, memory.ledger.host_budget
-    sims: dict[str, Simulation] = {
-        p.name: simulate(components, steps, p, memory.device, budget, host_budget) for p in POLICIES
-    }
+
+    def counted(baseline: int) -> int:  # what the run takes off its budget: `MemoryManager.counts_baseline`
+        return baseline if memory.counts_baseline else 0
+
+    blocks = block_tables(components)  # read once from the headers
+
+    def simulate_all(baseline: int) -> dict[str, Simulation]:
+        return {
+            p.name: simulate(
+                components, steps, p, memory.device, budget, host_budget, blocks, counted(baseline)
+            )
+            for p in POLICIES
+        }
+
+    # Before the deferred imports the baseline is a lower bound: what does not fit now never will.
+    baseline = memory.process_baseline()
+    sims = simulate_all(baseline)
     if any(sim.fits for sim in sims.values()):
         # The run will import them: the baseline counts them. A graph no policy fits is answered without
         # (seconds of imports for a "no"), and the plan says what its baseline leaves out.
         for name in deferred:
             importlib.import_module(name)
+        # After the loader nodes and the imports a run makes before its first use: the run's own figure.
+        baseline = memory.process_baseline()
+        if counted(baseline):
+            sims = simulate_all(baseline)
     deferred = [name for name in deferred if name not in sys.modules]  # a later node may have imported one
-    baseline = read_host().rss  # after the loader nodes (and the imports a run makes before its first use)
     # An upper bound for the bisection: every weight and every working figure at once always fits.
-    upper = sum(w or 0 for _, w in components) + sum(
-        s.reserved_bytes + sum(u.working_bytes for u in s.uses) for s in steps
+    upper = (
+        counted(baseline)
+        + sum(w or 0 for _, w in components)
+        + sum(s.reserved_bytes + sum(u.working_bytes for u in s.uses) for s in steps)
     )
     upper = max(upper, 2**20)
     rows: dict[str, dict[str, Any]] = {}
@@ -145,7 +167,9 @@ def make_plan(
                 "host": _host_peak(memory, baseline, sim.device_peak, sim.host_copies_peak),
                 "device": sim.device_peak,
             },
-            "least_budget": least_budget(components, steps, p, memory.device, host_budget, upper),
+            "least_budget": least_budget(
+                components, steps, p, memory.device, host_budget, upper, counted(baseline)
+            ),
         }
     requested = memory.config.policy
     chosen, why = choose_policy(requested, sims, budget)
@@ -156,7 +180,7 @@ def make_plan(
     peak_sim = (
         sim
         if sim.fits or least is None
-        else simulate(components, steps, chosen, memory.device, least, host_budget)
+        else simulate(components, steps, chosen, memory.device, least, host_budget, blocks, counted(baseline))
     )
     # The rows of a plan that does not fit are those at its least budget (what each node would need, every
     # node listed): the failing simulation stops part-way, at a node whose model it could not place.
@@ -205,7 +229,7 @@ def make_plan(
         requested,
         budget,
         sim.fits,
-        sim.problem,
+        sim.problem.rstrip(".") if sim.problem else sim.problem,  # callers go on with "; each policy needs"
         baseline,
         {
             "host": _host_peak(memory, baseline, peak_sim.device_peak, peak_sim.host_copies_peak),
@@ -215,6 +239,7 @@ def make_plan(
         rows,
         why,
         deferred,
+        bool(counted(baseline)),
     )
 
 

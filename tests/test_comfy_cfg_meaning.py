@@ -42,7 +42,9 @@ def test_comfy_cfg_1_is_no_guidance_and_exports_back(name: str, family: str, reg
 
 
 def test_other_families_keep_comfy_cfg(registry) -> None:
-    name = "image_qwen_Image_2512"  # Qwen-Image's true CFG is neg + cfg * (pos - neg), ComfyUI's meaning
+    # Qwen-Image's cfg is neg + cfg * (pos - neg) as ComfyUI's: the number stays; the rule (diffusers' norm
+    # rescale or not) is the sampler's cfg_rule (tests/test_qwenimage_comfy_cfg.py).
+    name = "image_qwen_Image_2512"
     data = _template(name)
     result = import_comfy_data(data, registry, name, title=name)
     [(_, sampler)] = _samplers(result.workflow)
@@ -54,6 +56,7 @@ def test_other_families_keep_comfy_cfg(registry) -> None:
         ]
         if n.get("type") == "KSampler"
     ]
+    assert sampler["params"]["cfg_rule"] == "comfyui"
     assert sampler["params"]["cfg"] == theirs[0] and not any(
         "cfg" in str(n) and "guidance" in str(n) for n in result.notes
     )

@@ -23,15 +23,19 @@ def test_the_cli_flags_become_one_config_for_run_and_sweep(tmp_path: Path) -> No
     args = build_parser().parse_args(
         ["--run", "x.json", "--device", "cpu", "--offload", "sequential", "--ram-budget", "2GiB"]
     )
-    expected = MemoryConfig(device="cpu", policy="sequential", ram_budget="2GiB")
+    # --ram-budget on the CPU is the RSS the run may reach: the process's own RSS is counted in it.
+    expected = MemoryConfig(device="cpu", policy="sequential", ram_budget="2GiB", count_process_rss=True)
     assert memory_config(args) == expected
     assert _worker_config(args, tmp_path).memory == expected
 
 
 def test_the_gui_stores_and_reads_back_the_same_config(tmp_path: Path) -> None:
     settings = _settings(tmp_path)
-    assert settings.memory == MemoryConfig()  # nothing stored: MemoryConfig's own defaults
-    config = MemoryConfig(device="cpu", policy="stream", vram_budget="0.5", ram_budget="3GiB")
+    # Nothing stored: MemoryConfig's own defaults, the RAM budget counting the process's RSS as the CLI's does.
+    assert settings.memory == MemoryConfig(count_process_rss=True)
+    config = MemoryConfig(
+        device="cpu", policy="stream", vram_budget="0.5", ram_budget="3GiB", count_process_rss=True
+    )
     settings.set_memory(config)
     assert _settings(tmp_path).memory == config
 

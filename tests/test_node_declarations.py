@@ -111,6 +111,8 @@ def test_sampler_defaults_agree_with_sampler_settings() -> None:
         "denoise",
         "cache",
         "cache_threshold",
+        "cfg_rule",
+        "cfg_norm",
     }
     assert shared == {name: defaults[name] for name in shared}
 

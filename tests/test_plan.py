@@ -207,13 +207,19 @@ def test_a_learned_peak_replaces_the_formula_in_the_plan(registry, tmp_path: Pat
 def test_run_refuses_what_no_policy_fits_before_any_load_and_writes_the_report(
     tmp_path: Path, capsys
 ) -> None:
-    # 4 MiB passes the header check (the streamed UNet's fixed part + its largest block) but not the plan,
-    # which adds the working memory beside it.
+    # `--ram-budget` on the CPU is the run's RSS, so the budget is sized from this process's baseline (the
+    # plan's, after the imports): 32 MiB above it passes the header check (the streamed UNet's fixed part +
+    # its largest block, the VAE's weights: 3.6 MiB) with room for the RSS to drift, but not the plan, which
+    # adds the UNet's working memory at 512x512 (69 MiB above the baseline under the least policy).
+    sizes = ["--device", "cpu", "--set", "latent.width=512", "--set", "latent.height=512"]
+    assert main(["plan", str(TXT2IMG), *sizes, "--ram-budget", "2GiB", "--json"]) == 0
+    baseline = json.loads(capsys.readouterr().out)["baseline_rss"]
     report = tmp_path / "report.json"
-    argv = ["--run", str(TXT2IMG), "--ram-budget", "4MiB", "--out", str(tmp_path), "--report", str(report)]
-    assert main([*argv, "--quiet", "--set", "sampler.steps=1"]) == 1
+    argv = ["--run", str(TXT2IMG), *sizes, "--ram-budget", f"{baseline + 32 * MiB}B", "--out", str(tmp_path)]
+    assert main([*argv, "--report", str(report), "--quiet", "--set", "sampler.steps=1"]) == 1
     err = capsys.readouterr().err
     assert "refused" in err and "least budget per policy" in err and "nothing was loaded" in err
+    assert "the process itself holds" in err  # what the budget lost to the interpreter and libraries
     data = json.loads(report.read_text())
     assert data["ok"] is False and data["runs"] == [] and data["memory"]["loads"] == []
     assert data["plan"]["fits"] is False and not list(tmp_path.glob("*.png"))

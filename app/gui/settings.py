@@ -50,7 +50,8 @@ class AppSettings:
     @property
     def memory(self) -> MemoryConfig:
         """The stored memory settings; raises ValueError naming a malformed one (a hand-edited file)."""
-        return MemoryConfig(**{key: value for key, value in self.stored_memory().items() if value})
+        stored = {key: value for key, value in self.stored_memory().items() if value}
+        return MemoryConfig(**stored, count_process_rss=True)  # the RAM budget on the CPU: the run's RSS
 
     def set_memory(self, value: MemoryConfig) -> None:
         for key in MEMORY_KEYS:

@@ -26,6 +26,7 @@ from nodes.comfy.graph import ComfyGraph, ComfyNode, ImportNote, LinkRef
 from nodes.comfy.llm_loaders import LLM_OF_KEY, give_llm_loaders, llm_names
 from nodes.comfy.mappers import ALL_MAPPERS
 from nodes.comfy.mapping import PLACEHOLDER_PREFIX, Constant, Emit, MapContext, PassThrough
+from nodes.comfy.mapping_sampling import apply_cfg_rule, note_unapplied_cfg_norms
 from nodes.comfy.preview_constants import PREVIEW_TYPE, give_preview_texts, preview_text
 from nodes.layout import layered_layout
 from nodes.model_names import COMFY_META_KEY, imported_names
@@ -90,6 +91,7 @@ class _Converter:
         self.graph, self.ctx, self.registry = graph, ctx, registry
         self.mapped: dict[str, Emit | PassThrough | Constant] = {}
         self.guided: set[str] = set()  # samplers whose cfg came from a Flux guidance value
+        self.cfg_norms: dict[str, tuple[Any, Any, str]] = {}  # sampler -> the CFGNorm its model comes through
         self.llm_of: dict[str, str] = {}  # Load LLM nodes added for TextGenerate -> their text encoder
         self.preview_texts: dict[str, str] = {}  # Show Text id -> the constant its PreviewAny showed
         for node_id, node in graph.nodes.items():
@@ -172,6 +174,8 @@ class _Converter:
                 f"Flux guidance {guidance} (node {source}) becomes cfg: Nodeloom's Flux sampler takes the "
                 "distilled guidance as its cfg",
             )
+        if "cfg_norm" in annotations and emit.type in _SAMPLERS and port == "denoiser":
+            self.cfg_norms[node_id] = annotations["cfg_norm"]  # applied once the family is known
         if "cache" in annotations and emit.type in _SAMPLERS and port == "denoiser":
             threshold, source = annotations["cache"]
             params["cache"], params["cache_threshold"] = "easy", threshold
@@ -233,8 +237,15 @@ class _Converter:
                         self.graph.nodes[nid],
                         f"{family} uses the model's own shifted sigmas here, not the {schedule!r} schedule",
                     )
+        applied_norms: set[str] = set()
         for nid, data in nodes.items():
             family = self._family(nodes, data) if data["type"] in _SAMPLERS else None
+            call = FAMILIES[family].denoiser_call if family in FAMILIES else None
+            if data["type"] in _SAMPLERS:  # Qwen-Image's pipelines guide otherwise: ComfyUI's rule is set
+                norm = apply_cfg_rule(
+                    self.graph, self.graph.nodes[nid], data["params"], call, self.cfg_norms.get(nid)
+                )
+                applied_norms |= {norm} if norm else set()
             offset = FAMILIES[family].comfy_cfg_offset if family in FAMILIES else 0.0
             cfg = data["params"].get("cfg")
             if offset and isinstance(cfg, int | float):
@@ -245,6 +256,7 @@ class _Converter:
                     f"ComfyUI's cfg {cfg:g} is {family}'s guidance {data['params']['cfg']:g} "
                     f"(pos + g * (pos - neg); 0 = no guidance)",
                 )
+        note_unapplied_cfg_norms(self.graph, applied_norms)
         for nid, data in nodes.items():
             if data["type"] in _SAMPLERS and nid not in self.guided and self._family(nodes, data) == "flux":
                 # Flux without a FluxGuidance node runs at ComfyUI's default guidance, 3.5; ours reads cfg.

@@ -104,7 +104,7 @@ COMFY_CLASSES: dict[str, ComfyClass] = {
     "VAEDecodeTiled": ComfyClass(("tile_size", "overlap", "temporal_size", "temporal_overlap"), ("IMAGE",)),
     "PreviewAny": ComfyClass((), ()),
     "ComfySwitchNode": ComfyClass(("switch",), ("output",)),
-    "CFGNorm": ComfyClass(("strength",), ("patched_model",)),
+    "CFGNorm": ComfyClass(("strength", "pre_cfg"), ("patched_model",)),  # pre_cfg: newer ComfyUI's
     "ImageScaleToTotalPixels": ComfyClass(("upscale_method", "megapixels", "resolution_steps"), ("IMAGE",)),
     "ResolutionSelector": ComfyClass(("aspect_ratio", "megapixels", "multiple_of"), ("width", "height")),
     "StringConcatenate": ComfyClass(("string_a", "string_b", "delimiter"), ("STRING",)),

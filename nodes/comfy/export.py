@@ -2,7 +2,7 @@
 of node types that have a ComfyUI counterpart.
 
 Lives here: `ExportError`, `export_api`, `comfy_ids`, `EXPORTERS`. Imports `nodes.workflow`, `nodes.registry`, `nodes.modes`, `nodes.model_names`,
-`nodes.comfy.mapping` (the text-encoder family names), `nodes.comfy.export_ltx2` (the LTX-2 / SIGMAS types), `nodes.comfy.export_cfg` (ComfyUI's cfg).
+`nodes.comfy.mapping` (the text-encoder family names), `nodes.comfy.export_ltx2` (the LTX-2 / SIGMAS types), `nodes.comfy.export_cfg` (ComfyUI's cfg, CFGNorm).
 
 Widget names come from the node types' declarations (`Param.comfy`, the one place they are written); this
 table adds what has no 1:1 widget: the counterpart class, its wired inputs and output slots, and converters
@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from nodes.comfy.export_cfg import comfy_cfg_offset
+from nodes.comfy.export_cfg import add_cfg_norms, comfy_cfg_offset
 from nodes.comfy.export_ltx2 import fold_custom_samplers, ltx2_exporters
 from nodes.comfy.mapping import COMFY_TEXT_ENCODER_TYPES
 from nodes.image_batch import MAX_BATCH_INPUTS
@@ -483,4 +483,5 @@ def export_api(wf: Workflow, registry: NodeRegistry) -> dict[str, Any]:
                 )
             inputs[theirs] = [ids[link.node], slot]
         prompt[ids[nid]] = {"class_type": out.class_type, "inputs": inputs, "_meta": {"title": nid}}
+    add_cfg_norms(wf, prompt, ids)  # before the fold: a custom sampler's guider takes the CFGNorm's model
     return fold_custom_samplers(prompt)

@@ -1,15 +1,20 @@
-"""The cfg a Sampler exports as: ComfyUI's meaning of cfg, where a family's differs from ours.
+"""The cfg a Sampler exports as: ComfyUI's meaning of cfg, where a family's differs from ours, and its rule.
 
-Lives here: `comfy_cfg_offset`. Imports `nodes.workflow`, `nodes.comfy.families` (names -> family),
-`pipelines.diffusion.families` (the registry, for `Family.comfy_cfg_offset`).
+Lives here: `comfy_cfg_offset`, `add_cfg_norms`. Imports `nodes.workflow`, `nodes.comfy.families` (names ->
+family), `pipelines.diffusion.families` (the registry, for `Family.comfy_cfg_offset`).
 
 The importer (`nodes.comfy.convert`) subtracts the family's offset from ComfyUI's cfg; exporting adds it back,
 so a round trip keeps ComfyUI's value and a graph made here exports the value that gives ComfyUI its picture.
 The family is found the way the importer finds it without the files: the loader the sampler's denoiser comes
 from (through LoRAs and shift patches), its `family` parameter, else the name of its file.
+
+A sampler whose `cfg_rule` is comfyui_cfgnorm (an imported Qwen-Image graph's CFGNorm) gets that CFGNorm node
+back in front of its model input (`add_cfg_norms`): what ComfyUI needs to run the same rule.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from nodes.comfy.families import family_from_name
 from nodes.workflow import Workflow
@@ -33,3 +38,24 @@ def comfy_cfg_offset(wf: Workflow, sampler_id: str) -> float:
             family = family_from_name(source.params.get("path"))
         return FAMILIES[family].comfy_cfg_offset if family in FAMILIES else 0.0
     return 0.0
+
+
+def add_cfg_norms(wf: Workflow, prompt: dict[str, Any], ids: dict[str, str]) -> None:
+    """A CFGNorm (strength: the sampler's `cfg_norm`) between each comfyui_cfgnorm sampler and its model."""
+    for nid, node in wf.nodes.items():
+        entry = prompt.get(ids.get(nid, ""))
+        if (
+            node.params.get("cfg_rule") != "comfyui_cfgnorm"
+            or entry is None
+            or "model" not in entry["inputs"]
+        ):
+            continue
+        number = len(prompt) + 1
+        while str(number) in prompt:
+            number += 1
+        prompt[str(number)] = {
+            "class_type": "CFGNorm",
+            "inputs": {"model": entry["inputs"]["model"], "strength": node.params.get("cfg_norm", 1.0)},
+            "_meta": {"title": f"{nid} CFGNorm"},
+        }
+        entry["inputs"]["model"] = [str(number), 0]

@@ -1,7 +1,7 @@
 """ComfyUI's custom-sampling nodes folded onto our Sampler, and the model patches around sampling.
 
-Lives here: `SAMPLING_MAPPERS`. Imports `nodes.comfy.graph` and `nodes.comfy.mapping` (Emit, PassThrough,
-the KSampler helpers).
+Lives here: `SAMPLING_MAPPERS`, `apply_cfg_rule`, `note_unapplied_cfg_norms`. Imports `nodes.comfy.graph`, `nodes.comfy.mapping`
+(Emit, PassThrough, the KSampler helpers) and `pipelines.diffusion.guidance` (the rule names; no torch).
 
 ComfyUI splits a KSampler into parts: SamplerCustomAdvanced takes a NOISE (RandomNoise / DisableNoise), a
 GUIDER (BasicGuider: no CFG; CFGGuider: cfg), a SAMPLER (KSamplerSelect) and SIGMAS (BasicScheduler). In
@@ -9,13 +9,19 @@ the plain case, where each part is one of those, the whole is exactly one KSampl
 without added noise), so the SamplerCustomAdvanced node becomes our Sampler and the parts fold into it (they
 emit no node). Any other part (ManualSigmas, SplitSigmas, a DualCFGGuider, ...) leaves the sampler
 unsupported, naming the part. SamplerCustom (the one-node form) maps the same way.
+
+ComfyUI guides every model with its plain CFG; the Qwen-Image family's pipelines do not (a norm rescale), so
+an imported Qwen-Image sampler gets `cfg_rule` comfyui (`pipelines.diffusion.guidance`). ComfyUI's CFGNorm
+patches the MODEL; here it is the Sampler's rule: the node passes its model through and annotates the wire,
+and `apply_cfg_rule` (called by nodes/comfy/convert.py once the sampler's family is known) sets
+`cfg_rule` comfyui_cfgnorm and `cfg_norm` to its strength, or says it is not applied.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from nodes.comfy.graph import ComfyNode, LinkRef
+from nodes.comfy.graph import ComfyGraph, ComfyNode, LinkRef
 from nodes.comfy.mapping import (
     Emit,
     MapContext,
@@ -26,6 +32,7 @@ from nodes.comfy.mapping import (
     comfy_sampler_name,
     unsupported_emit,
 )
+from pipelines.diffusion.guidance import CFG_RULE_LOOPS
 
 _PARTS = {
     "noise": ("RandomNoise", "DisableNoise"),
@@ -158,12 +165,54 @@ def _folded(node: ComfyNode, ctx: MapContext) -> PassThrough:
 
 
 def _cfg_norm(node: ComfyNode, ctx: MapContext) -> PassThrough:
-    ctx.graph.note(
-        node,
-        f"approximated: CFGNorm (strength {_get(node, 'strength', 1.0)}) is not applied; plain CFG runs "
-        "(ComfyUI rescales the guided prediction to the norm of the conditional one)",
-    )
-    return PassThrough({0: "model"})
+    # Read by the sampler it feeds (apply_cfg_rule); a CFGNorm no sampler takes is noted there too.
+    cfg_norm = (_get(node, "strength", 1.0), _get(node, "pre_cfg", False), node.id)
+    return PassThrough({0: "model"}, {"cfg_norm": cfg_norm})
+
+
+def apply_cfg_rule(
+    graph: ComfyGraph,
+    sampler: ComfyNode,
+    params: dict[str, Any],
+    denoiser_call: str | None,
+    cfg_norm: tuple[Any, Any, str] | None,
+) -> str | None:
+    """ComfyUI's guidance rule on an imported sampler of a family whose loop reads `cfg_rule`, with the CFGNorm
+    its model comes through (strength, pre_cfg, node id); the id of the CFGNorm applied, if one was."""
+    if denoiser_call not in CFG_RULE_LOOPS:
+        return None
+    strength, pre_cfg, source = cfg_norm if cfg_norm is not None else (None, False, None)
+    rule = "ComfyUI's plain CFG, neg + cfg * (pos - neg)"
+    if source is None or pre_cfg or not isinstance(strength, int | float):
+        source = None  # no CFGNorm, or one of a form not applied here (`note_unapplied_cfg_norms` says so)
+        params["cfg_rule"] = "comfyui"
+    else:
+        params["cfg_rule"], params["cfg_norm"] = "comfyui_cfgnorm", float(strength)
+        rule += (
+            f", then CFGNorm (node {source}, strength {strength:g}): the guided x0 scaled to at most the "
+            "conditional one's norm, times the strength"
+        )
+    if denoiser_call == "qwenimage":  # Qwen-Image 2.1's pipeline has no rescale: the same sum at cfg > 1
+        rule += " (the diffusers pipeline's rule, cfg_rule pipeline, rescales it to the positive's norm)"
+    graph.note(sampler, f"cfg_rule {params['cfg_rule']}: {rule}, as ComfyUI runs this graph")
+    return source
+
+
+def note_unapplied_cfg_norms(graph: ComfyGraph, applied: set[str]) -> None:
+    """Each CFGNorm no sampler applied (another family, `pre_cfg`, a wired strength, another patch between it
+    and the sampler): said, since plain CFG runs without it."""
+    for node in graph.nodes.values():
+        if node.class_type == "CFGNorm" and node.id not in applied:
+            form = (
+                "its pre_cfg form"
+                if _get(node, "pre_cfg", False)
+                else f"strength {_get(node, 'strength', 1.0)}"
+            )
+            graph.note(
+                node,
+                f"approximated: CFGNorm ({form}) is not applied; the sampler's own rule runs (Nodeloom applies "
+                "CFGNorm's post-CFG form on a Qwen-Image sampler it feeds directly)",
+            )
 
 
 SAMPLING_MAPPERS: dict[str, Mapper] = {

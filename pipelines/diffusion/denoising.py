@@ -28,6 +28,7 @@ from pipelines.diffusion.controlnet import ActiveControls
 from pipelines.diffusion.flow_sampling import sample_flux, sample_sd3
 from pipelines.diffusion.flux2_sampling import sample_flux2
 from pipelines.diffusion.flux3_sampling import sample_flux3
+from pipelines.diffusion.guidance import check_cfg_rule
 from pipelines.diffusion.k_sampling import sample_k
 from pipelines.diffusion.krea2_sampling import sample_krea2
 from pipelines.diffusion.lora import use_denoiser
@@ -128,6 +129,7 @@ def sample(
             raise ValueError(f"{name} conditioning is for {cond.family!r}, the denoiser is {family!r}")
     if not 0.0 < settings.denoise <= 1.0:
         raise ValueError(f"denoise must be in (0, 1], got {settings.denoise}")
+    check_cfg_rule(settings.cfg_rule, denoiser.family.denoiser_call, denoiser.family.title)
     extras = latents.noise_mask is not None or latents.concat is not None
     extras = extras or bool(positive.controls) or (negative is not None and bool(negative.controls))
     # Wan's image-to-video inputs (concat, a first-frame noise mask) work with k_euler: its loop checks them.

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from memory import Working
+from pipelines.diffusion.guidance import runs_negative
 from pipelines.diffusion.sampling import denoiser_working
 from pipelines.diffusion.step_cache import StepCache, cache_bytes
 from pipelines.diffusion.values import DenoiserRef, Latents
@@ -65,7 +66,7 @@ def planned_sampler_working(
 ) -> Working:
     """One sampling run's working memory for `denoiser` on `latent` (None: the denoiser's native size, as
     the Sampler does unwired; `height`/`width`/`batch` are then that size). `params`: the Sampler's fields
-    (`cfg`, `cache`, `cache_threshold`) and whether a negative prompt is wired (`negative`)."""
+    (`cfg`, `cfg_rule`, `cache`, `cache_threshold`) and whether a negative prompt is wired (`negative`)."""
     cfg, negative = float(params.get("cfg") or 0.0), params.get("negative") is not None
     family = denoiser.family
     call = family.denoiser_call
@@ -88,7 +89,7 @@ def planned_sampler_working(
         from pipelines.diffusion.qwenimage_working import qwenimage_working
 
         h, w = shape[-2], shape[-1]
-        guided = cfg > 1.0 and negative
+        guided = runs_negative(str(params.get("cfg_rule") or "pipeline"), cfg, negative)
         working = qwenimage_working(denoiser, h, w, batch, _text_tokens(denoiser))
         passes = 2 if guided else 1
     else:

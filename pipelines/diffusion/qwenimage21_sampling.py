@@ -10,7 +10,8 @@ Attention is block-causal, and with `causal_condition` the text and reference to
 so their keys and values are computed once, on the first step, and cached for the rest (the pipeline's
 `use_kv_cache` default): one `QwenImage21KVCache` per prompt. Guidance is the pipeline's true CFG without
 a rescale, `neg + cfg * (pos - neg)`, a second call for the negative prompt when cfg > 1 and a negative is
-wired. The schedule is the folder's `sample_sigmas` (model_index.json: Turbo's shipped grid, whose length
+wired; `cfg_rule` comfyui (an imported ComfyUI graph) is the same sum with ComfyUI's negative call (cfg != 1)
+and its CFGNorm when the graph has one (`pipelines.diffusion.guidance`). The schedule is the folder's `sample_sigmas` (model_index.json: Turbo's shipped grid, whose length
 sets the steps) when the scheduler is `default`, else sigmas 1 -> 1/steps; the shift is resolution-dependent.
 A SIGMAS wire (ComfyUI's ManualSigmas) is stepped through as given, unshifted, the latent noised to its first.
 """
@@ -29,6 +30,7 @@ from diffusers.utils.torch_utils import randn_tensor
 from memory import MemoryManager, Working
 from pipelines.diffusion.flow_loop import StepReport, check_flow_inputs
 from pipelines.diffusion.flow_sampling import config_shift
+from pipelines.diffusion.guidance import comfy_guidance, runs_negative
 from pipelines.diffusion.lora import use_denoiser
 from pipelines.diffusion.manual_sigmas import check_sigmas, noised_start, set_manual_sigmas
 from pipelines.diffusion.previews import model_folder
@@ -141,7 +143,7 @@ def sample_qwenimage21(
         check_sigmas(settings.sigmas, "input 'sigmas'", flow=True)
     if settings.step_cache.on:
         raise ValueError(f"cache {settings.cache!r} is not supported for {title} (set cache to off)")
-    do_cfg = settings.cfg > 1.0 and negative is not None  # the pipeline's `do_true_cfg`
+    do_cfg = runs_negative(settings.cfg_rule, settings.cfg, negative is not None)  # pipeline: `do_true_cfg`
     generator = torch.Generator("cpu").manual_seed(settings.seed)
     dtype = denoiser.dtype
 
@@ -216,7 +218,19 @@ def sample_qwenimage21(
                 )[0]
                 preds.append(out[:, -x.shape[1] :])  # the target's tokens (references come first)
             noise_pred = preds[0]
-            if len(preds) == 2:
+            if settings.cfg_rule != "pipeline":  # ComfyUI's rule; its CFGNorm sees (B, C, h, w) latents
+                noise_pred = comfy_guidance(
+                    settings.cfg_rule,
+                    settings.cfg,
+                    settings.cfg_norm,
+                    preds[0],
+                    preds[1] if len(preds) == 2 else None,
+                    x,
+                    float(t) / 1000,  # the step's sigma (the timestep is sigma x 1000, as the model is fed)
+                    lambda z: unflatten_latents(z, h, w),
+                    flatten_latents,
+                )
+            elif len(preds) == 2:
                 noise_pred = preds[1] + settings.cfg * (preds[0] - preds[1])
 
             before = x

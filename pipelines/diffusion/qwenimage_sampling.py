@@ -9,7 +9,9 @@ the prompt as one variable-length caption. Guidance is the pipeline's "true CFG"
 negative prompt (never a doubled batch), `neg + cfg * (pos - neg)` as SD's rule, then every token's
 prediction is rescaled to the norm of the positive one (`true_cfg`). `sampler.cfg` is the pipeline's
 `true_cfg_scale`: guidance runs when it is above 1 and a negative prompt is wired, as the pipeline's
-`do_true_cfg`. The latents stay in the model's dtype, as the pipeline keeps them.
+`do_true_cfg`. An imported ComfyUI graph's sampler says `cfg_rule` comfyui instead: ComfyUI's plain CFG, with
+its CFGNorm in x0 space when the graph has one (`pipelines.diffusion.guidance`). The latents stay in the
+model's dtype, as the pipeline keeps them.
 
 Editing (Qwen-Image-Edit): a prompt's `references` (the edit pictures' latents) are packed the same way and
 appended to the image tokens of that prompt's call, each with its own patch grid in `img_shapes`; only the
@@ -33,6 +35,7 @@ from diffusers.utils.torch_utils import randn_tensor
 from memory import MemoryManager
 from pipelines.diffusion.flow_loop import StepReport, check_flow_inputs
 from pipelines.diffusion.flow_sampling import config_shift, pack_latents, start_partway, unpack_latents
+from pipelines.diffusion.guidance import comfy_guidance, runs_negative
 from pipelines.diffusion.lora import use_denoiser
 from pipelines.diffusion.manual_sigmas import check_sigmas, noised_start, set_manual_sigmas
 from pipelines.diffusion.qwenimage_working import qwenimage_working
@@ -154,7 +157,7 @@ def _sample(
         )
     device = mm.device
     batch, channels, h, w = latents.samples.shape
-    do_cfg = settings.cfg > 1.0 and negative is not None  # the pipeline's `do_true_cfg`
+    do_cfg = runs_negative(settings.cfg_rule, settings.cfg, negative is not None)  # pipeline: `do_true_cfg`
     generator = torch.Generator("cpu").manual_seed(settings.seed)
     dtype = denoiser.dtype
 
@@ -222,9 +225,23 @@ def _sample(
 
             with cache.branch("cond"):
                 noise_pred = _predict(model, x, timestep, pos_embeds, pos_shapes, pos_refs)
+            neg_pred = None
             if neg_embeds is not None:
                 with cache.branch("uncond"):
                     neg_pred = _predict(model, x, timestep, neg_embeds, neg_shapes, neg_refs)
+            if settings.cfg_rule != "pipeline":  # ComfyUI's rule; its CFGNorm sees (B, C, h, w) latents
+                noise_pred = comfy_guidance(
+                    settings.cfg_rule,
+                    settings.cfg,
+                    settings.cfg_norm,
+                    noise_pred,
+                    neg_pred,
+                    x,
+                    float(t) / 1000,  # the step's sigma (the timestep is sigma x 1000, as the model is fed)
+                    lambda z: unpack_latents(z, h, w),
+                    pack_latents,
+                )
+            elif neg_pred is not None:
                 noise_pred = true_cfg(noise_pred, neg_pred, settings.cfg)
 
             before = x

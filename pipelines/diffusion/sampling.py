@@ -48,6 +48,10 @@ class SamplerSettings:
     # A hand-given schedule (a SIGMAS wire: ComfyUI's ManualSigmas and friends), stepped through as it is by the
     # loops of `manual_sigmas.SIGMA_LOOPS`; None: the scheduler's own from `steps`.
     sigmas: tuple[float, ...] | None = None
+    # How the positive and negative predictions combine (`pipelines.diffusion.guidance`): the family's
+    # diffusers rule, or ComfyUI's where an imported Qwen-Image graph asks for it; cfg_norm: CFGNorm's strength.
+    cfg_rule: str = "pipeline"
+    cfg_norm: float = 1.0
 
     @property
     def step_cache(self) -> StepCache:

@@ -51,7 +51,7 @@ def _available_for(mm: MemoryManager, ref: VaeRef) -> int:
     if not mm.policy.may_evict:
         return ledger.device_free() - (0 if ref.handle.device_bytes else weights)
     pinned = sum(h.device_bytes for h in ledger.handles.values() if h.locks and h is not ref.handle)
-    return ledger.device_budget - pinned - sum(ledger.working.values()) - weights
+    return ledger.models_budget() - pinned - sum(ledger.working.values()) - weights
 
 
 def _tile_bytes(ref: VaeRef, tile_px: int, batch: int, kind: str) -> int:
