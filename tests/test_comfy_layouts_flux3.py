@@ -3,7 +3,9 @@
 (`diffusion_models/flux3-image-klein-base-int8-convrot.safetensors`, `text_encoders/qwen3vl_4b_int8_convrot.
 safetensors`, `vae/flux2-vae.safetensors`; plain float tensors: the int8_convrot form is another loader's),
 read by the split loaders of ComfyUI's `image_flux3_klein_t2i` template (imported with `--models-dir`), gives
-the picture of the same workflow reading the diffusers folder.
+the picture of the same workflow reading the diffusers folder; as shipped (its Qwen3.5 prompt upsampler on, a
+tiny Qwen3.5 under the upsampler's name) the template imports, checks and runs, and the upsampler's text is
+what the prompt encode encodes.
 """
 
 from __future__ import annotations
@@ -44,8 +46,8 @@ def test_original_names_round_trip_and_name_the_family() -> None:
 
 
 def _prompt_upsampler_off(name: str, out: Path) -> Path:
-    """The template with its subgraph's promoted `switch` (the prompt upsampler: TextGenerate on a Qwen3.5 file,
-    an LLM Nodeloom does not load from ComfyUI's file) set to false."""
+    """The template with its subgraph's promoted `switch` (the prompt upsampler: TextGenerate on a Qwen3.5 file)
+    set to false: the picture then compares with the diffusers folder's on the template's own prompt."""
     from tests.template_runs import template_file
 
     data = json.loads(template_file(name).read_text(encoding="utf-8"))
@@ -93,3 +95,50 @@ def test_t2i_template_on_its_own_file_names_gives_the_folder_picture(tmp_path: P
     assert native[0].std() > 5  # a real picture, not a flat one both could agree on by accident
     # The same float32 weights read from ComfyUI's files: identical, or 1/255 apart at a rounding edge.
     assert max_diff(ours, native) <= 1
+
+
+def test_t2i_template_as_shipped_runs_its_prompt_upsampler(tmp_path: Path) -> None:
+    from app.main import main
+    from memory import MemoryConfig, MemoryManager
+    from nodes.executor import Executor
+    from nodes.registry import default_registry
+    from nodes.workflow import load_workflow
+    from pipelines.diffusion.comfy_layouts.flux3 import write_flux3_files
+    from pipelines.diffusion.comfy_layouts.template_fixtures import save_tiny_qwen35
+    from tests.demo_support import copy_demo_model
+    from tests.template_runs import template_file
+
+    folder = copy_demo_model("tiny-flux3", tmp_path / "tiny-flux3")
+    models = write_flux3_files(folder, tmp_path / "ComfyUI" / "models")
+    save_tiny_qwen35(models / "text_encoders" / UPSAMPLER)
+    imported = tmp_path / "t2i.nodeloom.json"
+    dirs = ("--models-dir", str(models))
+    assert main(["import", str(template_file("image_flux3_klein_t2i")), "-o", str(imported), *dirs]) == 0
+    assert main(["check", str(imported), *dirs]) == 0
+    graph = json.loads(imported.read_text(encoding="utf-8"))
+    nodes = graph["nodes"]
+    (llm_id,) = [n for n, node in nodes.items() if node["type"] == "LoadLLM"]
+    (writer_id,) = [n for n, node in nodes.items() if node["type"] == "LLMGenerate"]
+    assert nodes[llm_id]["params"]["path"] == UPSAMPLER
+    assert nodes["text_encode"]["inputs"]["text"][0] == writer_id  # the upsampler writes the prompt
+    for node in nodes.values():  # the files by full path; the graph made tiny
+        params = node.get("params", {})
+        if isinstance(params.get("path"), str) and params["path"].endswith(".safetensors"):
+            params["path"] = str(next(models.rglob(params["path"])))
+    nodes["empty_flux2_latent_image"]["params"] |= {"width": 32, "height": 32}
+    nodes["ksampler"]["params"] |= {"steps": 2, "seed": 7}
+    nodes[writer_id]["params"] |= {"max_new_tokens": 8, "seed": 3}
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(graph), encoding="utf-8")
+    registry = default_registry(entry_point_packs=False)
+    mm = MemoryManager(MemoryConfig(device="cpu", data_dir=tmp_path / "memory"))
+    try:
+        result = Executor(registry, memory=mm).run(load_workflow(path, registry), out_dir=tmp_path / "out")
+        assert result.ok, result.error
+        text = result.outputs[writer_id]["text"]
+        assert text  # the tiny Qwen3.5 wrote something
+        assert result.outputs["text_encode"]["conditioning"].text == text  # what the encode encoded
+        image = result.outputs["vae_decode"]["image"]
+        assert image.shape[-3:-1] == (32, 32) and float(image.std()) > 0
+    finally:
+        mm.close()

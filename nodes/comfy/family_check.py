@@ -106,13 +106,15 @@ _NAME_WIDGETS = {
     "UnetLoaderGGUF": ("unet_name",),
 }
 _CLIP_LOADERS = ("CLIPLoader", "DualCLIPLoader")
-# Text-encoder / LLM file-name markers of models no reader here loads (`pipelines.llm.comfy_te` reads Qwen3,
-# Qwen2.5-VL, Qwen3-VL, Mistral and Gemma 3), for CLIP loaders whose `type` says nothing of them: ComfyUI's
-# Qwen3.5 text-generation template loads its LLM with type "stable_diffusion".
-_TEXT_ENCODER_MARKERS: tuple[tuple[str, str], ...] = (
-    ("qwen3.5", "qwen3_5"),
-    ("qwen3_5", "qwen3_5"),
-    ("qwen3.8", "qwen3_8"),
+# Text-encoder / LLM file-name markers of models that cannot run here from ComfyUI's file, for CLIP loaders whose
+# `type` says nothing of them (ComfyUI's Qwen3.5 text-generation template loads its LLM with type
+# "stable_diffusion"), with why. `pipelines.llm.comfy_te` reads Qwen3, Qwen2.5-VL, Qwen3-VL, Mistral, Gemma 3 and
+# Qwen3.5's layout, but no tokenizer of Qwen3.5's released sizes ships here (its 248k vocabulary is not Qwen3's)
+# and ComfyUI's file carries none, so a released Qwen3.5 file loads and cannot tokenize: refused here, before Run.
+_TEXT_ENCODER_MARKERS: tuple[tuple[str, str, str], ...] = (
+    ("qwen3.5", "qwen3_5", "Qwen3.5: no tokenizer of its released sizes ships here, and the file has none"),
+    ("qwen3_5", "qwen3_5", "Qwen3.5: no tokenizer of its released sizes ships here, and the file has none"),
+    ("qwen3.8", "qwen3_8", "no reader here loads Qwen3.8"),
 )
 
 
@@ -128,9 +130,9 @@ def _text_encoder_findings(
         for widget in ("clip_name", "clip_name1", "clip_name2"):
             name = node.inputs.get(widget)
             lowered = name.lower() if isinstance(name, str) else ""
-            family = next((f for marker, f in _TEXT_ENCODER_MARKERS if marker in lowered), None)
-            if family is not None:
-                found.append((node_id, node.class_type, widget, family, repr(name)))
+            hit = next(((f, why) for marker, f, why in _TEXT_ENCODER_MARKERS if marker in lowered), None)
+            if hit is not None:
+                found.append((node_id, node.class_type, widget, hit[0], f"{name!r}: {hit[1]}"))
     return found
 
 

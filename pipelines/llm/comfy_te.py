@@ -2,8 +2,8 @@
 
 Lives here: `comfy_te_kind`, `open_comfy_te_llm`, `TextEncoderLM`, `head_source`. Imports torch, transformers,
 `memory`, `pipelines.diffusion` (the diffusion side's readers of these files: `comfy_layouts.text_encoders`,
-`comfy_layouts.ltx2` / `ltx2_loaders`, the shipped config folders and tokenizers) and `pipelines.llm.hf_loader`;
-never nodes/, app/ or Qt.
+`comfy_layouts.ltx2` / `ltx2_loaders`, the shipped config folders and tokenizers), `pipelines.llm.hf_loader` and
+`pipelines.llm.comfy_qwen35` (Qwen3.5's files, which no diffusion family reads); never nodes/, app/ or Qt.
 
 ComfyUI's TextGenerate generates with the LLM inside a CLIP loader's file (comfy_extras/nodes_textgen.py calls
 `clip.generate`); its logits are `lm_head` where the model's config has one and the input embedding otherwise
@@ -29,7 +29,7 @@ from pipelines.diffusion.families import FAMILIES, UnsupportedModelError
 
 # The text-encoder kinds (`comfy_layouts.text_encoders.text_encoder_kind`, plus Gemma 3) that are decoder LLMs;
 # UMT5 is an encoder only. The families each kind may be read as, MiniMax H3's left out (its file stops early).
-GENERATING_KINDS = ("qwen3", "qwen2.5-vl", "qwen3-vl", "mistral", "gemma3")
+GENERATING_KINDS = ("qwen3", "qwen2.5-vl", "qwen3-vl", "qwen3.5", "mistral", "gemma3")
 _NOT_GENERATING_FAMILIES = ("minimax",)
 # End-of-turn tokens of these models' chat formats (ComfyUI's stop tokens: Qwen 151643 / 151645, Gemma 1 / 106).
 _END_TOKENS = ("<|im_end|>", "<|endoftext|>", "<end_of_turn>", "<eos>")
@@ -191,6 +191,11 @@ def open_comfy_te_llm(memory: MemoryManager, path: Path, kind: str) -> dict[str,
     from pipelines.llm.hf_loader import LLMFiles
 
     path = Path(path)
+    if kind == "qwen3.5":  # no diffusion family encodes with it: its own reader (`comfy_qwen35`)
+        from pipelines.llm.comfy_qwen35 import qwen35_fields
+
+        fields = qwen35_fields(memory, path)
+        return fields | {"eos_ids": _end_ids(fields["tokenizer"], fields["config"])}
     if kind == "gemma3":
         handle, tokenizer_source, config_dir, _ = _gemma_encoder(memory, path)
     else:

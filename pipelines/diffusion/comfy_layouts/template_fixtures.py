@@ -2,9 +2,10 @@
 
 Lives here: `FAMILY_OF_NAME` (a template's model file name marker -> fixture id), `fixture_of_name`,
 `write_fixture` (a fixture id -> a ComfyUI models folder of tiny files plus the demo folder they came from),
-`write_flux1_files`, `save_ltx2_upsampler`, `save_tiny_upscaler`, `write_tiny_clip`, `MODEL_FREE`. May import: stdlib, torch, safetensors, diffusers, transformers,
+`write_flux1_files`, `save_ltx2_upsampler`, `save_tiny_upscaler`, `save_tiny_qwen35`, `QWEN35_NAMES`,
+`write_tiny_clip`, `MODEL_FREE`. May import: stdlib, torch, safetensors, diffusers, transformers,
 `pipelines.diffusion` (demo models, the ComfyUI layout writers, the single-file exporters),
-`pipelines.image.rrdbnet`, PyAV.
+`pipelines.image.rrdbnet`, `pipelines.paths`, PyAV.
 
 Used by `benchmarks/comfy_template_runs.py` (every runnable template on tiny files under its own names) and by
 the template tests. The files hold plain float tensors under released names; the loaders read what a file is
@@ -73,6 +74,16 @@ NEEDS_CONFIG_DIR = frozenset({"flux1", "sdxl", "sd3"})
 # fixture has (a tiny Real-ESRGAN under the name ComfyUI's templates use).
 MODEL_FREE = "model-free"
 UPSCALER_NAME = "RealESRGAN_x4plus.safetensors"
+# ComfyUI's Qwen3.5 files the templates' TextGenerate reads, by fixture: FLUX.3 [klein]'s prompt upsampler,
+# Qwen-Image 2.1's prompt enhancers, the text-generation template's model (no denoiser: the model-free fixture).
+QWEN35_NAMES: dict[str, tuple[str, ...]] = {
+    "flux3": ("qwen3.5_9b_flux3_prompt_upsampler_w4a8.safetensors",),
+    "qwenimage21": (
+        "qwen3.5_9b_qwen_image_2.1_pe_t2i.int8_convrot.safetensors",
+        "qwen3.5_9b_qwen_image_2.1_pe_i2i.int8_convrot.safetensors",
+    ),
+    MODEL_FREE: ("qwen3.5_4b_bf16.safetensors",),
+}
 
 
 def fixture_of_name(name: str) -> str | None:
@@ -104,6 +115,31 @@ def save_tiny_upscaler(path: Path, *, seed: int = 0) -> Path:
         state[key] = value
     _save(state, path)
     return path
+
+
+def save_tiny_qwen35(path: Path, *, vision: bool = True, seed: int = 0) -> Any:
+    """A seeded Qwen3.5 of the shipped tiny config (`resources/configs/qwen3.5-tiny`) in ComfyUI's names
+    (comfy/text_encoders/qwen35.py: `model.*`, `visual.*` unless `vision` is off, `lm_head`); returns the
+    transformers `Qwen3_5ForConditionalGeneration` holding the same weights."""
+    import torch
+    from transformers import Qwen3_5Config, Qwen3_5ForConditionalGeneration
+
+    from pipelines.paths import RESOURCES_DIR
+
+    torch.manual_seed(seed)
+    config = Qwen3_5Config.from_pretrained(str(RESOURCES_DIR / "configs" / "qwen3.5-tiny" / "text_encoder"))
+    model = Qwen3_5ForConditionalGeneration(config).eval()
+    state = {}
+    for name, tensor in model.state_dict().items():
+        if name.startswith("model.visual."):
+            if not vision:
+                continue
+            name = name.removeprefix("model.")
+        elif name.startswith("model.language_model."):
+            name = "model." + name.removeprefix("model.language_model.")
+        state[name] = tensor.detach()
+    _save(state, path)
+    return model
 
 
 def write_tiny_clip(path: Path, frames: int = 3, size: tuple[int, int] = (24, 16), fps: int = 8) -> Path:
@@ -213,6 +249,8 @@ def write_fixture(fixture: str, work: Path) -> tuple[Path | None, Path]:
     no demo folder for `MODEL_FREE`. Every fixture's models folder also holds the tiny upscaler."""
     models = work / "ComfyUI" / "models"
     save_tiny_upscaler(models / "upscale_models" / UPSCALER_NAME)
+    for name in QWEN35_NAMES.get(fixture, ()):
+        save_tiny_qwen35(models / "text_encoders" / name)
     if fixture == MODEL_FREE:
         return None, models
     return _write_family(fixture, work), models

@@ -61,7 +61,10 @@ _MINIMAX_UNREAD = ("lm_head.", "model.language_model.norm.")
 
 
 def text_encoder_kind(keys: list[str]) -> str | None:
-    """ "qwen3", "qwen2.5-vl", "qwen3-vl", "mistral" or "umt5" from a text encoder file's names; None otherwise."""
+    """ "qwen3", "qwen2.5-vl", "qwen3-vl", "qwen3.5", "mistral" or "umt5" from a text encoder file's names; None
+    otherwise. Qwen3.5 first: its full-attention layers have Qwen3's q_norm and its tower Qwen3-VL's names."""
+    if any(".linear_attn.in_proj_qkv." in k for k in keys):
+        return "qwen3.5"  # Gated DeltaNet layers (pipelines.llm.comfy_qwen35 reads the file, for Load LLM)
     if any(k.startswith(("visual.", "model.visual.")) for k in keys):
         return "qwen3-vl" if any(".self_attn.q_norm." in k for k in keys) else "qwen2.5-vl"
     if any(".self_attn.q_norm." in k for k in keys):
@@ -119,6 +122,11 @@ def load_comfy_text_encoder(
     kind = text_encoder_kind(keys)
     if kind is None:
         raise UnsupportedModelError(f"{path.name}: not a Qwen3, Qwen2.5-VL, Mistral or UMT5 text encoder")
+    if kind not in TEXT_ENCODER_FAMILIES:  # Qwen3.5: an LLM for TextGenerate (Load LLM reads it)
+        raise UnsupportedModelError(
+            f"{path.name}: a {kind} LLM, which no image or video model here encodes prompts with; Load LLM reads "
+            "it (ComfyUI's TextGenerate)"
+        )
     families = TEXT_ENCODER_FAMILIES[kind]
     if family in _FLUX2 and set(families) <= set(_FLUX2):
         family = families[0]  # ComfyUI's CLIPLoader type "flux2": the file says which (Qwen3 / Mistral)
