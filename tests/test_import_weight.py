@@ -69,6 +69,7 @@ window.close()
         "pipelines.diffusion.families_video",
         "pipelines.diffusion.families_qwen21",
         "pipelines.diffusion.step_cache",  # the Sampler's cache choices (torch only inside functions)
+        "pipelines.diffusion.guidance",  # the Sampler's cfg_rule names (stdlib only)
         "pipelines.diffusion.schedulers",
         "pipelines.diffusion.prompt_weights",
         "pipelines.diffusion.resize",
