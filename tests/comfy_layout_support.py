@@ -1,7 +1,7 @@
 """Test support for ComfyUI-layout files: tiny fixtures written as ComfyUI's files, and the split-loader graph.
 
-Lives here: `comfy_fixture`, `split_graph`, `run_graph`, `config_content`. May import: stdlib, numpy, PIL, app.main,
-pipelines.diffusion.
+Lives here: `comfy_fixture`, `split_graph`, `run_graph`, `run_in_process`, `assert_greedy_as_transformers`,
+`config_content`. May import: stdlib, numpy, PIL, torch, app.main, memory, nodes, pipelines.
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from PIL import Image
@@ -113,3 +114,43 @@ def run_graph(graph: dict | Path, out: Path, sets: dict, extra: tuple[str, ...] 
     pngs = sorted(out.rglob("*.png"))
     assert pngs, f"no pictures in {out}"
     return [np.asarray(Image.open(p).convert("RGB")) for p in pngs]
+
+
+def run_in_process(graph: dict[str, Any], tmp_path: Path) -> Any:
+    """Run a workflow dict with the executor in this process (its outputs inspectable), the manager closed after;
+    the run's result, asserted ok."""
+    from memory import MemoryConfig, MemoryManager
+    from nodes.executor import Executor
+    from nodes.registry import default_registry
+    from nodes.workflow import load_workflow
+
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(graph), encoding="utf-8")
+    registry = default_registry(entry_point_packs=False)
+    mm = MemoryManager(MemoryConfig(device="cpu", data_dir=tmp_path / "memory"))
+    try:
+        result = Executor(registry, memory=mm).run(load_workflow(path, registry), out_dir=tmp_path / "out")
+    finally:
+        mm.close()
+    assert result.ok, result.error
+    return result
+
+
+def assert_greedy_as_transformers(
+    memory: Any, llm: Any, reference: Any, prompt: str = "a red fox in the snow"
+) -> None:
+    """Load LLM's 12 greedy tokens for `prompt` equal transformers' `generate` on `reference` (the same weights)."""
+    import torch
+
+    from pipelines.llm.runtime import GenerationRequest, generate_text
+
+    request = GenerationRequest(prompt=prompt, chat=False, max_new_tokens=12, kv_cache="dynamic")
+    out = generate_text(memory, llm, request)
+    ids = torch.tensor([llm.tokenizer(prompt, add_special_tokens=True)["input_ids"]])
+    with torch.no_grad():
+        expected = reference.generate(
+            ids, max_new_tokens=12, do_sample=False, eos_token_id=list(llm.eos_ids), pad_token_id=0
+        )[0, ids.shape[1] :].tolist()
+    # The same float32 weights and the same (dynamic-cache) model calls: the same argmax at every step.
+    assert out.result.tokens == expected
+    assert len(expected) > 1

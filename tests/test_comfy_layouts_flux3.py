@@ -99,12 +99,9 @@ def test_t2i_template_on_its_own_file_names_gives_the_folder_picture(tmp_path: P
 
 def test_t2i_template_as_shipped_runs_its_prompt_upsampler(tmp_path: Path) -> None:
     from app.main import main
-    from memory import MemoryConfig, MemoryManager
-    from nodes.executor import Executor
-    from nodes.registry import default_registry
-    from nodes.workflow import load_workflow
     from pipelines.diffusion.comfy_layouts.flux3 import write_flux3_files
     from pipelines.diffusion.comfy_layouts.template_fixtures import save_tiny_qwen35
+    from tests.comfy_layout_support import run_in_process
     from tests.demo_support import copy_demo_model
     from tests.template_runs import template_file
 
@@ -128,17 +125,9 @@ def test_t2i_template_as_shipped_runs_its_prompt_upsampler(tmp_path: Path) -> No
     nodes["empty_flux2_latent_image"]["params"] |= {"width": 32, "height": 32}
     nodes["ksampler"]["params"] |= {"steps": 2, "seed": 7}
     nodes[writer_id]["params"] |= {"max_new_tokens": 8, "seed": 3}
-    path = tmp_path / "run.json"
-    path.write_text(json.dumps(graph), encoding="utf-8")
-    registry = default_registry(entry_point_packs=False)
-    mm = MemoryManager(MemoryConfig(device="cpu", data_dir=tmp_path / "memory"))
-    try:
-        result = Executor(registry, memory=mm).run(load_workflow(path, registry), out_dir=tmp_path / "out")
-        assert result.ok, result.error
-        text = result.outputs[writer_id]["text"]
-        assert text  # the tiny Qwen3.5 wrote something
-        assert result.outputs["text_encode"]["conditioning"].text == text  # what the encode encoded
-        image = result.outputs["vae_decode"]["image"]
-        assert image.shape[-3:-1] == (32, 32) and float(image.std()) > 0
-    finally:
-        mm.close()
+    result = run_in_process(graph, tmp_path)
+    text = result.outputs[writer_id]["text"]
+    assert text  # the tiny Qwen3.5 wrote something
+    assert result.outputs["text_encode"]["conditioning"].text == text  # what the encode encoded
+    image = result.outputs["vae_decode"]["image"]
+    assert image.shape[-3:-1] == (32, 32) and float(image.std()) > 0

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from pipelines.diffusion.comfy_layouts.template_fixtures import save_tiny_qwen35
+from tests.comfy_layout_support import assert_greedy_as_transformers, run_in_process
 
 
 def test_kind_is_told_apart_from_qwen3_and_qwen3_vl() -> None:
@@ -29,7 +30,7 @@ def test_kind_is_told_apart_from_qwen3_and_qwen3_vl() -> None:
 @pytest.mark.parametrize("vision", [True, False], ids=["with-tower", "text-only"])
 def test_greedy_tokens_equal_transformers(vision: bool, tmp_path: Path, cpu_memory) -> None:
     from pipelines.llm.comfy_te import comfy_te_kind
-    from pipelines.llm.runtime import GenerationRequest, generate_text, open_llm
+    from pipelines.llm.runtime import open_llm
 
     path = tmp_path / "text_encoders" / "qwen3.5_4b_bf16.safetensors"
     reference = save_tiny_qwen35(path, vision=vision)
@@ -37,19 +38,8 @@ def test_greedy_tokens_equal_transformers(vision: bool, tmp_path: Path, cpu_memo
     llm = open_llm(cpu_memory, path)
     assert llm.handle.spec.key.endswith("#text_encoder@float32")
     assert llm.takes_images == vision
-    prompt = "a red fox in the snow"
-    out = generate_text(
-        cpu_memory, llm, GenerationRequest(prompt=prompt, chat=False, max_new_tokens=12, kv_cache="dynamic")
-    )
-    ids = torch.tensor([llm.tokenizer(prompt, add_special_tokens=True)["input_ids"]])
-    with torch.no_grad():
-        expected = reference.generate(
-            ids, max_new_tokens=12, do_sample=False, eos_token_id=list(llm.eos_ids), pad_token_id=0
-        )[0, ids.shape[1] :].tolist()
-    # The same float32 weights and the same model calls (prefill, then one token a step on a dynamic cache
-    # holding the DeltaNet states): the same argmax at every step.
-    assert out.result.tokens == expected
-    assert len(expected) > 1
+    # Prefill, then one token a step on a dynamic cache holding the DeltaNet states, as transformers does.
+    assert_greedy_as_transformers(cpu_memory, llm, reference)
 
 
 @pytest.mark.slow  # builds and runs a tiny Qwen3.5 with its vision tower
@@ -93,10 +83,6 @@ def test_text_generation_template_describes_its_picture(tmp_path: Path) -> None:
     import json
 
     from app.main import main
-    from memory import MemoryConfig, MemoryManager
-    from nodes.executor import Executor
-    from nodes.registry import default_registry
-    from nodes.workflow import load_workflow
     from tests.template_runs import place_pictures, template_file
 
     models = tmp_path / "ComfyUI" / "models"
@@ -118,16 +104,7 @@ def test_text_generation_template_describes_its_picture(tmp_path: Path) -> None:
     picture = tmp_path / "ComfyUI" / "input" / nodes["load_image"]["params"]["path"]
     nodes["load_image"]["params"]["path"] = str(picture)
     nodes[writer]["params"] |= {"max_new_tokens": 8}
-    path = tmp_path / "run.json"
-    path.write_text(json.dumps(graph), encoding="utf-8")
-    registry = default_registry(entry_point_packs=False)
-    mm = MemoryManager(MemoryConfig(device="cpu", data_dir=tmp_path / "memory"))
-    try:
-        result = Executor(registry, memory=mm).run(load_workflow(path, registry), out_dir=tmp_path / "out")
-        assert result.ok, result.error
-        assert result.outputs[writer]["text"]
-    finally:
-        mm.close()
+    assert run_in_process(graph, tmp_path).outputs[writer]["text"]
 
 
 def _greedy(memory, path: Path, prompt: str = "a red fox in the snow") -> tuple[list[int], list[int]]:

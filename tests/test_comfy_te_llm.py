@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.comfy_layout_support import assert_greedy_as_transformers
+
 _FILE = {"krea2": "qwen3vl_4b_fp8_scaled.safetensors", "flux3": "qwen3vl_4b_int8_convrot.safetensors"}
 
 
@@ -63,24 +65,13 @@ def _write_text_encoder(kind: str, path: Path) -> torch.nn.Module:
 @pytest.mark.slow  # builds and runs three tiny LLMs
 @pytest.mark.parametrize("kind", ["krea2", "flux3", "gemma3"])
 def test_greedy_tokens_equal_transformers(kind: str, tmp_path: Path, cpu_memory) -> None:
-    from pipelines.llm.runtime import GenerationRequest, generate_text, open_llm
+    from pipelines.llm.runtime import open_llm
 
     path = tmp_path / "text_encoders" / _FILE.get(kind, "gemma_3_12B_it_fp4_mixed.safetensors")
     reference = _write_text_encoder(kind, path)
     llm = open_llm(cpu_memory, path)
     assert llm.handle.spec.key.endswith("#text_encoder@float32")  # the diffusion loader's entry for this file
-    prompt = "a red fox in the snow"
-    out = generate_text(
-        cpu_memory, llm, GenerationRequest(prompt=prompt, chat=False, max_new_tokens=12, kv_cache="dynamic")
-    )
-    ids = torch.tensor([llm.tokenizer(prompt, add_special_tokens=True)["input_ids"]])
-    with torch.no_grad():
-        expected = reference.generate(
-            ids, max_new_tokens=12, do_sample=False, eos_token_id=list(llm.eos_ids), pad_token_id=0
-        )[0, ids.shape[1] :].tolist()
-    # The same float32 weights and the same (dynamic-cache) model calls: the same argmax at every step.
-    assert out.result.tokens == expected
-    assert len(expected) > 1
+    assert_greedy_as_transformers(cpu_memory, llm, reference)
 
 
 @pytest.mark.slow  # 0.03 s itself, but ~10 s of imports (transformers, diffusers) when first in a process
