@@ -3,7 +3,7 @@
 Lives here: `encode_krea2_pictures`, `comfy_area_size`, `comfy_area_resize`, `qwen3vl_patches`,
 `picture_prompt`, `KREA2_VL_AREA`, `KREA2_VAE_AREA`. May import: stdlib, torch, memory,
 pipelines.diffusion.values / lora / prompt_weights / vae / zimage_text / krea2_text / qwenimage_edit_text /
-qwenimage_edit_working / qwenimage21_text.
+qwenimage_edit_working / qwenimage21_text / qwen_vl_counts (smart_resize).
 
 diffusers has no Krea 2 pipeline that reads pictures, so this follows ComfyUI (the reference for the style-
 reference template), read from its sources at the July-August 2026 commits: comfy_extras/nodes_qwen.py
@@ -41,6 +41,7 @@ from memory import MemoryManager, Working
 from pipelines.diffusion.krea2_text import krea2_text_working_bytes, select_layers
 from pipelines.diffusion.lora import use_text_encoder
 from pipelines.diffusion.prompt_weights import strip_weights
+from pipelines.diffusion.qwen_vl_counts import smart_resize
 from pipelines.diffusion.qwenimage21_text import _reference
 from pipelines.diffusion.qwenimage_edit_text import PICTURE_PROMPT, PLUS_TEMPLATE
 from pipelines.diffusion.qwenimage_edit_working import edit_text_working_bytes
@@ -78,17 +79,9 @@ def qwen3vl_patches(image: torch.Tensor, vision: dict[str, Any]) -> tuple[torch.
     patch = int(vision.get("patch_size", 16))
     merge = int(vision.get("spatial_merge_size", 2))
     temporal = int(vision.get("temporal_patch_size", 2))
-    min_pixels, max_pixels = 3136, 12845056  # the function's defaults, which the Qwen3-VL path keeps
     _, height, width, _ = image.shape
-    factor = patch * merge
-    h_bar, w_bar = round(height / factor) * factor, round(width / factor) * factor
-    if h_bar * w_bar > max_pixels:
-        beta = math.sqrt((height * width) / max_pixels)
-        h_bar = max(factor, math.floor(height / beta / factor) * factor)
-        w_bar = max(factor, math.floor(width / beta / factor) * factor)
-    elif h_bar * w_bar < min_pixels:
-        beta = math.sqrt(min_pixels / (height * width))
-        h_bar, w_bar = math.ceil(height * beta / factor) * factor, math.ceil(width * beta / factor) * factor
+    # smart_resize's own defaults (3136 and 12845056 pixels), which the Qwen3-VL path keeps
+    h_bar, w_bar = smart_resize(height, width, factor=patch * merge)
     pixels = F.interpolate(image.movedim(-1, 1), size=(h_bar, w_bar), mode="bilinear", align_corners=False)[0]
     pixels = (pixels - 0.5) / 0.5
     grid_h, grid_w = h_bar // patch, w_bar // patch
