@@ -186,3 +186,24 @@ def _write_picture(path: Path) -> None:
     ys, xs = np.mgrid[0:40, 0:56]
     rgb = np.stack([xs * 4, ys * 6, np.full_like(xs, 90)], -1).astype(np.uint8)
     Image.fromarray(rgb).save(path)
+
+
+def test_an_upscaler_file_is_read_by_its_bytes_not_its_name(tmp_path) -> None:
+    from pipelines.image.upscale import load_upscale_model
+    from pipelines.paths import UnsafeFormatError
+
+    state = _released_keys(_tiny(seed=3))
+    renamed = tmp_path / "RealESRGAN_x4plus.pth"  # safetensors under a pickle's name: read as safetensors
+    save_file(state, str(renamed))
+    disguised = tmp_path / "4x_disguised.safetensors"  # a pickle under a safetensors name: refused
+    torch.save(state, str(disguised))
+    mm = MemoryManager(MemoryConfig(device="cpu", policy="sequential"))
+    try:
+        ref = load_upscale_model(mm, renamed)
+        assert (ref.feature_width, ref.scale) == (16, 4)  # its header was read
+        with mm.use(ref.handle) as model:
+            assert isinstance(model, RRDBNet)
+        with pytest.raises(UnsafeFormatError, match="4x_disguised.safetensors"):
+            load_upscale_model(mm, disguised)
+    finally:
+        mm.close()

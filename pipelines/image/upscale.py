@@ -1,8 +1,8 @@
 """Upscale models (ESRGAN family and the rest of what spandrel reads), run in overlapping tiles.
 
 Lives here: `UpscaleModelRef`, `load_upscale_model`, `upscale_tiled`, `upscale_image`.
-May import: stdlib, torch, safetensors, memory, pipelines.paths, pipelines.image.rrdbnet; `spandrel` lazily
-(an optional extra).
+May import: stdlib, torch, safetensors, memory, pipelines.paths, pipelines.weight_format,
+pipelines.image.rrdbnet; `spandrel` lazily (an optional extra).
 
 ESRGAN's RRDBNet (Real-ESRGAN x4plus / x2plus, the file ComfyUI's templates name, and the classic ESRGAN
 layout) is built here from its tensors (`pipelines.image.rrdbnet`), with no extra package. Every other
@@ -27,6 +27,7 @@ import torch
 from memory import ComponentSpec, MemoryManager, ModelHandle
 from pipelines.model_keys import component_keys
 from pipelines.paths import check_weights_format
+from pipelines.weight_format import WeightFormat, load_pickle_state_dict
 
 MIN_TILE = 32
 
@@ -46,13 +47,16 @@ class UpscalerUnavailable(RuntimeError):
 
 
 def _read_state_dict(path: Path, allow_pickle: bool) -> dict[str, torch.Tensor]:
-    check_weights_format(path, allow_pickle=allow_pickle)
-    if path.suffix.lower() == ".safetensors":
+    # By the file's bytes, not its name: a `.pth` that is safetensors reads as safetensors, a pickle named
+    # `.safetensors` is refused (or, with the user's opt-in, unpickled) by the one pickle loader.
+    fmt = check_weights_format(path, allow_pickle=allow_pickle)
+    if fmt is WeightFormat.SAFETENSORS:
         from safetensors.torch import load_file
 
         return load_file(str(path))
-    # Only reached with the user's opt-in; weights_only still refuses arbitrary objects.
-    return torch.load(str(path), map_location="cpu", weights_only=True)
+    if fmt is WeightFormat.GGUF:
+        raise ValueError(f"{path.name}: a GGUF file is not an upscale model (use its .safetensors)")
+    return load_pickle_state_dict(path, allow_pickle=allow_pickle)
 
 
 def _build(path: Path, allow_pickle: bool) -> torch.nn.Module:
@@ -86,8 +90,8 @@ def load_upscale_model(mm: MemoryManager, path: Path, *, allow_pickle: bool = Fa
     the bytes before and after it is read)."""
     if not path.is_file():
         raise FileNotFoundError(f"field 'path': no upscale model at {path}")
-    check_weights_format(path, allow_pickle=allow_pickle)
-    files = (path,) if path.suffix.lower() == ".safetensors" else ()
+    fmt = check_weights_format(path, allow_pickle=allow_pickle)
+    files = (path,) if fmt is WeightFormat.SAFETENSORS else ()
     dims = _header_dims(path) if files else None
     handle = mm.register(
         ComponentSpec(
